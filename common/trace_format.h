@@ -1,0 +1,241 @@
+// The stallscope trace format: the only contract between the preload library
+// (writer) and the analyzer (reader). Both include this header; nothing else is
+// shared between them. Described in docs/trace-format.md.
+//
+// A trace file is a FileHeader followed by self-contained chunks. Each chunk is
+// a ChunkHeader and `payload_bytes` of payload whose checksum is in the header,
+// so a reader can stop at the last complete chunk of a truncated file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace stallscope::trace {
+
+inline constexpr char kMagic[8] = {'S', 'T', 'L', 'S', 'C', 'O', 'P', 'E'};
+inline constexpr uint16_t kVersion = 1;
+// Readers accept files whose version is in [kOldestSupported, kVersion]; a
+// writer sets `oldest_reader` to the oldest reader version able to read it.
+inline constexpr uint16_t kOldestSupported = 1;
+inline constexpr uint32_t kChunkMagic = 0x4b4e4843;  // "CHNK" little-endian
+inline constexpr const char* kFileSuffix = ".sstrace";
+
+struct FileHeader {
+  char magic[8];
+  uint16_t version;
+  uint16_t oldest_reader;
+  uint32_t header_bytes;  // sizeof(FileHeader) as written
+  uint32_t pid;
+  uint32_t ppid;
+  uint64_t start_mono_ns;      // CLOCK_MONOTONIC at trace start
+  uint64_t start_realtime_ns;  // CLOCK_REALTIME at the same instant
+  uint32_t flags;              // FileFlags
+  uint32_t reserved0;
+  char host[32];  // gethostname, NUL-padded
+  uint64_t reserved[2];
+};
+static_assert(sizeof(FileHeader) == 96);
+
+enum FileFlags : uint32_t {
+  kFileTicksAreNs = 1u << 0,  // API/NVTX ticks are CLOCK_MONOTONIC ns already
+};
+
+enum class ChunkType : uint16_t {
+  kApi = 1,          // ApiRecord[count], one thread (tid)
+  kDevice = 2,       // DeviceRecord[count]
+  kCorrelation = 3,  // CorrelationRecord[count]
+  kNvtx = 4,         // NvtxRecord[count], one thread (tid)
+  kString = 5,       // count x {u32 id, u32 len, bytes, pad to 8}
+  kStack = 6,        // count x {u32 id, u16 depth, u16 kind, u64 pc[depth]}
+  kModule = 7,       // count x ModuleRecord + path bytes, padded to 8
+  kClock = 8,        // ClockRecord[count]
+  kApiTable = 9,     // count x ApiTableEntry + name bytes, padded to 8
+  kThread = 10,      // ThreadRecord[count]
+  kDiagnostic = 11,  // DiagnosticRecord[count]
+  kEnd = 12,         // empty: the process finished writing cleanly
+};
+
+struct ChunkHeader {
+  uint32_t magic;  // kChunkMagic
+  uint16_t type;   // ChunkType
+  uint16_t reserved;
+  uint32_t tid;  // writing thread for kApi/kNvtx; 0 otherwise
+  uint32_t count;
+  uint32_t payload_bytes;  // multiple of 8
+  uint32_t checksum;       // Checksum(payload)
+};
+static_assert(sizeof(ChunkHeader) == 24);
+
+// Category of a hooked API; carried per API in the kApiTable chunk so the
+// analyzer never depends on the preload library's enum order.
+enum class ApiCategory : uint8_t {
+  kOther = 0,
+  kLaunch = 1,   // kernel launches (one device op)
+  kCopy = 2,     // memcpy forms
+  kSet = 3,      // memset forms
+  kSync = 4,     // explicit stream/context/event synchronize
+  kQuery = 5,    // polling stream/event query
+  kFree = 6,     // frees that may synchronize
+  kWait = 7,     // device-side waits (cuStreamWaitEvent ...)
+  kEvent = 8,    // event record
+  kAlloc = 9,
+  kNccl = 10,
+  kResolve = 11, // cuGetProcAddress & co
+};
+
+enum ApiFlags : uint16_t {
+  kApiMayBlock = 1u << 0,    // may block the host until device work completes
+  kApiSubmits = 1u << 1,     // submits device work (carries a correlation id)
+  kApiAsync = 1u << 2,       // an *Async form
+  kApiPerThread = 1u << 3,   // _ptsz/_ptds form (per-thread default stream)
+  kApiHostToDev = 1u << 4,   // copy direction
+  kApiDevToHost = 1u << 5,
+  kApiDevToDev = 1u << 6,
+};
+
+struct ApiTableEntry {
+  uint16_t api;
+  uint8_t category;  // ApiCategory
+  uint8_t reserved;
+  uint16_t flags;  // ApiFlags
+  uint16_t name_len;
+  // followed by name_len bytes; the whole entry padded to 8 bytes
+};
+static_assert(sizeof(ApiTableEntry) == 8);
+
+// One hooked call. Ticks convert to CLOCK_MONOTONIC ns through kClock pairs.
+struct ApiRecord {
+  uint64_t enter;        // ticks
+  uint64_t exit;         // ticks
+  uint64_t correlation;  // external correlation id given to CUPTI; 0 none
+  uint64_t stream;       // CUstream value passed (0 = legacy default)
+  uint64_t object;       // CUfunction, CUevent, device pointer, context ...
+  uint64_t bytes;        // bytes copied or set
+  uint32_t stack;        // call-site stack id (kStack); 0 none
+  uint16_t api;          // index into the kApiTable
+  uint16_t flags;        // RecordFlags
+  int32_t result;        // CUresult returned to the caller
+  uint32_t reserved;
+};
+static_assert(sizeof(ApiRecord) == 64);
+
+enum RecordFlags : uint16_t {
+  kRecordPythonStack = 1u << 0,  // `stack` also has Python frames
+};
+
+enum class DeviceOpKind : uint8_t {
+  kKernel = 1,
+  kMemcpy = 2,
+  kMemset = 3,
+  kNccl = 4,  // communication kernel
+};
+
+// A device op's execution, from CUPTI, on CLOCK_MONOTONIC ns.
+struct DeviceRecord {
+  uint64_t start_ns;
+  uint64_t end_ns;
+  uint64_t bytes;
+  uint32_t correlation;  // CUPTI correlation id
+  uint32_t name;         // string id (kernel name); 0 none
+  uint32_t stream;       // CUPTI stream id
+  uint32_t device;
+  uint32_t context;
+  uint8_t kind;       // DeviceOpKind
+  uint8_t copy_kind;  // CUpti_ActivityMemcpyKind for copies
+  uint16_t reserved;
+};
+static_assert(sizeof(DeviceRecord) == 48);
+
+// Maps a CUPTI correlation id to the external id of the ApiRecord.
+struct CorrelationRecord {
+  uint64_t external;
+  uint32_t correlation;
+  uint32_t reserved;
+};
+static_assert(sizeof(CorrelationRecord) == 16);
+
+enum class NvtxType : uint16_t {
+  kPush = 1,
+  kPop = 2,
+  kStart = 3,  // range_id identifies the range
+  kEnd = 4,
+  kMark = 5,
+  kStepBegin = 6,  // explicit step API; range_id = step index
+  kStepEnd = 7,
+};
+
+struct NvtxRecord {
+  uint64_t ticks;
+  uint64_t range_id;
+  uint64_t domain;
+  uint32_t name;  // string id; 0 none
+  uint16_t type;  // NvtxType
+  uint16_t reserved;
+};
+static_assert(sizeof(NvtxRecord) == 32);
+
+enum class StackKind : uint16_t {
+  kNative = 1,  // return addresses, innermost first
+  kPython = 2,  // pairs (string id of "file\tfunction", line), innermost first
+};
+
+// Module map for offline symbolization: one entry per loaded object.
+struct ModuleRecord {
+  uint64_t base;      // load bias (dlpi_addr)
+  uint64_t low;       // lowest mapped address of its PT_LOAD segments
+  uint64_t high;      // one past the highest
+  uint32_t path_len;  // followed by path bytes, entry padded to 8
+  uint32_t build_id_len;  // followed (after path) by build-id bytes
+};
+static_assert(sizeof(ModuleRecord) == 32);
+
+// A simultaneous reading of the tick counter and the clocks.
+struct ClockRecord {
+  uint64_t ticks;
+  uint64_t mono_ns;
+  uint64_t realtime_ns;
+};
+static_assert(sizeof(ClockRecord) == 24);
+
+struct ThreadRecord {
+  uint32_t tid;
+  uint32_t reserved;
+  char name[16];
+};
+static_assert(sizeof(ThreadRecord) == 24);
+
+enum class DiagnosticId : uint32_t {
+  kDroppedRecords = 1,     // records dropped because the memory budget was full
+  kCuptiUnavailable = 2,   // no device times: host-only inference
+  kCuptiDropped = 3,       // CUPTI reported dropped activity records
+  kCuptiNoTimestampCallback = 4,  // device times on CUPTI's own clock
+  kInternalErrors = 5,     // errors inside stallscope (never the job's)
+  kStacksDropped = 6,
+};
+
+struct DiagnosticRecord {
+  uint32_t id;  // DiagnosticId
+  uint32_t reserved;
+  uint64_t count;
+};
+static_assert(sizeof(DiagnosticRecord) == 16);
+
+inline constexpr size_t PadTo8(size_t n) { return (n + 7) & ~size_t{7}; }
+
+// FNV-1a over 64-bit words of the payload (payloads are padded to 8 bytes),
+// folded to 32 bits: cheap enough for the analyzer's throughput target, and
+// enough to reject a torn chunk.
+inline uint32_t Checksum(const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t h = 14695981039346656037ull;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    __builtin_memcpy(&w, p + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  for (; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return static_cast<uint32_t>(h ^ (h >> 32));
+}
+
+}  // namespace stallscope::trace
