@@ -1,0 +1,392 @@
+// The hooks: wrappers generated from hooks.def, the real-function slots, and
+// symbol resolution through dlsym, cuGetProcAddress and cuGetProcAddress_v2.
+//
+// How it works. A program reaches the driver three ways: the PLT (our exported
+// wrappers win by LD_PRELOAD), dlsym on a handle to libcuda (XLA/JAX), and
+// cuGetProcAddress (NVIDIA's runtime, NCCL, PyTorch). For the last two the
+// real lookup runs first with the caller's exact (symbol, version, flags); the
+// wrapper is chosen by the pointer that comes back, so a caller always ends up
+// in the variant the driver would have given it. Unknown names, and lookups the
+// driver makes of itself, pass through untouched.
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <string.h>
+
+#include <atomic>
+#include <type_traits>
+
+#include "clock.h"
+#include "cupti_source.h"
+#include "hooks.h"
+#include "recorder.h"
+
+namespace stallscope {
+namespace {
+
+using trace::ApiCategory;
+constexpr uint16_t SUBMITS = trace::kApiSubmits, MAY_BLOCK = trace::kApiMayBlock,
+                   ASYNC = trace::kApiAsync, PER_THREAD = trace::kApiPerThread,
+                   H2D = trace::kApiHostToDev, D2H = trace::kApiDevToHost, D2D = trace::kApiDevToDev;
+constexpr uint8_t kLaunch = uint8_t(ApiCategory::kLaunch), kCopy = uint8_t(ApiCategory::kCopy),
+                  kSet = uint8_t(ApiCategory::kSet), kSync = uint8_t(ApiCategory::kSync),
+                  kQuery = uint8_t(ApiCategory::kQuery), kFree = uint8_t(ApiCategory::kFree),
+                  kWait = uint8_t(ApiCategory::kWait), kEvent = uint8_t(ApiCategory::kEvent);
+
+enum HookId : uint16_t {
+#define HOOK(name, ...) k_##name,
+#include "hooks.def"
+#undef HOOK
+  kHookCount
+};
+
+constexpr HookInfo kHooks[] = {
+#define HOOK(name, base, version, per_thread, category, flags, ...) \
+  {#name, #base, version, per_thread != 0, category, uint16_t(flags)},
+#include "hooks.def"
+#undef HOOK
+};
+static_assert(sizeof(kHooks) / sizeof(kHooks[0]) == kHookCount);
+
+std::atomic<void*> g_real[kHookCount];
+void* g_wrappers[kHookCount];
+
+template <typename T>
+uint64_t ToU64(T v) {
+  if constexpr (std::is_pointer_v<T> || std::is_null_pointer_v<T>)
+    return reinterpret_cast<uintptr_t>(v);
+  else
+    return static_cast<uint64_t>(v);
+}
+
+using DlsymFn = void* (*)(void*, const char*);
+
+}  // namespace
+
+// The real dlsym (glibc's), also used by the resolution code below.
+extern "C" {
+DlsymFn stallscope_real_dlsym = nullptr;
+}
+
+extern "C" __attribute__((visibility("hidden"))) DlsymFn stallscope_resolve_real_dlsym() {
+  if (!stallscope_real_dlsym) {
+    void* p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!p) p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    stallscope_real_dlsym = reinterpret_cast<DlsymFn>(p);
+  }
+  return stallscope_real_dlsym;
+}
+
+void* RealDlsym(void* handle, const char* name) {
+  return stallscope_resolve_real_dlsym()(handle, name);
+}
+
+const HookInfo* Hooks(size_t* count) {
+  *count = kHookCount;
+  return kHooks;
+}
+
+namespace {
+
+void* LibcudaHandle() {
+  static std::atomic<void*> handle{nullptr};
+  void* h = handle.load(std::memory_order_acquire);
+  if (!h) {
+    h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (h) handle.store(h, std::memory_order_release);
+  }
+  return h;
+}
+
+bool IsOurs(void* p) {
+  for (void* w : g_wrappers)
+    if (w == p) return true;
+  return false;
+}
+
+// The real function for a hook called through the PLT (or a wrapper handed
+// out before its slot was filled): the next definition after ours, else
+// libcuda's own (a libcuda opened RTLD_LOCAL is not in the global scope).
+__attribute__((noinline)) void* ResolveReal(HookId id) {
+  void* p = RealDlsym(RTLD_NEXT, kHooks[id].name);
+  if ((!p || IsOurs(p)) && LibcudaHandle()) p = RealDlsym(LibcudaHandle(), kHooks[id].name);
+  if (p && IsOurs(p)) p = nullptr;
+  if (p) {
+    void* expected = nullptr;
+    g_real[id].compare_exchange_strong(expected, p);
+    return g_real[id].load();
+  }
+  return nullptr;
+}
+
+inline void* Real(HookId id) {
+  void* p = g_real[id].load(std::memory_order_acquire);
+  return __builtin_expect(p != nullptr, 1) ? p : ResolveReal(id);
+}
+
+// One hooked call: the guard, the timestamps, the record. Nothing in here
+// allocates, locks or makes a system call unless a buffer is full.
+class CallScope {
+ public:
+  explicit CallScope(HookId id) : id_(id), ts_(recorder::Self()) {
+    if (ts_.in_hook) return;
+    ts_.in_hook = true;
+    entered_ = true;
+    recording_ = recorder::IsOn() || recorder::EnsureStarted();
+  }
+  ~CallScope() {
+    if (entered_) ts_.in_hook = false;
+  }
+  bool recording() const { return recording_; }
+
+  void Enter(uint64_t stream, uint64_t object, uint64_t bytes) {
+    stream_ = stream;
+    object_ = object;
+    bytes_ = bytes;
+    if (kHooks[id_].flags & trace::kApiSubmits) {
+      corr_ = (uint64_t(ts_.index) << 40) | ++ts_.next_corr;
+      cupti::Push(corr_);
+    }
+    enter_ = Ticks();
+  }
+
+  void Exit(CUresult result) {
+    uint64_t exit = Ticks();
+    int saved_errno = errno;
+    if (corr_) cupti::Pop();
+    uint32_t stack = 0;
+    if (kHooks[id_].flags & trace::kApiMayBlock) stack = recorder::CaptureStack();
+    if (trace::ApiRecord* r = recorder::Reserve(ts_)) {
+      r->enter = enter_;
+      r->exit = exit;
+      r->correlation = corr_;
+      r->stream = stream_;
+      r->object = object_;
+      r->bytes = bytes_;
+      r->stack = stack;
+      r->api = id_;
+      r->flags = 0;
+      r->result = int32_t(result);
+      r->reserved = 0;
+      recorder::Commit(ts_);
+    }
+    errno = saved_errno;
+  }
+
+ private:
+  HookId id_;
+  ThreadState& ts_;
+  bool entered_ = false;
+  bool recording_ = false;
+  uint64_t enter_ = 0, corr_ = 0, stream_ = 0, object_ = 0, bytes_ = 0;
+};
+
+}  // namespace
+}  // namespace stallscope
+
+using namespace stallscope;
+
+#define STALLSCOPE_EXPORT extern "C" __attribute__((visibility("default")))
+
+#define HOOK(name, base, version, per_thread, category, flags, params, args, stream, object, bytes) \
+  STALLSCOPE_EXPORT CUresult name params {                                                         \
+    using Fn = CUresult(*) params;                                                                 \
+    auto real = reinterpret_cast<Fn>(Real(k_##name));                                              \
+    if (__builtin_expect(real == nullptr, 0)) return CUDA_ERROR_NOT_INITIALIZED;                   \
+    CallScope scope(k_##name);                                                                     \
+    if (!scope.recording()) return real args;                                                      \
+    scope.Enter(ToU64(stream), ToU64(object), ToU64(bytes));                                       \
+    CUresult r = real args;                                                                        \
+    scope.Exit(r);                                                                                 \
+    return r;                                                                                      \
+  }
+#include "hooks.def"
+#undef HOOK
+
+namespace stallscope {
+namespace {
+
+__attribute__((constructor)) void FillWrapperTable() {
+#define HOOK(name, ...) g_wrappers[k_##name] = reinterpret_cast<void*>(&::name);
+#include "hooks.def"
+#undef HOOK
+  stallscope_resolve_real_dlsym();
+}
+
+int FindHook(const char* name) {
+  for (int i = 0; i < kHookCount; ++i)
+    if (strcmp(kHooks[i].name, name) == 0) return i;
+  return -1;
+}
+
+// The wrapper to hand out for a pointer `p` the driver returned when asked for
+// base name `symbol` at (version, flags); `p` itself when we do not hook it.
+void* WrapResolved(const char* symbol, void* p, int version, cuuint64_t flags) {
+  if (!p || IsOurs(p)) return p;
+  void* lib = LibcudaHandle();
+  int fallback = -1;
+  int fallback_version = -1;
+  bool want_pt = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+  for (int i = 0; i < kHookCount; ++i) {
+    if (strcmp(kHooks[i].base, symbol) != 0) continue;
+    void* exported = lib ? RealDlsym(lib, kHooks[i].name) : nullptr;
+    if (exported == p) {
+      void* expected = nullptr;
+      g_real[i].compare_exchange_strong(expected, p);
+      return g_real[i].load() == p ? g_wrappers[i] : p;
+    }
+    if (kHooks[i].per_thread == want_pt && kHooks[i].version <= version &&
+        kHooks[i].version > fallback_version) {
+      fallback = i;
+      fallback_version = kHooks[i].version;
+    }
+  }
+  if (fallback < 0) return p;
+  // The driver returned an internal pointer: the variant is the one its
+  // (version, flags) select. Hand out the wrapper only if its slot agrees.
+  void* expected = nullptr;
+  g_real[fallback].compare_exchange_strong(expected, p);
+  return g_real[fallback].load() == p ? g_wrappers[fallback] : p;
+}
+
+using GetProcV1 = CUresult (*)(const char*, void**, int, cuuint64_t);
+using GetProcV2 = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+std::atomic<void*> g_real_getproc_v1{nullptr};
+std::atomic<void*> g_real_getproc_v2{nullptr};
+
+void* RealGetProc(std::atomic<void*>& slot, const char* name) {
+  void* p = slot.load();
+  if (!p) {
+    p = RealDlsym(RTLD_NEXT, name);
+    if ((!p) && LibcudaHandle()) p = RealDlsym(LibcudaHandle(), name);
+    slot.store(p);
+  }
+  return p;
+}
+
+}  // namespace
+}  // namespace stallscope
+
+STALLSCOPE_EXPORT CUresult cuGetProcAddress(const char*, void**, int, cuuint64_t);
+STALLSCOPE_EXPORT CUresult cuGetProcAddress_v2(const char*, void**, int, cuuint64_t,
+                                               CUdriverProcAddressQueryResult*);
+
+namespace stallscope {
+namespace {
+
+void* AnswerLookup(const char* symbol, void* p, int version, cuuint64_t flags) {
+  if (!symbol || !p) return p;
+  if (strcmp(symbol, "cuGetProcAddress") == 0) {
+    // The runtime's self-lookup: hand back our resolver of the same form so
+    // that every later lookup also passes through it.
+    void* lib = LibcudaHandle();
+    if (lib && p == RealDlsym(lib, "cuGetProcAddress_v2")) {
+      g_real_getproc_v2.store(p);
+      return reinterpret_cast<void*>(&::cuGetProcAddress_v2);
+    }
+    if (lib && p == RealDlsym(lib, "cuGetProcAddress")) {
+      g_real_getproc_v1.store(p);
+      return reinterpret_cast<void*>(&::cuGetProcAddress);
+    }
+    return p;
+  }
+  return WrapResolved(symbol, p, version, flags);
+}
+
+}  // namespace
+}  // namespace stallscope
+
+STALLSCOPE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version,
+                                            cuuint64_t flags) {
+  auto real = reinterpret_cast<GetProcV1>(RealGetProc(g_real_getproc_v1, "cuGetProcAddress"));
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = real(symbol, pfn, version, flags);
+  if (r == CUDA_SUCCESS && pfn) {
+    int saved = errno;
+    *pfn = AnswerLookup(symbol, *pfn, version, flags);
+    errno = saved;
+  }
+  return r;
+}
+
+STALLSCOPE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
+                                               cuuint64_t flags,
+                                               CUdriverProcAddressQueryResult* status) {
+  auto real = reinterpret_cast<GetProcV2>(RealGetProc(g_real_getproc_v2, "cuGetProcAddress_v2"));
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = real(symbol, pfn, version, flags, status);
+  if (r == CUDA_SUCCESS && pfn) {
+    int saved = errno;
+    *pfn = AnswerLookup(symbol, *pfn, version, flags);
+    errno = saved;
+  }
+  return r;
+}
+
+// dlsym. The entry point is assembly: RTLD_NEXT lookups jump straight to
+// glibc's dlsym so that "next" stays relative to the real caller; every other
+// lookup goes through stallscope_dlsym_impl, tail-jumped so that its return
+// address is the caller's.
+extern "C" __attribute__((visibility("hidden"))) void* stallscope_dlsym_impl(void* handle,
+                                                                            const char* name) {
+  void* caller = __builtin_return_address(0);
+  DlsymFn real = stallscope_resolve_real_dlsym();
+  void* p = real(handle, name);
+  if (!p || !name || name[0] != 'c' || name[1] != 'u') return p;
+  int saved = errno;
+  void* result = p;
+  if (strcmp(name, "cuGetProcAddress") == 0 || strcmp(name, "cuGetProcAddress_v2") == 0) {
+    if (!IsOurs(p) && p != reinterpret_cast<void*>(&::cuGetProcAddress) &&
+        p != reinterpret_cast<void*>(&::cuGetProcAddress_v2)) {
+      // Never redirect a lookup that the library holding `p` makes of itself.
+      Dl_info a{}, b{};
+      if (!(dladdr(caller, &a) && dladdr(p, &b) && a.dli_fbase == b.dli_fbase)) {
+        bool v2 = name[16] == '_';
+        (v2 ? g_real_getproc_v2 : g_real_getproc_v1).store(p);
+        result = v2 ? reinterpret_cast<void*>(&::cuGetProcAddress_v2)
+                    : reinterpret_cast<void*>(&::cuGetProcAddress);
+      }
+    }
+  } else if (int id = FindHook(name); id >= 0 && !IsOurs(p)) {
+    Dl_info a{}, b{};
+    if (!(dladdr(caller, &a) && dladdr(p, &b) && a.dli_fbase == b.dli_fbase)) {
+      void* expected = nullptr;
+      g_real[id].compare_exchange_strong(expected, p);
+      if (g_real[id].load() == p) result = g_wrappers[id];
+    }
+  }
+  errno = saved;
+  return result;
+}
+
+asm(R"(
+    .text
+    .globl dlsym
+    .type dlsym, @function
+dlsym:
+    .cfi_startproc
+    cmpq $-1, %rdi
+    jne 2f
+    movq stallscope_real_dlsym(%rip), %rax
+    testq %rax, %rax
+    jz 1f
+    jmp *%rax
+1:  pushq %rdi
+    .cfi_adjust_cfa_offset 8
+    pushq %rsi
+    .cfi_adjust_cfa_offset 8
+    subq $8, %rsp
+    .cfi_adjust_cfa_offset 8
+    call stallscope_resolve_real_dlsym
+    addq $8, %rsp
+    .cfi_adjust_cfa_offset -8
+    popq %rsi
+    .cfi_adjust_cfa_offset -8
+    popq %rdi
+    .cfi_adjust_cfa_offset -8
+    jmp *%rax
+2:  jmp stallscope_dlsym_impl
+    .cfi_endproc
+    .size dlsym, .-dlsym
+)");

@@ -1,0 +1,648 @@
+// Per-thread buffers, the writer thread and the trace file (see recorder.h).
+#include "recorder.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <unwind.h>
+
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "clock.h"
+#include "cupti_source.h"
+#include "hooks.h"
+
+namespace stallscope {
+
+bool g_ticks_are_ns = false;
+
+namespace recorder {
+namespace {
+
+using trace::ChunkType;
+
+std::atomic<int> g_state{int(State::kOff)};
+int g_fd = -1;
+uint32_t g_pid = 0;
+
+// Guards the queues, free list, string and stack tables and pending records.
+pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+// Serializes writes to the file (writer thread versus final flush).
+pthread_mutex_t g_write_mu = PTHREAD_MUTEX_INITIALIZER;
+
+ThreadBuffer* g_full_head = nullptr;
+ThreadBuffer* g_full_tail = nullptr;
+ThreadBuffer* g_free = nullptr;
+size_t g_buffers_allocated = 0;
+size_t g_buffer_budget = 1024;  // buffers; STALLSCOPE_BUFFER_MB
+ThreadState* g_live = nullptr;
+std::atomic<uint32_t> g_next_thread_index{1};
+pthread_key_t g_thread_key;
+bool g_writer_started = false;
+bool g_stop_writer = false;
+
+std::atomic<uint64_t> g_diag[8];
+
+// Pending variable-size data, written by the next drain.
+struct Pending {
+  std::vector<std::pair<uint32_t, std::string>> strings;
+  std::vector<std::pair<uint32_t, std::vector<uint64_t>>> stacks;
+  std::vector<trace::DeviceRecord> device;
+  std::vector<trace::CorrelationRecord> correlations;
+  std::vector<std::pair<uint32_t, trace::NvtxRecord>> nvtx;  // (tid, record)
+  std::vector<trace::ThreadRecord> threads;
+};
+Pending* g_pending = nullptr;
+std::unordered_map<std::string, uint32_t>* g_strings = nullptr;
+std::unordered_map<uint64_t, uint32_t>* g_stacks = nullptr;
+uint32_t g_next_string = 1;
+uint32_t g_next_stack = 1;
+unsigned long long g_module_generation = ~0ull;
+
+thread_local ThreadState t_self __attribute__((tls_model("initial-exec")));
+
+uint32_t GetTid() { return uint32_t(syscall(SYS_gettid)); }
+
+trace::ClockRecord ReadClockPair() {
+  // Bracket the tick read by two monotonic reads; keep the tightest of three.
+  trace::ClockRecord best{};
+  uint64_t best_window = ~0ull;
+  for (int i = 0; i < 3; ++i) {
+    uint64_t m0 = MonoNs();
+    uint64_t t = Ticks();
+    uint64_t m1 = MonoNs();
+    if (m1 - m0 < best_window) {
+      best_window = m1 - m0;
+      best = {t, m0 + (m1 - m0) / 2, 0};
+    }
+  }
+  best.realtime_ns = RealtimeNs();
+  return best;
+}
+
+bool WriteAll(const iovec* iov, int n) {
+  // A chunk goes out in one writev; short writes are continued.
+  std::vector<iovec> v(iov, iov + n);
+  size_t idx = 0;
+  while (idx < v.size()) {
+    ssize_t w = writev(g_fd, v.data() + idx, int(v.size() - idx));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    size_t left = size_t(w);
+    while (idx < v.size() && left >= v[idx].iov_len) left -= v[idx++].iov_len;
+    if (idx < v.size()) {
+      v[idx].iov_base = static_cast<char*>(v[idx].iov_base) + left;
+      v[idx].iov_len -= left;
+    }
+  }
+  return true;
+}
+
+void WriteChunk(ChunkType type, uint32_t tid, uint32_t count, const void* payload, size_t bytes) {
+  if (g_fd < 0) return;
+  static const uint64_t kZero = 0;
+  size_t padded = trace::PadTo8(bytes);
+  trace::ChunkHeader h{};
+  h.magic = trace::kChunkMagic;
+  h.type = uint16_t(type);
+  h.tid = tid;
+  h.count = count;
+  h.payload_bytes = uint32_t(padded);
+  // The checksum covers the padded payload; padding bytes are zero.
+  uint32_t sum;
+  if (padded == bytes) {
+    sum = trace::Checksum(payload, bytes);
+  } else {
+    std::vector<unsigned char> tmp(padded, 0);
+    memcpy(tmp.data(), payload, bytes);
+    sum = trace::Checksum(tmp.data(), padded);
+  }
+  h.checksum = sum;
+  iovec iov[3] = {{&h, sizeof h}, {const_cast<void*>(payload), bytes},
+                  {const_cast<uint64_t*>(&kZero), padded - bytes}};
+  if (!WriteAll(iov, padded == bytes ? 2 : 3)) g_diag[int(trace::DiagnosticId::kInternalErrors)]++;
+}
+
+void PutBytes(std::vector<unsigned char>& out, const void* p, size_t n) {
+  const auto* c = static_cast<const unsigned char*>(p);
+  out.insert(out.end(), c, c + n);
+}
+void Pad8(std::vector<unsigned char>& out) { out.resize(trace::PadTo8(out.size()), 0); }
+
+void WriteApiTable() {
+  size_t n = 0;
+  const HookInfo* hooks = Hooks(&n);
+  std::vector<unsigned char> out;
+  for (size_t i = 0; i < n; ++i) {
+    trace::ApiTableEntry e{};
+    e.api = uint16_t(i);
+    e.category = hooks[i].category;
+    e.flags = hooks[i].flags;
+    e.name_len = uint16_t(strlen(hooks[i].name));
+    PutBytes(out, &e, sizeof e);
+    PutBytes(out, hooks[i].name, e.name_len);
+    Pad8(out);
+  }
+  WriteChunk(ChunkType::kApiTable, 0, uint32_t(n), out.data(), out.size());
+}
+
+struct ModuleScan {
+  std::vector<unsigned char> out;
+  uint32_t count = 0;
+  unsigned long long generation = 0;
+};
+
+int ModuleCallback(dl_phdr_info* info, size_t size, void* arg) {
+  auto* scan = static_cast<ModuleScan*>(arg);
+  if (scan->count == 0 && size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs))
+    scan->generation = info->dlpi_adds * 1000003ull + info->dlpi_subs;
+  uint64_t low = ~0ull, high = 0;
+  std::string_view build_id;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_LOAD) {
+      low = std::min<uint64_t>(low, info->dlpi_addr + ph.p_vaddr);
+      high = std::max<uint64_t>(high, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
+    } else if (ph.p_type == PT_NOTE && build_id.empty()) {
+      const char* p = reinterpret_cast<const char*>(info->dlpi_addr + ph.p_vaddr);
+      const char* end = p + ph.p_memsz;
+      while (p + sizeof(ElfW(Nhdr)) <= end) {
+        const auto* nh = reinterpret_cast<const ElfW(Nhdr)*>(p);
+        const char* name = p + sizeof(ElfW(Nhdr));
+        const char* desc = name + ((nh->n_namesz + 3) & ~3u);
+        if (desc + nh->n_descsz > end) break;
+        if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
+          build_id = std::string_view(desc, nh->n_descsz);
+          break;
+        }
+        p = desc + ((nh->n_descsz + 3) & ~3u);
+      }
+    }
+  }
+  if (high == 0) return 0;
+  std::string path = info->dlpi_name ? info->dlpi_name : "";
+  if (path.empty() && scan->count == 0) {
+    char buf[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n > 0) path.assign(buf, size_t(n));
+  }
+  if (path.empty()) return 0;  // vdso and anonymous objects
+  trace::ModuleRecord m{};
+  m.base = info->dlpi_addr;
+  m.low = low;
+  m.high = high;
+  m.path_len = uint32_t(path.size());
+  m.build_id_len = uint32_t(build_id.size());
+  PutBytes(scan->out, &m, sizeof m);
+  PutBytes(scan->out, path.data(), path.size());
+  PutBytes(scan->out, build_id.data(), build_id.size());
+  Pad8(scan->out);
+  scan->count++;
+  return 0;
+}
+
+void WriteModulesIfChanged(bool force) {
+  ModuleScan scan;
+  dl_iterate_phdr(ModuleCallback, &scan);
+  if (!force && scan.generation == g_module_generation) return;
+  g_module_generation = scan.generation;
+  WriteChunk(ChunkType::kModule, 0, scan.count, scan.out.data(), scan.out.size());
+}
+
+void WriteBuffer(const ThreadBuffer* b, uint32_t n) {
+  if (n) WriteChunk(ChunkType::kApi, b->tid, n, b->records, n * sizeof(trace::ApiRecord));
+}
+
+// Writes everything pending. `final` also snapshots live threads' buffers.
+void Drain(bool final) {
+  pthread_mutex_lock(&g_write_mu);
+  pthread_mutex_lock(&g_mu);
+  ThreadBuffer* full = g_full_head;
+  g_full_head = g_full_tail = nullptr;
+  Pending pending;
+  std::swap(pending, *g_pending);
+  pthread_mutex_unlock(&g_mu);
+
+  // Strings first: records written after may refer to them.
+  if (!pending.threads.empty())
+    WriteChunk(ChunkType::kThread, 0, uint32_t(pending.threads.size()), pending.threads.data(),
+               pending.threads.size() * sizeof(trace::ThreadRecord));
+  if (!pending.strings.empty()) {
+    std::vector<unsigned char> out;
+    for (auto& [id, s] : pending.strings) {
+      uint32_t hdr[2] = {id, uint32_t(s.size())};
+      PutBytes(out, hdr, sizeof hdr);
+      PutBytes(out, s.data(), s.size());
+      Pad8(out);
+    }
+    WriteChunk(ChunkType::kString, 0, uint32_t(pending.strings.size()), out.data(), out.size());
+  }
+  if (!pending.stacks.empty()) {
+    std::vector<unsigned char> out;
+    for (auto& [id, pcs] : pending.stacks) {
+      uint32_t id32 = id;
+      uint16_t hdr[2] = {uint16_t(pcs.size()), uint16_t(trace::StackKind::kNative)};
+      PutBytes(out, &id32, 4);
+      PutBytes(out, hdr, 4);
+      PutBytes(out, pcs.data(), pcs.size() * 8);
+    }
+    WriteChunk(ChunkType::kStack, 0, uint32_t(pending.stacks.size()), out.data(), out.size());
+  }
+  trace::ClockRecord clock = ReadClockPair();
+  WriteChunk(ChunkType::kClock, 0, 1, &clock, sizeof clock);
+
+  ThreadBuffer* done = nullptr;
+  while (full) {
+    ThreadBuffer* b = full;
+    full = b->next;
+    WriteBuffer(b, b->count.load(std::memory_order_acquire));
+    b->count.store(0, std::memory_order_relaxed);
+    b->next = done;
+    done = b;
+  }
+  if (final) {
+    pthread_mutex_lock(&g_mu);
+    for (ThreadState* ts = g_live; ts; ts = ts->next_live)
+      if (ts->buffer) WriteBuffer(ts->buffer, ts->buffer->count.load(std::memory_order_acquire));
+    pthread_mutex_unlock(&g_mu);
+  }
+  if (!pending.device.empty())
+    WriteChunk(ChunkType::kDevice, 0, uint32_t(pending.device.size()), pending.device.data(),
+               pending.device.size() * sizeof(trace::DeviceRecord));
+  if (!pending.correlations.empty())
+    WriteChunk(ChunkType::kCorrelation, 0, uint32_t(pending.correlations.size()),
+               pending.correlations.data(),
+               pending.correlations.size() * sizeof(trace::CorrelationRecord));
+  if (!pending.nvtx.empty()) {
+    // One chunk per thread, in arrival order.
+    std::vector<trace::NvtxRecord> recs;
+    std::vector<bool> used(pending.nvtx.size(), false);
+    for (size_t i = 0; i < pending.nvtx.size(); ++i) {
+      if (used[i]) continue;
+      uint32_t tid = pending.nvtx[i].first;
+      recs.clear();
+      for (size_t j = i; j < pending.nvtx.size(); ++j)
+        if (!used[j] && pending.nvtx[j].first == tid) {
+          used[j] = true;
+          recs.push_back(pending.nvtx[j].second);
+        }
+      WriteChunk(ChunkType::kNvtx, tid, uint32_t(recs.size()), recs.data(),
+                 recs.size() * sizeof(trace::NvtxRecord));
+    }
+  }
+  WriteModulesIfChanged(final);
+  if (final) {
+    std::vector<trace::DiagnosticRecord> diags;
+    for (uint32_t i = 1; i < 8; ++i)
+      if (uint64_t c = g_diag[i].load()) diags.push_back({i, 0, c});
+    if (!diags.empty())
+      WriteChunk(ChunkType::kDiagnostic, 0, uint32_t(diags.size()), diags.data(),
+                 diags.size() * sizeof(trace::DiagnosticRecord));
+    WriteChunk(ChunkType::kEnd, 0, 0, nullptr, 0);
+  }
+  pthread_mutex_unlock(&g_write_mu);
+
+  if (done) {
+    pthread_mutex_lock(&g_mu);
+    while (done) {
+      ThreadBuffer* b = done;
+      done = b->next;
+      b->next = g_free;
+      g_free = b;
+    }
+    pthread_mutex_unlock(&g_mu);
+  }
+}
+
+void* WriterMain(void*) {
+  pthread_setname_np(pthread_self(), "stallscope-wr");
+  t_self.in_hook = true;  // the writer never records itself
+  for (;;) {
+    pthread_mutex_lock(&g_mu);
+    if (!g_stop_writer && g_full_head == nullptr) {
+      timespec deadline;
+      clock_gettime(CLOCK_REALTIME, &deadline);
+      deadline.tv_nsec += 200 * 1000 * 1000;
+      if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000;
+      }
+      pthread_cond_timedwait(&g_cv, &g_mu, &deadline);
+    }
+    bool stop = g_stop_writer;
+    pthread_mutex_unlock(&g_mu);
+    if (stop || g_state.load() != int(State::kOn)) return nullptr;
+    Drain(false);
+  }
+}
+
+void StartWriterLocked() {
+  if (g_writer_started) return;
+  g_writer_started = true;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t th;
+  // Block signals in the writer so the job's handlers run on its own threads.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  if (pthread_create(&th, &attr, WriterMain, nullptr) != 0) g_writer_started = false;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_attr_destroy(&attr);
+}
+
+void HandOff(ThreadBuffer* b) {
+  pthread_mutex_lock(&g_mu);
+  b->next = nullptr;
+  if (g_full_tail) g_full_tail->next = b; else g_full_head = b;
+  g_full_tail = b;
+  StartWriterLocked();
+  pthread_cond_signal(&g_cv);
+  pthread_mutex_unlock(&g_mu);
+}
+
+bool AcquireBuffer(ThreadState& ts) {
+  pthread_mutex_lock(&g_mu);
+  ThreadBuffer* b = g_free;
+  if (b) {
+    g_free = b->next;
+  } else if (g_buffers_allocated < g_buffer_budget) {
+    void* mem = nullptr;
+    if (posix_memalign(&mem, 64, sizeof(ThreadBuffer)) == 0) {
+      b = new (mem) ThreadBuffer;
+      g_buffers_allocated++;
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+  if (!b) return false;
+  b->count.store(0, std::memory_order_relaxed);
+  b->tid = ts.tid;
+  b->next = nullptr;
+  ts.buffer = b;
+  return true;
+}
+
+void OnThreadExit(void* arg) {
+  auto* ts = static_cast<ThreadState*>(arg);
+  pthread_mutex_lock(&g_mu);
+  for (ThreadState** p = &g_live; *p; p = &(*p)->next_live)
+    if (*p == ts) {
+      *p = ts->next_live;
+      break;
+    }
+  pthread_mutex_unlock(&g_mu);
+  if (ts->buffer && g_state.load() == int(State::kOn)) {
+    HandOff(ts->buffer);
+  }
+  ts->buffer = nullptr;
+  ts->registered = false;
+}
+
+void RegisterThread(ThreadState& ts) {
+  ts.registered = true;
+  ts.tid = GetTid();
+  ts.index = g_next_thread_index.fetch_add(1);
+  pthread_setspecific(g_thread_key, &ts);
+  trace::ThreadRecord tr{};
+  tr.tid = ts.tid;
+  pthread_getname_np(pthread_self(), tr.name, sizeof tr.name);
+  pthread_mutex_lock(&g_mu);
+  ts.next_live = g_live;
+  g_live = &ts;
+  g_pending->threads.push_back(tr);
+  pthread_mutex_unlock(&g_mu);
+}
+
+bool TscIsInvariant() {
+  // constant_tsc + nonstop_tsc: the TSC ticks at a fixed rate in every state.
+  int fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[8192];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return false;
+  buf[n] = 0;
+  return strstr(buf, " constant_tsc") && strstr(buf, " nonstop_tsc");
+}
+
+int OpenTraceFile() {
+  const char* dir = getenv("STALLSCOPE_OUT");
+  if (!dir || !*dir) dir = ".";
+  mkdir(dir, 0750);
+  char host[64] = {0};
+  gethostname(host, sizeof host - 1);
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string path = std::string(dir) + "/" + host + "-" + std::to_string(g_pid);
+    if (attempt) path += "-" + std::to_string(attempt);
+    path += trace::kFileSuffix;
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1;
+}
+
+void AtForkChild() {
+  // The child records nothing: it never writes into the parent's file, and it
+  // must not touch CUDA or CUPTI state inherited from the parent.
+  g_state.store(int(State::kDisabled));
+  if (g_fd >= 0) close(g_fd);
+  g_fd = -1;
+  pthread_mutex_init(&g_mu, nullptr);
+  pthread_mutex_init(&g_write_mu, nullptr);
+  pthread_cond_init(&g_cv, nullptr);
+  g_writer_started = false;
+}
+
+void AtExit() { Shutdown(); }
+
+_Unwind_Reason_Code UnwindCallback(_Unwind_Context* ctx, void* arg) {
+  auto* v = static_cast<std::pair<uint64_t*, int>*>(arg);
+  if (v->second >= 64) return _URC_END_OF_STACK;
+  uint64_t ip = _Unwind_GetIP(ctx);
+  if (ip == 0) return _URC_END_OF_STACK;
+  v->first[v->second++] = ip;
+  return _URC_NO_REASON;
+}
+
+void Initialize() {
+  g_pid = uint32_t(getpid());
+  g_ticks_are_ns = !TscIsInvariant() || (getenv("STALLSCOPE_CLOCK") && strcmp(getenv("STALLSCOPE_CLOCK"), "mono") == 0);
+  if (const char* mb = getenv("STALLSCOPE_BUFFER_MB")) {
+    long v = strtol(mb, nullptr, 10);
+    if (v > 0) g_buffer_budget = size_t(v) * 1024 * 1024 / sizeof(ThreadBuffer) + 1;
+  }
+  g_pending = new Pending;
+  g_strings = new std::unordered_map<std::string, uint32_t>;
+  g_stacks = new std::unordered_map<uint64_t, uint32_t>;
+  pthread_key_create(&g_thread_key, OnThreadExit);
+  // Warm up the unwinder: its first use allocates.
+  uint64_t pcs[64];
+  std::pair<uint64_t*, int> v{pcs, 0};
+  _Unwind_Backtrace(UnwindCallback, &v);
+}
+
+}  // namespace
+
+bool IsOn() { return g_state.load(std::memory_order_acquire) == int(State::kOn); }
+
+ThreadState& Self() { return t_self; }
+
+bool EnsureStarted() {
+  int s = g_state.load(std::memory_order_acquire);
+  if (s == int(State::kOn)) return true;
+  if (s != int(State::kOff)) return false;
+  if (const char* d = getenv("STALLSCOPE_DISABLE"); d && *d && strcmp(d, "0") != 0) {
+    g_state.store(int(State::kDisabled));
+    return false;
+  }
+  int expected = int(State::kOff);
+  if (!g_state.compare_exchange_strong(expected, int(State::kStarting))) return false;
+  Initialize();
+  g_fd = OpenTraceFile();
+  if (g_fd < 0) {
+    g_state.store(int(State::kDisabled));
+    return false;
+  }
+  trace::FileHeader h{};
+  memcpy(h.magic, trace::kMagic, sizeof h.magic);
+  h.version = trace::kVersion;
+  h.oldest_reader = trace::kOldestSupported;
+  h.header_bytes = sizeof h;
+  h.pid = g_pid;
+  h.ppid = uint32_t(getppid());
+  h.start_mono_ns = MonoNs();
+  h.start_realtime_ns = RealtimeNs();
+  h.flags = g_ticks_are_ns ? uint32_t(trace::kFileTicksAreNs) : 0u;
+  gethostname(h.host, sizeof h.host - 1);
+  iovec iov{&h, sizeof h};
+  WriteAll(&iov, 1);
+  WriteApiTable();
+  trace::ClockRecord clock = ReadClockPair();
+  WriteChunk(ChunkType::kClock, 0, 1, &clock, sizeof clock);
+  if (!cupti::Start()) CountDiagnostic(trace::DiagnosticId::kCuptiUnavailable);
+  pthread_atfork(nullptr, nullptr, AtForkChild);
+  atexit(AtExit);
+  g_state.store(int(State::kOn), std::memory_order_release);
+  return true;
+}
+
+trace::ApiRecord* Reserve(ThreadState& ts) {
+  if (__builtin_expect(!ts.registered, 0)) RegisterThread(ts);
+  ThreadBuffer* b = ts.buffer;
+  if (__builtin_expect(b != nullptr, 1)) {
+    uint32_t c = b->count.load(std::memory_order_relaxed);
+    if (__builtin_expect(c < kRecordsPerBuffer, 1)) return &b->records[c];
+    ts.buffer = nullptr;
+    HandOff(b);
+  }
+  if (!AcquireBuffer(ts)) {
+    g_diag[int(trace::DiagnosticId::kDroppedRecords)]++;
+    return nullptr;
+  }
+  return &ts.buffer->records[0];
+}
+
+uint32_t InternString(const char* s, size_t len) {
+  if (!s) return 0;
+  std::string key(s, len);
+  pthread_mutex_lock(&g_mu);
+  uint32_t id;
+  auto it = g_strings->find(key);
+  if (it != g_strings->end()) {
+    id = it->second;
+  } else {
+    id = g_next_string++;
+    g_strings->emplace(key, id);
+    g_pending->strings.emplace_back(id, std::move(key));
+  }
+  pthread_mutex_unlock(&g_mu);
+  return id;
+}
+
+uint32_t InternString(const char* s) { return s ? InternString(s, strlen(s)) : 0; }
+
+uint32_t CaptureStack() {
+  uint64_t pcs[64];
+  std::pair<uint64_t*, int> v{pcs, 0};
+  _Unwind_Backtrace(UnwindCallback, &v);
+  if (v.second == 0) return 0;
+  uint64_t h = 14695981039346656037ull;
+  for (int i = 0; i < v.second; ++i) h = (h ^ pcs[i]) * 1099511628211ull;
+  pthread_mutex_lock(&g_mu);
+  uint32_t id;
+  auto it = g_stacks->find(h);
+  if (it != g_stacks->end()) {
+    id = it->second;
+  } else {
+    id = g_next_stack++;
+    g_stacks->emplace(h, id);
+    g_pending->stacks.emplace_back(id, std::vector<uint64_t>(pcs, pcs + v.second));
+  }
+  pthread_mutex_unlock(&g_mu);
+  return id;
+}
+
+void AddDeviceRecords(const trace::DeviceRecord* recs, size_t n) {
+  pthread_mutex_lock(&g_mu);
+  g_pending->device.insert(g_pending->device.end(), recs, recs + n);
+  pthread_mutex_unlock(&g_mu);
+}
+
+void AddCorrelations(const trace::CorrelationRecord* recs, size_t n) {
+  pthread_mutex_lock(&g_mu);
+  g_pending->correlations.insert(g_pending->correlations.end(), recs, recs + n);
+  pthread_mutex_unlock(&g_mu);
+}
+
+void AddNvtx(const trace::NvtxRecord& rec) {
+  ThreadState& ts = t_self;
+  if (!ts.registered) RegisterThread(ts);
+  pthread_mutex_lock(&g_mu);
+  g_pending->nvtx.emplace_back(ts.tid, rec);
+  pthread_mutex_unlock(&g_mu);
+}
+
+void CountDiagnostic(trace::DiagnosticId id, uint64_t n) { g_diag[int(id)] += n; }
+
+void Shutdown() {
+  static std::atomic<bool> done{false};
+  if (g_state.load() != int(State::kOn) || done.exchange(true)) return;
+  bool was_in_hook = t_self.in_hook;
+  t_self.in_hook = true;
+  cupti::Flush();
+  Drain(true);
+  pthread_mutex_lock(&g_mu);
+  g_state.store(int(State::kDisabled));
+  g_stop_writer = true;
+  pthread_cond_signal(&g_cv);
+  pthread_mutex_unlock(&g_mu);
+  pthread_mutex_lock(&g_write_mu);
+  close(g_fd);
+  g_fd = -1;
+  pthread_mutex_unlock(&g_write_mu);
+  t_self.in_hook = was_in_hook;
+}
+
+__attribute__((destructor)) void LibraryFini() { Shutdown(); }
+
+}  // namespace recorder
+}  // namespace stallscope

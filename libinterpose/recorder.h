@@ -1,0 +1,75 @@
+// The recording side: per-thread single-writer buffers of ApiRecords, a writer
+// that turns full buffers, CUPTI device records, strings, stacks, the module
+// map and clock pairs into chunks of the trace format (common/trace_format.h).
+//
+// Hot path contract (Record*): no lock, no malloc, no syscall while a thread's
+// current buffer has room. A full buffer is handed to the writer under a mutex;
+// when the memory budget is spent, records are dropped and counted.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "trace_format.h"
+
+namespace stallscope {
+
+inline constexpr uint32_t kRecordsPerBuffer = 1024;  // 64 KiB of ApiRecords
+
+struct ThreadBuffer {
+  std::atomic<uint32_t> count{0};  // published records (release store)
+  uint32_t tid = 0;
+  ThreadBuffer* next = nullptr;  // free list / full queue link
+  trace::ApiRecord records[kRecordsPerBuffer];
+};
+
+struct ThreadState {
+  ThreadBuffer* buffer = nullptr;
+  uint32_t tid = 0;
+  uint32_t index = 0;      // dense thread index, for correlation ids
+  uint64_t next_corr = 0;  // per-thread correlation sequence
+  int nvtx_depth = 0;
+  bool in_hook = false;
+  bool registered = false;
+  ThreadState* next_live = nullptr;
+};
+
+// Process-wide recorder state. All functions are safe to call from any thread.
+namespace recorder {
+
+enum class State : int { kOff = 0, kStarting = 1, kOn = 2, kDisabled = 3 };
+
+// Starts recording on first use (opens the trace file, calibrates the clock,
+// loads CUPTI). Returns true when records may be written.
+bool EnsureStarted();
+bool IsOn();
+
+ThreadState& Self();
+
+// Reserves the next record slot of this thread's buffer; nullptr when the
+// record must be dropped. Commit() publishes it.
+trace::ApiRecord* Reserve(ThreadState& ts);
+inline void Commit(ThreadState& ts) {
+  ThreadBuffer* b = ts.buffer;
+  b->count.store(b->count.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+
+// Interns a string (kernel names, NVTX messages, Python files); 0 for null.
+uint32_t InternString(const char* s, size_t len);
+uint32_t InternString(const char* s);
+
+// Captures this thread's native call stack and returns its id (0 on failure).
+uint32_t CaptureStack();
+
+// Called by the CUPTI source from its buffer-completed callback.
+void AddDeviceRecords(const trace::DeviceRecord* recs, size_t n);
+void AddCorrelations(const trace::CorrelationRecord* recs, size_t n);
+void AddNvtx(const trace::NvtxRecord& rec);
+void CountDiagnostic(trace::DiagnosticId id, uint64_t n = 1);
+
+// Final flush: CUPTI, every thread's buffer, the module map, an end marker.
+void Shutdown();
+
+}  // namespace recorder
+}  // namespace stallscope
