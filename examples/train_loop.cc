@@ -1,0 +1,164 @@
+// A driver-API imitation of a training loop, with switches for the stalls the
+// seed article describes: a slow input pipeline, a loss read back every step
+// (the `.item()` pattern), an explicit synchronize after logging, many tiny
+// kernels, and a clean mode. Steps are NVTX ranges "step N" (--no-nvtx drops
+// them). The kernels are empty PTX entry points, so the same binary runs on a
+// real GPU; on the simulated GPU their durations come from SIMGPU_KERNEL_US.
+//
+//   train_loop [--steps N] [--input-us U] [--readback] [--sync-log]
+//              [--tiny K] [--no-nvtx] [--batch-bytes B]
+#include <cuda.h>
+#include <nvtx3/nvToolsExt.h>
+#include <time.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+
+const char kPtx[] = R"(
+.version 8.0
+.target sm_75
+.address_size 64
+.visible .entry load_batch() { ret; }
+.visible .entry gemm_fwd() { ret; }
+.visible .entry relu() { ret; }
+.visible .entry gemm_bwd() { ret; }
+.visible .entry sgd_update() { ret; }
+.visible .entry loss_reduce() { ret; }
+.visible .entry tiny_elementwise() { ret; }
+)";
+
+struct Options {
+  int steps = 20;
+  long input_us = 0;
+  bool readback = false;
+  bool sync_log = false;
+  int tiny = 0;
+  bool nvtx = true;
+  size_t batch_bytes = 1 << 20;
+};
+
+void Check(CUresult r, const char* what) {
+  if (r != CUDA_SUCCESS) {
+    const char* name = nullptr;
+    cuGetErrorName(r, &name);
+    std::fprintf(stderr, "train_loop: %s failed: %s\n", what, name ? name : "?");
+    std::exit(1);
+  }
+}
+
+void SleepUs(long us) {
+  timespec ts{us / 1000000, (us % 1000000) * 1000};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+// The slow input pipeline: the host waits for the next batch before it can
+// launch anything (a data-loader queue, storage).
+void WaitForBatch(long us) { SleepUs(us); }
+
+// The `.item()` pattern: a 4-byte copy of the loss into pageable memory,
+// which returns only when every kernel before it has finished.
+__attribute__((noinline)) float ReadLoss(CUdeviceptr loss) {
+  float value = 0;
+  Check(cuMemcpyDtoH(&value, loss, sizeof value), "cuMemcpyDtoH");  // STALL:readback
+  return value;
+}
+
+// Logging that synchronizes the device so the printed numbers are "current".
+__attribute__((noinline)) void LogProgress(int step, CUstream stream) {
+  std::printf("step %d done\n", step);
+  Check(cuStreamSynchronize(stream), "cuStreamSynchronize");  // STALL:sync-log
+}
+
+void Launch(CUfunction f, CUstream s) {
+  Check(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr), "cuLaunchKernel");
+}
+
+Options Parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "train_loop: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--steps") o.steps = std::atoi(value());
+    else if (a == "--input-us") o.input_us = std::atol(value());
+    else if (a == "--readback") o.readback = true;
+    else if (a == "--sync-log") o.sync_log = true;
+    else if (a == "--tiny") o.tiny = std::atoi(value());
+    else if (a == "--no-nvtx") o.nvtx = false;
+    else if (a == "--batch-bytes") o.batch_bytes = size_t(std::atol(value()));
+    else {
+      std::fprintf(stderr, "train_loop: unknown option %s\n", a.c_str());
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = Parse(argc, argv);
+  Check(cuInit(0), "cuInit");
+  CUdevice dev;
+  Check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+  CUcontext ctx;
+  Check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  Check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  CUmodule mod;
+  Check(cuModuleLoadData(&mod, kPtx), "cuModuleLoadData");
+  auto fn = [&](const char* name) {
+    CUfunction f;
+    Check(cuModuleGetFunction(&f, mod, name), name);
+    return f;
+  };
+  CUfunction load_batch = fn("load_batch"), gemm_fwd = fn("gemm_fwd"), relu = fn("relu"),
+             gemm_bwd = fn("gemm_bwd"), sgd_update = fn("sgd_update"),
+             loss_reduce = fn("loss_reduce"), tiny = fn("tiny_elementwise");
+  CUstream stream;
+  Check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  void* host_batch;
+  Check(cuMemAllocHost(&host_batch, o.batch_bytes), "cuMemAllocHost");
+  std::memset(host_batch, 1, o.batch_bytes);
+  CUdeviceptr batch, loss;
+  Check(cuMemAlloc(&batch, o.batch_bytes), "cuMemAlloc");
+  Check(cuMemAlloc(&loss, sizeof(float)), "cuMemAlloc");
+
+  float last_loss = 0;
+  for (int step = 0; step < o.steps; ++step) {
+    if (o.nvtx) nvtxRangePushA(("step " + std::to_string(step)).c_str());
+    if (o.input_us) WaitForBatch(o.input_us);
+    Check(cuMemcpyHtoDAsync(batch, host_batch, o.batch_bytes, stream), "cuMemcpyHtoDAsync");
+    Launch(load_batch, stream);
+    if (o.tiny) {
+      for (int k = 0; k < o.tiny; ++k) Launch(tiny, stream);
+    } else {
+      Launch(gemm_fwd, stream);
+      Launch(relu, stream);
+      Launch(gemm_bwd, stream);
+      Launch(sgd_update, stream);
+    }
+    Launch(loss_reduce, stream);
+    if (o.readback) last_loss = ReadLoss(loss);
+    if (o.sync_log) LogProgress(step, stream);
+    if (o.nvtx) nvtxRangePop();
+  }
+  // Drain the device once at the end, outside every step.
+  Check(cuCtxSynchronize(), "cuCtxSynchronize");
+  std::printf("train_loop: %d steps, last loss %g\n", o.steps, double(last_loss));
+  cuMemFree(batch);
+  cuMemFree(loss);
+  cuMemFreeHost(host_batch);
+  cuStreamDestroy(stream);
+  cuDevicePrimaryCtxRelease(dev);
+  return 0;
+}
