@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""End-to-end tests: real processes under libstallscope.so on the simulated
+GPU, the analyzer's answer checked against the simulator's ground truth
+(SIMGPU_TRACE). One case per invocation: e2e.py --build DIR --case NAME."""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLE_SRC = os.path.join(ROOT, "examples", "train_loop.cc")
+KERNELS = "gemm_fwd=900,gemm_bwd=1400,relu=40,sgd_update=250,loss_reduce=30,load_batch=60,tiny_elementwise=2,*=20"
+STEPS = 12
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def marker_line(marker):
+    with open(EXAMPLE_SRC) as f:
+        for n, line in enumerate(f, 1):
+            if marker in line:
+                return n
+    raise Failure(f"marker {marker} not in {EXAMPLE_SRC}")
+
+
+def run_traced(build, work, args, extra_env=None):
+    out = os.path.join(work, "trace")
+    env = dict(os.environ)
+    env["SIMGPU_KERNEL_US"] = KERNELS
+    env["SIMGPU_TRACE"] = os.path.join(work, "truth-%p.jsonl")
+    env.update(extra_env or {})
+    cmd = [os.path.join(build, "bin", "stallscope"), "run", "--sim", "--out", out, "--"] + args
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        raise Failure(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr[-2000:]}")
+    rep = subprocess.run([os.path.join(build, "bin", "stallscope"), "report", out, "--format", "json"],
+                         capture_output=True, text=True, timeout=300)
+    if rep.returncode != 0:
+        raise Failure(f"report exited {rep.returncode}: {rep.stderr[-2000:]}")
+    report = json.loads(rep.stdout)
+    truths = glob.glob(os.path.join(work, "truth-*.jsonl"))
+    check(len(truths) == 1, f"expected one ground-truth file, found {truths}")
+    with open(truths[0]) as f:
+        truth = [json.loads(l) for l in f if l.strip()]
+    return report, truth
+
+
+def union_busy(truth, a, b):
+    spans = sorted((max(op["start_ns"], a), min(op["end_ns"], b)) for op in truth
+                   if op["end_ns"] > a and op["start_ns"] < b)
+    busy, cur_s, cur_e = 0, None, None
+    for s, e in spans:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        busy += cur_e - cur_s
+    return busy
+
+
+def check_idle_matches_truth(report, truth):
+    """Per-step GPU idle within 2% (or 100 us) of the ground truth."""
+    for st in report["steps"]:
+        a, b = st["start_ns"], st["end_ns"]
+        true_idle = (b - a) - union_busy(truth, a, b)
+        tol = max(0.02 * true_idle, 100_000)
+        check(abs(st["gpu_idle_ns"] - true_idle) <= tol,
+              f"step {st['index']}: idle {st['gpu_idle_ns']} ns, truth {true_idle} ns (tolerance {tol:.0f})")
+        check(sum(st["idle_by_cause"].values()) == st["gpu_idle_ns"],
+              f"step {st['index']}: causes do not sum to the idle time")
+
+
+def check_marker_steps(report):
+    check(report["step_source"] == "marker", f"step_source {report['step_source']}")
+    check(len(report["steps"]) == STEPS, f"{len(report['steps'])} steps, expected {STEPS}")
+
+
+def find_hotspot(report, line):
+    for h in report["hotspots"]:
+        site = h["site"]
+        if os.path.basename(site.get("file") or "") == "train_loop.cc" and site.get("line") == line:
+            return h
+    raise Failure(f"no hotspot at train_loop.cc:{line}; hotspots: "
+                  + json.dumps([(h['api'], h['site']) for h in report['hotspots']]))
+
+
+def case_readback(build, work):
+    report, truth = run_traced(build, work, [os.path.join(build, "bin", "train_loop"),
+                                             "--steps", str(STEPS), "--readback"])
+    check_marker_steps(report)
+    check_idle_matches_truth(report, truth)
+    h = find_hotspot(report, marker_line("STALL:readback"))
+    check(h["count"] == STEPS, f"read-back hotspot count {h['count']}, expected {STEPS} (one per step)")
+    check(h["kind"] == "implicit", f"read-back kind {h['kind']}")
+    check(h["idle_caused_ns"] > 0, "read-back hotspot caused no idle")
+
+
+def case_sync_log(build, work):
+    report, truth = run_traced(build, work, [os.path.join(build, "bin", "train_loop"),
+                                             "--steps", str(STEPS), "--sync-log"])
+    check_marker_steps(report)
+    check_idle_matches_truth(report, truth)
+    h = find_hotspot(report, marker_line("STALL:sync-log"))
+    check(h["count"] == STEPS, f"sync-log hotspot count {h['count']}, expected {STEPS}")
+    check(h["kind"] == "explicit", f"sync-log kind {h['kind']}")
+
+
+def case_input(build, work):
+    wait_us = 3000
+    report, truth = run_traced(build, work, [os.path.join(build, "bin", "train_loop"),
+                                             "--steps", str(STEPS), "--input-us", str(wait_us)])
+    check_marker_steps(report)
+    check_idle_matches_truth(report, truth)
+    # No synchronization precedes the wait: at least 90% of it is host_wait.
+    # The first step's wait happens before any device op and is not idle
+    # inside the step tiling in the same way; check steps 1..N-1.
+    for st in report["steps"][1:]:
+        hw = st["idle_by_cause"]["host_wait"]
+        check(hw >= 0.9 * wait_us * 1000,
+              f"step {st['index']}: host_wait {hw} ns < 90% of the injected {wait_us} us")
+    check(not report["hotspots"], f"unexpected hotspots {report['hotspots']}")
+
+
+def case_tiny(build, work):
+    report, truth = run_traced(build, work, [os.path.join(build, "bin", "train_loop"),
+                                             "--steps", str(STEPS), "--tiny", "300"])
+    check_marker_steps(report)
+    check_idle_matches_truth(report, truth)
+    tot = report["totals"]
+    lo = tot["idle_by_cause"]["launch_overhead"]
+    check(tot["gpu_idle_ns"] > 0 and lo >= 0.5 * tot["gpu_idle_ns"],
+          f"launch_overhead {lo} of idle {tot['gpu_idle_ns']}")
+    check(tot["launches"] >= STEPS * 302, f"launches {tot['launches']}")
+
+
+def case_clean(build, work):
+    report, truth = run_traced(build, work, [os.path.join(build, "bin", "train_loop"),
+                                             "--steps", str(STEPS)])
+    check_marker_steps(report)
+    check_idle_matches_truth(report, truth)
+    check(not report["hotspots"], f"clean run has hotspots: {report['hotspots']}")
+    a = min(s["start_ns"] for s in report["steps"])
+    b = max(s["end_ns"] for s in report["steps"])
+    true_busy = union_busy(truth, a, b)
+    busy = report["totals"]["gpu_busy_ns"]
+    check(abs(busy - true_busy) <= 0.02 * true_busy, f"GPU busy {busy} vs truth {true_busy}")
+
+
+def case_no_cuda(build, work):
+    out = os.path.join(work, "trace")
+    p = subprocess.run([os.path.join(build, "bin", "stallscope"), "run", "--sim", "--out", out, "--", "/bin/true"],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0, f"/bin/true under stallscope exited {p.returncode}")
+    check(not glob.glob(os.path.join(out, "*.sstrace")), "a process without CUDA left a trace file")
+    p = subprocess.run([os.path.join(build, "bin", "stallscope"), "run", "--sim", "--out", out, "--",
+                        "sh", "-c", "echo hello; exit 7"], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 7, f"exit code {p.returncode}, expected 7")
+    check(p.stdout == "hello\n", f"stdout changed: {p.stdout!r}")
+
+
+def case_return_codes(build, work):
+    probe = os.path.join(build, "bin", "hook_probe")
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.path.join(build, "lib", "simgpu")
+    bare = subprocess.run([probe], env=env, capture_output=True, text=True, timeout=60)
+    env["LD_PRELOAD"] = os.path.join(build, "lib", "libstallscope.so")
+    env["STALLSCOPE_OUT"] = os.path.join(work, "trace")
+    hooked = subprocess.run([probe], env=env, capture_output=True, text=True, timeout=60)
+    check(bare.returncode == 0 and hooked.returncode == 0, f"probe exited {bare.returncode}/{hooked.returncode}")
+    check(bare.stdout == hooked.stdout, f"results differ under stallscope:\n{bare.stdout}\n---\n{hooked.stdout}")
+    check(glob.glob(os.path.join(work, "trace", "*.sstrace")), "the hooked probe left no trace")
+
+
+def case_needed(build, work):
+    lib = os.path.join(build, "lib", "libstallscope.so")
+    out = subprocess.run(["readelf", "-d", lib], capture_output=True, text=True).stdout
+    needed = re.findall(r"Shared library: \[([^\]]+)\]", out)
+    allowed = re.compile(r"^(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux-x86-64)\.so")
+    bad = [n for n in needed if not allowed.match(n)]
+    check(not bad, f"libstallscope.so needs {bad}")
+
+
+CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--case", required=True, choices=sorted(CASES))
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix=f"stallscope-e2e-{args.case}-")
+    try:
+        CASES[args.case](os.path.abspath(args.build), work)
+    except Failure as e:
+        print(f"FAIL {args.case}: {e}\n(kept {work})")
+        return 1
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"ok {args.case}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+// Symbol resolution under the preload library, on the simulated driver: the
+// three ways a program reaches the driver (PLT, dlsym on a handle,
+// cuGetProcAddress) all end in stallscope's wrapper of the exact variant the
+// driver would have returned, and everything else passes through untouched.
+// Runs with LD_PRELOAD=libstallscope.so (set by CTest).
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <string.h>
+
+#include <string>
+
+namespace {
+
+std::string ModuleOf(void* p) {
+  Dl_info info{};
+  if (!dladdr(p, &info) || !info.dli_fname) return "";
+  return info.dli_fname;
+}
+
+std::string SymbolOf(void* p) {
+  Dl_info info{};
+  if (!dladdr(p, &info) || !info.dli_sname) return "";
+  return info.dli_sname;
+}
+
+bool FromStallscope(void* p) { return ModuleOf(p).find("libstallscope.so") != std::string::npos; }
+
+using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+
+GetProc RuntimeStyleResolver() {
+  // What NVIDIA's runtime does: dlopen, dlsym cuGetProcAddress_v2, then ask it
+  // for "cuGetProcAddress" itself and use that pointer from then on.
+  void* h = dlopen("libcuda.so.1", RTLD_NOW);
+  REQUIRE(h != nullptr);
+  auto first = reinterpret_cast<GetProc>(dlsym(h, "cuGetProcAddress_v2"));
+  REQUIRE(first != nullptr);
+  void* self = nullptr;
+  CUdriverProcAddressQueryResult st;
+  REQUIRE(first("cuGetProcAddress", &self, 12000, 0, &st) == CUDA_SUCCESS);
+  return reinterpret_cast<GetProc>(self);
+}
+
+}  // namespace
+
+// A dlsym of a hooked name on a libcuda handle yields stallscope's wrapper.
+TEST_CASE("dlsym on a libcuda handle returns the wrapper") {
+  void* h = dlopen("libcuda.so.1", RTLD_NOW);
+  REQUIRE(h != nullptr);
+  void* p = dlsym(h, "cuLaunchKernel");
+  REQUIRE(p != nullptr);
+  CHECK(FromStallscope(p));
+  CHECK(SymbolOf(p) == "cuLaunchKernel");
+  // Unhooked names come from the driver itself.
+  void* alloc = dlsym(h, "cuMemAlloc_v2");
+  REQUIRE(alloc != nullptr);
+  CHECK_FALSE(FromStallscope(alloc));
+}
+
+// The runtime's self-lookup returns stallscope's resolver, so every later
+// lookup passes through it.
+TEST_CASE("cuGetProcAddress self-lookup is answered with the wrapper") {
+  GetProc resolve = RuntimeStyleResolver();
+  CHECK(FromStallscope(reinterpret_cast<void*>(resolve)));
+}
+
+// The wrapper handed out is the variant the driver chose for (version, flags).
+TEST_CASE("cuGetProcAddress picks the variant by the driver's answer") {
+  GetProc resolve = RuntimeStyleResolver();
+  CUdriverProcAddressQueryResult st;
+  void* p = nullptr;
+  REQUIRE(resolve("cuMemcpyDtoH", &p, 3020, 0, &st) == CUDA_SUCCESS);
+  CHECK(SymbolOf(p) == "cuMemcpyDtoH_v2");
+  CHECK(FromStallscope(p));
+  REQUIRE(resolve("cuLaunchKernel", &p, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st) == CUDA_SUCCESS);
+  CHECK(SymbolOf(p) == "cuLaunchKernel_ptsz");
+  REQUIRE(resolve("cuStreamSynchronize", &p, 12000, 0, &st) == CUDA_SUCCESS);
+  CHECK(SymbolOf(p) == "cuStreamSynchronize");
+  CHECK(FromStallscope(p));
+}
+
+// Names stallscope does not hook, and unknown names, pass through untouched.
+TEST_CASE("unhooked and unknown names pass through") {
+  GetProc resolve = RuntimeStyleResolver();
+  CUdriverProcAddressQueryResult st;
+  void* p = nullptr;
+  REQUIRE(resolve("cuDeviceGet", &p, 2000, 0, &st) == CUDA_SUCCESS);
+  CHECK_FALSE(FromStallscope(p));
+  void* h = dlopen("libcuda.so.1", RTLD_NOW);
+  CHECK(p == dlsym(h, "cuDeviceGet"));
+  p = reinterpret_cast<void*>(0x1);
+  CHECK(resolve("cuNoSuchFunction", &p, 12000, 0, &st) != CUDA_SUCCESS);
+  CHECK(st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+}
+
+// dlsym of non-CUDA names behaves exactly as glibc's, RTLD_NEXT included.
+TEST_CASE("dlsym of other names is glibc's") {
+  CHECK(dlsym(RTLD_DEFAULT, "strlen") == reinterpret_cast<void*>(&strlen));
+  void* next_malloc = dlsym(RTLD_NEXT, "malloc");
+  REQUIRE(next_malloc != nullptr);
+  CHECK(ModuleOf(next_malloc).find("libc.so") != std::string::npos);
+  CHECK(dlsym(RTLD_DEFAULT, "no_such_symbol_anywhere") == nullptr);
+  CHECK(dlerror() != nullptr);
+}

@@ -1,0 +1,84 @@
+// Private ABI between the simulated libcuda.so.1 and libcupti.so.13 (and tests).
+//
+// The two libraries never link against each other: libcupti finds libcuda with
+// dlopen("libcuda.so.1", RTLD_NOLOAD) and looks up simgpu_set_observer with
+// dlsym. Plain C, fixed-size structs with a leading size field so either side
+// can grow them.
+#ifndef STALLSCOPE_TESTS_SIMGPU_SIMGPU_HOOKS_H_
+#define STALLSCOPE_TESTS_SIMGPU_SIMGPU_HOOKS_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum SimgpuOpKind {
+  SIMGPU_OP_KERNEL = 0,
+  SIMGPU_OP_MEMCPY = 1,
+  SIMGPU_OP_MEMSET = 2,
+};
+
+// Values of copy_kind / src_kind / dst_kind / memory_kind are the CUPTI enum
+// values (CUpti_ActivityMemcpyKind, CUpti_ActivityMemoryKind).
+enum {
+  SIMGPU_COPY_HTOD = 1,
+  SIMGPU_COPY_DTOH = 2,
+  SIMGPU_COPY_DTOD = 8,
+  SIMGPU_COPY_HTOH = 9,
+  SIMGPU_MEM_PAGEABLE = 1,
+  SIMGPU_MEM_PINNED = 2,
+  SIMGPU_MEM_DEVICE = 3,
+};
+
+// One completed device op, as the device thread observed it. Times are
+// CLOCK_MONOTONIC nanoseconds.
+typedef struct SimgpuOpRecord {
+  uint32_t size;            // sizeof(SimgpuOpRecord)
+  uint32_t kind;            // SimgpuOpKind
+  const char* name;         // kernel name (valid for the process lifetime) or
+                            // "HtoD"/"DtoH"/"DtoD"/"HtoH"/"memset"
+  uint32_t device;
+  uint32_t context_id;
+  uint32_t stream_id;       // == cuStreamGetId of the stream
+  uint32_t is_async;        // submitted by an *Async / launch entry point
+  uint64_t correlation;     // the submitting call's correlation id
+  uint64_t queued_ns;       // when the host call enqueued it
+  uint64_t start_ns;
+  uint64_t end_ns;
+  uint64_t bytes;           // copies and sets; 0 for kernels
+  uint32_t copy_kind;       // memcpy only
+  uint32_t src_kind;        // memcpy only
+  uint32_t dst_kind;        // memcpy: dst; memset: target memory kind
+  uint32_t memset_value;
+  int32_t grid[3];
+  int32_t block[3];
+  int32_t dynamic_shared_bytes;
+  uint32_t reserved;
+} SimgpuOpRecord;
+
+// Callbacks of the (single) observer. on_submit runs on the host thread inside
+// every driver call that submits a device op, with the call's fresh correlation
+// id, before the op is enqueued. on_complete runs on a device thread, in
+// completion order, for every kernel, copy and set (never for event markers),
+// with no simulator lock held.
+typedef struct SimgpuObserver {
+  uint32_t size;  // sizeof(SimgpuObserver)
+  void (*on_submit)(uint64_t correlation, void* user);
+  void (*on_complete)(const SimgpuOpRecord* op, void* user);
+  void* user;
+} SimgpuObserver;
+
+// Exported by libcuda.so.1. Installs (or, with NULL, removes) the observer.
+// Returns 0 on success.
+typedef int (*SimgpuSetObserverFn)(const SimgpuObserver* observer);
+int simgpu_set_observer(const SimgpuObserver* observer);
+
+// Exported by libcuda.so.1. Writes every completed op to SIMGPU_TRACE now.
+void simgpu_trace_flush(void);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // STALLSCOPE_TESTS_SIMGPU_SIMGPU_HOOKS_H_
