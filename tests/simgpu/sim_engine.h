@@ -137,7 +137,8 @@ struct Device {
 struct Event {
   uint32_t magic = kEventMagic;
   unsigned flags = 0;
-  OpPtr record;  // most recent record, guarded by its device's mutex
+  std::mutex mu;  // guards record and dev
+  OpPtr record;   // most recent record
   Device* dev = nullptr;
 };
 

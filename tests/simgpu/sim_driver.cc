@@ -1,0 +1,1200 @@
+// The exported CUDA driver API of the simulated libcuda.so.1: every entry point
+// under its real (versioned, _ptsz/_ptds) name, as thin wrappers around the
+// engine in sim_engine.cc. cuGetProcAddress lives in sim_proc_address.cc.
+#include "sim_cuda.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "sim_engine.h"
+
+using namespace simgpu;
+
+namespace {
+
+std::atomic<bool> g_initialized{false};
+std::mutex g_primary_mu;
+thread_local std::vector<Context*> t_ctx_stack;
+
+constexpr uint64_t kTotalMem = 80ULL << 30;  // 80 GiB, an H100
+constexpr const char* kDeviceName = "NVIDIA H100 80GB HBM3 (simgpu)";
+
+#define SIM_CHECK_INIT() \
+  if (!g_initialized.load(std::memory_order_relaxed)) return CUDA_ERROR_NOT_INITIALIZED
+
+#define SIM_RETURN_IF_ERROR(expr) \
+  do {                            \
+    CUresult r_ = (expr);         \
+    if (r_ != CUDA_SUCCESS) return r_; \
+  } while (0)
+
+Context* Current() { return t_ctx_stack.empty() ? nullptr : t_ctx_stack.back(); }
+
+CUresult CurrentContext(Context** out) {
+  Context* c = Current();
+  if (c == nullptr || c->destroyed) return CUDA_ERROR_INVALID_CONTEXT;
+  *out = c;
+  return CUDA_SUCCESS;
+}
+
+bool ValidContext(CUcontext h) {
+  Context* c = reinterpret_cast<Context*>(h);
+  return c != nullptr && c->magic == kContextMagic && !c->destroyed;
+}
+
+// NULL means the legacy stream, or the per-thread stream when called through a
+// _ptsz/_ptds entry point; CU_STREAM_LEGACY / CU_STREAM_PER_THREAD are explicit.
+CUresult ResolveStream(CUstream h, bool per_thread_entry, Stream** out) {
+  if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+    Context* c;
+    SIM_RETURN_IF_ERROR(CurrentContext(&c));
+    if (h == CU_STREAM_PER_THREAD || (h == nullptr && per_thread_entry)) {
+      *out = PerThreadStream(c);
+    } else {
+      *out = c->legacy;
+    }
+    return CUDA_SUCCESS;
+  }
+  Stream* s = reinterpret_cast<Stream*>(h);
+  if (s->magic != kStreamMagic || s->destroyed) return CUDA_ERROR_INVALID_HANDLE;
+  *out = s;
+  return CUDA_SUCCESS;
+}
+
+CUresult ValidEvent(CUevent h, Event** out) {
+  Event* e = reinterpret_cast<Event*>(h);
+  if (e == nullptr || e->magic != kEventMagic) return CUDA_ERROR_INVALID_HANDLE;
+  *out = e;
+  return CUDA_SUCCESS;
+}
+
+Function* AsFunction(const void* h) {
+  const Function* f = static_cast<const Function*>(h);
+  if (f == nullptr || f->magic != kFunctionMagic) return nullptr;
+  return const_cast<Function*>(f);
+}
+
+// ---- launches ----
+CUresult LaunchImpl(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                    unsigned bz, unsigned shmem, CUstream h, bool ptsz) {
+  SIM_CHECK_INIT();
+  Function* fn = AsFunction(f);
+  if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kKernel;
+  op->name = fn->name.c_str();
+  op->duration_ns = fn->duration_ns;
+  op->is_async = true;
+  op->grid[0] = static_cast<int32_t>(gx);
+  op->grid[1] = static_cast<int32_t>(gy);
+  op->grid[2] = static_cast<int32_t>(gz);
+  op->block[0] = static_cast<int32_t>(bx);
+  op->block[1] = static_cast<int32_t>(by);
+  op->block[2] = static_cast<int32_t>(bz);
+  op->shared_bytes = static_cast<int32_t>(shmem);
+  op->correlation = NextCorrelation();
+  Submit(s, op);
+  return CUDA_SUCCESS;
+}
+
+CUresult LaunchExImpl(const CUlaunchConfig* config, CUfunction f, bool ptsz) {
+  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return LaunchImpl(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                    config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream,
+                    ptsz);
+}
+
+// ---- copies ----
+// How a copy's host side is classified: explicit HtoD/DtoH/DtoD entry points
+// fix the device side; cuMemcpy/cuMemcpyAsync infer both sides.
+enum class Dir { kHtoD, kDtoH, kDtoD, kInfer };
+
+const char* CopyName(uint32_t kind) {
+  switch (kind) {
+    case SIMGPU_COPY_HTOD: return "HtoD";
+    case SIMGPU_COPY_DTOH: return "DtoH";
+    case SIMGPU_COPY_DTOD: return "DtoD";
+    default: return "HtoH";
+  }
+}
+
+CUresult CopyImpl(void* dst, const void* src, size_t n, Dir dir, CUstream h, bool async,
+                  bool per_thread) {
+  SIM_CHECK_INIT();
+  if ((dst == nullptr || src == nullptr) && n > 0) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(h, per_thread, &s));
+  MemKind dk, sk;
+  switch (dir) {
+    case Dir::kHtoD: dk = MemKind::kDevice; sk = Classify(src); break;
+    case Dir::kDtoH: dk = Classify(dst); sk = MemKind::kDevice; break;
+    case Dir::kDtoD: dk = sk = MemKind::kDevice; break;
+    default: dk = Classify(dst); sk = Classify(src); break;
+  }
+  // A host pointer that happens to lie in device memory counts as device.
+  if (dir == Dir::kHtoD && sk == MemKind::kDevice) sk = MemKind::kDevice;
+  uint32_t kind;
+  if (dk == MemKind::kDevice && sk == MemKind::kDevice) {
+    kind = SIMGPU_COPY_DTOD;
+  } else if (dk == MemKind::kDevice) {
+    kind = SIMGPU_COPY_HTOD;
+  } else if (sk == MemKind::kDevice) {
+    kind = SIMGPU_COPY_DTOH;
+  } else {
+    kind = SIMGPU_COPY_HTOH;
+  }
+  if (n == 0) return CUDA_SUCCESS;
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kMemcpy;
+  op->name = CopyName(kind);
+  op->is_async = async;
+  op->bytes = n;
+  op->duration_ns = CopyDurationNs(n);
+  op->copy_kind = kind;
+  op->src_kind = CuptiMemKind(sk);
+  op->dst_kind = CuptiMemKind(dk);
+  op->dst = dst;
+  op->src = src;
+  // Blocking behaviour (NVIDIA, "API synchronization behavior").
+  enum { kNoWait, kWaitStart, kWaitDone } wait = kNoWait;
+  switch (kind) {
+    case SIMGPU_COPY_HTOD:
+      if (!IsPinned(sk)) {
+        op->staged.reset(new char[n]);  // staged now: the caller may reuse src
+        memcpy(op->staged.get(), src, n);
+        wait = async ? kNoWait : kWaitStart;
+      } else {
+        wait = async ? kNoWait : kWaitDone;
+      }
+      break;
+    case SIMGPU_COPY_DTOH:
+      wait = (!async || !IsPinned(dk)) ? kWaitDone : kNoWait;
+      break;
+    case SIMGPU_COPY_DTOD:
+      wait = kNoWait;
+      break;
+    default:  // host to host
+      wait = (!async || !IsPinned(dk) || !IsPinned(sk)) ? kWaitDone : kNoWait;
+      break;
+  }
+  op->correlation = NextCorrelation();
+  Submit(s, op);
+  if (wait == kWaitStart) WaitStarted(s->dev, op);
+  if (wait == kWaitDone) WaitDone(s->dev, {op});
+  return CUDA_SUCCESS;
+}
+
+// ---- sets ----
+CUresult MemsetImpl(CUdeviceptr dst, uint32_t value, uint32_t elem, size_t count, CUstream h,
+                    bool async, bool per_thread) {
+  SIM_CHECK_INIT();
+  if (dst == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (elem > 1 && dst % elem != 0) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(h, per_thread, &s));
+  if (count == 0) return CUDA_SUCCESS;
+  void* p = reinterpret_cast<void*>(dst);
+  MemKind k = Classify(p);
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kMemset;
+  op->name = "memset";
+  op->is_async = async;
+  op->bytes = count * elem;
+  op->duration_ns = MemsetDurationNs(op->bytes);
+  op->dst_kind = CuptiMemKind(k);
+  op->dst = p;
+  op->memset_value = value;
+  op->memset_elem = elem;
+  op->memset_count = count;
+  op->correlation = NextCorrelation();
+  Submit(s, op);
+  // Synchronous sets are asynchronous for device memory, synchronous for
+  // pinned (and any other host) memory.
+  if (!async && k != MemKind::kDevice) WaitDone(s->dev, {op});
+  return CUDA_SUCCESS;
+}
+
+// ---- events ----
+CUresult EventRecordImpl(CUevent h, CUstream hs, bool ptsz) {
+  SIM_CHECK_INIT();
+  Event* e;
+  SIM_RETURN_IF_ERROR(ValidEvent(h, &e));
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(hs, ptsz, &s));
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kMarker;
+  op->name = "event";
+  Submit(s, op);
+  std::lock_guard<std::mutex> lk(e->mu);
+  e->record = op;
+  e->dev = s->dev;
+  return CUDA_SUCCESS;
+}
+
+OpPtr EventRecordOf(Event* e, Device** dev) {
+  std::lock_guard<std::mutex> lk(e->mu);
+  *dev = e->dev;
+  return e->record;
+}
+
+CUresult StreamWaitEventImpl(CUstream hs, CUevent h, bool ptsz) {
+  SIM_CHECK_INIT();
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(hs, ptsz, &s));
+  Event* e;
+  SIM_RETURN_IF_ERROR(ValidEvent(h, &e));
+  Device* ed;
+  OpPtr rec = EventRecordOf(e, &ed);
+  if (!rec || rec->done.load()) return CUDA_SUCCESS;
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kMarker;
+  op->name = "wait";
+  op->deps.push_back(rec);
+  Submit(s, op);
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamSyncImpl(CUstream h, bool ptsz) {
+  SIM_CHECK_INIT();
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
+  SyncStream(s);
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamQueryImpl(CUstream h, bool ptsz) {
+  SIM_CHECK_INIT();
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
+  return StreamIdle(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult StreamGetIdImpl(CUstream h, unsigned long long* id, bool ptsz) {
+  SIM_CHECK_INIT();
+  if (id == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
+  *id = s->id;
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamGetFlagsImpl(CUstream h, unsigned* flags, bool ptsz) {
+  SIM_CHECK_INIT();
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
+  *flags = s->flags;
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamGetPriorityImpl(CUstream h, int* prio, bool ptsz) {
+  SIM_CHECK_INIT();
+  if (prio == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
+  *prio = s->priority;
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamGetCtxImpl(CUstream h, CUcontext* pctx, bool ptsz) {
+  SIM_CHECK_INIT();
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
+  *pctx = reinterpret_cast<CUcontext>(s->ctx);
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamDestroyImpl(CUstream h) {
+  SIM_CHECK_INIT();
+  if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(h, false, &s));
+  if (s->legacy || s->per_thread) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard<std::mutex> lk(s->dev->mu);
+  s->destroyed = true;  // pending work still runs; the device thread drops it after
+  return CUDA_SUCCESS;
+}
+
+// ---- contexts ----
+CUresult CtxCreateImpl(CUcontext* pctx, unsigned flags, CUdevice dev) {
+  SIM_CHECK_INIT();
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Device* d = GetDevice(dev);
+  if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  Context* c = NewContext(d, false, flags);
+  t_ctx_stack.push_back(c);
+  *pctx = reinterpret_cast<CUcontext>(c);
+  return CUDA_SUCCESS;
+}
+
+CUresult CtxDestroyImpl(CUcontext h) {
+  SIM_CHECK_INIT();
+  if (!ValidContext(h)) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* c = reinterpret_cast<Context*>(h);
+  if (c->primary) return CUDA_ERROR_INVALID_CONTEXT;
+  SyncDevice(c->dev);
+  {
+    std::lock_guard<std::mutex> lk(c->dev->mu);
+    c->destroyed = true;
+    for (Stream* s : c->streams) s->destroyed = true;
+  }
+  for (auto it = t_ctx_stack.begin(); it != t_ctx_stack.end();) {
+    it = (*it == c) ? t_ctx_stack.erase(it) : it + 1;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult CtxPushImpl(CUcontext h) {
+  SIM_CHECK_INIT();
+  if (!ValidContext(h)) return CUDA_ERROR_INVALID_CONTEXT;
+  t_ctx_stack.push_back(reinterpret_cast<Context*>(h));
+  return CUDA_SUCCESS;
+}
+
+CUresult CtxPopImpl(CUcontext* pctx) {
+  SIM_CHECK_INIT();
+  if (t_ctx_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pctx != nullptr) *pctx = reinterpret_cast<CUcontext>(t_ctx_stack.back());
+  t_ctx_stack.pop_back();
+  return CUDA_SUCCESS;
+}
+
+CUresult CtxGetDeviceImpl(CUdevice* dev, CUcontext h) {
+  SIM_CHECK_INIT();
+  if (dev == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* c;
+  if (h == nullptr) {
+    SIM_RETURN_IF_ERROR(CurrentContext(&c));
+  } else {
+    if (!ValidContext(h)) return CUDA_ERROR_INVALID_CONTEXT;
+    c = reinterpret_cast<Context*>(h);
+  }
+  *dev = c->dev->ordinal;
+  return CUDA_SUCCESS;
+}
+
+CUresult CtxSyncImpl(CUcontext h) {
+  SIM_CHECK_INIT();
+  Context* c;
+  if (h == nullptr) {
+    SIM_RETURN_IF_ERROR(CurrentContext(&c));
+  } else {
+    if (!ValidContext(h)) return CUDA_ERROR_INVALID_CONTEXT;
+    c = reinterpret_cast<Context*>(h);
+  }
+  SyncDevice(c->dev);
+  return CUDA_SUCCESS;
+}
+
+CUresult PrimaryRetainImpl(CUcontext* pctx, CUdevice dev) {
+  SIM_CHECK_INIT();
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Device* d = GetDevice(dev);
+  if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> lk(g_primary_mu);
+  if (d->primary == nullptr) d->primary = NewContext(d, true, d->primary_flags);
+  d->primary_refs++;
+  *pctx = reinterpret_cast<CUcontext>(d->primary);
+  return CUDA_SUCCESS;
+}
+
+CUresult PrimaryReleaseImpl(CUdevice dev) {
+  SIM_CHECK_INIT();
+  Device* d = GetDevice(dev);
+  if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> lk(g_primary_mu);
+  if (d->primary_refs <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+  // The context object stays valid (the simulator never frees contexts).
+  d->primary_refs--;
+  return CUDA_SUCCESS;
+}
+
+CUresult PrimarySetFlagsImpl(CUdevice dev, unsigned flags) {
+  SIM_CHECK_INIT();
+  Device* d = GetDevice(dev);
+  if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> lk(g_primary_mu);
+  d->primary_flags = flags;
+  if (d->primary != nullptr) d->primary->flags = flags;
+  return CUDA_SUCCESS;
+}
+
+CUresult PrimaryResetImpl(CUdevice dev) {
+  SIM_CHECK_INIT();
+  Device* d = GetDevice(dev);
+  if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  SyncDevice(d);
+  std::lock_guard<std::mutex> lk(g_primary_mu);
+  d->primary_refs = 0;
+  return CUDA_SUCCESS;
+}
+
+// ---- modules ----
+CUresult NewModule(Module** out) {
+  SIM_CHECK_INIT();
+  if (Current() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  *out = new Module();
+  return CUDA_SUCCESS;
+}
+
+Function* GetOrMakeFunction(Module* m, const char* name) {
+  std::lock_guard<std::mutex> lk(m->mu);
+  auto it = m->functions.find(name);
+  if (it != m->functions.end()) return it->second;
+  Function* f = new Function();
+  f->name = name;
+  f->duration_ns = KernelDurationNs(name);
+  f->module = m;
+  m->functions.emplace(name, f);
+  return f;
+}
+
+Module* AsModule(const void* h) {
+  const Module* m = static_cast<const Module*>(h);
+  if (m == nullptr || m->magic != kModuleMagic) return nullptr;
+  return const_cast<Module*>(m);
+}
+
+// ---- memory ----
+CUresult HostAllocImpl(void** pp, size_t size, MemKind kind) {
+  SIM_CHECK_INIT();
+  if (pp == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  size_t rounded = ((size == 0 ? 1 : size) + 255) / 256 * 256;
+  void* p = aligned_alloc(256, rounded);
+  if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  AddRange(p, size, kind);
+  *pp = p;
+  return CUDA_SUCCESS;
+}
+
+CUresult DeviceAllocImpl(CUdeviceptr* dptr, size_t size, Device* d) {
+  if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (d->allocated.load() + size > kTotalMem) return CUDA_ERROR_OUT_OF_MEMORY;
+  size_t rounded = (size + 255) / 256 * 256;
+  void* p = aligned_alloc(256, rounded);
+  if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  d->allocated.fetch_add(size);
+  AddRange(p, size, MemKind::kDevice);
+  *dptr = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult MemAllocAsyncImpl(CUdeviceptr* dptr, size_t size, CUstream h, bool ptsz) {
+  SIM_CHECK_INIT();
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
+  return DeviceAllocImpl(dptr, size, s->dev);
+}
+
+CUresult MemFreeAsyncImpl(CUdeviceptr dptr, CUstream h, bool ptsz) {
+  SIM_CHECK_INIT();
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
+  if (dptr == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (Classify(reinterpret_cast<void*>(dptr)) != MemKind::kDevice) return CUDA_ERROR_INVALID_VALUE;
+  // Freed when the stream reaches this point; the host does not wait.
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kMarker;
+  op->name = "free";
+  op->free_ptr = reinterpret_cast<void*>(dptr);
+  Submit(s, op);
+  return CUDA_SUCCESS;
+}
+
+struct ErrorName {
+  CUresult code;
+  const char* name;
+  const char* text;
+};
+const ErrorName kErrors[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+    {CUDA_ERROR_PROFILER_DISABLED, "CUDA_ERROR_PROFILER_DISABLED", "profiler disabled while using external profiling tool"},
+    {CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY", "CUDA driver is a stub library"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_CONTEXT_ALREADY_CURRENT, "CUDA_ERROR_CONTEXT_ALREADY_CURRENT", "context already current"},
+    {CUDA_ERROR_MAP_FAILED, "CUDA_ERROR_MAP_FAILED", "mapping of buffer object failed"},
+    {CUDA_ERROR_NO_BINARY_FOR_GPU, "CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"},
+    {CUDA_ERROR_INVALID_SOURCE, "CUDA_ERROR_INVALID_SOURCE", "device kernel image is invalid"},
+    {CUDA_ERROR_FILE_NOT_FOUND, "CUDA_ERROR_FILE_NOT_FOUND", "file not found"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+    {CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch"},
+    {CUDA_ERROR_LAUNCH_TIMEOUT, "CUDA_ERROR_LAUNCH_TIMEOUT", "the launch timed out and was terminated"},
+    {CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped"},
+    {CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "pointer does not correspond to a registered memory region"},
+    {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+    {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+const ErrorName* FindError(CUresult r) {
+  for (const ErrorName& e : kErrors) {
+    if (e.code == r) return &e;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- init, version, errors ----
+CUresult CUDAAPI cuInit(unsigned int flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  GetDevice(0);
+  g_initialized.store(true);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDriverGetVersion(int* v) {
+  if (v == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *v = 13000;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char** pStr) {
+  if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const ErrorName* e = FindError(error);
+  *pStr = e ? e->text : nullptr;
+  return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGetErrorName(CUresult error, const char** pStr) {
+  if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const ErrorName* e = FindError(error);
+  *pStr = e ? e->name : nullptr;
+  return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+// ---- devices ----
+CUresult CUDAAPI cuDeviceGet(CUdevice* device, int ordinal) {
+  SIM_CHECK_INIT();
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (ordinal < 0 || ordinal >= DeviceCount()) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetCount(int* count) {
+  SIM_CHECK_INIT();
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *count = DeviceCount();
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetName(char* name, int len, CUdevice dev) {
+  SIM_CHECK_INIT();
+  if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  strncpy(name, kDeviceName, static_cast<size_t>(len) - 1);
+  name[len - 1] = '\0';
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  SIM_CHECK_INIT();
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  *bytes = kTotalMem;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
+  SIM_CHECK_INIT();
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  static const char kBase[16] = {'s', 'i', 'm', 'g', 'p', 'u', 0x13, 0x00,
+                                 0x5a, 0x17, 0x11, 0x5c, 0x0b, 0x00, 0x00, 0x00};
+  memcpy(uuid->bytes, kBase, 16);
+  uuid->bytes[15] = static_cast<char>(dev);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+
+CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
+  SIM_CHECK_INIT();
+  if (pi == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  if (attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
+  int v = 0;
+  switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: v = 64; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: v = 2147483647; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: v = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: v = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: v = 49152; break;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: v = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: v = 32; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: v = 2147483647; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: v = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: v = 1980000; break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: v = 512; break;
+    case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: v = 132; break;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = 0x18 + dev; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: v = 2619000; break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: v = 5120; break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: v = 52428800; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: v = 2048; break;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: v = 3; break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: v = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: v = 233472; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: v = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: v = 232448; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: v = 32; break;
+    case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED: v = 1; break;
+    default: v = 0; break;
+  }
+  *pi = v;
+  return CUDA_SUCCESS;
+}
+
+// ---- primary context ----
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  return PrimaryRetainImpl(pctx, dev);
+}
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return PrimaryReleaseImpl(dev); }
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return PrimaryReleaseImpl(dev); }
+CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
+  return PrimarySetFlagsImpl(dev, flags);
+}
+CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
+  return PrimarySetFlagsImpl(dev, flags);
+}
+CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) { return PrimaryResetImpl(dev); }
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) { return PrimaryResetImpl(dev); }
+CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  SIM_CHECK_INIT();
+  if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Device* d = GetDevice(dev);
+  if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> lk(g_primary_mu);
+  *flags = d->primary_flags;
+  *active = d->primary_refs > 0 ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+// ---- contexts ----
+CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags,
+                                CUdevice dev) {
+  return CtxCreateImpl(pctx, flags, dev);
+}
+CUresult CUDAAPI cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params, int n,
+                                unsigned int flags, CUdevice dev) {
+  return CtxCreateImpl(pctx, flags, dev);
+}
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return CtxCreateImpl(pctx, flags, dev);
+}
+CUresult CUDAAPI cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return CtxCreateImpl(pctx, flags, dev);
+}
+CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) { return CtxDestroyImpl(ctx); }
+CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) { return CtxDestroyImpl(ctx); }
+CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) { return CtxPushImpl(ctx); }
+CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx) { return CtxPushImpl(ctx); }
+CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* pctx) { return CtxPopImpl(pctx); }
+CUresult CUDAAPI cuCtxPopCurrent(CUcontext* pctx) { return CtxPopImpl(pctx); }
+
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+  SIM_CHECK_INIT();
+  if (ctx == nullptr) {
+    if (!t_ctx_stack.empty()) t_ctx_stack.pop_back();
+    return CUDA_SUCCESS;
+  }
+  if (!ValidContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (t_ctx_stack.empty()) {
+    t_ctx_stack.push_back(reinterpret_cast<Context*>(ctx));
+  } else {
+    t_ctx_stack.back() = reinterpret_cast<Context*>(ctx);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext* pctx) {
+  SIM_CHECK_INIT();
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = reinterpret_cast<CUcontext>(Current());
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) { return CtxGetDeviceImpl(device, nullptr); }
+CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
+  return CtxGetDeviceImpl(device, ctx);
+}
+CUresult CUDAAPI cuCtxSynchronize(void) { return CtxSyncImpl(nullptr); }
+CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) { return CtxSyncImpl(ctx); }
+
+CUresult CUDAAPI cuCtxGetFlags(unsigned int* flags) {
+  SIM_CHECK_INIT();
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* c;
+  SIM_RETURN_IF_ERROR(CurrentContext(&c));
+  *flags = c->flags;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
+  SIM_CHECK_INIT();
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (ctx == nullptr && Current() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (ctx != nullptr && !ValidContext(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  *version = 13000;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetStreamPriorityRange(int* least, int* greatest) {
+  SIM_CHECK_INIT();
+  if (least != nullptr) *least = 0;
+  if (greatest != nullptr) *greatest = -5;
+  return CUDA_SUCCESS;
+}
+
+// ---- modules and libraries (any image is accepted) ----
+CUresult CUDAAPI cuModuleLoad(CUmodule* module, const char* fname) {
+  if (module == nullptr || fname == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Module* m;
+  SIM_RETURN_IF_ERROR(NewModule(&m));
+  *module = reinterpret_cast<CUmodule>(m);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuModuleLoadData(CUmodule* module, const void* image) {
+  if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Module* m;
+  SIM_RETURN_IF_ERROR(NewModule(&m));
+  *module = reinterpret_cast<CUmodule>(m);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int n,
+                                    CUjit_option* options, void** values) {
+  return cuModuleLoadData(module, image);
+}
+CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule* module, const void* fatCubin) {
+  return cuModuleLoadData(module, fatCubin);
+}
+CUresult CUDAAPI cuModuleUnload(CUmodule hmod) {
+  SIM_CHECK_INIT();
+  if (AsModule(hmod) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  return CUDA_SUCCESS;  // functions stay valid: CUPTI records point at their names
+}
+CUresult CUDAAPI cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
+  SIM_CHECK_INIT();
+  if (hfunc == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Module* m = AsModule(hmod);
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *hfunc = reinterpret_cast<CUfunction>(GetOrMakeFunction(m, name));
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option* jo,
+                                   void** jv, unsigned int nj, CUlibraryOption* lo, void** lv,
+                                   unsigned int nl) {
+  SIM_CHECK_INIT();
+  if (library == nullptr || code == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *library = reinterpret_cast<CUlibrary>(new Module());
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary* library, const char* fileName, CUjit_option* jo,
+                                       void** jv, unsigned int nj, CUlibraryOption* lo, void** lv,
+                                       unsigned int nl) {
+  SIM_CHECK_INIT();
+  if (library == nullptr || fileName == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *library = reinterpret_cast<CUlibrary>(new Module());
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuLibraryUnload(CUlibrary library) {
+  SIM_CHECK_INIT();
+  if (AsModule(library) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuLibraryGetKernel(CUkernel* pKernel, CUlibrary library, const char* name) {
+  SIM_CHECK_INIT();
+  if (pKernel == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Module* m = AsModule(library);
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  // A CUkernel is the same object as a CUfunction: it may be launched directly.
+  *pKernel = reinterpret_cast<CUkernel>(GetOrMakeFunction(m, name));
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel) {
+  SIM_CHECK_INIT();
+  if (pFunc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (AsFunction(kernel) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (Current() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  *pFunc = reinterpret_cast<CUfunction>(kernel);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction hfunc) {
+  SIM_CHECK_INIT();
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Function* f = AsFunction(hfunc);
+  if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *name = f->name.c_str();
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuKernelGetName(const char** name, CUkernel hfunc) {
+  return cuFuncGetName(name, reinterpret_cast<CUfunction>(hfunc));
+}
+
+// ---- memory ----
+CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  SIM_CHECK_INIT();
+  Context* c;
+  SIM_RETURN_IF_ERROR(CurrentContext(&c));
+  return DeviceAllocImpl(dptr, bytesize, c->dev);
+}
+
+CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
+  SIM_CHECK_INIT();
+  if (dptr == 0) return CUDA_SUCCESS;
+  void* p = reinterpret_cast<void*>(dptr);
+  if (Classify(p) != MemKind::kDevice) return CUDA_ERROR_INVALID_VALUE;
+  SyncAllDevices();  // cuMemFree synchronizes the device
+  MemKind kind;
+  size_t size;
+  if (!RemoveRange(p, &kind, &size)) return CUDA_ERROR_INVALID_VALUE;
+  Context* c = Current();
+  Device* d = c ? c->dev : GetDevice(0);
+  d->allocated.fetch_sub(size);
+  free(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream h) {
+  return MemAllocAsyncImpl(dptr, bytesize, h, false);
+}
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream h) {
+  return MemAllocAsyncImpl(dptr, bytesize, h, true);
+}
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
+  return MemFreeAsyncImpl(dptr, h, false);
+}
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream h) {
+  return MemFreeAsyncImpl(dptr, h, true);
+}
+
+CUresult CUDAAPI cuMemAllocHost_v2(void** pp, size_t bytesize) {
+  return HostAllocImpl(pp, bytesize, MemKind::kPinned);
+}
+CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int flags) {
+  return HostAllocImpl(pp, bytesize, MemKind::kPinned);
+}
+CUresult CUDAAPI cuMemFreeHost(void* p) {
+  SIM_CHECK_INIT();
+  if (p == nullptr) return CUDA_SUCCESS;
+  if (Classify(p) != MemKind::kPinned) return CUDA_ERROR_INVALID_VALUE;
+  SyncAllDevices();  // like the real driver, freeing pinned memory synchronizes
+  MemKind kind;
+  size_t size;
+  if (!RemoveRange(p, &kind, &size)) return CUDA_ERROR_INVALID_VALUE;
+  free(p);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int flags) {
+  SIM_CHECK_INIT();
+  if (p == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (Classify(p) != MemKind::kPageable) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  AddRange(p, bytesize, MemKind::kRegistered);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemHostRegister(void* p, size_t bytesize, unsigned int flags) {
+  return cuMemHostRegister_v2(p, bytesize, flags);
+}
+CUresult CUDAAPI cuMemHostUnregister(void* p) {
+  SIM_CHECK_INIT();
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  MemKind kind;
+  size_t size;
+  if (Classify(p) != MemKind::kRegistered || !RemoveRange(p, &kind, &size)) {
+    return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  }
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int flags) {
+  SIM_CHECK_INIT();
+  if (pdptr == nullptr || p == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!IsPinned(Classify(p))) return CUDA_ERROR_INVALID_VALUE;
+  *pdptr = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
+  SIM_CHECK_INIT();
+  Context* c;
+  SIM_RETURN_IF_ERROR(CurrentContext(&c));
+  uint64_t used = c->dev->allocated.load();
+  if (free_bytes != nullptr) *free_bytes = used > kTotalMem ? 0 : kTotalMem - used;
+  if (total != nullptr) *total = kTotalMem;
+  return CUDA_SUCCESS;
+}
+
+// ---- copies ----
+#define SIM_PTR(x) reinterpret_cast<void*>(x)
+#define SIM_CPTR(x) reinterpret_cast<const void*>(x)
+
+CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return CopyImpl(SIM_PTR(dst), SIM_CPTR(src), n, Dir::kInfer, nullptr, false, false);
+}
+CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return CopyImpl(SIM_PTR(dst), SIM_CPTR(src), n, Dir::kInfer, nullptr, false, true);
+}
+CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h) {
+  return CopyImpl(SIM_PTR(dst), SIM_CPTR(src), n, Dir::kInfer, h, true, false);
+}
+CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h) {
+  return CopyImpl(SIM_PTR(dst), SIM_CPTR(src), n, Dir::kInfer, h, true, true);
+}
+CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
+  return CopyImpl(SIM_PTR(dst), src, n, Dir::kHtoD, nullptr, false, false);
+}
+CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, size_t n) {
+  return CopyImpl(SIM_PTR(dst), src, n, Dir::kHtoD, nullptr, false, true);
+}
+CUresult CUDAAPI cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
+  return CopyImpl(dst, SIM_CPTR(src), n, Dir::kDtoH, nullptr, false, false);
+}
+CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t n) {
+  return CopyImpl(dst, SIM_CPTR(src), n, Dir::kDtoH, nullptr, false, true);
+}
+CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return CopyImpl(SIM_PTR(dst), SIM_CPTR(src), n, Dir::kDtoD, nullptr, false, false);
+}
+CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return CopyImpl(SIM_PTR(dst), SIM_CPTR(src), n, Dir::kDtoD, nullptr, false, true);
+}
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream h) {
+  return CopyImpl(SIM_PTR(dst), src, n, Dir::kHtoD, h, true, false);
+}
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, size_t n,
+                                           CUstream h) {
+  return CopyImpl(SIM_PTR(dst), src, n, Dir::kHtoD, h, true, true);
+}
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream h) {
+  return CopyImpl(dst, SIM_CPTR(src), n, Dir::kDtoH, h, true, false);
+}
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t n, CUstream h) {
+  return CopyImpl(dst, SIM_CPTR(src), n, Dir::kDtoH, h, true, true);
+}
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h) {
+  return CopyImpl(SIM_PTR(dst), SIM_CPTR(src), n, Dir::kDtoD, h, true, false);
+}
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n,
+                                           CUstream h) {
+  return CopyImpl(SIM_PTR(dst), SIM_CPTR(src), n, Dir::kDtoD, h, true, true);
+}
+
+// ---- sets ----
+CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) {
+  return MemsetImpl(d, v, 1, n, nullptr, false, false);
+}
+CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr d, unsigned char v, size_t n) {
+  return MemsetImpl(d, v, 1, n, nullptr, false, true);
+}
+CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n) {
+  return MemsetImpl(d, v, 2, n, nullptr, false, false);
+}
+CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr d, unsigned short v, size_t n) {
+  return MemsetImpl(d, v, 2, n, nullptr, false, true);
+}
+CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n) {
+  return MemsetImpl(d, v, 4, n, nullptr, false, false);
+}
+CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr d, unsigned int v, size_t n) {
+  return MemsetImpl(d, v, 4, n, nullptr, false, true);
+}
+CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream h) {
+  return MemsetImpl(d, v, 1, n, h, true, false);
+}
+CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char v, size_t n, CUstream h) {
+  return MemsetImpl(d, v, 1, n, h, true, true);
+}
+CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream h) {
+  return MemsetImpl(d, v, 2, n, h, true, false);
+}
+CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short v, size_t n, CUstream h) {
+  return MemsetImpl(d, v, 2, n, h, true, true);
+}
+CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream h) {
+  return MemsetImpl(d, v, 4, n, h, true, false);
+}
+CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream h) {
+  return MemsetImpl(d, v, 4, n, h, true, true);
+}
+
+// ---- launches ----
+CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                unsigned int bx, unsigned int by, unsigned int bz,
+                                unsigned int shmem, CUstream h, void** params, void** extra) {
+  return LaunchImpl(f, gx, gy, gz, bx, by, bz, shmem, h, false);
+}
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
+                                     unsigned int gz, unsigned int bx, unsigned int by,
+                                     unsigned int bz, unsigned int shmem, CUstream h,
+                                     void** params, void** extra) {
+  return LaunchImpl(f, gx, gy, gz, bx, by, bz, shmem, h, true);
+}
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params,
+                                  void** extra) {
+  return LaunchExImpl(config, f, false);
+}
+CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params,
+                                       void** extra) {
+  return LaunchExImpl(config, f, true);
+}
+
+// ---- streams ----
+CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* ph, unsigned int flags, int priority) {
+  SIM_CHECK_INIT();
+  if (ph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
+  Context* c;
+  SIM_RETURN_IF_ERROR(CurrentContext(&c));
+  if (priority > 0) priority = 0;
+  if (priority < -5) priority = -5;
+  *ph = reinterpret_cast<CUstream>(NewStream(c, flags, priority));
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuStreamCreate(CUstream* ph, unsigned int flags) {
+  return cuStreamCreateWithPriority(ph, flags, 0);
+}
+CUresult CUDAAPI cuStreamDestroy_v2(CUstream h) { return StreamDestroyImpl(h); }
+CUresult CUDAAPI cuStreamDestroy(CUstream h) { return StreamDestroyImpl(h); }
+CUresult CUDAAPI cuStreamSynchronize(CUstream h) { return StreamSyncImpl(h, false); }
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream h) { return StreamSyncImpl(h, true); }
+CUresult CUDAAPI cuStreamQuery(CUstream h) { return StreamQueryImpl(h, false); }
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream h) { return StreamQueryImpl(h, true); }
+CUresult CUDAAPI cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
+  return StreamWaitEventImpl(h, e, false);
+}
+CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream h, CUevent e, unsigned int flags) {
+  return StreamWaitEventImpl(h, e, true);
+}
+CUresult CUDAAPI cuStreamGetId(CUstream h, unsigned long long* id) {
+  return StreamGetIdImpl(h, id, false);
+}
+CUresult CUDAAPI cuStreamGetId_ptsz(CUstream h, unsigned long long* id) {
+  return StreamGetIdImpl(h, id, true);
+}
+CUresult CUDAAPI cuStreamGetFlags(CUstream h, unsigned int* flags) {
+  return StreamGetFlagsImpl(h, flags, false);
+}
+CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream h, unsigned int* flags) {
+  return StreamGetFlagsImpl(h, flags, true);
+}
+CUresult CUDAAPI cuStreamGetPriority(CUstream h, int* priority) {
+  return StreamGetPriorityImpl(h, priority, false);
+}
+CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream h, int* priority) {
+  return StreamGetPriorityImpl(h, priority, true);
+}
+CUresult CUDAAPI cuStreamGetCtx(CUstream h, CUcontext* pctx) {
+  return StreamGetCtxImpl(h, pctx, false);
+}
+CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream h, CUcontext* pctx) {
+  return StreamGetCtxImpl(h, pctx, true);
+}
+
+// ---- events ----
+CUresult CUDAAPI cuEventCreate(CUevent* ph, unsigned int flags) {
+  SIM_CHECK_INIT();
+  if (ph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (Current() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  Event* e = new Event();
+  e->flags = flags;
+  *ph = reinterpret_cast<CUevent>(e);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuEventDestroy_v2(CUevent h) {
+  SIM_CHECK_INIT();
+  Event* e;
+  SIM_RETURN_IF_ERROR(ValidEvent(h, &e));
+  e->magic = 0;  // the object is kept: a stream may still wait on its record
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuEventDestroy(CUevent h) { return cuEventDestroy_v2(h); }
+CUresult CUDAAPI cuEventRecord(CUevent h, CUstream s) { return EventRecordImpl(h, s, false); }
+CUresult CUDAAPI cuEventRecord_ptsz(CUevent h, CUstream s) { return EventRecordImpl(h, s, true); }
+CUresult CUDAAPI cuEventRecordWithFlags(CUevent h, CUstream s, unsigned int flags) {
+  return EventRecordImpl(h, s, false);
+}
+CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent h, CUstream s, unsigned int flags) {
+  return EventRecordImpl(h, s, true);
+}
+CUresult CUDAAPI cuEventQuery(CUevent h) {
+  SIM_CHECK_INIT();
+  Event* e;
+  SIM_RETURN_IF_ERROR(ValidEvent(h, &e));
+  Device* d;
+  OpPtr rec = EventRecordOf(e, &d);
+  if (!rec) return CUDA_SUCCESS;
+  return rec->done.load() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+CUresult CUDAAPI cuEventSynchronize(CUevent h) {
+  SIM_CHECK_INIT();
+  Event* e;
+  SIM_RETURN_IF_ERROR(ValidEvent(h, &e));
+  Device* d;
+  OpPtr rec = EventRecordOf(e, &d);
+  if (rec) WaitDone(d, {rec});
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuEventElapsedTime_v2(float* ms, CUevent hStart, CUevent hEnd) {
+  SIM_CHECK_INIT();
+  if (ms == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Event *a, *b;
+  SIM_RETURN_IF_ERROR(ValidEvent(hStart, &a));
+  SIM_RETURN_IF_ERROR(ValidEvent(hEnd, &b));
+  if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
+  Device *da, *db;
+  OpPtr ra = EventRecordOf(a, &da);
+  OpPtr rb = EventRecordOf(b, &db);
+  if (!ra || !rb) return CUDA_ERROR_INVALID_HANDLE;
+  if (!ra->done.load() || !rb->done.load()) return CUDA_ERROR_NOT_READY;
+  // end_ns is written before done is set (device mutex, then the atomic).
+  double diff = static_cast<double>(static_cast<int64_t>(rb->end_ns - ra->end_ns));
+  *ms = static_cast<float>(diff / 1e6);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent hStart, CUevent hEnd) {
+  return cuEventElapsedTime_v2(ms, hStart, hEnd);
+}
+
+}  // extern "C"
