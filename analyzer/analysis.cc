@@ -1,0 +1,191 @@
+// The analysis pipeline (see analysis.h).
+#include "analyzer/analysis.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "analyzer/hotspots.h"
+#include "analyzer/questions.h"
+#include "analyzer/symbolizer.h"
+#include "analyzer/trace_reader.h"
+
+namespace stallscope::analyzer {
+
+const char* CauseName(Cause c) {
+  switch (c) {
+    case Cause::kSync: return "sync";
+    case Cause::kHostWait: return "host_wait";
+    case Cause::kHostBusy: return "host_busy";
+    case Cause::kLaunchOverhead: return "launch_overhead";
+    case Cause::kComm: return "comm";
+    case Cause::kDeviceWait: return "device_wait";
+    case Cause::kOther: return "other";
+  }
+  return "other";
+}
+
+absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions& options) {
+  auto pattern = CompileStepPattern(options.step_pattern);
+  if (!pattern.ok()) return pattern.status();
+  Report report;
+  report.diagnostics = t.diagnostics;
+
+  const uint32_t device = BusiestDevice(t);
+  {
+    std::vector<uint32_t> devices;
+    for (const DeviceOp& op : t.ops) {
+      if (std::find(devices.begin(), devices.end(), op.device) == devices.end()) {
+        devices.push_back(op.device);
+      }
+    }
+    if (devices.size() > 1) {
+      AddDiagnostic(&report.diagnostics, DiagId::kMultipleDevices, devices.size(),
+                    absl::StrFormat("device ops on %d devices: device %d (the busiest) is "
+                                    "analyzed",
+                                    devices.size(), device));
+    }
+  }
+  const StepPlan plan = FindSteps(t, *pattern, device);
+  report.step_source = plan.source;
+  if (plan.ops_outside > 0) {
+    AddDiagnostic(&report.diagnostics, DiagId::kOpsOutsideSteps, plan.ops_outside,
+                  absl::StrFormat("%d device ops were submitted outside every step and "
+                                  "count only where they overlap a step",
+                                  plan.ops_outside));
+  }
+  const AttributionOptions& ao = options.attribution;
+  const std::vector<CallClass> classes = ClassifyCalls(t, device, ao);
+  Attribution attribution = AttributeIdle(t, plan, classes, ao);
+  report.steps = std::move(attribution.steps);
+
+  Symbolizer symbolizer(t.modules);
+  report.hotspots = FindHotspots(t, plan, classes, attribution.idle_caused, ao, &symbolizer);
+
+  Totals& tot = report.totals;
+  for (const StepStats& s : report.steps) {
+    tot.gpu_busy_ns += s.gpu_busy_ns;
+    tot.gpu_idle_ns += s.gpu_idle_ns;
+    for (int c = 0; c < kNumCauses; ++c) tot.idle_by_cause[c] += s.idle_by_cause[c];
+    tot.busy_by_kind.compute += s.busy_by_kind.compute;
+    tot.busy_by_kind.copy += s.busy_by_kind.copy;
+    tot.busy_by_kind.comm += s.busy_by_kind.comm;
+    tot.launches += s.launches;
+    tot.syncs += s.sync_count;
+  }
+  if (!report.steps.empty()) tot.wall_ns = report.steps.back().end_ns - report.steps.front().start_ns;
+
+  QuestionInputs qi;
+  for (const DeviceOp& op : t.ops) {
+    if (op.device != device) continue;
+    if (op.kind == trace::DeviceOpKind::kNccl) ++qi.nccl_ops;
+    if (op.kind != trace::DeviceOpKind::kKernel || op.call < 0) continue;
+    const ApiCall& c = t.calls[op.call];
+    ++qi.kernels;
+    const int64_t launch = c.exit_ns - c.enter_ns;
+    if (launch <= ao.launch_dispatch_ns && op.end_ns - op.start_ns < launch) ++qi.short_kernels;
+  }
+  report.questions = AnswerQuestions(report.steps, tot, qi);
+
+  const int64_t other = tot.idle_by_cause[static_cast<int>(Cause::kOther)];
+  AddDiagnostic(&report.diagnostics, DiagId::kOtherIdle, static_cast<uint64_t>(other),
+                absl::StrFormat("%s of GPU idle (%.1f%%) is charged to `other`",
+                                FormatDuration(other),
+                                tot.gpu_idle_ns > 0 ? 100.0 * static_cast<double>(other) /
+                                                          static_cast<double>(tot.gpu_idle_ns)
+                                                    : 0.0));
+  AddDiagnostic(&report.diagnostics, DiagId::kNoCpuTime, 1,
+                "trace format 1 carries no thread CPU-time samples: host stalls longer than "
+                "the dispatch threshold are charged to host_wait, never host_busy");
+
+  ProcessSummary p;
+  p.file = BaseName(t.path);
+  p.pid = t.header.pid;
+  p.host = t.host;
+  p.steps = static_cast<int>(report.steps.size());
+  p.device_ops = static_cast<int64_t>(t.ops.size());
+  p.totals = tot;
+  p.analyzed = true;
+  report.processes.push_back(std::move(p));
+  return report;
+}
+
+absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (const std::string& arg : args) {
+    struct stat st;
+    if (stat(arg.c_str(), &st) != 0) {
+      return absl::NotFoundError(absl::StrFormat("%s: %s", arg, strerror(errno)));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      out.push_back(arg);
+      continue;
+    }
+    DIR* dir = opendir(arg.c_str());
+    if (dir == nullptr) {
+      return absl::NotFoundError(absl::StrFormat("%s: %s", arg, strerror(errno)));
+    }
+    std::vector<std::string> found;
+    while (dirent* e = readdir(dir)) {
+      std::string name = e->d_name;
+      if (std::string_view(name).ends_with(trace::kFileSuffix)) {
+        found.push_back(std::string_view(arg).ends_with("/") ? arg + name : arg + "/" + name);
+      }
+    }
+    closedir(dir);
+    if (found.empty()) {
+      return absl::NotFoundError(absl::StrFormat("%s: no %s files in this folder", arg,
+                                                 trace::kFileSuffix));
+    }
+    std::sort(found.begin(), found.end());
+    out.insert(out.end(), found.begin(), found.end());
+  }
+  if (out.empty()) return absl::NotFoundError("no trace given");
+  return out;
+}
+
+absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
+                                    const AnalysisOptions& options) {
+  auto paths = ExpandTracePaths(args);
+  if (!paths.ok()) return paths.status();
+  std::optional<Report> primary;
+  int64_t primary_ops = -1;
+  std::vector<ProcessSummary> processes;
+  for (const std::string& path : *paths) {
+    auto timeline = ReadTraceFile(path);
+    if (!timeline.ok()) return timeline.status();
+    auto report = AnalyzeTimeline(*timeline, options);
+    if (!report.ok()) return report.status();
+    ProcessSummary summary = report->processes.front();
+    summary.analyzed = false;
+    processes.push_back(summary);
+    const auto ops = static_cast<int64_t>(timeline->ops.size());
+    if (ops > primary_ops) {
+      primary_ops = ops;
+      primary = std::move(*report);
+      for (ProcessSummary& p : processes) p.analyzed = false;
+      processes.back().analyzed = true;
+    }
+  }
+  Report out = std::move(*primary);
+  if (processes.size() > 1) {
+    const ProcessSummary* chosen = nullptr;
+    for (const ProcessSummary& p : processes) {
+      if (p.analyzed) chosen = &p;
+    }
+    AddDiagnostic(&out.diagnostics, DiagId::kMultipleProcesses, processes.size(),
+                  absl::StrFormat("%d processes traced: steps, hotspots and questions are "
+                                  "those of pid %d (%s, the most device ops)",
+                                  processes.size(), chosen->pid, chosen->file));
+  }
+  out.processes = std::move(processes);
+  return out;
+}
+
+}  // namespace stallscope::analyzer

@@ -1,0 +1,319 @@
+// Idle-gap attribution (see attribution.h and docs/analyzer.md).
+#include "analyzer/attribution.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
+
+using trace::ApiCategory;
+
+// Answers "was device work pending on `device` when a call entered at x?":
+// some op whose submitting call entered before x ends after x.
+class PendingWork {
+ public:
+  PendingWork(const Timeline& t, uint32_t device) {
+    for (const DeviceOp& op : t.ops) {
+      if (op.device == device && op.call >= 0) {
+        entries_.push_back({t.calls[op.call].enter_ns, op.end_ns});
+      }
+    }
+    std::sort(entries_.begin(), entries_.end());
+    int64_t running = std::numeric_limits<int64_t>::min();
+    for (auto& [enter, end] : entries_) {
+      running = std::max(running, end);
+      end = running;  // prefix maximum of ends
+    }
+  }
+  bool At(int64_t x) const {
+    auto it = std::lower_bound(entries_.begin(), entries_.end(),
+                               std::pair<int64_t, int64_t>{x, std::numeric_limits<int64_t>::min()});
+    if (it == entries_.begin()) return false;
+    return std::prev(it)->second > x;
+  }
+
+ private:
+  std::vector<std::pair<int64_t, int64_t>> entries_;
+};
+
+// One outermost CUDA call of a thread.
+struct Activity {
+  int64_t enter;
+  int64_t exit;
+  int32_t call;
+};
+
+Cause CauseOf(CallClass c) {
+  switch (c) {
+    case CallClass::kSync: return Cause::kSync;
+    case CallClass::kNccl: return Cause::kComm;
+    case CallClass::kNonBlocking: return Cause::kLaunchOverhead;
+  }
+  return Cause::kOther;
+}
+
+class Attributor {
+ public:
+  Attributor(const Timeline& t, const StepPlan& plan, const std::vector<CallClass>& classes,
+             const AttributionOptions& o, Attribution* out)
+      : t_(t), plan_(plan), classes_(classes), o_(o), out_(out) {
+    for (size_t i = 0; i < t.calls.size(); ++i) {
+      const ApiCall& c = t.calls[i];
+      auto& list = activity_[c.tid];
+      Activity a{c.enter_ns, c.exit_ns, static_cast<int32_t>(i)};
+      if (!list.empty() && a.enter < list.back().exit) {
+        if (a.exit <= list.back().exit) continue;  // nested in the previous call
+        a.enter = list.back().exit;
+      }
+      list.push_back(a);
+    }
+  }
+
+  void Run() {
+    auto& steps = out_->steps;
+    const int64_t w0 = steps.front().start_ns;
+    const int64_t w1 = steps.back().end_ns;
+    struct Event {
+      int64_t t;
+      int32_t op;
+      int32_t delta;  // +1 start, -1 end
+    };
+    std::vector<Event> events;
+    for (size_t i = 0; i < t_.ops.size(); ++i) {
+      const DeviceOp& op = t_.ops[i];
+      if (op.device != plan_.device) continue;
+      events.push_back({op.start_ns, static_cast<int32_t>(i), +1});
+      events.push_back({op.end_ns, static_cast<int32_t>(i), -1});
+    }
+    // Starts before ends at equal times: touching ops leave no gap, and the
+    // first op starting at b is the first start event at b.
+    std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+      if (a.t != b.t) return a.t < b.t;
+      if (a.delta != b.delta) return a.delta > b.delta;
+      return a.op < b.op;
+    });
+    int64_t active[3] = {0, 0, 0};  // compute, copy, comm
+    int64_t cur = w0;
+    for (const Event& e : events) {
+      const int64_t tt = std::clamp(e.t, w0, w1);
+      if (tt > cur) {
+        if (active[0] + active[1] + active[2] > 0) {
+          Busy(cur, tt, active);
+        } else {
+          ChargeIdle(cur, tt, (e.delta > 0 && e.t == tt) ? e.op : -1);
+        }
+        cur = tt;
+      }
+      active[KindIndex(t_.ops[e.op].kind)] += e.delta;
+    }
+    if (cur < w1) ChargeIdle(cur, w1, -1);
+  }
+
+ private:
+  static int KindIndex(trace::DeviceOpKind k) {
+    switch (k) {
+      case trace::DeviceOpKind::kMemcpy:
+      case trace::DeviceOpKind::kMemset: return 1;
+      case trace::DeviceOpKind::kNccl: return 2;
+      default: return 0;
+    }
+  }
+
+  // Calls fn(step, ns) for the parts of [from, to) inside each step.
+  template <typename Fn>
+  void ForSteps(int64_t from, int64_t to, Fn fn) {
+    auto& steps = out_->steps;
+    while (from < to) {
+      auto it = std::upper_bound(steps.begin(), steps.end(), from,
+                                 [](int64_t v, const StepStats& s) { return v < s.end_ns; });
+      if (it == steps.end() || it->start_ns >= to) return;
+      int64_t lo = std::max(from, it->start_ns);
+      int64_t hi = std::min(to, it->end_ns);
+      if (hi > lo) fn(*it, hi - lo);
+      from = hi;
+    }
+  }
+
+  void Busy(int64_t from, int64_t to, const int64_t* active) {
+    ForSteps(from, to, [&](StepStats& s, int64_t ns) {
+      if (active[0] > 0) {
+        s.busy_by_kind.compute += ns;
+      } else if (active[2] > 0) {
+        s.busy_by_kind.comm += ns;
+      } else {
+        s.busy_by_kind.copy += ns;
+      }
+      s.gpu_busy_ns += ns;
+    });
+  }
+
+  void Add(int64_t from, int64_t to, Cause cause) {
+    if (to <= from) return;
+    ForSteps(from, to, [&](StepStats& s, int64_t ns) {
+      s.idle_by_cause[static_cast<int>(cause)] += ns;
+      s.gpu_idle_ns += ns;
+    });
+  }
+
+  const std::vector<Activity>* ActivityOf(uint32_t tid) const {
+    auto it = activity_.find(tid);
+    return it == activity_.end() ? nullptr : &it->second;
+  }
+
+  // First activity whose exit is after x.
+  static size_t FirstEndingAfter(const std::vector<Activity>& acts, int64_t x) {
+    return static_cast<size_t>(
+        std::upper_bound(acts.begin(), acts.end(), x,
+                         [](int64_t v, const Activity& a) { return v < a.exit; }) -
+        acts.begin());
+  }
+
+  // Rule 2: charges [from, to) by the thread's activity.
+  void ByThread(const std::vector<Activity>* acts, int64_t from, int64_t to) {
+    if (from >= to) return;
+    if (acts == nullptr || acts->empty()) {
+      Add(from, to, Cause::kOther);
+      return;
+    }
+    const size_t n = acts->size();
+    size_t i = FirstEndingAfter(*acts, from);
+    int64_t cur = from;
+    while (cur < to) {
+      if (i < n && (*acts)[i].enter <= cur) {
+        int64_t end = std::min((*acts)[i].exit, to);
+        Add(cur, end, CauseOf(classes_[(*acts)[i].call]));
+        cur = std::max(cur, end);
+        ++i;
+      } else {
+        const int64_t next = i < n ? (*acts)[i].enter : kInf;
+        const int64_t gap = (i < n && i > 0) ? next - (*acts)[i - 1].exit : kInf;
+        const int64_t end = std::min(next, to);
+        // Without CPU-time samples an outside-CUDA stretch longer than the
+        // dispatch threshold is host_wait; host_busy needs on-CPU evidence.
+        Add(cur, end, gap < o_.launch_dispatch_ns ? Cause::kLaunchOverhead : Cause::kHostWait);
+        cur = end;
+      }
+    }
+  }
+
+  void ChargeIdle(int64_t a, int64_t b, int32_t next_op) {
+    const int32_t c = next_op >= 0 ? t_.ops[next_op].call : -1;
+    const uint32_t tid = c >= 0 ? t_.calls[c].tid : plan_.main_tid;
+    const std::vector<Activity>* acts = ActivityOf(tid);
+    int64_t cur = a;
+    // Rule 1: the thread was blocked in a synchronizing call when the device
+    // drained.
+    if (acts != nullptr) {
+      size_t i = FirstEndingAfter(*acts, a);
+      if (i < acts->size() && (*acts)[i].enter < a &&
+          classes_[(*acts)[i].call] == CallClass::kSync) {
+        const int64_t x = std::min(b - a, a - (*acts)[i].enter);
+        Add(a, a + x, Cause::kSync);
+        out_->idle_caused[(*acts)[i].call] += x;
+        cur = a + x;
+      }
+    }
+    // The op was submitted before the end of the interval: after its call
+    // returned, launch latency, then a device-side wait.
+    if (c >= 0 && t_.calls[c].exit_ns < b) {
+      const int64_t returned = std::clamp(t_.calls[c].exit_ns, cur, b);
+      const int64_t latency_end =
+          std::clamp(t_.calls[c].exit_ns + o_.launch_latency_ns, cur, b);
+      ByThread(acts, cur, returned);
+      Add(returned, latency_end, Cause::kLaunchOverhead);
+      Add(latency_end, b,
+          t_.ops[next_op].kind == trace::DeviceOpKind::kNccl ? Cause::kComm
+                                                              : Cause::kDeviceWait);
+      return;
+    }
+    ByThread(acts, cur, b);
+  }
+
+  const Timeline& t_;
+  const StepPlan& plan_;
+  const std::vector<CallClass>& classes_;
+  const AttributionOptions& o_;
+  Attribution* out_;
+  absl::flat_hash_map<uint32_t, std::vector<Activity>> activity_;
+};
+
+}  // namespace
+
+std::vector<CallClass> ClassifyCalls(const Timeline& t, uint32_t device,
+                                     const AttributionOptions& o) {
+  PendingWork pending(t, device);
+  std::vector<CallClass> out(t.calls.size(), CallClass::kNonBlocking);
+  for (size_t i = 0; i < t.calls.size(); ++i) {
+    const ApiCall& c = t.calls[i];
+    const ApiInfo& api = t.Api(c.api);
+    bool observed_check = false;
+    switch (api.category) {
+      case ApiCategory::kSync:
+      case ApiCategory::kFree:
+        out[i] = CallClass::kSync;
+        break;
+      case ApiCategory::kNccl:
+        out[i] = CallClass::kNccl;
+        break;
+      case ApiCategory::kCopy:
+      case ApiCategory::kSet:
+        if ((api.flags & trace::kApiAsync) == 0) {
+          out[i] = CallClass::kSync;
+        } else {
+          observed_check = true;
+        }
+        break;
+      case ApiCategory::kOther:
+        observed_check = true;
+        break;
+      default:
+        break;
+    }
+    if (observed_check) {
+      const bool outlived_op = c.op_count > 0 && c.exit_ns > c.last_op_end_ns;
+      const bool long_while_busy =
+          c.exit_ns - c.enter_ns > o.observed_block_ns && pending.At(c.enter_ns);
+      if (outlived_op || long_while_busy) out[i] = CallClass::kSync;
+    }
+  }
+  return out;
+}
+
+Attribution AttributeIdle(const Timeline& t, const StepPlan& plan,
+                          const std::vector<CallClass>& classes,
+                          const AttributionOptions& options) {
+  Attribution out;
+  out.idle_caused.assign(t.calls.size(), 0);
+  for (size_t k = 0; k < plan.steps.size(); ++k) {
+    StepStats s;
+    s.index = static_cast<int>(k);
+    s.device = plan.device;
+    s.start_ns = plan.steps[k].start_ns;
+    s.end_ns = plan.steps[k].end_ns;
+    s.host_start_ns = plan.steps[k].host_start_ns;
+    s.host_end_ns = plan.steps[k].host_end_ns;
+    out.steps.push_back(s);
+  }
+  if (out.steps.empty()) return out;
+  // Launches and synchronizing calls by the host range they entered in.
+  for (size_t i = 0; i < t.calls.size(); ++i) {
+    const ApiCall& c = t.calls[i];
+    auto it = std::upper_bound(
+        out.steps.begin(), out.steps.end(), c.enter_ns,
+        [](int64_t v, const StepStats& s) { return v < s.host_start_ns; });
+    if (it == out.steps.begin()) continue;
+    --it;
+    if (c.enter_ns > it->host_end_ns) continue;
+    if (t.Api(c.api).category == ApiCategory::kLaunch) ++it->launches;
+    if (classes[i] == CallClass::kSync) ++it->sync_count;
+  }
+  Attributor(t, plan, classes, options, &out).Run();
+  return out;
+}
+
+}  // namespace stallscope::analyzer

@@ -1,0 +1,53 @@
+// Idle-gap attribution (design.md "Idle-gap attribution"): cuts the analyzed
+// device's timeline inside the steps into busy stretches (split compute /
+// copy / comm) and idle intervals, and charges every idle nanosecond to one
+// cause: rule 1 (the counterfactual: the submitting thread was blocked in a
+// synchronizing call when the device drained), then rule 2 (what that thread
+// was doing). See docs/analyzer.md for the rules as implemented.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "analyzer/report.h"
+#include "analyzer/steps.h"
+#include "analyzer/timeline.h"
+
+namespace stallscope::analyzer {
+
+struct AttributionOptions {
+  // Host gaps between CUDA calls shorter than this are launch dispatch
+  // (launch_overhead); longer ones are host_wait / host_busy.
+  int64_t launch_dispatch_ns = 50'000;
+  // After the submitting call returns, this long is launch latency
+  // (launch_overhead); beyond it a late op is device_wait.
+  int64_t launch_latency_ns = 20'000;
+  // A copy/set/other call longer than this that entered while the device was
+  // busy observably blocked: it counts as synchronizing.
+  int64_t observed_block_ns = 50'000;
+  // Synchronizing calls shorter than this that caused no idle are not
+  // hotspots.
+  int64_t hotspot_min_blocked_ns = 5'000;
+};
+
+enum class CallClass : uint8_t {
+  kNonBlocking,  // launch, async copy, query, event record ...
+  kSync,         // explicit or implicit synchronization
+  kNccl,
+};
+
+// Classifies each call of `t` (indexed like t.calls). See docs/analyzer.md
+// "Synchronizing calls".
+std::vector<CallClass> ClassifyCalls(const Timeline& t, uint32_t device,
+                                     const AttributionOptions& options);
+
+struct Attribution {
+  std::vector<StepStats> steps;       // busy, idle, causes, counts per step
+  std::vector<int64_t> idle_caused;   // rule-1 ns per call (indexed like t.calls)
+};
+
+Attribution AttributeIdle(const Timeline& t, const StepPlan& plan,
+                          const std::vector<CallClass>& classes,
+                          const AttributionOptions& options);
+
+}  // namespace stallscope::analyzer

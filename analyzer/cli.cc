@@ -1,0 +1,229 @@
+// Subcommand table, option parsing and help (see cli.h).
+#include "analyzer/cli.h"
+
+#include <cstdio>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "analyzer/analysis.h"
+#include "analyzer/output_file.h"
+#include "analyzer/report_json.h"
+#include "analyzer/report_text.h"
+#include "analyzer/run_command.h"
+#include "analyzer/steps.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+int RunCmd(const std::vector<std::string>& args);
+int ReportCmd(const std::vector<std::string>& args);
+int HelpCmd(const std::vector<std::string>& args);
+
+struct Subcommand {
+  const char* name;
+  const char* usage;
+  const char* summary;
+  const char* options;
+  int (*fn)(const std::vector<std::string>& args);
+};
+
+// The one table of subcommands; --help and `help` are generated from it.
+constexpr Subcommand kSubcommands[] = {
+    {"run", "stallscope run [--out DIR] [--sim] [--] CMD [ARGS...]",
+     "Run CMD with the profiler preloaded; write its traces into DIR, print a short summary "
+     "and exit with CMD's exit code.",
+     "  --out DIR   trace folder (default: a new stallscope-YYYYMMDD-HHMMSS in the current\n"
+     "              folder, mode 0750); an empty folder left at the end is removed\n"
+     "  --sim       use the simulated GPU libraries (machines without a GPU)\n"
+     "  --          end of options; CMD follows\n"
+     "Environment: STALLSCOPE_LIBDIR overrides where libstallscope.so is found\n"
+     "(default: <dir of this program>/../lib).\n",
+     RunCmd},
+    {"report", "stallscope report DIR|FILE... [--format text|json] [-o OUT] [--step-pattern RE]",
+     "Analyze traces (every *.sstrace in a folder) and print the report: steps, GPU idle by "
+     "cause, forced-sync hotspots, questions, diagnostics.",
+     "  --format F         text (default) or json (schema stallscope.report/1)\n"
+     "  -o OUT             write to OUT (a new file, never overwritten, mode 0640)\n"
+     "  --step-pattern RE  NVTX range names that mark steps\n"
+     "                     (default: (?i)step|iter|ProfilerStep; a leading (?i) ignores case)\n",
+     ReportCmd},
+    {"help", "stallscope help [COMMAND]", "Show help for stallscope or one of its commands.", "",
+     HelpCmd},
+};
+
+const Subcommand* Find(std::string_view name) {
+  for (const Subcommand& s : kSubcommands) {
+    if (name == s.name) return &s;
+  }
+  return nullptr;
+}
+
+std::string MainHelp() {
+  std::string s =
+      "stallscope: find out why a GPU sits idle during training.\n\n"
+      "usage: stallscope <command> [options]\n\ncommands:\n";
+  for (const Subcommand& c : kSubcommands) absl::StrAppendFormat(&s, "  %-8s %s\n", c.name, c.summary);
+  absl::StrAppend(&s,
+                  "\nRun `stallscope help <command>` or `stallscope <command> --help` for its "
+                  "options.\n"
+                  "Exit codes: 0 ok; 1 usage; 2 unreadable or invalid trace; `run` exits with "
+                  "the command's code.\n");
+  return s;
+}
+
+std::string CommandHelp(const Subcommand& c) {
+  std::string s = absl::StrFormat("usage: %s\n\n%s\n", c.usage, c.summary);
+  if (*c.options != '\0') absl::StrAppendFormat(&s, "\noptions:\n%s", c.options);
+  return s;
+}
+
+int Usage(const Subcommand& c, const std::string& message) {
+  fprintf(stderr, "stallscope %s: %s\nusage: %s\n", c.name, message.c_str(), c.usage);
+  return kExitUsage;
+}
+
+bool IsHelp(std::string_view a) { return a == "--help" || a == "-h"; }
+
+// Reads the value of an option given as `--opt VALUE` or `--opt=VALUE`.
+bool TakeValue(const std::vector<std::string>& args, size_t* i, std::string_view name,
+               std::string* value) {
+  const std::string& a = args[*i];
+  if (a == name) {
+    if (*i + 1 >= args.size()) return false;
+    *value = args[++*i];
+    return true;
+  }
+  *value = a.substr(name.size() + 1);
+  return true;
+}
+
+bool Matches(std::string_view arg, std::string_view name) {
+  return arg == name || (std::string_view(arg).starts_with(name) && arg.size() > name.size() && arg[name.size()] == '=');
+}
+
+int RunCmd(const std::vector<std::string>& args) {
+  const Subcommand& self = *Find("run");
+  RunOptions o;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (IsHelp(a)) {
+      fputs(CommandHelp(self).c_str(), stdout);
+      return kExitOk;
+    }
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (Matches(a, "--out")) {
+      if (!TakeValue(args, &i, "--out", &o.out_dir) || o.out_dir.empty()) {
+        return Usage(self, "--out needs a folder");
+      }
+    } else if (a == "--sim") {
+      o.sim = true;
+    } else if (std::string_view(a).starts_with("-")) {
+      return Usage(self, absl::StrFormat("unknown option %s", a));
+    } else {
+      break;
+    }
+  }
+  o.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  if (o.command.empty()) return Usage(self, "no command to run");
+  return RunUnderStallscope(o);
+}
+
+int ReportCmd(const std::vector<std::string>& args) {
+  const Subcommand& self = *Find("report");
+  std::vector<std::string> inputs;
+  std::string format = "text", out, pattern = kDefaultStepPattern;
+  bool only_paths = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (only_paths || a.empty() || a[0] != '-' || a == "-") {
+      inputs.push_back(a);
+    } else if (a == "--") {
+      only_paths = true;
+    } else if (IsHelp(a)) {
+      fputs(CommandHelp(self).c_str(), stdout);
+      return kExitOk;
+    } else if (Matches(a, "--format")) {
+      if (!TakeValue(args, &i, "--format", &format)) return Usage(self, "--format needs a value");
+    } else if (a == "-o" || Matches(a, "--output")) {
+      if (a == "-o") {
+        if (i + 1 >= args.size()) return Usage(self, "-o needs a file");
+        out = args[++i];
+      } else if (!TakeValue(args, &i, "--output", &out)) {
+        return Usage(self, "--output needs a file");
+      }
+    } else if (Matches(a, "--step-pattern")) {
+      if (!TakeValue(args, &i, "--step-pattern", &pattern)) {
+        return Usage(self, "--step-pattern needs a regular expression");
+      }
+    } else {
+      return Usage(self, absl::StrFormat("unknown option %s", a));
+    }
+  }
+  if (inputs.empty()) return Usage(self, "no trace folder or file given");
+  if (format != "text" && format != "json") {
+    if (format == "html" || format == "perfetto" || format == "sqlite") {
+      return Usage(self, absl::StrFormat("--format %s is not implemented yet", format));
+    }
+    return Usage(self, absl::StrFormat("unknown format %s (text or json)", format));
+  }
+  if (auto re = CompileStepPattern(pattern); !re.ok()) {
+    return Usage(self, std::string(re.status().message()));
+  }
+  AnalysisOptions options;
+  options.step_pattern = pattern;
+  auto report = AnalyzePaths(inputs, options);
+  if (!report.ok()) {
+    fprintf(stderr, "stallscope: %s\n", std::string(report.status().message()).c_str());
+    return kExitBadTrace;
+  }
+  const std::string text = format == "json" ? RenderJson(*report) : RenderText(*report);
+  if (out.empty()) {
+    fwrite(text.data(), 1, text.size(), stdout);
+    return fflush(stdout) == 0 ? kExitOk : kExitUsage;
+  }
+  if (auto st = WriteNewFile(out, text); !st.ok()) {
+    fprintf(stderr, "stallscope: %s\n", std::string(st.message()).c_str());
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
+int HelpCmd(const std::vector<std::string>& args) {
+  if (args.empty()) {
+    fputs(MainHelp().c_str(), stdout);
+    return kExitOk;
+  }
+  const Subcommand* c = Find(args[0]);
+  if (c == nullptr) {
+    fprintf(stderr, "stallscope: no command '%s'\n%s", args[0].c_str(), MainHelp().c_str());
+    return kExitUsage;
+  }
+  fputs(CommandHelp(*c).c_str(), stdout);
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunCli(const std::vector<std::string>& args) {
+  if (args.empty()) {
+    fputs(MainHelp().c_str(), stderr);
+    return kExitUsage;
+  }
+  if (IsHelp(args[0])) {
+    fputs(MainHelp().c_str(), stdout);
+    return kExitOk;
+  }
+  const Subcommand* c = Find(args[0]);
+  if (c == nullptr) {
+    fprintf(stderr, "stallscope: unknown command '%s'\n%s", args[0].c_str(), MainHelp().c_str());
+    return kExitUsage;
+  }
+  return c->fn(std::vector<std::string>(args.begin() + 1, args.end()));
+}
+
+}  // namespace stallscope::analyzer

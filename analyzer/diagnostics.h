@@ -1,0 +1,83 @@
+// Diagnostics as data: every condition the analyzer can report about a trace
+// (dropped records, truncation, clock problems ...) is declared once here as
+// (name, severity, description) and printed in every report.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace stallscope::analyzer {
+
+// X(id, name, severity, description)
+#define STALLSCOPE_DIAGNOSTICS(X)                                              \
+  X(kTruncatedTrace, "truncated_trace", kWarning,                              \
+    "the trace ends mid-chunk; records up to the last complete chunk are used") \
+  X(kNoEndChunk, "no_end_chunk", kWarning,                                     \
+    "the process did not finish writing its trace (no end chunk)")            \
+  X(kDroppedRecords, "dropped_records", kWarning,                              \
+    "the recorder dropped records because its memory budget was full")        \
+  X(kCuptiUnavailable, "cupti_unavailable", kWarning,                          \
+    "no device timestamps: host-only inference")                              \
+  X(kCuptiDropped, "cupti_dropped", kWarning,                                  \
+    "CUPTI reported dropped activity records")                                \
+  X(kCuptiOwnClock, "cupti_own_clock", kWarning,                               \
+    "device times are on CUPTI's own clock, not aligned by a callback")       \
+  X(kInternalErrors, "internal_errors", kWarning,                              \
+    "errors inside the recorder (never the job's)")                           \
+  X(kStacksDropped, "stacks_dropped", kInfo,                                   \
+    "call-site stacks the recorder could not capture")                        \
+  X(kUnknownRecorderDiagnostic, "unknown_recorder_diagnostic", kInfo,          \
+    "a diagnostic id this analyzer does not know")                            \
+  X(kClockSinglePair, "clock_single_pair", kWarning,                           \
+    "only one tick/clock pair: ticks assumed to be nanoseconds plus an offset") \
+  X(kClockMissing, "clock_missing", kWarning,                                  \
+    "no tick/clock pair: ticks assumed to be CLOCK_MONOTONIC nanoseconds")    \
+  X(kUnknownChunk, "unknown_chunk", kInfo,                                     \
+    "chunks of a type this analyzer does not know were skipped")              \
+  X(kUncorrelatedDeviceOps, "uncorrelated_device_ops", kInfo,                  \
+    "device ops whose submitting host call was not found")                    \
+  X(kCorrelationFallback, "correlation_fallback", kWarning,                    \
+    "no correlation records: device ops joined to calls by equal ids")        \
+  X(kUnmatchedNvtx, "unmatched_nvtx", kInfo,                                   \
+    "NVTX pops/ends without a push/start, or ranges never closed")            \
+  X(kMultipleDevices, "multiple_devices", kInfo,                               \
+    "device ops on several devices: only the busiest device is analyzed")     \
+  X(kMultipleProcesses, "multiple_processes", kInfo,                           \
+    "several processes traced: steps and hotspots are the busiest one's")     \
+  X(kNoDeviceOps, "no_device_ops", kWarning,                                   \
+    "the trace has no device ops: nothing ran on the GPU")                    \
+  X(kOpsOutsideSteps, "ops_outside_steps", kInfo,                              \
+    "device ops before the first or after the last step are not in any step") \
+  X(kOtherIdle, "other_idle", kInfo,                                           \
+    "share of GPU idle time charged to no specific cause")                    \
+  X(kNoCpuTime, "no_cpu_time", kInfo,                                          \
+    "no thread CPU-time samples: off-CPU and on-CPU host time are not split") \
+  X(kInvalidRecords, "invalid_records", kWarning,                              \
+    "records with impossible values (end before start, unknown api) ignored")
+
+enum class Severity { kInfo, kWarning, kError };
+
+enum class DiagId {
+#define STALLSCOPE_DIAG_ENUM(id, name, sev, desc) id,
+  STALLSCOPE_DIAGNOSTICS(STALLSCOPE_DIAG_ENUM)
+#undef STALLSCOPE_DIAG_ENUM
+};
+
+struct Diagnostic {
+  DiagId id;
+  uint64_t count = 0;
+  std::string message;  // one sentence with the numbers; description if empty
+};
+
+const char* DiagName(DiagId id);
+Severity DiagSeverity(DiagId id);
+const char* DiagDescription(DiagId id);
+const char* SeverityName(Severity s);
+
+// Adds `count` to the diagnostic `id` in `list` (creating it), replacing its
+// message when `message` is not empty.
+void AddDiagnostic(std::vector<Diagnostic>* list, DiagId id, uint64_t count,
+                   std::string message = {});
+
+}  // namespace stallscope::analyzer

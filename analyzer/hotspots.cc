@@ -1,0 +1,113 @@
+// Hotspot grouping and call-site resolution (see hotspots.h).
+#include "analyzer/hotspots.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+
+namespace stallscope::analyzer {
+
+bool IsRuntimeModule(std::string_view path) {
+  if ((std::string_view(path).find("/simgpu/") != std::string_view::npos)) return true;
+  size_t slash = path.rfind('/');
+  std::string_view base = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  static constexpr std::string_view kPrefixes[] = {
+      "libstallscope", "libcuda",  "libcupti", "libnccl",   "libc.",
+      "libc-",         "libm.",    "libm-",    "libstdc++", "libgcc_s",
+      "ld-linux",      "libpthread"};
+  for (std::string_view p : kPrefixes) {
+    if (std::string_view(base).starts_with(p)) return true;
+  }
+  return false;
+}
+
+void ResolveStack(const Timeline& t, uint32_t stack_id, Symbolizer* symbolizer,
+                  Frame* site, std::vector<Frame>* frames) {
+  *site = Frame{"<unknown>", "", 0, ""};
+  auto it = stack_id == 0 ? t.stacks.end() : t.stacks.find(stack_id);
+  if (it == t.stacks.end()) return;
+  const StackRef& ref = it->second;
+  bool have_site = false;
+  for (uint32_t i = 0; i < ref.native_depth; ++i) {
+    const uint64_t pc = t.stack_words[ref.native_offset + i];
+    const Frame& f = symbolizer->Symbolize(pc);
+    frames->push_back(f);
+    if (!have_site && ref.python_depth == 0) {
+      const Module* m = symbolizer->FindModule(pc);
+      if (m != nullptr && !IsRuntimeModule(m->path)) {
+        *site = f;
+        have_site = true;
+      }
+    }
+  }
+  for (uint32_t i = 0; i < ref.python_depth; ++i) {
+    const uint64_t id = t.stack_words[ref.python_offset + 2 * i];
+    const uint64_t line = t.stack_words[ref.python_offset + 2 * i + 1];
+    std::string_view s = t.String(static_cast<uint32_t>(id));
+    Frame f;
+    size_t tab = s.find('\t');
+    f.file = std::string(s.substr(0, tab));
+    f.function = tab == std::string_view::npos ? "<python>" : std::string(s.substr(tab + 1));
+    f.line = static_cast<int>(line);
+    f.module = "python";
+    if (i == 0) {
+      *site = f;
+      have_site = true;
+    }
+    frames->push_back(std::move(f));
+  }
+}
+
+std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
+                                  const std::vector<CallClass>& classes,
+                                  const std::vector<int64_t>& idle_caused,
+                                  const AttributionOptions& options,
+                                  Symbolizer* symbolizer) {
+  struct Resolved {
+    Frame site;
+    std::vector<Frame> frames;
+  };
+  absl::flat_hash_map<uint32_t, Resolved> stacks;
+  absl::flat_hash_map<std::tuple<uint16_t, std::string, int, std::string>, size_t> index;
+  std::vector<Hotspot> out;
+  const bool markers = plan.source != "none";
+  for (size_t i = 0; i < t.calls.size(); ++i) {
+    if (classes[i] != CallClass::kSync) continue;
+    const ApiCall& c = t.calls[i];
+    const int64_t blocked = c.exit_ns - c.enter_ns;
+    if (blocked <= options.hotspot_min_blocked_ns && idle_caused[i] == 0) continue;
+    if (markers) {
+      auto it = std::upper_bound(
+          plan.steps.begin(), plan.steps.end(), c.enter_ns,
+          [](int64_t v, const StepSpan& s) { return v < s.host_start_ns; });
+      if (it == plan.steps.begin() || c.enter_ns > std::prev(it)->host_end_ns) continue;
+    }
+    auto [sit, inserted] = stacks.try_emplace(c.stack);
+    if (inserted) ResolveStack(t, c.stack, symbolizer, &sit->second.site, &sit->second.frames);
+    const Resolved& r = sit->second;
+    auto key = std::make_tuple(c.api, r.site.file, r.site.line, r.site.function);
+    auto [hit, fresh] = index.try_emplace(key, out.size());
+    if (fresh) {
+      Hotspot h;
+      const ApiInfo& api = t.Api(c.api);
+      h.api = api.name;
+      h.explicit_sync = api.category == trace::ApiCategory::kSync;
+      h.site = r.site;
+      h.stack = r.frames;
+      out.push_back(std::move(h));
+    }
+    Hotspot& h = out[hit->second];
+    ++h.count;
+    h.blocked_ns += blocked;
+    h.idle_caused_ns += idle_caused[i];
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Hotspot& a, const Hotspot& b) {
+    return std::tie(b.idle_caused_ns, b.blocked_ns, b.count) <
+           std::tie(a.idle_caused_ns, a.blocked_ns, a.count);
+  });
+  return out;
+}
+
+}  // namespace stallscope::analyzer

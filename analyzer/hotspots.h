@@ -1,0 +1,36 @@
+// Forced-sync hotspots: synchronizing calls that actually blocked, grouped by
+// API and user-code call site (innermost Python frame, else innermost native
+// frame outside stallscope, the CUDA/NCCL libraries, the C/C++ runtime and
+// the simulated GPU), with count, host time blocked and GPU idle caused.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "analyzer/attribution.h"
+#include "analyzer/report.h"
+#include "analyzer/steps.h"
+#include "analyzer/symbolizer.h"
+#include "analyzer/timeline.h"
+
+namespace stallscope::analyzer {
+
+// True for objects that are never a user call site (libstallscope, libcuda*,
+// libcupti, libnccl, libc, libm, libstdc++, libgcc_s, ld-linux, libpthread,
+// anything under a `simgpu` directory).
+bool IsRuntimeModule(std::string_view path);
+
+// Resolves a stack to its frames (innermost first: native, then Python) and
+// its user-code site.
+void ResolveStack(const Timeline& t, uint32_t stack_id, Symbolizer* symbolizer,
+                  Frame* site, std::vector<Frame>* frames);
+
+// Calls counted are those entered inside a step's host range (the whole run
+// when there are no markers). Sorted by idle_caused_ns, then blocked_ns.
+std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
+                                  const std::vector<CallClass>& classes,
+                                  const std::vector<int64_t>& idle_caused,
+                                  const AttributionOptions& options,
+                                  Symbolizer* symbolizer);
+
+}  // namespace stallscope::analyzer

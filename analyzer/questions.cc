@@ -1,0 +1,166 @@
+// The six questions (see questions.h).
+#include "analyzer/questions.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+double Mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+double Stdev(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  double m = Mean(v), s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / static_cast<double>(v.size()));
+}
+
+double Pearson(const std::vector<double>& x, const std::vector<double>& y) {
+  double mx = Mean(x), my = Mean(y), sxy = 0, sxx = 0, syy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sxy += (x[i] - mx) * (y[i] - my);
+    sxx += (x[i] - mx) * (x[i] - mx);
+    syy += (y[i] - my) * (y[i] - my);
+  }
+  if (sxx <= 0 || syy <= 0) return 0;
+  return sxy / std::sqrt(sxx * syy);
+}
+
+// Nearest-rank percentile of sorted values.
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
+  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
+}
+
+double Share(int64_t part, int64_t whole) {
+  return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
+int64_t At(const CauseNs& c, Cause cause) { return c[static_cast<int>(cause)]; }
+
+Question Q1(const std::vector<StepStats>& steps) {
+  const size_t n = steps.size();
+  if (n < kMinStepsForStatistics) {
+    return {"q1", "unknown",
+            absl::StrFormat("needs at least %d steps to correlate idle with step time; "
+                            "this run has %d",
+                            kMinStepsForStatistics, n)};
+  }
+  std::vector<double> time, idle;
+  for (const StepStats& s : steps) {
+    time.push_back(static_cast<double>(s.end_ns - s.start_ns));
+    idle.push_back(static_cast<double>(s.gpu_idle_ns));
+  }
+  const double cv = Mean(time) > 0 ? Stdev(time) / Mean(time) : 0;
+  const double r = Pearson(time, idle);
+  const std::string numbers = absl::StrFormat(
+      "over %d steps, step time averages %s (CV %.1f%%) and GPU idle %s per step "
+      "(%.1f%% of step time); correlation of idle with step time r=%.2f",
+      n, FormatDuration(static_cast<int64_t>(Mean(time))), 100 * cv,
+      FormatDuration(static_cast<int64_t>(Mean(idle))),
+      100 * (Mean(time) > 0 ? Mean(idle) / Mean(time) : 0), r);
+  if (cv < kQ1MinStepTimeCv) return {"q1", "no", "Step time is steady: " + numbers};
+  return {"q1", r >= kQ1MinCorrelation ? "yes" : "no", "Per-step: " + numbers};
+}
+
+Question Q3(const Totals& t) {
+  const int64_t host = At(t.idle_by_cause, Cause::kHostWait) + At(t.idle_by_cause, Cause::kHostBusy);
+  if (t.gpu_idle_ns == 0) return {"q3", "no", "The GPU was never idle inside the steps."};
+  const double idle_share = Share(host, t.gpu_idle_ns);
+  const double wall_share = Share(host, t.wall_ns);
+  const bool yes = idle_share >= kQ3MinIdleShare && wall_share >= kQ3MinWallShare;
+  return {"q3", yes ? "yes" : "no",
+          absl::StrFormat("GPU idle charged to host_wait + host_busy is %s: %.1f%% of GPU idle "
+                          "time and %.1f%% of wall time (host_wait %s, host_busy %s; the "
+                          "on/off-CPU split needs CPU-time samples)",
+                          FormatDuration(host), 100 * idle_share, 100 * wall_share,
+                          FormatDuration(At(t.idle_by_cause, Cause::kHostWait)),
+                          FormatDuration(At(t.idle_by_cause, Cause::kHostBusy)))};
+}
+
+Question Q4(const std::vector<StepStats>& steps) {
+  const size_t n = steps.size();
+  if (n < kMinStepsForStatistics) {
+    return {"q4", "unknown",
+            absl::StrFormat("needs at least %d steps to measure jitter of the pre-launch "
+                            "host wait; this run has %d",
+                            kMinStepsForStatistics, n)};
+  }
+  std::vector<double> wait;
+  for (const StepStats& s : steps) {
+    wait.push_back(static_cast<double>(At(s.idle_by_cause, Cause::kHostWait) +
+                                       At(s.idle_by_cause, Cause::kHostBusy)));
+  }
+  std::vector<double> sorted = wait;
+  std::sort(sorted.begin(), sorted.end());
+  const double mean = Mean(wait);
+  const double cv = mean > 0 ? Stdev(wait) / mean : 0;
+  const double max = sorted.back();
+  const bool yes = cv >= kQ4MinCv && max >= static_cast<double>(kQ4MinMaxNs);
+  return {"q4", yes ? "yes" : "no",
+          absl::StrFormat("Pre-launch host wait per step over %d steps: p50 %s, p95 %s, "
+                          "max %s, CV %.2f",
+                          n, FormatDuration(static_cast<int64_t>(Percentile(sorted, 50))),
+                          FormatDuration(static_cast<int64_t>(Percentile(sorted, 95))),
+                          FormatDuration(static_cast<int64_t>(max)), cv)};
+}
+
+Question Q5(const Totals& t, const QuestionInputs& in) {
+  return {"q5", "unknown",
+          absl::StrFormat("Communication kernels are %.1f%% of GPU busy time (%d NCCL ops) "
+                          "and comm idle is %s; per-rank arrival skew needs a report over "
+                          "all ranks' traces (not in this version)",
+                          100 * Share(t.busy_by_kind.comm, t.gpu_busy_ns), in.nccl_ops,
+                          FormatDuration(At(t.idle_by_cause, Cause::kComm)))};
+}
+
+Question Q6(const Totals& t, const QuestionInputs& in) {
+  if (in.kernels == 0) {
+    return {"q6", "unknown", "No kernel with a known launch call was recorded."};
+  }
+  const double short_share = Share(in.short_kernels, in.kernels);
+  const int64_t launch = At(t.idle_by_cause, Cause::kLaunchOverhead);
+  const double launch_share = Share(launch, t.wall_ns);
+  const bool yes = launch_share >= kQ6MinLaunchShare ||
+                   (short_share >= 0.5 && Share(t.gpu_idle_ns, t.wall_ns) >= 0.2);
+  return {"q6", yes ? "yes" : "no",
+          absl::StrFormat("%d of %d kernels (%.1f%%) ran shorter than their launch call; "
+                          "launch_overhead idle is %s (%.1f%% of wall time, %.1f%% of GPU "
+                          "idle)",
+                          in.short_kernels, in.kernels, 100 * short_share,
+                          FormatDuration(launch), 100 * launch_share,
+                          100 * Share(launch, t.gpu_idle_ns))};
+}
+
+}  // namespace
+
+std::string FormatDuration(int64_t ns) {
+  const double v = static_cast<double>(ns);
+  const double a = std::fabs(v);
+  if (a >= 1e9) return absl::StrFormat("%.2f s", v / 1e9);
+  if (a >= 1e6) return absl::StrFormat("%.2f ms", v / 1e6);
+  if (a >= 1e3) return absl::StrFormat("%.1f us", v / 1e3);
+  return absl::StrFormat("%d ns", ns);
+}
+
+std::vector<Question> AnswerQuestions(const std::vector<StepStats>& steps,
+                                      const Totals& totals, const QuestionInputs& in) {
+  return {Q1(steps),
+          {"q2", "unknown",
+           "Needs two runs: compare real input with synthetic or cached batches "
+           "(stallscope compare, not in this version)."},
+          Q3(totals),
+          Q4(steps),
+          Q5(totals, in),
+          Q6(totals, in)};
+}
+
+}  // namespace stallscope::analyzer

@@ -1,0 +1,41 @@
+// Answers design.md's six questions (q1..q6) from the per-step table and the
+// totals, each with a yes / no / unknown and one sentence of evidence.
+// Thresholds are the constants below (documented in docs/analyzer.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "analyzer/report.h"
+
+namespace stallscope::analyzer {
+
+// q1: step time "moves with" idle when r >= this (and step time varies).
+inline constexpr double kQ1MinCorrelation = 0.7;
+inline constexpr double kQ1MinStepTimeCv = 0.02;
+// q3: a host-side stall when host_wait + host_busy is this share of idle and
+// of wall time.
+inline constexpr double kQ3MinIdleShare = 0.2;
+inline constexpr double kQ3MinWallShare = 0.05;
+// q4: uneven when the per-step host stall has CV >= this and max >= 1 ms.
+inline constexpr double kQ4MinCv = 0.5;
+inline constexpr int64_t kQ4MinMaxNs = 1'000'000;
+// q6: lacking work when launch_overhead >= this share of wall time, or when
+// most kernels are shorter than their launch and idle >= 20% of wall time.
+inline constexpr double kQ6MinLaunchShare = 0.1;
+inline constexpr int kMinStepsForStatistics = 3;
+
+struct QuestionInputs {
+  int64_t kernels = 0;        // kernels with a known launch call
+  int64_t short_kernels = 0;  // of which shorter than their launch call (<= 50 us)
+  int64_t nccl_ops = 0;
+};
+
+std::vector<Question> AnswerQuestions(const std::vector<StepStats>& steps,
+                                      const Totals& totals, const QuestionInputs& in);
+
+// "1.23 ms", "45.6 us", "2.50 s", "120 ns".
+std::string FormatDuration(int64_t ns);
+
+}  // namespace stallscope::analyzer

@@ -1,0 +1,100 @@
+// The analysis result that every report writer renders: steps, idle by cause,
+// hotspots, totals, the six questions and diagnostics (design.md's
+// `stallscope.report/1`).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "analyzer/diagnostics.h"
+#include "analyzer/symbolizer.h"
+
+namespace stallscope::analyzer {
+
+// Idle causes, in design.md's order; names are a contract.
+enum class Cause : int {
+  kSync,
+  kHostWait,
+  kHostBusy,
+  kLaunchOverhead,
+  kComm,
+  kDeviceWait,
+  kOther,
+};
+inline constexpr int kNumCauses = 7;
+const char* CauseName(Cause c);
+inline Cause CauseAt(int i) { return static_cast<Cause>(i); }
+
+using CauseNs = std::array<int64_t, kNumCauses>;
+
+struct BusyByKind {
+  int64_t compute = 0;  // non-NCCL kernels
+  int64_t copy = 0;     // memcpy / memset
+  int64_t comm = 0;     // NCCL kernels
+};
+
+struct StepStats {
+  int index = 0;
+  uint32_t device = 0;
+  int64_t start_ns = 0;  // device timeline
+  int64_t end_ns = 0;
+  int64_t host_start_ns = 0;
+  int64_t host_end_ns = 0;
+  int64_t gpu_busy_ns = 0;
+  int64_t gpu_idle_ns = 0;
+  CauseNs idle_by_cause{};
+  BusyByKind busy_by_kind;
+  int64_t sync_count = 0;
+  int64_t launches = 0;
+};
+
+struct Hotspot {
+  std::string api;
+  bool explicit_sync = false;  // kind: explicit | implicit
+  Frame site;
+  std::vector<Frame> stack;  // innermost first (outermost last)
+  int64_t count = 0;
+  int64_t blocked_ns = 0;
+  int64_t idle_caused_ns = 0;
+};
+
+struct Totals {
+  int64_t wall_ns = 0;
+  int64_t gpu_busy_ns = 0;
+  int64_t gpu_idle_ns = 0;
+  CauseNs idle_by_cause{};
+  BusyByKind busy_by_kind;
+  int64_t launches = 0;
+  int64_t syncs = 0;
+};
+
+struct Question {
+  std::string id;
+  std::string answer;  // yes | no | unknown
+  std::string evidence;
+};
+
+// One traced process (one file) of a report over a folder.
+struct ProcessSummary {
+  std::string file;  // basename
+  uint32_t pid = 0;
+  std::string host;
+  int steps = 0;
+  int64_t device_ops = 0;
+  Totals totals;
+  bool analyzed = false;  // the process whose steps the report shows
+};
+
+struct Report {
+  std::string step_source = "none";  // marker | auto | none
+  std::vector<StepStats> steps;
+  std::vector<Hotspot> hotspots;
+  Totals totals;
+  std::vector<Question> questions;
+  std::vector<Diagnostic> diagnostics;
+  std::vector<ProcessSummary> processes;
+};
+
+}  // namespace stallscope::analyzer

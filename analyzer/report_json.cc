@@ -1,0 +1,107 @@
+// JSON rendering of a Report (see report_json.h). Every cause key is present
+// in every idle_by_cause object, zeros included.
+#include "analyzer/report_json.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json Causes(const CauseNs& c) {
+  Json j = Json::object();
+  for (int i = 0; i < kNumCauses; ++i) j[CauseName(CauseAt(i))] = c[i];
+  return j;
+}
+
+Json Busy(const BusyByKind& b) {
+  return Json{{"compute", b.compute}, {"copy", b.copy}, {"comm", b.comm}};
+}
+
+Json FrameJson(const Frame& f) {
+  return Json{{"function", f.function}, {"file", f.file}, {"line", f.line}, {"module", f.module}};
+}
+
+Json TotalsJson(const Totals& t) {
+  return Json{{"wall_ns", t.wall_ns},
+              {"gpu_busy_ns", t.gpu_busy_ns},
+              {"gpu_idle_ns", t.gpu_idle_ns},
+              {"idle_by_cause", Causes(t.idle_by_cause)},
+              {"busy_by_kind", Busy(t.busy_by_kind)},
+              {"launches", t.launches},
+              {"syncs", t.syncs}};
+}
+
+}  // namespace
+
+Json ReportToJson(const Report& r) {
+  Json j;
+  j["schema"] = kReportSchema;
+  j["step_source"] = r.step_source;
+  Json steps = Json::array();
+  for (const StepStats& s : r.steps) {
+    steps.push_back(Json{{"index", s.index},
+                         {"device", s.device},
+                         {"start_ns", s.start_ns},
+                         {"end_ns", s.end_ns},
+                         {"host_start_ns", s.host_start_ns},
+                         {"host_end_ns", s.host_end_ns},
+                         {"gpu_busy_ns", s.gpu_busy_ns},
+                         {"gpu_idle_ns", s.gpu_idle_ns},
+                         {"idle_by_cause", Causes(s.idle_by_cause)},
+                         {"busy_by_kind", Busy(s.busy_by_kind)},
+                         {"sync_count", s.sync_count},
+                         {"launches", s.launches}});
+  }
+  j["steps"] = std::move(steps);
+  const double n = r.steps.empty() ? 1.0 : static_cast<double>(r.steps.size());
+  Json hotspots = Json::array();
+  for (const Hotspot& h : r.hotspots) {
+    Json stack = Json::array();
+    for (const Frame& f : h.stack) stack.push_back(FrameJson(f));
+    hotspots.push_back(Json{
+        {"api", h.api},
+        {"kind", h.explicit_sync ? "explicit" : "implicit"},
+        {"site", Json{{"file", h.site.file}, {"line", h.site.line}, {"function", h.site.function}}},
+        {"stack", std::move(stack)},
+        {"count", h.count},
+        {"blocked_ns", h.blocked_ns},
+        {"idle_caused_ns", h.idle_caused_ns},
+        {"per_step",
+         Json{{"count", static_cast<double>(h.count) / n},
+              {"blocked_ns", static_cast<double>(h.blocked_ns) / n},
+              {"idle_caused_ns", static_cast<double>(h.idle_caused_ns) / n}}}});
+  }
+  j["hotspots"] = std::move(hotspots);
+  j["totals"] = TotalsJson(r.totals);
+  j["totals"]["steps"] = r.steps.size();
+  Json questions = Json::array();
+  for (const Question& q : r.questions) {
+    questions.push_back(Json{{"id", q.id}, {"answer", q.answer}, {"evidence", q.evidence}});
+  }
+  j["questions"] = std::move(questions);
+  Json diagnostics = Json::array();
+  for (const Diagnostic& d : r.diagnostics) {
+    diagnostics.push_back(Json{{"name", DiagName(d.id)},
+                               {"severity", SeverityName(DiagSeverity(d.id))},
+                               {"count", d.count},
+                               {"message", d.message.empty() ? DiagDescription(d.id) : d.message}});
+  }
+  j["diagnostics"] = std::move(diagnostics);
+  Json processes = Json::array();
+  for (const ProcessSummary& p : r.processes) {
+    Json pj{{"file", p.file},     {"pid", p.pid},
+            {"host", p.host},     {"analyzed", p.analyzed},
+            {"steps", p.steps},   {"device_ops", p.device_ops}};
+    const Json totals = TotalsJson(p.totals);
+    for (const auto& item : totals.items()) pj[item.key()] = item.value();
+    processes.push_back(std::move(pj));
+  }
+  j["processes"] = std::move(processes);
+  return j;
+}
+
+std::string RenderJson(const Report& report) {
+  return ReportToJson(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace stallscope::analyzer

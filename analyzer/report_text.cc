@@ -1,0 +1,130 @@
+// Text rendering of a Report (see report_text.h).
+#include "analyzer/report_text.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "analyzer/questions.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+double Pct(int64_t part, int64_t whole) {
+  return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
+int TopCause(const CauseNs& c) {
+  int best = 0;
+  for (int i = 1; i < kNumCauses; ++i) {
+    if (c[i] > c[best]) best = i;
+  }
+  return best;
+}
+
+std::string Site(const Frame& f) {
+  if (f.file.empty()) return f.function;
+  return absl::StrFormat("%s:%d (%s)", f.file, f.line, f.function);
+}
+
+}  // namespace
+
+std::string RenderSummary(const Report& r) {
+  const Totals& t = r.totals;
+  std::string s = absl::StrFormat("%d step%s (%s markers), GPU idle %.1f%% of %s", r.steps.size(),
+                                  r.steps.size() == 1 ? "" : "s",
+                                  r.step_source == "none" ? "no" : r.step_source.c_str(),
+                                  Pct(t.gpu_idle_ns, t.wall_ns), FormatDuration(t.wall_ns));
+  if (t.gpu_idle_ns > 0) {
+    int top = TopCause(t.idle_by_cause);
+    absl::StrAppendFormat(&s, ", top cause %s (%.1f%% of idle)", CauseName(CauseAt(top)),
+                          Pct(t.idle_by_cause[top], t.gpu_idle_ns));
+  }
+  if (!r.hotspots.empty()) {
+    const Hotspot& h = r.hotspots.front();
+    absl::StrAppendFormat(&s, "; top hotspot %s at %s: %d calls, %s idle caused", h.api,
+                          Site(h.site), h.count, FormatDuration(h.idle_caused_ns));
+  } else {
+    absl::StrAppend(&s, "; no blocking synchronization hotspots");
+  }
+  return s;
+}
+
+std::string RenderText(const Report& r) {
+  const Totals& t = r.totals;
+  std::string out = "stallscope report\n=================\n";
+  for (const ProcessSummary& p : r.processes) {
+    absl::StrAppendFormat(&out, "%s pid %d on %s: %d device ops%s\n", p.file, p.pid,
+                          p.host.empty() ? "?" : p.host, p.device_ops,
+                          r.processes.size() > 1 && p.analyzed ? "  (analyzed below)" : "");
+  }
+  absl::StrAppendFormat(&out, "\n%s\n", RenderSummary(r));
+  absl::StrAppendFormat(&out,
+                        "GPU busy %s (%.1f%%): compute %s, copy %s, comm %s; %d launches, %d "
+                        "synchronizing calls\n",
+                        FormatDuration(t.gpu_busy_ns), Pct(t.gpu_busy_ns, t.wall_ns),
+                        FormatDuration(t.busy_by_kind.compute), FormatDuration(t.busy_by_kind.copy),
+                        FormatDuration(t.busy_by_kind.comm), t.launches, t.syncs);
+
+  absl::StrAppend(&out, "\nSteps (device timeline; times relative to the first step)\n");
+  absl::StrAppendFormat(&out, "  %5s %12s %12s %12s %12s %6s %5s %8s  %s\n", "step", "start",
+                        "time", "busy", "idle", "idle%", "syncs", "launches", "top cause");
+  const int64_t origin = r.steps.empty() ? 0 : r.steps.front().start_ns;
+  for (size_t i = 0; i < r.steps.size() && i < kTextMaxSteps; ++i) {
+    const StepStats& s = r.steps[i];
+    const int64_t dur = s.end_ns - s.start_ns;
+    absl::StrAppendFormat(&out, "  %5d %12s %12s %12s %12s %5.1f%% %5d %8d  %s\n", s.index,
+                          FormatDuration(s.start_ns - origin), FormatDuration(dur),
+                          FormatDuration(s.gpu_busy_ns), FormatDuration(s.gpu_idle_ns),
+                          Pct(s.gpu_idle_ns, dur), s.sync_count, s.launches,
+                          s.gpu_idle_ns > 0 ? CauseName(CauseAt(TopCause(s.idle_by_cause))) : "-");
+  }
+  if (r.steps.size() > kTextMaxSteps) {
+    absl::StrAppendFormat(&out, "  ... %d more steps (--format json lists all)\n",
+                          r.steps.size() - kTextMaxSteps);
+  }
+
+  absl::StrAppend(&out, "\nGPU idle by cause\n");
+  for (int i = 0; i < kNumCauses; ++i) {
+    absl::StrAppendFormat(&out, "  %-16s %12s %6.1f%%\n", CauseName(CauseAt(i)),
+                          FormatDuration(t.idle_by_cause[i]), Pct(t.idle_by_cause[i], t.gpu_idle_ns));
+  }
+
+  absl::StrAppend(&out, "\nForced-sync hotspots\n");
+  if (r.hotspots.empty()) {
+    absl::StrAppend(&out, "  none: no synchronizing call blocked the host\n");
+  } else {
+    absl::StrAppendFormat(&out, "  %3s %-28s %-8s %7s %12s %12s  %s\n", "#", "api", "kind",
+                          "count", "blocked", "idle caused", "site");
+    for (size_t i = 0; i < r.hotspots.size(); ++i) {
+      const Hotspot& h = r.hotspots[i];
+      absl::StrAppendFormat(&out, "  %3d %-28s %-8s %7d %12s %12s  %s\n", i + 1, h.api,
+                            h.explicit_sync ? "explicit" : "implicit", h.count,
+                            FormatDuration(h.blocked_ns), FormatDuration(h.idle_caused_ns),
+                            Site(h.site));
+    }
+  }
+
+  absl::StrAppend(&out, "\nQuestions\n");
+  static constexpr const char* kTitles[] = {
+      "Does step time move with the utilization dips?",
+      "Do idle gaps shrink with synthetic or cached input?",
+      "Is there a host-side stall before kernel launches?",
+      "Is input access uneven from step to step?",
+      "Does distributed synchronization dominate?",
+      "Does the workload lack work per step?"};
+  for (size_t i = 0; i < r.questions.size(); ++i) {
+    const Question& q = r.questions[i];
+    absl::StrAppendFormat(&out, "  %s %-7s %s\n         %s\n", q.id, q.answer,
+                          i < 6 ? kTitles[i] : "", q.evidence);
+  }
+
+  absl::StrAppend(&out, "\nDiagnostics\n");
+  for (const Diagnostic& d : r.diagnostics) {
+    absl::StrAppendFormat(&out, "  %-7s %-26s %s\n", SeverityName(DiagSeverity(d.id)),
+                          DiagName(d.id), d.message.empty() ? DiagDescription(d.id) : d.message);
+  }
+  return out;
+}
+
+}  // namespace stallscope::analyzer

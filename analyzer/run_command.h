@@ -1,0 +1,26 @@
+// `stallscope run`: runs a command with libstallscope.so preloaded (and NVTX
+// injection set) writing traces into a folder, forwards SIGINT/SIGTERM, then
+// prints a short summary and exits with the command's exit code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace stallscope::analyzer {
+
+struct RunOptions {
+  std::string out_dir;  // empty: stallscope-YYYYMMDD-HHMMSS in the cwd
+  bool sim = false;     // put <libdir>/simgpu first on LD_LIBRARY_PATH
+  std::string step_pattern;  // for the summary; empty: default
+  std::vector<std::string> command;
+};
+
+// <dir of /proc/self/exe>/../lib, or $STALLSCOPE_LIBDIR when set.
+std::string LibDir();
+
+// Returns the exit code: the command's, 128+signal when it was killed, 127
+// when it could not be found, 126 when it could not be run, 1 when the trace
+// folder could not be made.
+int RunUnderStallscope(const RunOptions& options);
+
+}  // namespace stallscope::analyzer

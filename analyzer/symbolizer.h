@@ -1,0 +1,45 @@
+// Offline symbolization of native return addresses through the trace's module
+// map, with elfutils' libdw: function (demangled), source file and line. A
+// missing or stripped module still yields `module+0xoffset`. Cached by pc.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "analyzer/timeline.h"
+
+namespace stallscope::analyzer {
+
+struct Frame {
+  std::string function;
+  std::string file;
+  int line = 0;
+  std::string module;  // basename of the object; "python" for Python frames
+};
+
+class Symbolizer {
+ public:
+  explicit Symbolizer(std::vector<Module> modules);
+  ~Symbolizer();
+  Symbolizer(const Symbolizer&) = delete;
+  Symbolizer& operator=(const Symbolizer&) = delete;
+
+  // `pc` is a return address: line info is looked up at pc-1.
+  const Frame& Symbolize(uint64_t pc);
+  // The module containing pc, or nullptr.
+  const Module* FindModule(uint64_t pc) const;
+
+ private:
+  struct State;
+  std::vector<Module> modules_;  // sorted by low
+  std::unique_ptr<State> state_;
+  absl::flat_hash_map<uint64_t, Frame> cache_;
+};
+
+// Basename of a path.
+std::string BaseName(const std::string& path);
+
+}  // namespace stallscope::analyzer

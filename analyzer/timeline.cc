@@ -1,0 +1,212 @@
+// Tick conversion, sorting, correlation join and NVTX range building for the
+// timeline model (see timeline.h).
+#include "analyzer/timeline.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+
+namespace stallscope::analyzer {
+
+std::string_view Timeline::String(uint32_t id) const {
+  if (id == 0) return {};
+  auto it = strings.find(id);
+  return it == strings.end() ? std::string_view() : std::string_view(it->second);
+}
+
+const ApiInfo& Timeline::Api(uint16_t id) const {
+  static const ApiInfo* const kUnknown = new ApiInfo{"<unknown api>", {}, 0};
+  return id < apis.size() && !apis[id].name.empty() ? apis[id] : *kUnknown;
+}
+
+TickConverter::TickConverter(std::vector<trace::ClockRecord> pairs,
+                             std::vector<Diagnostic>* diags) {
+  std::sort(pairs.begin(), pairs.end(),
+            [](const auto& a, const auto& b) { return a.ticks < b.ticks; });
+  pairs.erase(std::unique(pairs.begin(), pairs.end(),
+                          [](const auto& a, const auto& b) {
+                            return a.ticks == b.ticks;
+                          }),
+              pairs.end());
+  if (pairs.empty()) {
+    AddDiagnostic(diags, DiagId::kClockMissing, 1);
+    segments_.push_back({0, 0, 1.0});
+    return;
+  }
+  if (pairs.size() == 1) {
+    AddDiagnostic(diags, DiagId::kClockSinglePair, 1,
+                  "only one tick/clock pair: ticks assumed to be nanoseconds "
+                  "offset to CLOCK_MONOTONIC at that pair");
+    segments_.push_back({pairs[0].ticks, static_cast<int64_t>(pairs[0].mono_ns), 1.0});
+    return;
+  }
+  for (size_t i = 0; i + 1 < pairs.size(); ++i) {
+    double dt = static_cast<double>(pairs[i + 1].ticks - pairs[i].ticks);
+    double dn = static_cast<double>(static_cast<int64_t>(pairs[i + 1].mono_ns -
+                                                         pairs[i].mono_ns));
+    segments_.push_back({pairs[i].ticks, static_cast<int64_t>(pairs[i].mono_ns),
+                         dn / dt});
+  }
+}
+
+int64_t TickConverter::ToNs(uint64_t ticks) const {
+  // Last segment starting at or before `ticks`; the first one extrapolates
+  // backwards, the last one forwards.
+  auto it = std::upper_bound(
+      segments_.begin(), segments_.end(), ticks,
+      [](uint64_t t, const Segment& s) { return t < s.ticks; });
+  const Segment& s = it == segments_.begin() ? *it : *(it - 1);
+  auto delta = static_cast<int64_t>(ticks - s.ticks);
+  return s.ns + static_cast<int64_t>(std::llround(static_cast<double>(delta) * s.slope));
+}
+
+namespace {
+
+void ConvertTicks(Timeline* t) {
+  if (t->ticks_are_ns) return;
+  TickConverter conv(t->clocks, &t->diagnostics);
+  for (ApiCall& c : t->calls) {
+    c.enter_ns = conv.ToNs(static_cast<uint64_t>(c.enter_ns));
+    c.exit_ns = conv.ToNs(static_cast<uint64_t>(c.exit_ns));
+  }
+  for (NvtxEvent& e : t->nvtx) e.ns = conv.ToNs(static_cast<uint64_t>(e.ns));
+}
+
+void Join(Timeline* t) {
+  absl::flat_hash_map<uint64_t, int32_t> by_external;
+  by_external.reserve(t->calls.size());
+  for (size_t i = 0; i < t->calls.size(); ++i) {
+    if (t->calls[i].correlation != 0) {
+      by_external.emplace(t->calls[i].correlation, static_cast<int32_t>(i));
+    }
+  }
+  absl::flat_hash_map<uint32_t, uint64_t> to_external;
+  to_external.reserve(t->correlations.size());
+  for (const auto& c : t->correlations) to_external[c.correlation] = c.external;
+  const bool fallback = t->correlations.empty() && !t->ops.empty();
+  uint64_t unjoined = 0;
+  for (DeviceOp& op : t->ops) {
+    uint64_t external = 0;
+    if (fallback) {
+      external = op.correlation;
+    } else if (auto it = to_external.find(op.correlation); it != to_external.end()) {
+      external = it->second;
+    }
+    auto it = external ? by_external.find(external) : by_external.end();
+    if (it == by_external.end()) {
+      ++unjoined;
+      continue;
+    }
+    op.call = it->second;
+    ApiCall& call = t->calls[op.call];
+    ++call.op_count;
+    call.last_op_end_ns = std::max(call.last_op_end_ns, op.end_ns);
+  }
+  if (fallback) {
+    AddDiagnostic(&t->diagnostics, DiagId::kCorrelationFallback, 1);
+  }
+  if (unjoined > 0) {
+    AddDiagnostic(&t->diagnostics, DiagId::kUncorrelatedDeviceOps, unjoined,
+                  absl::StrFormat("%d of %d device ops have no submitting host "
+                                  "call (no matching correlation)",
+                                  unjoined, t->ops.size()));
+  }
+}
+
+void BuildRanges(Timeline* t) {
+  std::stable_sort(t->nvtx.begin(), t->nvtx.end(),
+                   [](const NvtxEvent& a, const NvtxEvent& b) { return a.ns < b.ns; });
+  absl::flat_hash_map<uint32_t, std::vector<const NvtxEvent*>> pushed;
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, const NvtxEvent*> started;
+  absl::flat_hash_map<uint64_t, const NvtxEvent*> steps;
+  uint64_t unmatched = 0;
+  for (const NvtxEvent& e : t->nvtx) {
+    switch (e.type) {
+      case trace::NvtxType::kPush:
+        pushed[e.tid].push_back(&e);
+        break;
+      case trace::NvtxType::kPop: {
+        auto& stack = pushed[e.tid];
+        if (stack.empty()) {
+          ++unmatched;
+          break;
+        }
+        const NvtxEvent* b = stack.back();
+        stack.pop_back();
+        t->ranges.push_back({b->ns, std::max(e.ns, b->ns), e.tid, b->name,
+                             static_cast<uint32_t>(stack.size()), false, 0});
+        break;
+      }
+      case trace::NvtxType::kStart:
+        started[{e.domain, e.range_id}] = &e;
+        break;
+      case trace::NvtxType::kEnd: {
+        auto it = started.find(std::make_pair(e.domain, e.range_id));
+        if (it == started.end()) {
+          ++unmatched;
+          break;
+        }
+        const NvtxEvent* b = it->second;
+        started.erase(it);
+        t->ranges.push_back({b->ns, std::max(e.ns, b->ns), b->tid, b->name, 0, false, 0});
+        break;
+      }
+      case trace::NvtxType::kStepBegin:
+        steps[e.range_id] = &e;
+        break;
+      case trace::NvtxType::kStepEnd: {
+        auto it = steps.find(e.range_id);
+        if (it == steps.end()) {
+          ++unmatched;
+          break;
+        }
+        const NvtxEvent* b = it->second;
+        steps.erase(it);
+        t->ranges.push_back({b->ns, std::max(e.ns, b->ns), b->tid, b->name, 0, true,
+                             e.range_id});
+        break;
+      }
+      default:
+        break;  // marks carry no range
+    }
+  }
+  for (const auto& [tid, stack] : pushed) unmatched += stack.size();
+  unmatched += started.size() + steps.size();
+  if (unmatched > 0) AddDiagnostic(&t->diagnostics, DiagId::kUnmatchedNvtx, unmatched);
+  std::stable_sort(t->ranges.begin(), t->ranges.end(),
+                   [](const NvtxRange& a, const NvtxRange& b) {
+                     return a.start_ns != b.start_ns ? a.start_ns < b.start_ns
+                                                     : a.end_ns > b.end_ns;
+                   });
+}
+
+}  // namespace
+
+void FinalizeTimeline(Timeline* t) {
+  ConvertTicks(t);
+  uint64_t invalid = 0;
+  for (ApiCall& c : t->calls) {
+    if (c.exit_ns < c.enter_ns) {
+      c.exit_ns = c.enter_ns;
+      ++invalid;
+    }
+  }
+  for (DeviceOp& op : t->ops) {
+    if (op.end_ns < op.start_ns) {
+      op.end_ns = op.start_ns;
+      ++invalid;
+    }
+  }
+  if (invalid > 0) AddDiagnostic(&t->diagnostics, DiagId::kInvalidRecords, invalid);
+  std::stable_sort(t->calls.begin(), t->calls.end(),
+                   [](const ApiCall& a, const ApiCall& b) { return a.enter_ns < b.enter_ns; });
+  std::stable_sort(t->ops.begin(), t->ops.end(),
+                   [](const DeviceOp& a, const DeviceOp& b) { return a.start_ns < b.start_ns; });
+  Join(t);
+  BuildRanges(t);
+  if (t->ops.empty()) AddDiagnostic(&t->diagnostics, DiagId::kNoDeviceOps, 1);
+}
+
+}  // namespace stallscope::analyzer

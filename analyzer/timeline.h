@@ -1,0 +1,144 @@
+// The timeline model of one traced process: its threads' CUDA API calls, the
+// device ops they submitted (joined through correlation ids), NVTX ranges,
+// strings, call-site stacks and the module map, all on CLOCK_MONOTONIC ns.
+// The reader fills the raw fields; FinalizeTimeline converts ticks, sorts and
+// joins.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "analyzer/diagnostics.h"
+#include "trace_format.h"
+
+namespace stallscope::analyzer {
+
+struct ApiInfo {
+  std::string name;
+  trace::ApiCategory category = trace::ApiCategory::kOther;
+  uint16_t flags = 0;  // trace::ApiFlags
+};
+
+// One hooked host call. Times are ticks until FinalizeTimeline, then ns.
+struct ApiCall {
+  int64_t enter_ns = 0;
+  int64_t exit_ns = 0;
+  uint64_t correlation = 0;  // external id; 0 none
+  uint64_t stream = 0;
+  uint64_t object = 0;
+  uint64_t bytes = 0;
+  uint32_t stack = 0;
+  uint32_t tid = 0;
+  uint16_t api = 0;
+  uint16_t flags = 0;  // trace::RecordFlags
+  int32_t result = 0;
+  // Filled by the join: device ops this call submitted.
+  int32_t op_count = 0;
+  int64_t last_op_end_ns = 0;
+};
+
+struct DeviceOp {
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  uint64_t bytes = 0;
+  uint32_t correlation = 0;  // CUPTI id
+  uint32_t name = 0;         // string id
+  uint32_t stream = 0;
+  uint32_t device = 0;
+  uint32_t context = 0;
+  trace::DeviceOpKind kind = trace::DeviceOpKind::kKernel;
+  uint8_t copy_kind = 0;
+  int32_t call = -1;  // index into Timeline::calls of the submitting call
+};
+
+struct NvtxEvent {
+  int64_t ns = 0;  // ticks until FinalizeTimeline
+  uint64_t range_id = 0;
+  uint64_t domain = 0;
+  uint32_t name = 0;
+  trace::NvtxType type = trace::NvtxType::kMark;
+  uint32_t tid = 0;
+};
+
+// A closed NVTX range (push/pop or start/end) or an explicit step.
+struct NvtxRange {
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  uint32_t tid = 0;
+  uint32_t name = 0;
+  uint32_t depth = 0;  // push/pop nesting depth, 0 outermost
+  bool explicit_step = false;
+  uint64_t step_index = 0;  // explicit steps only
+};
+
+// Where a stack's words live in Timeline::stack_words.
+struct StackRef {
+  uint32_t native_offset = 0;
+  uint32_t native_depth = 0;  // u64 return addresses, innermost first
+  uint32_t python_offset = 0;
+  uint32_t python_depth = 0;  // frames: 2 words (string id, line) each
+};
+
+struct Module {
+  uint64_t base = 0;
+  uint64_t low = 0;
+  uint64_t high = 0;
+  std::string path;
+  std::string build_id;
+};
+
+struct Timeline {
+  std::string path;
+  trace::FileHeader header{};
+  std::string host;
+  bool ticks_are_ns = false;
+  bool ended_cleanly = false;
+  uint64_t bytes_used = 0;  // bytes up to the last complete chunk
+  uint64_t file_size = 0;
+
+  std::vector<ApiInfo> apis;  // indexed by api id
+  std::vector<ApiCall> calls;  // sorted by enter after FinalizeTimeline
+  std::vector<DeviceOp> ops;   // sorted by start after FinalizeTimeline
+  std::vector<trace::CorrelationRecord> correlations;
+  std::vector<NvtxEvent> nvtx;
+  std::vector<NvtxRange> ranges;  // sorted by start
+  absl::flat_hash_map<uint32_t, std::string> strings;
+  absl::flat_hash_map<uint32_t, StackRef> stacks;
+  std::vector<uint64_t> stack_words;
+  std::vector<Module> modules;
+  std::vector<trace::ClockRecord> clocks;
+  absl::flat_hash_map<uint32_t, std::string> thread_names;
+  std::vector<Diagnostic> diagnostics;
+
+  // "" when unknown.
+  std::string_view String(uint32_t id) const;
+  const ApiInfo& Api(uint16_t id) const;
+};
+
+// Converts ticks to ns (piecewise-linear through the kClock pairs, or the
+// identity when the file says ticks are ns), sorts calls and ops, joins each
+// device op to its submitting call, and builds NVTX ranges.
+void FinalizeTimeline(Timeline* t);
+
+// Tick → ns conversion through (ticks, mono_ns) pairs: linear interpolation
+// between neighbouring pairs, extrapolation with the nearest segment's slope.
+class TickConverter {
+ public:
+  // `pairs` need not be sorted. Adds clock diagnostics to `diags`.
+  TickConverter(std::vector<trace::ClockRecord> pairs,
+                std::vector<Diagnostic>* diags);
+  int64_t ToNs(uint64_t ticks) const;
+
+ private:
+  struct Segment {
+    uint64_t ticks;  // start of the segment
+    int64_t ns;
+    double slope;  // ns per tick
+  };
+  std::vector<Segment> segments_;
+};
+
+}  // namespace stallscope::analyzer

@@ -1,0 +1,361 @@
+// The .sstrace reader: header and chunk validation, record decoding.
+#include "analyzer/trace_reader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+using trace::ChunkHeader;
+using trace::ChunkType;
+using trace::FileHeader;
+
+// Reads n bytes at offset into dst; returns false on a short read or error.
+using ReadAt = std::function<bool(uint64_t offset, size_t n, void* dst)>;
+
+const char* ChunkTypeName(uint16_t type) {
+  switch (static_cast<ChunkType>(type)) {
+    case ChunkType::kApi: return "api";
+    case ChunkType::kDevice: return "device";
+    case ChunkType::kCorrelation: return "correlation";
+    case ChunkType::kNvtx: return "nvtx";
+    case ChunkType::kString: return "string";
+    case ChunkType::kStack: return "stack";
+    case ChunkType::kModule: return "module";
+    case ChunkType::kClock: return "clock";
+    case ChunkType::kApiTable: return "api-table";
+    case ChunkType::kThread: return "thread";
+    case ChunkType::kDiagnostic: return "diagnostic";
+    case ChunkType::kEnd: return "end";
+  }
+  return "unknown";
+}
+
+// Decodes one verified chunk payload into the timeline. Returns an error text
+// (empty when fine) for counts or lengths that do not fit the payload.
+std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timeline* t) {
+  auto fixed = [&](size_t record) -> bool {
+    return static_cast<uint64_t>(h.count) * record <= n;
+  };
+  switch (static_cast<ChunkType>(h.type)) {
+    case ChunkType::kApi: {
+      if (!fixed(sizeof(trace::ApiRecord))) return "record count exceeds payload";
+      t->calls.reserve(t->calls.size() + h.count);
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::ApiRecord r;
+        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
+        ApiCall c;
+        c.enter_ns = static_cast<int64_t>(r.enter);
+        c.exit_ns = static_cast<int64_t>(r.exit);
+        c.correlation = r.correlation;
+        c.stream = r.stream;
+        c.object = r.object;
+        c.bytes = r.bytes;
+        c.stack = r.stack;
+        c.tid = h.tid;
+        c.api = r.api;
+        c.flags = r.flags;
+        c.result = r.result;
+        t->calls.push_back(c);
+      }
+      return {};
+    }
+    case ChunkType::kDevice: {
+      if (!fixed(sizeof(trace::DeviceRecord))) return "record count exceeds payload";
+      t->ops.reserve(t->ops.size() + h.count);
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::DeviceRecord r;
+        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
+        DeviceOp op;
+        op.start_ns = static_cast<int64_t>(r.start_ns);
+        op.end_ns = static_cast<int64_t>(r.end_ns);
+        op.bytes = r.bytes;
+        op.correlation = r.correlation;
+        op.name = r.name;
+        op.stream = r.stream;
+        op.device = r.device;
+        op.context = r.context;
+        op.kind = static_cast<trace::DeviceOpKind>(r.kind);
+        op.copy_kind = r.copy_kind;
+        t->ops.push_back(op);
+      }
+      return {};
+    }
+    case ChunkType::kCorrelation: {
+      if (!fixed(sizeof(trace::CorrelationRecord))) return "record count exceeds payload";
+      size_t old = t->correlations.size();
+      t->correlations.resize(old + h.count);
+      std::memcpy(t->correlations.data() + old, p, h.count * sizeof(trace::CorrelationRecord));
+      return {};
+    }
+    case ChunkType::kNvtx: {
+      if (!fixed(sizeof(trace::NvtxRecord))) return "record count exceeds payload";
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::NvtxRecord r;
+        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
+        t->nvtx.push_back({static_cast<int64_t>(r.ticks), r.range_id, r.domain, r.name,
+                           static_cast<trace::NvtxType>(r.type), h.tid});
+      }
+      return {};
+    }
+    case ChunkType::kClock: {
+      if (!fixed(sizeof(trace::ClockRecord))) return "record count exceeds payload";
+      size_t old = t->clocks.size();
+      t->clocks.resize(old + h.count);
+      std::memcpy(t->clocks.data() + old, p, h.count * sizeof(trace::ClockRecord));
+      return {};
+    }
+    case ChunkType::kThread: {
+      if (!fixed(sizeof(trace::ThreadRecord))) return "record count exceeds payload";
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::ThreadRecord r;
+        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
+        t->thread_names[r.tid] = std::string(r.name, strnlen(r.name, sizeof(r.name)));
+      }
+      return {};
+    }
+    case ChunkType::kDiagnostic: {
+      if (!fixed(sizeof(trace::DiagnosticRecord))) return "record count exceeds payload";
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::DiagnosticRecord r;
+        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
+        DiagId id;
+        switch (static_cast<trace::DiagnosticId>(r.id)) {
+          case trace::DiagnosticId::kDroppedRecords: id = DiagId::kDroppedRecords; break;
+          case trace::DiagnosticId::kCuptiUnavailable: id = DiagId::kCuptiUnavailable; break;
+          case trace::DiagnosticId::kCuptiDropped: id = DiagId::kCuptiDropped; break;
+          case trace::DiagnosticId::kCuptiNoTimestampCallback: id = DiagId::kCuptiOwnClock; break;
+          case trace::DiagnosticId::kInternalErrors: id = DiagId::kInternalErrors; break;
+          case trace::DiagnosticId::kStacksDropped: id = DiagId::kStacksDropped; break;
+          default: id = DiagId::kUnknownRecorderDiagnostic; break;
+        }
+        AddDiagnostic(&t->diagnostics, id, r.count);
+      }
+      return {};
+    }
+    case ChunkType::kString: {
+      size_t off = 0;
+      for (uint32_t i = 0; i < h.count; ++i) {
+        uint32_t id, len;
+        if (n - off < 8) return "string entry past the payload";
+        std::memcpy(&id, p + off, 4);
+        std::memcpy(&len, p + off + 4, 4);
+        if (len > n - off - 8) return "string length past the payload";
+        t->strings[id] = std::string(reinterpret_cast<const char*>(p + off + 8), len);
+        off += trace::PadTo8(8 + static_cast<size_t>(len));
+        if (off > n) off = n;
+      }
+      return {};
+    }
+    case ChunkType::kStack: {
+      size_t off = 0;
+      for (uint32_t i = 0; i < h.count; ++i) {
+        if (n - off < 8) return "stack entry past the payload";
+        uint32_t id;
+        uint16_t depth, kind;
+        std::memcpy(&id, p + off, 4);
+        std::memcpy(&depth, p + off + 4, 2);
+        std::memcpy(&kind, p + off + 6, 2);
+        off += 8;
+        if (static_cast<size_t>(depth) * 8 > n - off) return "stack depth past the payload";
+        auto offset = static_cast<uint32_t>(t->stack_words.size());
+        size_t old = t->stack_words.size();
+        t->stack_words.resize(old + depth);
+        std::memcpy(t->stack_words.data() + old, p + off, depth * size_t{8});
+        off += depth * size_t{8};
+        StackRef& ref = t->stacks[id];
+        if (kind == static_cast<uint16_t>(trace::StackKind::kNative)) {
+          ref.native_offset = offset;
+          ref.native_depth = depth;
+        } else if (kind == static_cast<uint16_t>(trace::StackKind::kPython)) {
+          ref.python_offset = offset;
+          ref.python_depth = depth / 2;
+        }
+      }
+      return {};
+    }
+    case ChunkType::kModule: {
+      size_t off = 0;
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::ModuleRecord r;
+        if (n - off < sizeof(r)) return "module entry past the payload";
+        std::memcpy(&r, p + off, sizeof(r));
+        off += sizeof(r);
+        uint64_t extra = static_cast<uint64_t>(r.path_len) + r.build_id_len;
+        if (extra > n - off) return "module path past the payload";
+        Module m{r.base, r.low, r.high,
+                 std::string(reinterpret_cast<const char*>(p + off), r.path_len),
+                 std::string(reinterpret_cast<const char*>(p + off + r.path_len),
+                             r.build_id_len)};
+        t->modules.push_back(std::move(m));
+        off += trace::PadTo8(extra);
+        if (off > n) off = n;
+      }
+      return {};
+    }
+    case ChunkType::kApiTable: {
+      size_t off = 0;
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::ApiTableEntry e;
+        if (n - off < sizeof(e)) return "api entry past the payload";
+        std::memcpy(&e, p + off, sizeof(e));
+        if (e.name_len > n - off - sizeof(e)) return "api name past the payload";
+        if (e.api >= t->apis.size()) t->apis.resize(e.api + size_t{1});
+        ApiInfo& info = t->apis[e.api];
+        info.name.assign(reinterpret_cast<const char*>(p + off + sizeof(e)), e.name_len);
+        info.category = static_cast<trace::ApiCategory>(e.category);
+        info.flags = e.flags;
+        off += trace::PadTo8(sizeof(e) + e.name_len);
+        if (off > n) off = n;
+      }
+      return {};
+    }
+    case ChunkType::kEnd:
+      t->ended_cleanly = true;
+      return {};
+  }
+  AddDiagnostic(&t->diagnostics, DiagId::kUnknownChunk, 1);
+  return {};
+}
+
+absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::string& name) {
+  Timeline t;
+  t.path = name;
+  t.file_size = size;
+  FileHeader fh;
+  if (size < sizeof(fh) || !read(0, sizeof(fh), &fh)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: not a stallscope trace (%d bytes, shorter than the %d-byte header)", name,
+        size, sizeof(fh)));
+  }
+  if (std::memcmp(fh.magic, trace::kMagic, sizeof(fh.magic)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: not a stallscope trace (bad magic at byte offset 0)", name));
+  }
+  if (fh.version > trace::kVersion || fh.oldest_reader > trace::kVersion) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: written by a newer stallscope (format %d); this reader reads up to %d", name,
+        fh.version > trace::kVersion ? fh.version : fh.oldest_reader, trace::kVersion));
+  }
+  if (fh.version < trace::kOldestSupported) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: trace format %d is older than the oldest this reader supports (%d)", name,
+        fh.version, trace::kOldestSupported));
+  }
+  if (fh.header_bytes < sizeof(fh) || fh.header_bytes > 4096) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: bad header size %d at byte offset 12", name, fh.header_bytes));
+  }
+  t.header = fh;
+  t.host = std::string(fh.host, strnlen(fh.host, sizeof(fh.host)));
+  t.ticks_are_ns = (fh.flags & trace::kFileTicksAreNs) != 0;
+
+  std::vector<uint64_t> buffer;  // 8-byte aligned payload buffer, reused
+  uint64_t off = fh.header_bytes;
+  bool truncated = off > size;
+  while (!truncated && off < size) {
+    ChunkHeader ch;
+    if (size - off < sizeof(ch)) {
+      truncated = true;
+      break;
+    }
+    if (!read(off, sizeof(ch), &ch)) {
+      return absl::DataLossError(
+          absl::StrFormat("%s: read error at byte offset %d", name, off));
+    }
+    if (ch.magic != trace::kChunkMagic) {
+      return absl::DataLossError(
+          absl::StrFormat("%s: bad chunk magic at byte offset %d", name, off));
+    }
+    if (ch.payload_bytes % 8 != 0 || ch.payload_bytes > kMaxChunkPayload) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s: impossible chunk size %d at byte offset %d", name, ch.payload_bytes, off));
+    }
+    const uint64_t end = off + sizeof(ch) + ch.payload_bytes;
+    if (end > size) {
+      truncated = true;
+      break;
+    }
+    buffer.resize(ch.payload_bytes / 8);
+    if (ch.payload_bytes > 0 && !read(off + sizeof(ch), ch.payload_bytes, buffer.data())) {
+      return absl::DataLossError(
+          absl::StrFormat("%s: read error at byte offset %d", name, off + sizeof(ch)));
+    }
+    if (trace::Checksum(buffer.data(), ch.payload_bytes) != ch.checksum) {
+      if (end == size) {  // a torn last chunk: the writer died mid-write
+        truncated = true;
+        break;
+      }
+      return absl::DataLossError(absl::StrFormat(
+          "%s: checksum mismatch in %s chunk at byte offset %d", name,
+          ChunkTypeName(ch.type), off));
+    }
+    std::string err = ParseChunk(ch, reinterpret_cast<const uint8_t*>(buffer.data()),
+                                 ch.payload_bytes, &t);
+    if (!err.empty()) {
+      return absl::DataLossError(absl::StrFormat("%s: malformed %s chunk at byte offset %d: %s",
+                                                 name, ChunkTypeName(ch.type), off, err));
+    }
+    off = end;
+    t.bytes_used = off;
+  }
+  if (t.bytes_used == 0) t.bytes_used = std::min<uint64_t>(fh.header_bytes, size);
+  if (truncated) {
+    AddDiagnostic(&t.diagnostics, DiagId::kTruncatedTrace, 1,
+                  absl::StrFormat("truncated trace: read %d of %d bytes", t.bytes_used, size));
+  } else if (!t.ended_cleanly) {
+    AddDiagnostic(&t.diagnostics, DiagId::kNoEndChunk, 1);
+  }
+  FinalizeTimeline(&t);
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<Timeline> ReadTraceBytes(std::string_view bytes, const std::string& name) {
+  auto read = [bytes](uint64_t offset, size_t n, void* dst) {
+    if (offset > bytes.size() || n > bytes.size() - offset) return false;
+    std::memcpy(dst, bytes.data() + offset, n);
+    return true;
+  };
+  return Read(read, bytes.size(), name);
+}
+
+absl::StatusOr<Timeline> ReadTraceFile(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrFormat("%s: %s", path, strerror(errno)));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrFormat("%s: not a regular file", path));
+  }
+  auto read = [fd](uint64_t offset, size_t n, void* dst) {
+    auto* out = static_cast<char*>(dst);
+    while (n > 0) {
+      ssize_t r = pread(fd, out, n, static_cast<off_t>(offset));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      out += r;
+      n -= static_cast<size_t>(r);
+      offset += static_cast<uint64_t>(r);
+    }
+    return true;
+  };
+  auto result = Read(read, static_cast<uint64_t>(st.st_size), path);
+  close(fd);
+  return result;
+}
+
+}  // namespace stallscope::analyzer
