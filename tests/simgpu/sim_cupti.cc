@@ -1,0 +1,483 @@
+// The simulated libcupti.so.13: the activity API subset stallscope uses,
+// producing the toolkit's record structs (CUpti_ActivityKernel10,
+// CUpti_ActivityMemcpy6, CUpti_ActivityMemset4,
+// CUpti_ActivityExternalCorrelation) from the simulated device's actual op
+// times. It finds the simulated libcuda.so.1 at run time (dlopen RTLD_NOLOAD,
+// dlsym simgpu_set_observer); the two libraries never link to each other.
+//
+// Records are packed back to back into a staging area as they are produced,
+// and copied into the client's buffers (request callback) and handed back
+// (completion callback) on cuptiActivityFlushAll and every ~100 ms from a
+// flusher thread. Timestamps are CLOCK_MONOTONIC ns unless a timestamp
+// callback is registered.
+#include <dlfcn.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#pragma GCC visibility push(default)
+#include <cupti_activity.h>
+#include <cupti_result.h>
+#include <cupti_version.h>
+#pragma GCC visibility pop
+
+#include "simgpu_hooks.h"
+
+static_assert(static_cast<int>(SIMGPU_COPY_HTOD) == static_cast<int>(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD));
+static_assert(static_cast<int>(SIMGPU_COPY_DTOH) == static_cast<int>(CUPTI_ACTIVITY_MEMCPY_KIND_DTOH));
+static_assert(static_cast<int>(SIMGPU_COPY_DTOD) == static_cast<int>(CUPTI_ACTIVITY_MEMCPY_KIND_DTOD));
+static_assert(static_cast<int>(SIMGPU_COPY_HTOH) == static_cast<int>(CUPTI_ACTIVITY_MEMCPY_KIND_HTOH));
+static_assert(static_cast<int>(SIMGPU_MEM_PAGEABLE) == static_cast<int>(CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE));
+static_assert(static_cast<int>(SIMGPU_MEM_PINNED) == static_cast<int>(CUPTI_ACTIVITY_MEMORY_KIND_PINNED));
+static_assert(static_cast<int>(SIMGPU_MEM_DEVICE) == static_cast<int>(CUPTI_ACTIVITY_MEMORY_KIND_DEVICE));
+static_assert(sizeof(CUpti_ActivityKernel10) % 8 == 0);
+static_assert(sizeof(CUpti_ActivityMemcpy6) % 8 == 0);
+static_assert(sizeof(CUpti_ActivityMemset4) % 8 == 0);
+static_assert(sizeof(CUpti_ActivityExternalCorrelation) % 8 == 0);
+
+namespace {
+
+constexpr size_t kMaxStagedBytes = 256u << 20;  // beyond this, records are dropped
+constexpr int kFlushPeriodMs = 100;
+constexpr int kKindSlots = 64;
+static_assert(CUPTI_ACTIVITY_KIND_COUNT <= kKindSlots);
+
+uint64_t MonoNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+struct State {
+  std::mutex mu;  // guards staging
+  std::vector<uint8_t> staging;
+  std::mutex deliver_mu;  // one delivery at a time
+  std::atomic<CUpti_BuffersCallbackRequestFunc> request{nullptr};
+  std::atomic<CUpti_BuffersCallbackCompleteFunc> complete{nullptr};
+  std::atomic<bool> enabled[kKindSlots];
+  std::atomic<CUpti_TimestampCallbackFunc> ts_cb{nullptr};
+  std::atomic<int64_t> ts_offset{0};
+  std::atomic<size_t> dropped{0};
+  std::mutex connect_mu;
+  bool connected = false;
+  std::atomic<bool> flusher_started{false};
+  std::atomic<bool> exiting{false};  // stop periodic deliveries at exit
+  std::atomic<int64_t> grid_id{0};
+  State() {
+    for (auto& e : enabled) e.store(false);
+  }
+};
+State& S() {
+  static State* s = new State();  // never destroyed: threads may outlive exit
+  return *s;
+}
+
+thread_local std::vector<uint64_t> t_ext_stack[CUPTI_EXTERNAL_CORRELATION_KIND_SIZE];
+
+bool Enabled(CUpti_ActivityKind k) {
+  return k >= 0 && k < kKindSlots && S().enabled[k].load(std::memory_order_relaxed);
+}
+
+uint64_t Ts(uint64_t mono) {
+  if (S().ts_cb.load(std::memory_order_relaxed) == nullptr) return mono;
+  return static_cast<uint64_t>(static_cast<int64_t>(mono) + S().ts_offset.load());
+}
+
+size_t RecordSize(CUpti_ActivityKind kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return sizeof(CUpti_ActivityKernel10);
+    case CUPTI_ACTIVITY_KIND_MEMCPY: return sizeof(CUpti_ActivityMemcpy6);
+    case CUPTI_ACTIVITY_KIND_MEMSET: return sizeof(CUpti_ActivityMemset4);
+    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION:
+      return sizeof(CUpti_ActivityExternalCorrelation);
+    default: return 0;
+  }
+}
+
+void Append(const void* rec, size_t size) {
+  State& s = S();
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (s.staging.size() + size > kMaxStagedBytes) {
+    s.dropped.fetch_add(1);
+    return;
+  }
+  const uint8_t* p = static_cast<const uint8_t*>(rec);
+  s.staging.insert(s.staging.end(), p, p + size);
+}
+
+// Hands every staged record to the client, in buffers it provides. Periodic
+// deliveries stop once the process has started to exit (the client's state
+// may be going away); explicit flushes always deliver.
+void Deliver(bool periodic) {
+  State& s = S();
+  std::lock_guard<std::mutex> dl(s.deliver_mu);
+  if (periodic && s.exiting.load()) return;
+  CUpti_BuffersCallbackRequestFunc request = s.request.load();
+  CUpti_BuffersCallbackCompleteFunc complete = s.complete.load();
+  if (request == nullptr || complete == nullptr) return;
+  std::vector<uint8_t> data;
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    data.swap(s.staging);
+  }
+  size_t off = 0;
+  while (off < data.size()) {
+    uint8_t* buf = nullptr;
+    size_t size = 0, max_records = 0;
+    request(&buf, &size, &max_records);
+    if (buf == nullptr) {
+      // Declined: drop everything left.
+      while (off < data.size()) {
+        CUpti_ActivityKind k;
+        memcpy(&k, data.data() + off, sizeof k);
+        off += RecordSize(k);
+        s.dropped.fetch_add(1);
+      }
+      break;
+    }
+    size_t used = 0, n = 0;
+    while (off < data.size()) {
+      CUpti_ActivityKind k;
+      memcpy(&k, data.data() + off, sizeof k);
+      size_t rs = RecordSize(k);
+      if (used + rs > size || (max_records != 0 && n >= max_records)) break;
+      memcpy(buf + used, data.data() + off, rs);
+      used += rs;
+      off += rs;
+      ++n;
+    }
+    if (n == 0) {
+      // The buffer cannot hold even one record: drop that record.
+      CUpti_ActivityKind k;
+      memcpy(&k, data.data() + off, sizeof k);
+      off += RecordSize(k);
+      s.dropped.fetch_add(1);
+    }
+    complete(nullptr, 0, buf, size, used);
+  }
+}
+
+void FlusherLoop() {
+  pthread_setname_np(pthread_self(), "simcupti-flush");
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(kFlushPeriodMs));
+    State& s = S();
+    bool any;
+    {
+      std::lock_guard<std::mutex> lk(s.mu);
+      any = !s.staging.empty();
+    }
+    if (any) Deliver(/*periodic=*/true);
+  }
+}
+
+// ---- observer callbacks, called by the simulated driver ----
+void OnSubmit(uint64_t correlation, void*) {
+  if (!Enabled(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)) return;
+  for (int k = 0; k < CUPTI_EXTERNAL_CORRELATION_KIND_SIZE; ++k) {
+    const std::vector<uint64_t>& st = t_ext_stack[k];
+    if (st.empty()) continue;
+    CUpti_ActivityExternalCorrelation r;
+    memset(&r, 0, sizeof r);
+    r.kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
+    r.externalKind = static_cast<CUpti_ExternalCorrelationKind>(k);
+    r.externalId = st.back();
+    r.correlationId = static_cast<uint32_t>(correlation);
+    Append(&r, sizeof r);
+  }
+}
+
+void OnComplete(const SimgpuOpRecord* op, void*) {
+  if (op == nullptr || op->size < sizeof(SimgpuOpRecord)) return;
+  switch (op->kind) {
+    case SIMGPU_OP_KERNEL: {
+      CUpti_ActivityKind kind;
+      if (Enabled(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)) {
+        kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+      } else if (Enabled(CUPTI_ACTIVITY_KIND_KERNEL)) {
+        kind = CUPTI_ACTIVITY_KIND_KERNEL;
+      } else {
+        return;
+      }
+      CUpti_ActivityKernel10 r;
+      memset(&r, 0, sizeof r);
+      r.kind = kind;
+      r.registersPerThread = 32;
+      r.start = Ts(op->start_ns);
+      r.end = Ts(op->end_ns);
+      r.completed = r.end;
+      r.deviceId = op->device;
+      r.contextId = op->context_id;
+      r.streamId = op->stream_id;
+      r.gridX = op->grid[0];
+      r.gridY = op->grid[1];
+      r.gridZ = op->grid[2];
+      r.blockX = op->block[0];
+      r.blockY = op->block[1];
+      r.blockZ = op->block[2];
+      r.dynamicSharedMemory = op->dynamic_shared_bytes;
+      r.correlationId = static_cast<uint32_t>(op->correlation);
+      r.gridId = S().grid_id.fetch_add(1) + 1;
+      r.name = op->name;  // valid for the process lifetime
+      r.queued = Ts(op->queued_ns);
+      r.submitted = Ts(op->queued_ns);
+      r.launchType = CUPTI_ACTIVITY_LAUNCH_TYPE_REGULAR;
+      r.channelType = CUPTI_CHANNEL_TYPE_COMPUTE;
+      r.clusterX = r.clusterY = r.clusterZ = 1;
+      Append(&r, sizeof r);
+      break;
+    }
+    case SIMGPU_OP_MEMCPY: {
+      if (!Enabled(CUPTI_ACTIVITY_KIND_MEMCPY)) return;
+      CUpti_ActivityMemcpy6 r;
+      memset(&r, 0, sizeof r);
+      r.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+      r.copyKind = static_cast<uint8_t>(op->copy_kind);
+      r.srcKind = static_cast<uint8_t>(op->src_kind);
+      r.dstKind = static_cast<uint8_t>(op->dst_kind);
+      r.flags = op->is_async ? CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC : 0;
+      r.bytes = op->bytes;
+      r.start = Ts(op->start_ns);
+      r.end = Ts(op->end_ns);
+      r.deviceId = op->device;
+      r.contextId = op->context_id;
+      r.streamId = op->stream_id;
+      r.correlationId = static_cast<uint32_t>(op->correlation);
+      r.channelType = CUPTI_CHANNEL_TYPE_ASYNC_MEMCPY;
+      r.copyCount = 1;
+      Append(&r, sizeof r);
+      break;
+    }
+    case SIMGPU_OP_MEMSET: {
+      if (!Enabled(CUPTI_ACTIVITY_KIND_MEMSET)) return;
+      CUpti_ActivityMemset4 r;
+      memset(&r, 0, sizeof r);
+      r.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+      r.value = op->memset_value;
+      r.bytes = op->bytes;
+      r.start = Ts(op->start_ns);
+      r.end = Ts(op->end_ns);
+      r.deviceId = op->device;
+      r.contextId = op->context_id;
+      r.streamId = op->stream_id;
+      r.correlationId = static_cast<uint32_t>(op->correlation);
+      r.flags = op->is_async ? CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC : 0;
+      r.memoryKind = static_cast<uint16_t>(op->dst_kind);
+      r.channelType = CUPTI_CHANNEL_TYPE_ASYNC_MEMCPY;
+      Append(&r, sizeof r);
+      break;
+    }
+    default: break;
+  }
+}
+
+// Registers with the simulated driver (once it is loaded).
+bool Connect() {
+  State& s = S();
+  std::lock_guard<std::mutex> lk(s.connect_mu);
+  if (s.connected) return true;
+  void* h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_NOW);
+  if (h == nullptr) h = dlopen("libcuda.so.1", RTLD_NOW);
+  if (h == nullptr) return false;
+  auto set = reinterpret_cast<SimgpuSetObserverFn>(dlsym(h, "simgpu_set_observer"));
+  if (set == nullptr) return false;  // not the simulated driver
+  SimgpuObserver o;
+  o.size = sizeof o;
+  o.on_submit = OnSubmit;
+  o.on_complete = OnComplete;
+  o.user = nullptr;
+  if (set(&o) != 0) return false;
+  s.connected = true;
+  return true;
+}
+
+void StartFlusher() {
+  if (!S().flusher_started.exchange(true)) std::thread(FlusherLoop).detach();
+}
+
+void OnExit() {
+  State& s = S();
+  std::lock_guard<std::mutex> dl(s.deliver_mu);  // wait for a delivery in flight
+  s.exiting.store(true);
+}
+
+__attribute__((constructor)) void CuptiInit() { atexit(OnExit); }
+
+bool SupportedKind(CUpti_ActivityKind kind) { return RecordSize(kind) != 0; }
+
+struct ResultName {
+  CUptiResult code;
+  const char* name;
+};
+const ResultName kResults[] = {
+    {CUPTI_SUCCESS, "CUPTI_SUCCESS"},
+    {CUPTI_ERROR_INVALID_PARAMETER, "CUPTI_ERROR_INVALID_PARAMETER"},
+    {CUPTI_ERROR_INVALID_DEVICE, "CUPTI_ERROR_INVALID_DEVICE"},
+    {CUPTI_ERROR_INVALID_CONTEXT, "CUPTI_ERROR_INVALID_CONTEXT"},
+    {CUPTI_ERROR_INVALID_OPERATION, "CUPTI_ERROR_INVALID_OPERATION"},
+    {CUPTI_ERROR_OUT_OF_MEMORY, "CUPTI_ERROR_OUT_OF_MEMORY"},
+    {CUPTI_ERROR_API_NOT_IMPLEMENTED, "CUPTI_ERROR_API_NOT_IMPLEMENTED"},
+    {CUPTI_ERROR_MAX_LIMIT_REACHED, "CUPTI_ERROR_MAX_LIMIT_REACHED"},
+    {CUPTI_ERROR_NOT_READY, "CUPTI_ERROR_NOT_READY"},
+    {CUPTI_ERROR_NOT_COMPATIBLE, "CUPTI_ERROR_NOT_COMPATIBLE"},
+    {CUPTI_ERROR_NOT_INITIALIZED, "CUPTI_ERROR_NOT_INITIALIZED"},
+    {CUPTI_ERROR_QUEUE_EMPTY, "CUPTI_ERROR_QUEUE_EMPTY"},
+    {CUPTI_ERROR_INVALID_HANDLE, "CUPTI_ERROR_INVALID_HANDLE"},
+    {CUPTI_ERROR_INVALID_KIND, "CUPTI_ERROR_INVALID_KIND"},
+    {CUPTI_ERROR_NOT_SUPPORTED, "CUPTI_ERROR_NOT_SUPPORTED"},
+    {CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED,
+     "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"},
+    {CUPTI_ERROR_UNKNOWN, "CUPTI_ERROR_UNKNOWN"},
+};
+
+}  // namespace
+
+extern "C" {
+
+CUptiResult CUPTIAPI cuptiGetVersion(uint32_t* version) {
+  if (version == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  *version = CUPTI_API_VERSION;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiGetResultString(CUptiResult result, const char** str) {
+  if (str == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  for (const ResultName& r : kResults) {
+    if (r.code == result) {
+      *str = r.name;
+      return CUPTI_SUCCESS;
+    }
+  }
+  *str = "CUPTI_ERROR_UNKNOWN";
+  return CUPTI_ERROR_INVALID_PARAMETER;
+}
+
+CUptiResult CUPTIAPI cuptiGetTimestamp(uint64_t* timestamp) {
+  if (timestamp == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  CUpti_TimestampCallbackFunc cb = S().ts_cb.load();
+  *timestamp = cb != nullptr ? cb() : MonoNs();
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc func) {
+  if (func == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  // Offset between the client's clock and CLOCK_MONOTONIC, measured once
+  // (midpoint of two monotonic reads around the callback).
+  uint64_t a = MonoNs();
+  uint64_t c = func();
+  uint64_t b = MonoNs();
+  int64_t offset = static_cast<int64_t>(c) - static_cast<int64_t>(a + (b - a) / 2);
+  S().ts_offset.store(offset);
+  S().ts_cb.store(func);
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc req,
+                                                    CUpti_BuffersCallbackCompleteFunc done) {
+  if (req == nullptr || done == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  S().request.store(req);
+  S().complete.store(done);
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind) {
+  if (kind <= CUPTI_ACTIVITY_KIND_INVALID || kind >= CUPTI_ACTIVITY_KIND_COUNT) {
+    return CUPTI_ERROR_INVALID_KIND;
+  }
+  if (!SupportedKind(kind)) return CUPTI_ERROR_NOT_COMPATIBLE;
+  if (!Connect()) return CUPTI_ERROR_NOT_INITIALIZED;
+  S().enabled[kind].store(true);
+  StartFlusher();
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind) {
+  if (kind <= CUPTI_ACTIVITY_KIND_INVALID || kind >= CUPTI_ACTIVITY_KIND_COUNT) {
+    return CUPTI_ERROR_INVALID_KIND;
+  }
+  if (!SupportedKind(kind)) return CUPTI_ERROR_NOT_COMPATIBLE;
+  S().enabled[kind].store(false);
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag) {
+  if (S().request.load() == nullptr) return CUPTI_ERROR_INVALID_OPERATION;
+  Deliver(/*periodic=*/false);
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityGetNextRecord(uint8_t* buffer, size_t valid,
+                                                CUpti_Activity** record) {
+  if (buffer == nullptr || record == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  size_t off;
+  if (*record == nullptr) {
+    off = 0;
+  } else {
+    uint8_t* cur = reinterpret_cast<uint8_t*>(*record);
+    if (cur < buffer || cur >= buffer + valid) return CUPTI_ERROR_INVALID_PARAMETER;
+    CUpti_ActivityKind k;
+    memcpy(&k, cur, sizeof k);
+    size_t rs = RecordSize(k);
+    if (rs == 0) return CUPTI_ERROR_INVALID_KIND;
+    off = static_cast<size_t>(cur - buffer) + rs;
+  }
+  if (off >= valid) return CUPTI_ERROR_MAX_LIMIT_REACHED;
+  CUpti_ActivityKind k;
+  if (off + sizeof k > valid) return CUPTI_ERROR_INVALID_KIND;
+  memcpy(&k, buffer + off, sizeof k);
+  size_t rs = RecordSize(k);
+  if (rs == 0 || off + rs > valid) return CUPTI_ERROR_INVALID_KIND;
+  *record = reinterpret_cast<CUpti_Activity*>(buffer + off);
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityGetNumDroppedRecords(CUcontext context, uint32_t streamId,
+                                                       size_t* dropped) {
+  if (dropped == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  *dropped = S().dropped.exchange(0);
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityPushExternalCorrelationId(CUpti_ExternalCorrelationKind kind,
+                                                            uint64_t id) {
+  if (kind <= CUPTI_EXTERNAL_CORRELATION_KIND_INVALID ||
+      kind >= CUPTI_EXTERNAL_CORRELATION_KIND_SIZE) {
+    return CUPTI_ERROR_INVALID_PARAMETER;
+  }
+  t_ext_stack[kind].push_back(id);
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityPopExternalCorrelationId(CUpti_ExternalCorrelationKind kind,
+                                                           uint64_t* lastId) {
+  if (kind <= CUPTI_EXTERNAL_CORRELATION_KIND_INVALID ||
+      kind >= CUPTI_EXTERNAL_CORRELATION_KIND_SIZE) {
+    return CUPTI_ERROR_INVALID_PARAMETER;
+  }
+  std::vector<uint64_t>& st = t_ext_stack[kind];
+  if (st.empty()) return CUPTI_ERROR_QUEUE_EMPTY;
+  if (lastId != nullptr) *lastId = st.back();
+  st.pop_back();
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityEnableLatencyTimestamps(uint8_t enable) {
+  return CUPTI_SUCCESS;  // queued/submitted are always filled in
+}
+
+CUptiResult CUPTIAPI cuptiFinalize(void) {
+  State& s = S();
+  for (auto& e : s.enabled) e.store(false);
+  Deliver(/*periodic=*/false);
+  return CUPTI_SUCCESS;
+}
+
+}  // extern "C"

@@ -252,7 +252,7 @@ CUresult StreamWaitEventImpl(CUstream hs, CUevent h, bool ptsz) {
   SIM_RETURN_IF_ERROR(ValidEvent(h, &e));
   Device* ed;
   OpPtr rec = EventRecordOf(e, &ed);
-  if (!rec || rec->done.load()) return CUDA_SUCCESS;
+  if (!rec || rec->finished.load()) return CUDA_SUCCESS;
   auto op = std::make_shared<Op>();
   op->kind = OpKind::kMarker;
   op->name = "wait";

@@ -299,8 +299,8 @@ void DeviceLoop(Device* d) {
               break;
             }
             op->end_ns = now;
-            op->done = true;
-            if (op->kind != OpKind::kMarker) completed.push_back(s->queue.front());
+            op->finished.store(true);
+            completed.push_back(std::move(s->queue.front()));
             s->queue.pop_front();
             completed_any = true;
             wake_host = true;
@@ -313,7 +313,7 @@ void DeviceLoop(Device* d) {
           }
           bool ready = true;
           for (const OpPtr& dep : op->deps) {
-            if (!dep->done) {
+            if (!dep->finished.load()) {
               ready = false;
               break;
             }
@@ -336,16 +336,20 @@ void DeviceLoop(Device* d) {
       }
     }
     PruneStreams(d);
-    if (wake_host && d->host_waiters > 0) d->host_cv.notify_all();
+    if (wake_host && d->host_waiters > 0 && completed.empty()) d->host_cv.notify_all();
     // Another device may wait on one of these ops (cuStreamWaitEvent).
     bool kick_others = completed_any && G().devices.size() > 1;
     if (!actions.empty() || !completed.empty() || kick_others) {
       lk.unlock();
       if (kick_others) KickOthers(d);
       for (Op* op : actions) RunAction(op);
-      for (const OpPtr& op : completed) Report(*op, d);
-      completed.clear();
+      for (const OpPtr& op : completed) {
+        if (op->kind != OpKind::kMarker) Report(*op, d);
+      }
       lk.lock();
+      for (const OpPtr& op : completed) op->done.store(true);
+      if (!completed.empty() && d->host_waiters > 0) d->host_cv.notify_all();
+      completed.clear();
       for (Op* op : actions) op->action_pending = false;
       actions.clear();
       continue;
@@ -435,7 +439,7 @@ void WaitForDrain(uint64_t timeout_ns) {
     d->host_waiters++;
     for (;;) {
       bool idle = true;
-      for (Stream* s : d->streams) idle &= s->queue.empty();
+      for (Stream* s : d->streams) idle &= !s->tail || s->tail->done.load();
       uint64_t now = NowNs();
       if (idle || now >= deadline) break;
       d->host_cv.wait_for(lk, std::chrono::nanoseconds(std::min<uint64_t>(deadline - now, 10000000)));
@@ -571,11 +575,11 @@ void Submit(Stream* s, const OpPtr& op) {
     Context* c = s->ctx;
     if (s->legacy) {
       for (Stream* t : c->streams) {
-        if (t != s && t->blocking && t->tail && !t->tail->done) op->deps.push_back(t->tail);
+        if (t != s && t->blocking && t->tail && !t->tail->finished) op->deps.push_back(t->tail);
       }
     } else if (s->blocking) {
       Stream* l = c->legacy;
-      if (l->tail && !l->tail->done) op->deps.push_back(l->tail);
+      if (l->tail && !l->tail->finished) op->deps.push_back(l->tail);
     }
     s->queue.push_back(op);
     s->not_started++;
@@ -604,7 +608,7 @@ void WaitStarted(Device* d, const OpPtr& op) {
   std::unique_lock<std::mutex> lk(d->mu);
   if (op->started && !op->action_pending) return;
   d->host_waiters++;
-  d->host_cv.wait(lk, [&] { return op->done || (op->started && !op->action_pending); });
+  d->host_cv.wait(lk, [&] { return op->done.load() || (op->started && !op->action_pending); });
   d->host_waiters--;
 }
 
@@ -634,7 +638,7 @@ void SyncAllDevices() {
 
 bool StreamIdle(Stream* s) {
   std::lock_guard<std::mutex> lk(s->dev->mu);
-  return s->queue.empty();
+  return !s->tail || s->tail->done.load();
 }
 
 void AddRange(const void* p, size_t size, MemKind kind) {

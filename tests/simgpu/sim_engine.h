@@ -55,7 +55,11 @@ struct Op {
   OpKind kind = OpKind::kMarker;
   bool started = false;
   bool action_pending = false;  // started, data action not yet run
-  std::atomic<bool> done{false};  // read across devices (cross-device waits)
+  // finished: the device is past this op (dependants and the stream may
+  // proceed). done: it has also been reported to the trace and the observer;
+  // host waits return only then, so a CUPTI flush after a sync sees it.
+  std::atomic<bool> finished{false};
+  std::atomic<bool> done{false};
   bool is_async = false;
   const char* name = "";
   Stream* stream = nullptr;
