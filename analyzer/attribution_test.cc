@@ -1,1 +1,236 @@
-// placeholder
+// Tests of idle-gap attribution on hand-built timelines: each cause, rule 1
+// with its remainder, trailing idle, causes summing to idle, busy split, and
+// the synchronizing-call classification.
+#include "analyzer/attribution.h"
+
+#include <catch2/catch.hpp>
+
+#include "analyzer/testing/test_util.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+using testing::CauseOf;
+using testing::kUs;
+using testing::Sum;
+using testing::TraceBuilder;
+namespace tf = stallscope::trace;
+
+// Every step: causes sum to idle, busy + idle fill the step span.
+void CheckInvariants(const Report& r) {
+  for (const StepStats& s : r.steps) {
+    CHECK(Sum(s.idle_by_cause) == s.gpu_idle_ns);
+    CHECK(s.gpu_busy_ns + s.gpu_idle_ns == s.end_ns - s.start_ns);
+    CHECK(s.busy_by_kind.compute + s.busy_by_kind.copy + s.busy_by_kind.comm == s.gpu_busy_ns);
+  }
+  CHECK(Sum(r.totals.idle_by_cause) == r.totals.gpu_idle_ns);
+}
+
+// Guards rule 1 (the counterfactual) and the charging of the remainder by
+// the thread's activity: a sync entered 110 us before the device drained
+// gets 110 us of the 500 us gap; the host's long pause after it is
+// host_wait; the next launch and its latency are launch_overhead.
+TEST_CASE("sync rule 1 then remainder by thread activity", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 1010 * kUs);
+  b.Call(1, api.sync, 900 * kUs, 1012 * kUs);
+  b.Submit(1, api.launch, 1500 * kUs, 1505 * kUs, 1510 * kUs, 1600 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  REQUIRE(r.steps.size() == 1);
+  CHECK(r.step_source == "none");
+  const StepStats& s = r.steps[0];
+  CHECK(s.start_ns == 0);
+  CHECK(s.end_ns == 1600 * kUs);
+  CHECK(s.gpu_busy_ns == 1090 * kUs);
+  CHECK(s.gpu_idle_ns == 510 * kUs);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kSync) == 110 * kUs);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostWait) == 380 * kUs);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kLaunchOverhead) == 20 * kUs);  // 10 before K1, 10 before K2
+  CheckInvariants(r);
+  REQUIRE(r.hotspots.size() == 1);
+  CHECK(r.hotspots[0].idle_caused_ns == 110 * kUs);
+  CHECK(r.hotspots[0].blocked_ns == 112 * kUs);
+}
+
+// Guards rule 1's cap: the sync gets at most the interval, and what remains
+// while the thread is still inside the sync is also `sync` (rule 2).
+TEST_CASE("sync spanning the whole gap", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 1010 * kUs);
+  b.Call(1, api.sync, 20 * kUs, 1012 * kUs);
+  b.Submit(1, api.launch, 1013 * kUs, 1015 * kUs, 1020 * kUs, 1100 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  const StepStats& s = r.steps[0];
+  // [1010, 1020): rule 1 gives min(10, 990) = 10 us to sync.
+  CHECK(CauseOf(s.idle_by_cause, Cause::kSync) == 10 * kUs);
+  CHECK(r.hotspots[0].idle_caused_ns == 10 * kUs);
+  CheckInvariants(r);
+}
+
+// Guards host_wait: a long host pause between launches with no sync.
+TEST_CASE("host_wait between launches", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 20 * kUs);
+  b.Submit(1, api.launch, 1000 * kUs, 1005 * kUs, 1010 * kUs, 1020 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  const StepStats& s = r.steps[0];
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostWait) == 980 * kUs);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kLaunchOverhead) == 20 * kUs);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostBusy) == 0);
+  CHECK(r.hotspots.empty());
+  CheckInvariants(r);
+}
+
+// Guards launch_overhead: short kernels launched back to back with host
+// gaps under the 50 us dispatch threshold.
+TEST_CASE("launch_overhead for launch-bound stretches", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  for (int i = 0; i < 10; ++i) {
+    const int64_t t0 = i * 15 * kUs;
+    b.Submit(1, api.launch, t0, t0 + 5 * kUs, t0 + 8 * kUs, t0 + 10 * kUs);
+  }
+  Report r = testing::AnalyzeOrDie(b);
+  const StepStats& s = r.steps[0];
+  CHECK(s.gpu_idle_ns > 0);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kLaunchOverhead) == s.gpu_idle_ns);
+  CheckInvariants(r);
+  // q6: every kernel (2 us) is shorter than its launch call (5 us).
+  CHECK(r.questions[5].id == "q6");
+  CHECK(r.questions[5].answer == "yes");
+}
+
+// Guards device_wait: the op was submitted long before the gap, yet started
+// late (a cross-stream dependency).
+TEST_CASE("device_wait when the submitted op starts late", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 1000 * kUs);
+  b.Submit(1, api.launch, 6 * kUs, 8 * kUs, 2000 * kUs, 2100 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  const StepStats& s = r.steps[0];
+  CHECK(CauseOf(s.idle_by_cause, Cause::kDeviceWait) == 1000 * kUs);
+  CheckInvariants(r);
+}
+
+// Guards the split at the submitting call's return: host time before it by
+// activity, launch latency, then device_wait.
+TEST_CASE("device_wait after launch latency", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 100 * kUs);
+  // Launched during the gap; starts 100 us after its call returned.
+  b.Submit(1, api.launch, 200 * kUs, 205 * kUs, 305 * kUs, 400 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  const StepStats& s = r.steps[0];
+  // [100, 200) host_wait (gap 195 us), [200, 205) in the launch, [205, 225)
+  // latency, [225, 305) device_wait.
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostWait) == 100 * kUs);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kLaunchOverhead) == (10 + 5 + 20) * kUs);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kDeviceWait) == 80 * kUs);
+  CheckInvariants(r);
+}
+
+// Guards comm: the launching thread inside an NCCL call during the gap.
+TEST_CASE("comm while inside an NCCL call", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 100 * kUs);
+  b.Submit(1, api.nccl, 90 * kUs, 300 * kUs, 305 * kUs, 400 * kUs, tf::DeviceOpKind::kNccl,
+           "ncclKernel_AllReduce");
+  Report r = testing::AnalyzeOrDie(b);
+  const StepStats& s = r.steps[0];
+  CHECK(CauseOf(s.idle_by_cause, Cause::kComm) == 200 * kUs);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kLaunchOverhead) == 15 * kUs);  // 10 before K1, 5 latency
+  CHECK(s.busy_by_kind.comm == 95 * kUs);
+  CHECK(s.busy_by_kind.compute == 90 * kUs);
+  CheckInvariants(r);
+}
+
+// Guards trailing idle (no op starts at the end of the gap): charged by the
+// launching thread's activity; a step without device ops ends with its host
+// range.
+TEST_CASE("trailing idle is charged by the host thread", "[attribution][steps]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Range(1, 0, 1000 * kUs, "step 0");
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 500 * kUs);
+  b.Range(1, 1000 * kUs, 3000 * kUs, "step 1");
+  b.Call(1, api.alloc, 1500 * kUs, 1510 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  REQUIRE(r.steps.size() == 2);
+  CHECK(r.step_source == "marker");
+  CHECK(r.steps[1].start_ns == 500 * kUs);
+  CHECK(r.steps[1].end_ns == 3000 * kUs);
+  CHECK(CauseOf(r.steps[1].idle_by_cause, Cause::kHostWait) == 2490 * kUs);
+  CHECK(CauseOf(r.steps[1].idle_by_cause, Cause::kLaunchOverhead) == 10 * kUs);
+  CheckInvariants(r);
+}
+
+// Guards the busy split: copies and overlapping kernels.
+TEST_CASE("busy split into compute, copy and comm", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.memcpy_async, 0, 5 * kUs, 10 * kUs, 50 * kUs, tf::DeviceOpKind::kMemcpy, "");
+  b.Submit(1, api.launch, 6 * kUs, 8 * kUs, 40 * kUs, 100 * kUs);  // overlaps the copy
+  Report r = testing::AnalyzeOrDie(b);
+  const StepStats& s = r.steps[0];
+  CHECK(s.busy_by_kind.copy == 30 * kUs);
+  CHECK(s.busy_by_kind.compute == 60 * kUs);
+  CHECK(s.gpu_busy_ns == 90 * kUs);
+  CheckInvariants(r);
+}
+
+// Guards the synchronizing-call rule: categories, the async flag, and
+// observed blocking.
+TEST_CASE("classification of synchronizing calls", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 1000 * kUs);                 // 0 launch
+  b.Call(1, api.sync, 6 * kUs, 7 * kUs);                                       // 1 sync
+  b.Call(1, api.free, 8 * kUs, 9 * kUs);                                       // 2 free
+  b.Submit(1, api.memcpy, 10 * kUs, 11 * kUs, 1000 * kUs, 1001 * kUs,
+           tf::DeviceOpKind::kMemcpy, "");                                     // 3 sync copy
+  b.Submit(1, api.memcpy_async, 12 * kUs, 13 * kUs, 1001 * kUs, 1002 * kUs,
+           tf::DeviceOpKind::kMemcpy, "");                                     // 4 async, returns early
+  b.Submit(1, api.memcpy_async, 14 * kUs, 1010 * kUs, 1002 * kUs, 1003 * kUs,
+           tf::DeviceOpKind::kMemcpy, "");                                     // 5 outlived its op
+  b.Call(1, api.other, 1011 * kUs, 1012 * kUs);                                // 6 short other
+  b.Submit(1, api.launch, 1013 * kUs, 1014 * kUs, 1020 * kUs, 3000 * kUs);   // 7 launch
+  b.Call(1, api.other, 1015 * kUs, 1200 * kUs);                                // 8 long while busy
+  b.Call(1, api.alloc, 1300 * kUs, 1500 * kUs);                                // 9 alloc
+  Timeline t = testing::ReadOrDie(b);
+  auto c = ClassifyCalls(t, 0, AttributionOptions{});
+  REQUIRE(c.size() == 10);
+  CHECK(c[0] == CallClass::kNonBlocking);
+  CHECK(c[1] == CallClass::kSync);
+  CHECK(c[2] == CallClass::kSync);
+  CHECK(c[3] == CallClass::kSync);
+  CHECK(c[4] == CallClass::kNonBlocking);
+  CHECK(c[5] == CallClass::kSync);
+  CHECK(c[6] == CallClass::kNonBlocking);
+  CHECK(c[7] == CallClass::kNonBlocking);
+  CHECK(c[8] == CallClass::kSync);
+  CHECK(c[9] == CallClass::kNonBlocking);
+}
+
+// Guards that the launching thread, not another thread, is examined: a
+// second thread sleeping in a sync does not turn a host pause into `sync`.
+TEST_CASE("attribution follows the submitting thread", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 100 * kUs);
+  b.Call(2, api.event_sync, 50 * kUs, 900 * kUs);
+  b.Submit(1, api.launch, 1000 * kUs, 1005 * kUs, 1010 * kUs, 1100 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  const StepStats& s = r.steps[0];
+  CHECK(CauseOf(s.idle_by_cause, Cause::kSync) == 0);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostWait) == 900 * kUs);
+  CheckInvariants(r);
+}
+
+}  // namespace
+}  // namespace stallscope::analyzer

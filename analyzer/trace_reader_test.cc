@@ -1,1 +1,283 @@
-// placeholder
+// Tests of the .sstrace reader: round trip, version checks, truncation,
+// corruption, hostile input and tick conversion.
+#include "analyzer/trace_reader.h"
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <random>
+
+#include "analyzer/testing/test_util.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+using testing::kUs;
+using testing::TraceBuilder;
+namespace tf = stallscope::trace;
+
+bool HasDiag(const Timeline& t, DiagId id) {
+  for (const Diagnostic& d : t.diagnostics) {
+    if (d.id == id) return true;
+  }
+  return false;
+}
+
+const Diagnostic* FindDiag(const Timeline& t, DiagId id) {
+  for (const Diagnostic& d : t.diagnostics) {
+    if (d.id == id) return &d;
+  }
+  return nullptr;
+}
+
+// A trace touching every chunk type.
+TraceBuilder FullTrace() {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.Thread(11, "main");
+  b.Submit(11, apis.launch, 0, 5 * kUs, 10 * kUs, 20 * kUs, tf::DeviceOpKind::kKernel, "gemm");
+  uint32_t py = b.PythonStack({{"train.py", "step", 42}, {"train.py", "<module>", 7}});
+  b.Call(11, apis.sync, 6 * kUs, 21 * kUs, {.stack = py});
+  b.Range(11, 0, 30 * kUs, "step 0");
+  b.Module(0x1000, 0x1000, 0x2000, "/usr/lib/libfoo.so");
+  uint32_t native = b.NativeStack({0x1234, 0x1800});
+  b.Call(12, apis.free, 40 * kUs, 41 * kUs, {.stack = native});
+  b.Diag(tf::DiagnosticId::kDroppedRecords, 3);
+  return b;
+}
+
+// Guards the writer/reader round trip: every record type comes back with its
+// fields, device ops join to their submitting call, ranges are built.
+TEST_CASE("round trip of every chunk type", "[reader]") {
+  Timeline t = testing::ReadOrDie(FullTrace());
+  REQUIRE(t.calls.size() == 3);
+  REQUIRE(t.ops.size() == 1);
+  CHECK(t.host == "testhost");
+  CHECK(t.header.pid == 4242);
+  CHECK(t.ended_cleanly);
+  CHECK(t.Api(t.calls[0].api).name == "cuLaunchKernel");
+  CHECK(t.Api(t.calls[1].api).category == tf::ApiCategory::kSync);
+  CHECK(t.ops[0].call == 0);
+  CHECK(t.calls[0].op_count == 1);
+  CHECK(t.calls[0].last_op_end_ns == 20 * kUs);
+  CHECK(t.String(t.ops[0].name) == "gemm");
+  CHECK(t.calls[1].tid == 11);
+  CHECK(t.calls[2].tid == 12);
+  CHECK(t.thread_names.at(11) == "main");
+  REQUIRE(t.ranges.size() == 1);
+  CHECK(t.String(t.ranges[0].name) == "step 0");
+  CHECK(t.ranges[0].end_ns == 30 * kUs);
+  const StackRef& py = t.stacks.at(t.calls[1].stack);
+  REQUIRE(py.python_depth == 2);
+  CHECK(t.String(static_cast<uint32_t>(t.stack_words[py.python_offset])) == "train.py\tstep");
+  CHECK(t.stack_words[py.python_offset + 1] == 42);
+  const StackRef& native = t.stacks.at(t.calls[2].stack);
+  REQUIRE(native.native_depth == 2);
+  CHECK(t.stack_words[native.native_offset] == 0x1234);
+  REQUIRE(t.modules.size() == 1);
+  CHECK(t.modules[0].path == "/usr/lib/libfoo.so");
+  const Diagnostic* dropped = FindDiag(t, DiagId::kDroppedRecords);
+  REQUIRE(dropped != nullptr);
+  CHECK(dropped->count == 3);
+  CHECK_FALSE(HasDiag(t, DiagId::kTruncatedTrace));
+}
+
+// Guards multi-chunk files: records split over many chunks all come back.
+TEST_CASE("records split across chunks", "[reader]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.SetChunkRecords(3);
+  for (int i = 0; i < 20; ++i) {
+    b.Submit(1, apis.launch, i * 100 * kUs, i * 100 * kUs + 5 * kUs, i * 100 * kUs + 10 * kUs,
+             i * 100 * kUs + 50 * kUs);
+  }
+  Timeline t = testing::ReadOrDie(b);
+  CHECK(t.calls.size() == 20);
+  CHECK(t.ops.size() == 20);
+  for (const DeviceOp& op : t.ops) CHECK(op.call >= 0);
+}
+
+// Guards the version contract: a newer format is refused with a clear line.
+TEST_CASE("newer format versions are refused", "[reader]") {
+  TraceBuilder b = FullTrace();
+  b.SetVersion(tf::kVersion + 1, tf::kVersion + 1);
+  auto t = ReadTraceBytes(b.Build(), "new.sstrace");
+  REQUIRE_FALSE(t.ok());
+  CHECK(std::string(t.status().message()) ==
+        "new.sstrace: written by a newer stallscope (format 2); this reader reads up to 1");
+  b.SetVersion(1, tf::kVersion + 1);  // oldest_reader alone is newer
+  auto t2 = ReadTraceBytes(b.Build(), "x.sstrace");
+  REQUIRE_FALSE(t2.ok());
+  CHECK(std::string(t2.status().message()).find("newer stallscope") != std::string::npos);
+}
+
+// Guards the not-a-trace cases: short file, bad magic.
+TEST_CASE("non-traces are refused", "[reader]") {
+  auto shortfile = ReadTraceBytes("STLSCOPE", "short");
+  REQUIRE_FALSE(shortfile.ok());
+  std::string bytes = FullTrace().Build();
+  bytes[0] = 'X';
+  auto bad = ReadTraceBytes(bytes, "bad");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(std::string(bad.status().message()) ==
+        "bad: not a stallscope trace (bad magic at byte offset 0)");
+}
+
+// Guards the truncated-tail contract: everything up to the last complete
+// chunk is kept, with a "truncated trace: read N of M bytes" warning.
+TEST_CASE("a truncated file is read up to the last complete chunk", "[reader]") {
+  const std::string full = FullTrace().Build();
+  const auto offsets = TraceBuilder::ChunkOffsets(full);
+  REQUIRE(offsets.size() > 4);
+  // Cut inside the device chunk (after the api chunks).
+  size_t device_chunk = 0;
+  for (size_t off : offsets) {
+    tf::ChunkHeader h;
+    std::memcpy(&h, full.data() + off, sizeof(h));
+    if (h.type == static_cast<uint16_t>(tf::ChunkType::kDevice)) device_chunk = off;
+  }
+  REQUIRE(device_chunk > 0);
+  SECTION("ends mid-chunk") {
+    const std::string cut = full.substr(0, device_chunk + 30);
+    auto t = ReadTraceBytes(cut, "cut");
+    REQUIRE(t.ok());
+    CHECK(t->calls.size() == 3);
+    CHECK(t->ops.empty());
+    const Diagnostic* d = FindDiag(*t, DiagId::kTruncatedTrace);
+    REQUIRE(d != nullptr);
+    CHECK(d->message == "truncated trace: read " + std::to_string(device_chunk) + " of " +
+                            std::to_string(cut.size()) + " bytes");
+  }
+  SECTION("ends mid-chunk-header") {
+    auto t = ReadTraceBytes(full.substr(0, device_chunk + 10), "cut");
+    REQUIRE(t.ok());
+    CHECK(HasDiag(*t, DiagId::kTruncatedTrace));
+  }
+  SECTION("last chunk fails its checksum") {
+    TraceBuilder b = FullTrace();
+    b.SetEnd(false);
+    std::string torn = b.Build();
+    torn[torn.size() - 3] ^= 0x5a;  // inside the last chunk's payload
+    auto t = ReadTraceBytes(torn, "torn");
+    REQUIRE(t.ok());
+    CHECK(HasDiag(*t, DiagId::kTruncatedTrace));
+  }
+  SECTION("header only") {
+    auto t = ReadTraceBytes(full.substr(0, sizeof(tf::FileHeader)), "empty");
+    REQUIRE(t.ok());
+    CHECK(HasDiag(*t, DiagId::kNoEndChunk));
+  }
+}
+
+// Guards corruption in the middle: an error naming the file and offset.
+TEST_CASE("corruption in the middle is an error with the byte offset", "[reader]") {
+  const std::string full = FullTrace().Build();
+  const auto offsets = TraceBuilder::ChunkOffsets(full);
+  const size_t second = offsets[1];
+  SECTION("checksum") {
+    std::string bytes = full;
+    bytes[second + sizeof(tf::ChunkHeader) + 1] ^= 0x01;
+    auto t = ReadTraceBytes(bytes, "f.sstrace");
+    REQUIRE_FALSE(t.ok());
+    CHECK(std::string(t.status().message()).find("checksum mismatch") != std::string::npos);
+    CHECK(std::string(t.status().message()).find("byte offset " + std::to_string(second)) !=
+          std::string::npos);
+  }
+  SECTION("chunk magic") {
+    std::string bytes = full;
+    bytes[second] = 'Z';
+    auto t = ReadTraceBytes(bytes, "f.sstrace");
+    REQUIRE_FALSE(t.ok());
+    CHECK(std::string(t.status().message()) ==
+          "f.sstrace: bad chunk magic at byte offset " + std::to_string(second));
+  }
+  SECTION("absurd size") {
+    std::string bytes = full;
+    uint32_t huge = 0xfffffff8u;
+    std::memcpy(bytes.data() + second + 16, &huge, 4);
+    auto t = ReadTraceBytes(bytes, "f.sstrace");
+    REQUIRE_FALSE(t.ok());
+    CHECK(std::string(t.status().message()).find("impossible chunk size") != std::string::npos);
+  }
+  SECTION("count larger than the payload") {
+    std::string bytes = full;
+    uint32_t count = 1000000;
+    // The first chunk is the api table; its count field is at +12.
+    std::memcpy(bytes.data() + offsets[0] + 12, &count, 4);
+    auto t = ReadTraceBytes(bytes, "f.sstrace");
+    REQUIRE_FALSE(t.ok());
+    CHECK(std::string(t.status().message()).find("malformed api-table chunk") != std::string::npos);
+  }
+}
+
+// Guards "never crash or hang on hostile input": random mutations of a valid
+// trace either read or fail with a Status.
+TEST_CASE("random corruption never crashes", "[reader]") {
+  const std::string full = FullTrace().Build();
+  std::mt19937 rng(12345);
+  for (int i = 0; i < 3000; ++i) {
+    std::string bytes = full;
+    const int flips = 1 + static_cast<int>(rng() % 8);
+    for (int k = 0; k < flips; ++k) {
+      size_t at = rng() % bytes.size();
+      bytes[at] = static_cast<char>(rng());
+    }
+    if (rng() % 4 == 0) bytes.resize(rng() % bytes.size());
+    auto t = ReadTraceBytes(bytes, "fuzz");
+    if (t.ok()) CHECK(t->bytes_used <= bytes.size());
+  }
+}
+
+// Guards tick → ns conversion: interpolation between pairs and
+// extrapolation with the nearest segment's slope.
+TEST_CASE("tick conversion", "[reader][clock]") {
+  std::vector<Diagnostic> diags;
+  TickConverter conv({{3000, 2'000'000, 0}, {1000, 1'000'000, 0}, {5000, 5'000'000, 0}}, &diags);
+  CHECK(conv.ToNs(1000) == 1'000'000);
+  CHECK(conv.ToNs(2000) == 1'500'000);   // slope 500 ns/tick
+  CHECK(conv.ToNs(4000) == 3'500'000);   // slope 1500 ns/tick
+  CHECK(conv.ToNs(0) == 500'000);        // extrapolated with the first slope
+  CHECK(conv.ToNs(6000) == 6'500'000);   // extrapolated with the last slope
+  CHECK(diags.empty());
+
+  TickConverter single({{100, 1'000'100, 0}}, &diags);
+  CHECK(single.ToNs(200) == 1'000'200);
+  REQUIRE(diags.size() == 1);
+  CHECK(diags[0].id == DiagId::kClockSinglePair);
+}
+
+// Guards that files whose ticks are not ns convert API and NVTX times.
+TEST_CASE("api ticks are converted through clock records", "[reader][clock]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.SetTicksAreNs(false);
+  b.Clock(0, 1'000'000'000);
+  b.Clock(1'000'000, 1'000'500'000);  // 2 ticks per ns... 0.5 ns per tick
+  b.Call(1, apis.sync, 200'000, 400'000);
+  b.Range(1, 100'000, 600'000, "step");
+  Timeline t = testing::ReadOrDie(b);
+  REQUIRE(t.calls.size() == 1);
+  CHECK(t.calls[0].enter_ns == 1'000'100'000);
+  CHECK(t.calls[0].exit_ns == 1'000'200'000);
+  REQUIRE(t.ranges.size() == 1);
+  CHECK(t.ranges[0].start_ns == 1'000'050'000);
+}
+
+// Guards reading from disk and the missing-file error.
+TEST_CASE("reads files and reports missing ones", "[reader]") {
+  char dir[] = "/tmp/stallscope-reader-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string path = std::string(dir) + "/a.sstrace";
+  FullTrace().WriteTo(path);
+  auto t = ReadTraceFile(path);
+  REQUIRE(t.ok());
+  CHECK(t->calls.size() == 3);
+  unlink(path.c_str());
+  auto missing = ReadTraceFile(path);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(std::string(missing.status().message()).find(path) == 0);
+  rmdir(dir);
+}
+
+}  // namespace
+}  // namespace stallscope::analyzer

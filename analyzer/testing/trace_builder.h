@@ -1,0 +1,347 @@
+// Test-only builder of valid .sstrace files from hand-built timelines: API
+// calls, device ops, correlations, NVTX, strings, stacks, modules, clock
+// pairs and recorder diagnostics. Ticks are nanoseconds unless
+// SetTicksAreNs(false) and Clock() pairs are given.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "trace_format.h"
+
+namespace stallscope::testing {
+
+namespace tf = stallscope::trace;
+
+inline constexpr int64_t kUs = 1000;  // ns per microsecond
+
+struct PyFrame {
+  std::string file;
+  std::string function;
+  int line;
+};
+
+struct CallOptions {
+  uint64_t correlation = 0;
+  uint64_t stream = 0;
+  uint32_t stack = 0;
+  uint64_t bytes = 0;
+  uint16_t flags = 0;
+  int32_t result = 0;
+};
+
+class TraceBuilder {
+ public:
+  TraceBuilder() {
+    std::memcpy(header_.magic, tf::kMagic, sizeof(header_.magic));
+    header_.version = tf::kVersion;
+    header_.oldest_reader = tf::kOldestSupported;
+    header_.header_bytes = sizeof(tf::FileHeader);
+    header_.pid = 4242;
+    header_.ppid = 1;
+    header_.flags = tf::kFileTicksAreNs;
+    std::strncpy(header_.host, "testhost", sizeof(header_.host));
+  }
+
+  TraceBuilder& SetTicksAreNs(bool yes) {
+    header_.flags = yes ? (header_.flags | tf::kFileTicksAreNs)
+                        : (header_.flags & ~uint32_t{tf::kFileTicksAreNs});
+    return *this;
+  }
+  TraceBuilder& SetVersion(uint16_t version, uint16_t oldest) {
+    header_.version = version;
+    header_.oldest_reader = oldest;
+    return *this;
+  }
+  TraceBuilder& SetPid(uint32_t pid) {
+    header_.pid = pid;
+    return *this;
+  }
+  // Records per kApi / kDevice / kNvtx chunk (to make multi-chunk files).
+  TraceBuilder& SetChunkRecords(size_t n) {
+    chunk_records_ = n;
+    return *this;
+  }
+  TraceBuilder& SetEnd(bool write_end) {
+    end_ = write_end;
+    return *this;
+  }
+
+  uint16_t Api(const std::string& name, tf::ApiCategory category, uint16_t flags = 0) {
+    apis_.push_back({name, static_cast<uint8_t>(category), flags});
+    return static_cast<uint16_t>(apis_.size() - 1);
+  }
+
+  uint32_t String(const std::string& s) {
+    auto it = string_ids_.find(s);
+    if (it != string_ids_.end()) return it->second;
+    uint32_t id = static_cast<uint32_t>(strings_.size() + 1);
+    strings_.push_back({id, s});
+    string_ids_[s] = id;
+    return id;
+  }
+
+  uint32_t NativeStack(const std::vector<uint64_t>& pcs) {
+    uint32_t id = next_stack_++;
+    stacks_.push_back({id, tf::StackKind::kNative, pcs});
+    return id;
+  }
+  uint32_t PythonStack(const std::vector<PyFrame>& frames) {
+    uint32_t id = next_stack_++;
+    AddPython(id, frames);
+    return id;
+  }
+  // A stack id with both native return addresses and Python frames.
+  uint32_t MixedStack(const std::vector<uint64_t>& pcs, const std::vector<PyFrame>& frames) {
+    uint32_t id = next_stack_++;
+    stacks_.push_back({id, tf::StackKind::kNative, pcs});
+    AddPython(id, frames);
+    return id;
+  }
+
+  void Call(uint32_t tid, uint16_t api, uint64_t enter, uint64_t exit, CallOptions o = {}) {
+    tf::ApiRecord r{};
+    r.enter = enter;
+    r.exit = exit;
+    r.correlation = o.correlation;
+    r.stream = o.stream;
+    r.bytes = o.bytes;
+    r.stack = o.stack;
+    r.api = api;
+    r.flags = o.flags;
+    r.result = o.result;
+    calls_[tid].push_back(r);
+  }
+
+  void Device(uint64_t start, uint64_t end, tf::DeviceOpKind kind, const std::string& name,
+              uint32_t cupti_correlation, uint32_t stream = 7, uint32_t device = 0,
+              uint64_t bytes = 0) {
+    tf::DeviceRecord r{};
+    r.start_ns = start;
+    r.end_ns = end;
+    r.bytes = bytes;
+    r.correlation = cupti_correlation;
+    r.name = name.empty() ? 0 : String(name);
+    r.stream = stream;
+    r.device = device;
+    r.kind = static_cast<uint8_t>(kind);
+    ops_.push_back(r);
+  }
+
+  void Correlate(uint64_t external, uint32_t cupti) {
+    correlations_.push_back({external, cupti, 0});
+  }
+
+  // A call on `tid` that submits one device op [start, end), joined through
+  // fresh external and CUPTI correlation ids. Returns the external id.
+  uint64_t Submit(uint32_t tid, uint16_t api, uint64_t enter, uint64_t exit, uint64_t start,
+                  uint64_t end, tf::DeviceOpKind kind = tf::DeviceOpKind::kKernel,
+                  const std::string& name = "kernel", CallOptions o = {}) {
+    const uint64_t external = next_external_++;
+    const uint32_t cupti = next_cupti_++;
+    o.correlation = external;
+    Call(tid, api, enter, exit, o);
+    Device(start, end, kind, name, cupti);
+    Correlate(external, cupti);
+    return external;
+  }
+
+  void Nvtx(uint32_t tid, tf::NvtxType type, uint64_t ticks, const std::string& name = "",
+            uint64_t range_id = 0, uint64_t domain = 0) {
+    tf::NvtxRecord r{};
+    r.ticks = ticks;
+    r.range_id = range_id;
+    r.domain = domain;
+    r.name = name.empty() ? 0 : String(name);
+    r.type = static_cast<uint16_t>(type);
+    nvtx_[tid].push_back(r);
+  }
+  void Push(uint32_t tid, uint64_t ticks, const std::string& name) {
+    Nvtx(tid, tf::NvtxType::kPush, ticks, name);
+  }
+  void Pop(uint32_t tid, uint64_t ticks) { Nvtx(tid, tf::NvtxType::kPop, ticks); }
+  // A pushed range [start, end) on tid.
+  void Range(uint32_t tid, uint64_t start, uint64_t end, const std::string& name) {
+    Push(tid, start, name);
+    Pop(tid, end);
+  }
+
+  void Clock(uint64_t ticks, uint64_t mono_ns) { clocks_.push_back({ticks, mono_ns, mono_ns}); }
+
+  void Module(uint64_t base, uint64_t low, uint64_t high, const std::string& path) {
+    modules_.push_back({base, low, high, path});
+  }
+
+  void Diag(tf::DiagnosticId id, uint64_t count) {
+    diags_.push_back({static_cast<uint32_t>(id), 0, count});
+  }
+
+  void Thread(uint32_t tid, const std::string& name) {
+    tf::ThreadRecord r{};
+    r.tid = tid;
+    std::strncpy(r.name, name.c_str(), sizeof(r.name) - 1);
+    threads_.push_back(r);
+  }
+
+  std::string Build() const {
+    std::string out(reinterpret_cast<const char*>(&header_), sizeof(header_));
+    {  // api table
+      std::string p;
+      for (size_t i = 0; i < apis_.size(); ++i) {
+        tf::ApiTableEntry e{};
+        e.api = static_cast<uint16_t>(i);
+        e.category = apis_[i].category;
+        e.flags = apis_[i].flags;
+        e.name_len = static_cast<uint16_t>(apis_[i].name.size());
+        Append(&p, &e, sizeof(e));
+        p += apis_[i].name;
+        Pad(&p);
+      }
+      if (!apis_.empty()) Chunk(&out, tf::ChunkType::kApiTable, 0, apis_.size(), p);
+    }
+    if (!strings_.empty()) {
+      std::string p;
+      for (const auto& [id, s] : strings_) {
+        uint32_t hdr[2] = {id, static_cast<uint32_t>(s.size())};
+        Append(&p, hdr, sizeof(hdr));
+        p += s;
+        Pad(&p);
+      }
+      Chunk(&out, tf::ChunkType::kString, 0, strings_.size(), p);
+    }
+    if (!stacks_.empty()) {
+      std::string p;
+      for (const StackEntry& s : stacks_) {
+        uint32_t id = s.id;
+        auto depth = static_cast<uint16_t>(s.words.size());
+        auto kind = static_cast<uint16_t>(s.kind);
+        Append(&p, &id, 4);
+        Append(&p, &depth, 2);
+        Append(&p, &kind, 2);
+        Append(&p, s.words.data(), s.words.size() * 8);
+      }
+      Chunk(&out, tf::ChunkType::kStack, 0, stacks_.size(), p);
+    }
+    if (!modules_.empty()) {
+      std::string p;
+      for (const ModuleEntry& m : modules_) {
+        tf::ModuleRecord r{};
+        r.base = m.base;
+        r.low = m.low;
+        r.high = m.high;
+        r.path_len = static_cast<uint32_t>(m.path.size());
+        Append(&p, &r, sizeof(r));
+        p += m.path;
+        Pad(&p);
+      }
+      Chunk(&out, tf::ChunkType::kModule, 0, modules_.size(), p);
+    }
+    Fixed(&out, tf::ChunkType::kClock, 0, clocks_);
+    Fixed(&out, tf::ChunkType::kThread, 0, threads_);
+    for (const auto& [tid, calls] : calls_) Fixed(&out, tf::ChunkType::kApi, tid, calls);
+    for (const auto& [tid, events] : nvtx_) Fixed(&out, tf::ChunkType::kNvtx, tid, events);
+    Fixed(&out, tf::ChunkType::kDevice, 0, ops_);
+    Fixed(&out, tf::ChunkType::kCorrelation, 0, correlations_);
+    Fixed(&out, tf::ChunkType::kDiagnostic, 0, diags_);
+    if (end_) Chunk(&out, tf::ChunkType::kEnd, 0, 0, "");
+    return out;
+  }
+
+  void WriteTo(const std::string& path) const {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    const std::string bytes = Build();
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+
+  // Offsets of each chunk header in the last Build() of the same content.
+  static std::vector<size_t> ChunkOffsets(const std::string& bytes) {
+    std::vector<size_t> out;
+    size_t off = sizeof(tf::FileHeader);
+    while (off + sizeof(tf::ChunkHeader) <= bytes.size()) {
+      tf::ChunkHeader h;
+      std::memcpy(&h, bytes.data() + off, sizeof(h));
+      out.push_back(off);
+      off += sizeof(h) + h.payload_bytes;
+    }
+    return out;
+  }
+
+ private:
+  struct ApiEntry {
+    std::string name;
+    uint8_t category;
+    uint16_t flags;
+  };
+  struct StackEntry {
+    uint32_t id;
+    tf::StackKind kind;
+    std::vector<uint64_t> words;
+  };
+  struct ModuleEntry {
+    uint64_t base, low, high;
+    std::string path;
+  };
+
+  void AddPython(uint32_t id, const std::vector<PyFrame>& frames) {
+    std::vector<uint64_t> words;
+    for (const PyFrame& f : frames) {
+      words.push_back(String(f.file + "\t" + f.function));
+      words.push_back(static_cast<uint64_t>(f.line));
+    }
+    stacks_.push_back({id, tf::StackKind::kPython, words});
+  }
+
+  static void Append(std::string* s, const void* p, size_t n) {
+    s->append(static_cast<const char*>(p), n);
+  }
+  static void Pad(std::string* s) { s->resize(tf::PadTo8(s->size()), '\0'); }
+
+  static void Chunk(std::string* out, tf::ChunkType type, uint32_t tid, size_t count,
+                    std::string payload) {
+    Pad(&payload);
+    tf::ChunkHeader h{};
+    h.magic = tf::kChunkMagic;
+    h.type = static_cast<uint16_t>(type);
+    h.tid = tid;
+    h.count = static_cast<uint32_t>(count);
+    h.payload_bytes = static_cast<uint32_t>(payload.size());
+    h.checksum = tf::Checksum(payload.data(), payload.size());
+    Append(out, &h, sizeof(h));
+    *out += payload;
+  }
+
+  template <typename T>
+  void Fixed(std::string* out, tf::ChunkType type, uint32_t tid, const std::vector<T>& v) const {
+    for (size_t i = 0; i < v.size(); i += chunk_records_) {
+      size_t n = std::min(chunk_records_, v.size() - i);
+      Chunk(out, type, tid, n, std::string(reinterpret_cast<const char*>(v.data() + i), n * sizeof(T)));
+    }
+  }
+
+  tf::FileHeader header_{};
+  size_t chunk_records_ = 1 << 16;
+  bool end_ = true;
+  std::vector<ApiEntry> apis_;
+  std::vector<std::pair<uint32_t, std::string>> strings_;
+  std::map<std::string, uint32_t> string_ids_;
+  std::vector<StackEntry> stacks_;
+  uint32_t next_stack_ = 1;
+  std::vector<ModuleEntry> modules_;
+  std::map<uint32_t, std::vector<tf::ApiRecord>> calls_;
+  std::map<uint32_t, std::vector<tf::NvtxRecord>> nvtx_;
+  std::vector<tf::DeviceRecord> ops_;
+  std::vector<tf::CorrelationRecord> correlations_;
+  std::vector<tf::ClockRecord> clocks_;
+  std::vector<tf::ThreadRecord> threads_;
+  std::vector<tf::DiagnosticRecord> diags_;
+  uint64_t next_external_ = 1000;
+  uint32_t next_cupti_ = 1;
+};
+
+}  // namespace stallscope::testing
