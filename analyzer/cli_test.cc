@@ -1,1 +1,204 @@
-// placeholder
+// End-to-end tests of the `stallscope` command line: exit codes, one-line
+// errors, help, `run` (exit codes, environment, empty-folder cleanup,
+// summary) and `report` output files.
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "analyzer/testing/test_util.h"
+#include "nlohmann/json.hpp"
+
+namespace stallscope::analyzer {
+namespace {
+
+using testing::kUs;
+
+struct Result {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+class Sandbox {
+ public:
+  Sandbox() {
+    char dir[] = "/tmp/stallscope-cli-XXXXXX";
+    REQUIRE(mkdtemp(dir) != nullptr);
+    root_ = dir;
+    REQUIRE(mkdir((root_ + "/cwd").c_str(), 0755) == 0);
+  }
+  ~Sandbox() { std::system(("rm -rf '" + root_ + "'").c_str()); }
+  const std::string& root() const { return root_; }
+  std::string cwd() const { return root_ + "/cwd"; }
+
+  // Runs `stallscope ARGS` (a shell fragment) in cwd().
+  Result Run(const std::string& args, const std::string& env = "") const {
+    const std::string cmd = "cd '" + cwd() + "' && umask 022 && " + env + " '" +
+                            STALLSCOPE_BIN_PATH + "' " + args + " >'" + root_ + "/out' 2>'" +
+                            root_ + "/err'";
+    int status = std::system(cmd.c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(root_ + "/out"),
+            Slurp(root_ + "/err")};
+  }
+
+  int CwdEntries() const {
+    Result r = Run("");  // writes out/err outside cwd
+    (void)r;
+    int n = 0;
+    std::string listing = cwd();
+    std::system(("ls -A '" + cwd() + "' | wc -l > '" + root_ + "/count'").c_str());
+    n = std::stoi(Slurp(root_ + "/count"));
+    return n;
+  }
+
+ private:
+  std::string root_;
+};
+
+int Lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+std::string WriteSampleTrace(const std::string& path) {
+  testing::TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 500 * kUs);
+  b.Call(1, api.sync, 100 * kUs, 505 * kUs);
+  b.Submit(1, api.launch, 600 * kUs, 605 * kUs, 610 * kUs, 700 * kUs);
+  b.WriteTo(path);
+  return path;
+}
+
+// Guards: a command that never touches CUDA leaves no folder and its exit
+// code passes through.
+TEST_CASE("run of a non-CUDA command leaves nothing and exits 0", "[cli]") {
+  Sandbox box;
+  Result r = box.Run("run -- /bin/true");
+  CHECK(r.code == 0);
+  CHECK(box.CwdEntries() == 0);
+  CHECK(r.err.find("no CUDA activity recorded") != std::string::npos);
+}
+
+// Guards exit-code passthrough, 128+signal, and 127 for a missing command.
+TEST_CASE("run exit codes", "[cli]") {
+  Sandbox box;
+  CHECK(box.Run("run -- sh -c 'exit 7'").code == 7);
+  CHECK(box.Run("run sh -c 'kill -TERM $$'").code == 128 + 15);
+  Result missing = box.Run("run -- no-such-command-stallscope");
+  CHECK(missing.code == 127);
+  // The last line (a warning may precede it when libstallscope.so is not built).
+  CHECK(("\n" + missing.err).ends_with("\nstallscope: no-such-command-stallscope: command not found\n"));
+  CHECK(box.Run("run").code == 1);
+  CHECK(box.Run("run --bogus -- /bin/true").code == 1);
+  CHECK(box.CwdEntries() == 0);
+}
+
+// Guards the child's environment: preload, NVTX injection, output folder
+// (absolute), simulator path first with --sim; an --out folder is created
+// and removed again when empty.
+TEST_CASE("run sets the environment", "[cli]") {
+  Sandbox box;
+  const std::string env_file = box.root() + "/env";
+  Result r = box.Run("run --out traces --sim -- sh -c 'echo \"$LD_PRELOAD|$NVTX_INJECTION64_PATH|"
+                     "$STALLSCOPE_OUT|$LD_LIBRARY_PATH\" > " + env_file + "'",
+                     "env -u LD_PRELOAD STALLSCOPE_LIBDIR=/opt/ss LD_LIBRARY_PATH=/usr/x");
+  CHECK(r.code == 0);
+  CHECK(Slurp(env_file) == "/opt/ss/libstallscope.so|/opt/ss/libstallscope.so|" + box.cwd() +
+                               "/traces|/opt/ss/simgpu:/usr/x\n");
+  CHECK(box.CwdEntries() == 0);
+  Result pre = box.Run("run -- sh -c 'echo \"$LD_PRELOAD\" > " + env_file + "'",
+                       "STALLSCOPE_LIBDIR=/opt/ss LD_PRELOAD=/usr/lib/libother.so");
+  CHECK(Slurp(env_file) == "/opt/ss/libstallscope.so:/usr/lib/libother.so\n");
+}
+
+// Guards the summary after a run that produced a trace.
+TEST_CASE("run prints a summary when traces were written", "[cli]") {
+  Sandbox box;
+  const std::string trace = WriteSampleTrace(box.root() + "/sample.sstrace");
+  Result r = box.Run("run --out traces -- sh -c 'cp " + trace + " \"$STALLSCOPE_OUT\"/'");
+  CHECK(r.code == 0);
+  CHECK(r.err.find("1 step (no markers), GPU idle") != std::string::npos);
+  CHECK(r.err.find("stallscope report traces") != std::string::npos);
+  struct stat st;
+  REQUIRE(stat((box.cwd() + "/traces").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0750);
+}
+
+// Guards report errors: exit 2 and exactly one line saying what and where.
+TEST_CASE("report of missing or corrupt traces exits 2 with one line", "[cli]") {
+  Sandbox box;
+  Result missing = box.Run("report '" + box.root() + "/nope'");
+  CHECK(missing.code == 2);
+  CHECK(Lines(missing.err) == 1);
+  CHECK(missing.err.find("nope") != std::string::npos);
+  Result empty = box.Run("report .");
+  CHECK(empty.code == 2);
+  CHECK(Lines(empty.err) == 1);
+  const std::string bad = WriteSampleTrace(box.root() + "/bad.sstrace");
+  {
+    std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(sizeof(trace::FileHeader) + 30);  // inside the first chunk's payload
+    f.put('\x7f');
+  }
+  Result corrupt = box.Run("report '" + bad + "'");
+  CHECK(corrupt.code == 2);
+  CHECK(Lines(corrupt.err) == 1);
+  CHECK(corrupt.err.find("byte offset") != std::string::npos);
+}
+
+// Guards -o: a new file with mode 0640 holding the JSON report, never
+// overwritten.
+TEST_CASE("report -o writes a new file and never overwrites", "[cli]") {
+  Sandbox box;
+  const std::string trace = WriteSampleTrace(box.root() + "/sample.sstrace");
+  const std::string out = box.root() + "/report.json";
+  Result r = box.Run("report '" + trace + "' --format json -o '" + out + "'");
+  REQUIRE(r.code == 0);
+  struct stat st;
+  REQUIRE(stat(out.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0640);
+  const auto j = nlohmann::json::parse(Slurp(out));
+  CHECK(j["schema"] == "stallscope.report/1");
+  Result again = box.Run("report '" + trace + "' --format text -o '" + out + "'");
+  CHECK(again.code == 1);
+  CHECK(nlohmann::json::parse(Slurp(out))["schema"] == "stallscope.report/1");
+  Result text = box.Run("report '" + trace + "'");
+  CHECK(text.code == 0);
+  CHECK(text.out.find("Forced-sync hotspots") != std::string::npos);
+}
+
+// Guards help generated from the subcommand table, and usage errors.
+TEST_CASE("help and usage", "[cli]") {
+  Sandbox box;
+  Result help = box.Run("--help");
+  CHECK(help.code == 0);
+  CHECK(help.out.find("  run ") != std::string::npos);
+  CHECK(help.out.find("  report ") != std::string::npos);
+  Result report_help = box.Run("help report");
+  CHECK(report_help.code == 0);
+  CHECK(report_help.out.find("usage: stallscope report DIR|FILE...") == 0);
+  CHECK(box.Run("report --help").out == report_help.out);
+  CHECK(box.Run("run --help").out.find("usage: stallscope run") == 0);
+  CHECK(box.Run("").code == 1);
+  CHECK(box.Run("frobnicate").code == 1);
+  CHECK(box.Run("report").code == 1);
+  CHECK(box.Run("report x --format html").code == 1);
+  CHECK(box.Run("report x --step-pattern '('").code == 1);
+}
+
+}  // namespace
+}  // namespace stallscope::analyzer

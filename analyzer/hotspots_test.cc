@@ -1,1 +1,105 @@
-// placeholder
+// Tests of hotspot grouping: by call site and API, explicit vs implicit,
+// idle caused (rule 1), blocked time, the "actually blocked" filter, and the
+// choice of the user-code site in native and Python stacks.
+#include "analyzer/hotspots.h"
+
+#include <catch2/catch.hpp>
+
+#include "analyzer/testing/test_util.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+using testing::kUs;
+using testing::TraceBuilder;
+namespace tf = stallscope::trace;
+
+// Guards grouping and the fields: two `.item()`-style syncs from one Python
+// line are one hotspot with count 2; a sync copy elsewhere is another,
+// implicit; ordering is by idle caused.
+TEST_CASE("hotspots group by site and api", "[hotspots]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  const uint32_t loss = b.PythonStack({{"train.py", "train_step", 42}, {"train.py", "main", 90}});
+  const uint32_t copy = b.PythonStack({{"train.py", "log_metrics", 77}});
+  for (int k = 0; k < 2; ++k) {
+    const int64_t t0 = k * 1000 * kUs;
+    b.Submit(1, api.launch, t0, t0 + 5 * kUs, t0 + 10 * kUs, t0 + 500 * kUs);
+    b.Call(1, api.sync, t0 + 400 * kUs, t0 + 505 * kUs, {.stack = loss});  // 100 us rule 1
+    b.Submit(1, api.memcpy, t0 + 700 * kUs, t0 + 720 * kUs, t0 + 705 * kUs, t0 + 715 * kUs,
+             tf::DeviceOpKind::kMemcpy, "", {.stack = copy});
+  }
+  Report r = testing::AnalyzeOrDie(b);
+  REQUIRE(r.hotspots.size() == 2);
+  const Hotspot& h = r.hotspots[0];
+  CHECK(h.api == "cudaStreamSynchronize");
+  CHECK(h.explicit_sync);
+  CHECK(h.site.file == "train.py");
+  CHECK(h.site.line == 42);
+  CHECK(h.site.function == "train_step");
+  CHECK(h.count == 2);
+  CHECK(h.blocked_ns == 2 * 105 * kUs);
+  CHECK(h.idle_caused_ns == 2 * 100 * kUs);
+  REQUIRE(h.stack.size() == 2);
+  CHECK(h.stack[1].function == "main");  // outermost last
+  const Hotspot& c = r.hotspots[1];
+  CHECK(c.api == "cudaMemcpy");
+  CHECK_FALSE(c.explicit_sync);
+  CHECK(c.site.line == 77);
+  CHECK(c.count == 2);
+}
+
+// Guards "a clean run reports none": syncs that return at once and cause no
+// idle are not hotspots.
+TEST_CASE("non-blocking syncs are not hotspots", "[hotspots]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 20 * kUs);
+  b.Call(1, api.sync, 30 * kUs, 32 * kUs);  // device already idle, 2 us
+  b.Submit(1, api.launch, 33 * kUs, 38 * kUs, 40 * kUs, 60 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  CHECK(r.hotspots.empty());
+}
+
+// Guards the native site rule: frames in libcuda, libstallscope, libc and
+// simgpu are skipped; the first user frame is the site, `module+0xoffset`
+// when the module cannot be read.
+TEST_CASE("native call sites skip runtime modules", "[hotspots]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Module(0x10000, 0x10000, 0x20000, "/opt/lib/libstallscope.so");
+  b.Module(0x20000, 0x20000, 0x30000, "/work/build/lib/simgpu/libcudart.so.13");
+  b.Module(0x30000, 0x30000, 0x40000, "/nonexistent/libtrainer.so");
+  b.Module(0x40000, 0x40000, 0x50000, "/lib/x86_64-linux-gnu/libc.so.6");
+  const uint32_t stack = b.NativeStack({0x10010, 0x20020, 0x30030, 0x40040});
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 500 * kUs);
+  b.Call(1, api.sync, 20 * kUs, 505 * kUs, {.stack = stack});
+  b.Submit(1, api.launch, 506 * kUs, 510 * kUs, 515 * kUs, 600 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  REQUIRE(r.hotspots.size() == 1);
+  CHECK(r.hotspots[0].site.function == "libtrainer.so+0x30");
+  CHECK(r.hotspots[0].stack.size() == 4);
+  CHECK(r.hotspots[0].stack[0].module == "libstallscope.so");
+}
+
+// Guards the runtime-module list.
+TEST_CASE("runtime modules", "[hotspots]") {
+  CHECK(IsRuntimeModule("/usr/lib/x86_64-linux-gnu/libcuda.so.1"));
+  CHECK(IsRuntimeModule("/usr/local/cuda/lib64/libcudart.so.13"));
+  CHECK(IsRuntimeModule("libcupti.so.13"));
+  CHECK(IsRuntimeModule("/x/libnccl.so.2"));
+  CHECK(IsRuntimeModule("/lib/x86_64-linux-gnu/libc.so.6"));
+  CHECK(IsRuntimeModule("/lib/x86_64-linux-gnu/libm.so.6"));
+  CHECK(IsRuntimeModule("/lib/x86_64-linux-gnu/libstdc++.so.6"));
+  CHECK(IsRuntimeModule("/lib/x86_64-linux-gnu/libgcc_s.so.1"));
+  CHECK(IsRuntimeModule("/lib64/ld-linux-x86-64.so.2"));
+  CHECK(IsRuntimeModule("/lib/x86_64-linux-gnu/libpthread.so.0"));
+  CHECK(IsRuntimeModule("/build/lib/simgpu/libfoo.so"));
+  CHECK(IsRuntimeModule("/build/lib/libstallscope.so"));
+  CHECK_FALSE(IsRuntimeModule("/usr/lib/libcrypto.so.3"));
+  CHECK_FALSE(IsRuntimeModule("/home/u/train"));
+  CHECK_FALSE(IsRuntimeModule("/usr/lib/python3.11/libmagic.so"));
+}
+
+}  // namespace
+}  // namespace stallscope::analyzer

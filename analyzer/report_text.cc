@@ -31,9 +31,11 @@ std::string Site(const Frame& f) {
 
 std::string RenderSummary(const Report& r) {
   const Totals& t = r.totals;
-  std::string s = absl::StrFormat("%d step%s (%s markers), GPU idle %.1f%% of %s", r.steps.size(),
-                                  r.steps.size() == 1 ? "" : "s",
-                                  r.step_source == "none" ? "no" : r.step_source.c_str(),
+  const char* source = r.step_source == "marker" ? "from step markers"
+                       : r.step_source == "auto" ? "detected"
+                                                 : "no markers";
+  std::string s = absl::StrFormat("%d step%s (%s), GPU idle %.1f%% of %s", r.steps.size(),
+                                  r.steps.size() == 1 ? "" : "s", source,
                                   Pct(t.gpu_idle_ns, t.wall_ns), FormatDuration(t.wall_ns));
   if (t.gpu_idle_ns > 0) {
     int top = TopCause(t.idle_by_cause);
@@ -121,8 +123,13 @@ std::string RenderText(const Report& r) {
 
   absl::StrAppend(&out, "\nDiagnostics\n");
   for (const Diagnostic& d : r.diagnostics) {
-    absl::StrAppendFormat(&out, "  %-7s %-26s %s\n", SeverityName(DiagSeverity(d.id)),
-                          DiagName(d.id), d.message.empty() ? DiagDescription(d.id) : d.message);
+    if (d.message.empty()) {
+      absl::StrAppendFormat(&out, "  %-7s %-26s %s (count %d)\n", SeverityName(DiagSeverity(d.id)),
+                            DiagName(d.id), DiagDescription(d.id), d.count);
+    } else {
+      absl::StrAppendFormat(&out, "  %-7s %-26s %s\n", SeverityName(DiagSeverity(d.id)),
+                            DiagName(d.id), d.message);
+    }
   }
   return out;
 }
