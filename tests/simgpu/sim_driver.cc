@@ -562,7 +562,7 @@ extern "C" {
 // ---- init, version, errors ----
 CUresult CUDAAPI cuInit(unsigned int flags) {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  GetDevice(0);
+  StartDeviceThreads();
   g_initialized.store(true);
   return CUDA_SUCCESS;
 }

@@ -162,6 +162,7 @@ struct Module {
 
 // ---- Engine API ----
 int DeviceCount();
+void StartDeviceThreads();  // at cuInit, so the first launch does not pay for it
 Device* GetDevice(int ordinal);  // nullptr when out of range
 Context* NewContext(Device* dev, bool primary, unsigned flags);
 Stream* NewStream(Context* ctx, unsigned flags, int priority);

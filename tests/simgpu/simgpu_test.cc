@@ -1,0 +1,628 @@
+// Tests of the simulated libcuda.so.1: real-time op durations, asynchronous
+// launches, the bounded queue, events, cross-stream and legacy-stream
+// ordering, copy/set blocking rules, the ground-truth trace and
+// cuGetProcAddress. Timing bounds are tolerant (the machine is shared and
+// noisy): lower bounds at 95% of nominal, upper bounds never under 2x.
+#include <catch2/catch.hpp>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "simgpu_test_util.h"
+
+using namespace simgpu_test;
+
+namespace {
+
+constexpr uint64_t kUs = 1000;
+constexpr uint64_t kMs = 1000000;
+
+uint64_t TimeIt(const std::function<void()>& f) {
+  uint64_t t0 = NowNs();
+  f();
+  return NowNs() - t0;
+}
+
+CUstream NewStream(Cu& cu, unsigned flags = CU_STREAM_DEFAULT) {
+  CUstream s;
+  REQUIRE(cu.cuStreamCreate(&s, flags) == CUDA_SUCCESS);
+  return s;
+}
+
+CUevent NewEvent(Cu& cu) {
+  CUevent e;
+  REQUIRE(cu.cuEventCreate(&e, CU_EVENT_DEFAULT) == CUDA_SUCCESS);
+  return e;
+}
+
+// Elapsed ms between two events around one kernel on an otherwise idle stream.
+float KernelSpanMs(Cu& cu, const char* name) {
+  CUstream s = NewStream(cu);
+  CUevent a = NewEvent(cu), b = NewEvent(cu);
+  REQUIRE(cu.cuEventRecord(a, s) == CUDA_SUCCESS);
+  REQUIRE(cu.Launch(name, s) == CUDA_SUCCESS);
+  REQUIRE(cu.cuEventRecord(b, s) == CUDA_SUCCESS);
+  REQUIRE(cu.cuEventSynchronize(b) == CUDA_SUCCESS);
+  float ms = -1;
+  REQUIRE(cu.cuEventElapsedTime_v2(&ms, a, b) == CUDA_SUCCESS);
+  return ms;
+}
+
+}  // namespace
+
+// Guards: SIMGPU_KERNEL_US gives a kernel its duration by glob, and a stream
+// synchronize blocks the host for it.
+TEST_CASE("kernel duration from glob blocks cuStreamSynchronize", "[driver][timing]") {
+  Cu cu;
+  cu.Setup();
+  CUstream s = NewStream(cu);
+  uint64_t t0 = NowNs();
+  REQUIRE(cu.Launch("long_kernel", s) == CUDA_SUCCESS);  // long*=2000
+  REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
+  uint64_t blocked = NowNs() - t0;
+  CHECK(blocked >= 1900 * kUs);
+  CHECK(blocked < 200 * kMs);
+}
+
+// Guards: the `*=20` default and first-match order of SIMGPU_KERNEL_US
+// (gemm_small matches gemm* = 800 us before its own gemm_small=5 rule).
+TEST_CASE("kernel durations: default and first match wins", "[driver][timing]") {
+  Cu cu;
+  cu.Setup();
+  float def_ms = KernelSpanMs(cu, "some_other_kernel");
+  CHECK(def_ms >= 0.019f);
+  CHECK(def_ms < 1.0f);
+  float gemm_ms = KernelSpanMs(cu, "gemm_small");
+  CHECK(gemm_ms >= 0.76f);
+  CHECK(gemm_ms < 20.0f);
+  float relu_ms = KernelSpanMs(cu, "relu");
+  CHECK(relu_ms >= 0.014f);
+  CHECK(relu_ms < 0.6f);
+}
+
+// Guards: launches are asynchronous; the stream reports NOT_READY while the
+// kernel runs and SUCCESS after it.
+TEST_CASE("async launch returns while the kernel runs", "[driver][timing]") {
+  Cu cu;
+  cu.Setup();
+  CUstream s = NewStream(cu);
+  CUfunction f = cu.Kernel("long_async");
+  uint64_t t = TimeIt([&] {
+    REQUIRE(cu.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr) == CUDA_SUCCESS);
+  });
+  CHECK(t < 1 * kMs);
+  CHECK(cu.cuStreamQuery(s) == CUDA_ERROR_NOT_READY);
+  REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
+  CHECK(cu.cuStreamQuery(s) == CUDA_SUCCESS);
+}
+
+// Hidden: run by "bounded queue" below with SIMGPU_QUEUE_DEPTH=4.
+TEST_CASE("queue depth child", "[.][depth_child]") {
+  Cu cu;
+  cu.Setup();
+  CUstream s = NewStream(cu);
+  REQUIRE(cu.Launch("warm_up", s) == CUDA_SUCCESS);  // the device thread is running
+  REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
+  CUfunction f = cu.Kernel("long_q");
+  std::vector<uint64_t> t;
+  for (int i = 0; i < 6; ++i) {
+    t.push_back(TimeIt([&] {
+      REQUIRE(cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, nullptr, nullptr) == CUDA_SUCCESS);
+    }));
+  }
+  // One kernel runs, four wait in the queue: the sixth launch waits until the
+  // first kernel ends and the second starts. (The fifth may wait for the
+  // first to start, a few microseconds on an idle machine.)
+  for (int i = 0; i < 4; ++i) {
+    INFO("launch " << i);
+    CHECK(t[i] < 1 * kMs);
+  }
+  CHECK(t[4] < t[5]);
+  CHECK(t[5] >= 1500 * kUs);
+  REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
+}
+
+// Guards: SIMGPU_QUEUE_DEPTH bounds a stream's pending ops; a launch into a
+// full queue blocks the host.
+TEST_CASE("bounded queue blocks the sixth launch at depth 4", "[driver][timing]") {
+  CHECK(RunSelf({"SIMGPU_QUEUE_DEPTH=4"}, "[depth_child]") == 0);
+}
+
+// Guards: event ordering, query/NOT_READY and elapsed time.
+TEST_CASE("events order and elapsed time", "[driver][events]") {
+  Cu cu;
+  cu.Setup();
+  CUstream s = NewStream(cu);
+  CUevent e0 = NewEvent(cu), e1 = NewEvent(cu), e2 = NewEvent(cu);
+  CHECK(cu.cuEventQuery(e0) == CUDA_SUCCESS);  // never recorded
+  REQUIRE(cu.cuEventRecord(e0, s) == CUDA_SUCCESS);
+  REQUIRE(cu.Launch("mid_a", s) == CUDA_SUCCESS);  // 500 us
+  REQUIRE(cu.cuEventRecord(e1, s) == CUDA_SUCCESS);
+  REQUIRE(cu.Launch("mid_b", s) == CUDA_SUCCESS);
+  REQUIRE(cu.cuEventRecord(e2, s) == CUDA_SUCCESS);
+  CHECK(cu.cuEventQuery(e2) == CUDA_ERROR_NOT_READY);
+  float ms = 0;
+  CHECK(cu.cuEventElapsedTime_v2(&ms, e0, e2) == CUDA_ERROR_NOT_READY);
+  REQUIRE(cu.cuEventSynchronize(e2) == CUDA_SUCCESS);
+  CHECK(cu.cuEventQuery(e1) == CUDA_SUCCESS);
+  CHECK(cu.cuEventQuery(e2) == CUDA_SUCCESS);
+  float a = 0, b = 0;
+  REQUIRE(cu.cuEventElapsedTime_v2(&a, e0, e1) == CUDA_SUCCESS);
+  REQUIRE(cu.cuEventElapsedTime_v2(&b, e1, e2) == CUDA_SUCCESS);
+  CHECK(a >= 0.475f);
+  CHECK(a < 10.0f);
+  CHECK(b >= 0.475f);
+  CHECK(b < 10.0f);
+}
+
+// Guards: cuStreamWaitEvent makes stream B's next kernel start after the
+// kernel that preceded the event on stream A.
+TEST_CASE("cross-stream wait on an event", "[driver][streams]") {
+  Cu cu;
+  cu.Setup();
+  CUstream a = NewStream(cu), b = NewStream(cu);
+  CUevent e = NewEvent(cu);
+  REQUIRE(cu.Launch("long_cross_a", a) == CUDA_SUCCESS);
+  REQUIRE(cu.cuEventRecord(e, a) == CUDA_SUCCESS);
+  REQUIRE(cu.cuStreamWaitEvent(b, e, 0) == CUDA_SUCCESS);
+  REQUIRE(cu.Launch("relu_cross_b", b) == CUDA_SUCCESS);
+  REQUIRE(cu.Launch("relu_free_c", NewStream(cu)) == CUDA_SUCCESS);  // not ordered
+  REQUIRE(cu.cuCtxSynchronize() == CUDA_SUCCESS);
+  auto ops = FlushAndReadTrace(cu);
+  const TraceOp* ka = FindOp(ops, "long_cross_a");
+  const TraceOp* kb = FindOp(ops, "relu_cross_b");
+  const TraceOp* kc = FindOp(ops, "relu_free_c");
+  REQUIRE(ka);
+  REQUIRE(kb);
+  REQUIRE(kc);
+  CHECK(kb->start_ns >= ka->end_ns);
+  CHECK(kc->start_ns < ka->end_ns);  // an unrelated stream overlaps
+  CHECK(ka->stream == cu.StreamId(a));
+  CHECK(kb->stream == cu.StreamId(b));
+}
+
+// Guards: the legacy default stream waits for blocking streams and they wait
+// for it; CU_STREAM_NON_BLOCKING streams skip both.
+TEST_CASE("legacy stream barrier semantics", "[driver][streams]") {
+  Cu cu;
+  cu.Setup();
+  CUstream blocking = NewStream(cu);
+  CUstream nonblocking = NewStream(cu, CU_STREAM_NON_BLOCKING);
+  REQUIRE(cu.Launch("long_leg_1", blocking) == CUDA_SUCCESS);
+  REQUIRE(cu.Launch("relu_leg_1", nullptr) == CUDA_SUCCESS);  // waits for blocking
+  REQUIRE(cu.cuCtxSynchronize() == CUDA_SUCCESS);
+  REQUIRE(cu.Launch("long_leg_2", nonblocking) == CUDA_SUCCESS);
+  REQUIRE(cu.Launch("relu_leg_2", CU_STREAM_LEGACY) == CUDA_SUCCESS);  // does not wait
+  REQUIRE(cu.cuCtxSynchronize() == CUDA_SUCCESS);
+  REQUIRE(cu.Launch("long_leg_3", nullptr) == CUDA_SUCCESS);
+  REQUIRE(cu.Launch("relu_leg_3", blocking) == CUDA_SUCCESS);     // waits for legacy
+  REQUIRE(cu.Launch("relu_leg_4", nonblocking) == CUDA_SUCCESS);  // does not wait
+  REQUIRE(cu.cuCtxSynchronize() == CUDA_SUCCESS);
+  auto ops = FlushAndReadTrace(cu);
+  auto op = [&](const char* n) {
+    const TraceOp* o = FindOp(ops, n);
+    REQUIRE(o);
+    return *o;
+  };
+  CHECK(op("relu_leg_1").start_ns >= op("long_leg_1").end_ns);
+  CHECK(op("relu_leg_2").start_ns < op("long_leg_2").end_ns);
+  CHECK(op("relu_leg_3").start_ns >= op("long_leg_3").end_ns);
+  CHECK(op("relu_leg_4").start_ns < op("long_leg_3").end_ns);
+}
+
+// Guards: the per-thread default stream is one blocking stream per host
+// thread, reached by CU_STREAM_PER_THREAD or NULL through a _ptsz entry point.
+TEST_CASE("per-thread default streams", "[driver][streams]") {
+  Cu cu;
+  cu.Setup();
+  unsigned long long legacy = 0, pt = 0, pt_handle = 0, other = 0;
+  REQUIRE(cu.cuStreamGetId(nullptr, &legacy) == CUDA_SUCCESS);
+  REQUIRE(cu.cuStreamGetId_ptsz(nullptr, &pt) == CUDA_SUCCESS);
+  REQUIRE(cu.cuStreamGetId(CU_STREAM_PER_THREAD, &pt_handle) == CUDA_SUCCESS);
+  CUcontext ctx;
+  REQUIRE(cu.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS);
+  std::thread([&] {
+    cu.cuCtxSetCurrent(ctx);
+    cu.cuStreamGetId_ptsz(nullptr, &other);
+  }).join();
+  CHECK(pt == pt_handle);
+  CHECK(pt != legacy);
+  CHECK(other != pt);
+  CHECK(other != 0);
+  // A per-thread stream is blocking: later legacy work waits for it.
+  CUfunction f = cu.Kernel("long_pt");
+  REQUIRE(cu.cuLaunchKernel_ptsz(f, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr) ==
+          CUDA_SUCCESS);
+  REQUIRE(cu.Launch("relu_after_pt", nullptr) == CUDA_SUCCESS);
+  REQUIRE(cu.cuCtxSynchronize() == CUDA_SUCCESS);
+  auto ops = FlushAndReadTrace(cu);
+  const TraceOp* a = FindOp(ops, "long_pt");
+  const TraceOp* b = FindOp(ops, "relu_after_pt");
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->stream == pt);
+  CHECK(b->stream == legacy);
+  CHECK(b->start_ns >= a->end_ns);
+}
+
+// Guards: device-to-host copies into pageable memory wait for completion,
+// even the Async form; into pinned memory the Async form does not block.
+TEST_CASE("pageable vs pinned DtoH copy blocking", "[driver][copies]") {
+  Cu cu;
+  cu.Setup();
+  CUstream s = NewStream(cu);
+  CUdeviceptr d;
+  REQUIRE(cu.cuMemAlloc_v2(&d, 4096) == CUDA_SUCCESS);
+  std::vector<char> pageable(4096);
+  void* pinned;
+  REQUIRE(cu.cuMemAllocHost_v2(&pinned, 4096) == CUDA_SUCCESS);
+
+  REQUIRE(cu.Launch("long_dtoh_1", s) == CUDA_SUCCESS);
+  uint64_t t_async_pageable = TimeIt([&] {
+    REQUIRE(cu.cuMemcpyDtoHAsync_v2(pageable.data(), d, 4096, s) == CUDA_SUCCESS);
+  });
+  CHECK(t_async_pageable >= 1900 * kUs);
+
+  REQUIRE(cu.Launch("long_dtoh_2", s) == CUDA_SUCCESS);
+  uint64_t t_async_pinned = TimeIt([&] {
+    REQUIRE(cu.cuMemcpyDtoHAsync_v2(pinned, d, 4096, s) == CUDA_SUCCESS);
+  });
+  CHECK(t_async_pinned < 1 * kMs);
+  REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
+
+  // Synchronous DtoH on the legacy stream waits for prior work, pinned or not.
+  REQUIRE(cu.Launch("long_dtoh_3", s) == CUDA_SUCCESS);
+  uint64_t t_sync_pinned = TimeIt([&] {
+    REQUIRE(cu.cuMemcpyDtoH_v2(pinned, d, 4096) == CUDA_SUCCESS);
+  });
+  CHECK(t_sync_pinned >= 1900 * kUs);
+  REQUIRE(cu.cuMemFreeHost(pinned) == CUDA_SUCCESS);
+  REQUIRE(cu.cuMemFree_v2(d) == CUDA_SUCCESS);
+}
+
+// Guards: an HtoDAsync from pageable memory is staged at call time and does
+// not block; the staged bytes (not later writes) reach the device.
+TEST_CASE("pageable HtoDAsync does not block and stages the source", "[driver][copies]") {
+  Cu cu;
+  cu.Setup();
+  CUstream s = NewStream(cu);
+  CUdeviceptr d;
+  REQUIRE(cu.cuMemAlloc_v2(&d, 1024) == CUDA_SUCCESS);
+  std::vector<unsigned char> src(1024, 0xAB);
+  REQUIRE(cu.Launch("long_htod", s) == CUDA_SUCCESS);
+  uint64_t t = TimeIt([&] {
+    REQUIRE(cu.cuMemcpyHtoDAsync_v2(d, src.data(), src.size(), s) == CUDA_SUCCESS);
+  });
+  CHECK(t < 1 * kMs);
+  std::fill(src.begin(), src.end(), 0x00);  // after the call: must not be seen
+  REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
+  std::vector<unsigned char> back(1024, 0);
+  REQUIRE(cu.cuMemcpyDtoH_v2(back.data(), d, back.size()) == CUDA_SUCCESS);
+  CHECK(back == std::vector<unsigned char>(1024, 0xAB));
+  REQUIRE(cu.cuMemFree_v2(d) == CUDA_SUCCESS);
+}
+
+// Guards: synchronous HtoD returns once the copy has started when the source
+// is pageable, only after it completed when the source is pinned.
+TEST_CASE("synchronous HtoD: pageable returns at start, pinned at end", "[driver][copies]") {
+  Cu cu;
+  cu.Setup();
+  const size_t n = 25u << 20;  // 25 MB: about 1 ms at 25 GB/s
+  CUdeviceptr d;
+  REQUIRE(cu.cuMemAlloc_v2(&d, n) == CUDA_SUCCESS);
+  std::vector<char> pageable(n, 1);
+  void* pinned;
+  REQUIRE(cu.cuMemAllocHost_v2(&pinned, n) == CUDA_SUCCESS);
+  memset(pinned, 2, n);
+  REQUIRE(cu.cuMemcpyHtoD_v2(d, pageable.data(), n) == CUDA_SUCCESS);
+  uint64_t t_pageable = NowNs();
+  REQUIRE(cu.cuMemcpyHtoD_v2(d, pinned, n) == CUDA_SUCCESS);
+  uint64_t t_pinned = NowNs();
+  auto ops = FlushAndReadTrace(cu);
+  std::vector<TraceOp> htod;
+  for (const TraceOp& op : ops) {
+    if (op.kind == "memcpy" && op.name == "HtoD" && op.bytes == n) htod.push_back(op);
+  }
+  REQUIRE(htod.size() == 2);
+  CHECK(t_pageable < htod[0].end_ns);
+  CHECK(t_pinned >= htod[1].end_ns);
+  CHECK(htod[0].end_ns - htod[0].start_ns >= 950 * kUs);
+  REQUIRE(cu.cuMemFreeHost(pinned) == CUDA_SUCCESS);
+  REQUIRE(cu.cuMemFree_v2(d) == CUDA_SUCCESS);
+}
+
+// Guards: bytes really move (HtoD, DtoD, DtoH, cuMemcpy with inferred
+// direction) and memsets write their pattern.
+TEST_CASE("data is actually copied and set", "[driver][copies]") {
+  Cu cu;
+  cu.Setup();
+  CUdeviceptr a, b;
+  REQUIRE(cu.cuMemAlloc_v2(&a, 256) == CUDA_SUCCESS);
+  REQUIRE(cu.cuMemAlloc_v2(&b, 256) == CUDA_SUCCESS);
+  std::vector<unsigned char> src(256);
+  for (int i = 0; i < 256; ++i) src[i] = static_cast<unsigned char>(i);
+  REQUIRE(cu.cuMemcpyHtoD_v2(a, src.data(), 256) == CUDA_SUCCESS);
+  REQUIRE(cu.cuMemcpyDtoD_v2(b, a, 256) == CUDA_SUCCESS);
+  std::vector<unsigned char> out(256, 0);
+  REQUIRE(cu.cuMemcpyDtoH_v2(out.data(), b, 256) == CUDA_SUCCESS);
+  CHECK(out == src);
+  REQUIRE(cu.cuMemsetD32_v2(a, 0x01020304u, 64) == CUDA_SUCCESS);
+  std::vector<uint32_t> words(64, 0);
+  REQUIRE(cu.cuMemcpy(reinterpret_cast<CUdeviceptr>(words.data()), a, 256) == CUDA_SUCCESS);
+  CHECK(words == std::vector<uint32_t>(64, 0x01020304u));
+  REQUIRE(cu.cuMemsetD8_v2(b, 0x7f, 256) == CUDA_SUCCESS);
+  REQUIRE(cu.cuMemcpyDtoH_v2(out.data(), b, 256) == CUDA_SUCCESS);
+  CHECK(out == std::vector<unsigned char>(256, 0x7f));
+  REQUIRE(cu.cuMemFree_v2(a) == CUDA_SUCCESS);
+  REQUIRE(cu.cuMemFree_v2(b) == CUDA_SUCCESS);
+}
+
+// Guards: cuMemFree synchronizes the device, cuMemFreeAsync does not;
+// a synchronous memset of device memory does not block, of pinned memory does.
+TEST_CASE("frees and synchronous memsets block as the real driver does", "[driver][copies]") {
+  Cu cu;
+  cu.Setup();
+  CUstream s = NewStream(cu);
+  CUdeviceptr d1, d2;
+  REQUIRE(cu.cuMemAlloc_v2(&d1, 4096) == CUDA_SUCCESS);
+  REQUIRE(cu.cuMemAlloc_v2(&d2, 4096) == CUDA_SUCCESS);
+  REQUIRE(cu.Launch("long_free_1", s) == CUDA_SUCCESS);
+  CHECK(TimeIt([&] { REQUIRE(cu.cuMemFreeAsync(d2, s) == CUDA_SUCCESS); }) < 1 * kMs);
+  CHECK(TimeIt([&] { REQUIRE(cu.cuMemFree_v2(d1) == CUDA_SUCCESS); }) >= 1900 * kUs);
+
+  CUdeviceptr d;
+  REQUIRE(cu.cuMemAlloc_v2(&d, 4096) == CUDA_SUCCESS);
+  void* pinned;
+  REQUIRE(cu.cuMemAllocHost_v2(&pinned, 4096) == CUDA_SUCCESS);
+  REQUIRE(cu.Launch("long_set_1", nullptr) == CUDA_SUCCESS);
+  CHECK(TimeIt([&] { REQUIRE(cu.cuMemsetD8_v2(d, 1, 4096) == CUDA_SUCCESS); }) < 1 * kMs);
+  CHECK(TimeIt([&] {
+          REQUIRE(cu.cuMemsetD8_v2(reinterpret_cast<CUdeviceptr>(pinned), 1, 4096) ==
+                  CUDA_SUCCESS);
+        }) >= 1900 * kUs);
+  CHECK(static_cast<unsigned char*>(pinned)[4095] == 1);
+  REQUIRE(cu.cuMemFreeHost(pinned) == CUDA_SUCCESS);
+  REQUIRE(cu.cuMemFree_v2(d) == CUDA_SUCCESS);
+}
+
+// Hidden: the workload of "trace file" below. Exits without synchronizing:
+// the simulator must finish and write every op at exit. Writes each op's
+// host-side submit time next to the trace.
+TEST_CASE("trace child", "[.][trace_child]") {
+  Cu cu;
+  cu.Setup();
+  CUstream s = NewStream(cu);
+  CUdeviceptr d;
+  const size_t n = 64 << 10;  // small: the byte copy itself must not outlast the op
+  REQUIRE(cu.cuMemAlloc_v2(&d, n) == CUDA_SUCCESS);
+  std::vector<char> host(n, 3);
+  std::ofstream side(std::string(getenv("SIMGPU_TEST_SIDE")));
+  side << "stream " << cu.StreamId(s) << "\n";
+  auto mark = [&](const char* name, uint64_t expect_ns) {
+    side << name << " " << NowNs() << " " << expect_ns << "\n";
+  };
+  for (int i = 0; i < 20; ++i) {
+    mark("relu", 15 * kUs);
+    REQUIRE(cu.Launch("relu", s) == CUDA_SUCCESS);
+  }
+  mark("mid_t", 500 * kUs);
+  REQUIRE(cu.Launch("mid_t", s) == CUDA_SUCCESS);
+  mark("HtoD", 2 * kUs + n / 25);
+  REQUIRE(cu.cuMemcpyHtoDAsync_v2(d, host.data(), n, s) == CUDA_SUCCESS);
+  mark("memset", 1 * kUs + n / 250);
+  REQUIRE(cu.cuMemsetD32Async(d, 7, n / 4, s) == CUDA_SUCCESS);
+  mark("long_t", 2000 * kUs);
+  REQUIRE(cu.Launch("long_t", s) == CUDA_SUCCESS);
+  side.close();
+  std::exit(0);  // a normal exit without synchronizing: atexit must complete the trace
+}
+
+// Guards: SIMGPU_TRACE holds every op of a process that exits normally, with
+// start >= submit time, end - start close to the nominal duration, and the
+// stream id that cuStreamGetId reports.
+TEST_CASE("trace file holds every op with consistent times", "[driver][trace]") {
+  const char* tmp = getenv("TMPDIR");
+  std::string dir = tmp != nullptr ? tmp : "/tmp";
+  std::string trace = dir + "/simgpu_trace_test_" + std::to_string(getpid()) + ".jsonl";
+  std::string side = dir + "/simgpu_trace_test_" + std::to_string(getpid()) + ".side";
+  REQUIRE(RunSelf({"SIMGPU_TRACE=" + trace, "SIMGPU_TEST_SIDE=" + side}, "[trace_child]") == 0);
+  std::vector<TraceOp> ops = ReadTrace(trace);
+  std::ifstream in(side);
+  std::string word;
+  uint64_t stream = 0;
+  in >> word >> stream;
+  struct Mark {
+    std::string name;
+    uint64_t submit, expect;
+  };
+  std::vector<Mark> marks;
+  Mark m;
+  while (in >> m.name >> m.submit >> m.expect) marks.push_back(m);
+  unlink(trace.c_str());
+  unlink(side.c_str());
+  REQUIRE(marks.size() == 24);
+  REQUIRE(ops.size() == marks.size());  // trace is in completion order = stream order
+  uint64_t prev_end = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    INFO("op " << i << " " << ops[i].name);
+    CHECK(ops[i].name == marks[i].name);
+    CHECK(ops[i].stream == stream);
+    CHECK(ops[i].start_ns >= marks[i].submit);
+    CHECK(ops[i].queued_ns >= marks[i].submit);
+    CHECK(ops[i].start_ns >= ops[i].queued_ns + 4 * kUs);
+    CHECK(ops[i].start_ns >= prev_end);
+    uint64_t dur = ops[i].end_ns - ops[i].start_ns;
+    CHECK(dur >= marks[i].expect * 95 / 100);
+    CHECK(dur <= marks[i].expect * 2 + 200 * kUs);
+    CHECK(ops[i].correlation > 0);
+    if (i > 0) CHECK(ops[i].correlation > ops[i - 1].correlation);
+    prev_end = ops[i].end_ns;
+  }
+  CHECK(ops[21].kind == "memcpy");
+  CHECK(ops[21].bytes == (64u << 10));
+  CHECK(ops[22].kind == "memset");
+  CHECK(ops[20].kind == "kernel");
+}
+
+// ---- cuGetProcAddress ----
+
+namespace {
+struct Row {
+  const char* base;
+  const char* symbol;
+  int version;
+  bool per_thread;
+};
+const Row kRows[] = {
+#define SIMGPU_PROC(base, symbol, version, pt) {#base, #symbol, version, pt != 0},
+#include "sim_proc_table.def"
+#undef SIMGPU_PROC
+};
+
+void* Resolve(Cu& cu, const char* name, int version, cuuint64_t flags,
+              CUdriverProcAddressQueryResult* status = nullptr, CUresult* rc = nullptr) {
+  void* p = nullptr;
+  CUdriverProcAddressQueryResult st;
+  CUresult r = cu.cuGetProcAddress_v2(name, &p, version, flags, &st);
+  if (status) *status = st;
+  if (rc) *rc = r;
+  return p;
+}
+}  // namespace
+
+// Guards: every row of the table resolves, by base name and version (and flag
+// 2 for per-thread rows), to exactly the pointer dlsym gives for its export.
+TEST_CASE("cuGetProcAddress_v2 matches dlsym for every table row", "[driver][procaddr]") {
+  Cu cu;  // deliberately before cuInit: cudart looks up cuInit this way
+  for (const Row& r : kRows) {
+    INFO(r.base << " -> " << r.symbol << " @" << r.version);
+    void* want = dlsym(cu.lib, r.symbol);
+    REQUIRE(want != nullptr);
+    CUdriverProcAddressQueryResult st;
+    void* got = Resolve(cu, r.base, r.version,
+                        r.per_thread ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0, &st);
+    CHECK(got == want);
+    CHECK(st == CU_GET_PROC_ADDRESS_SUCCESS);
+  }
+}
+
+// Guards: version selection, per-thread flag, and NOT_FOUND answers.
+TEST_CASE("cuGetProcAddress version, flags and not-found", "[driver][procaddr]") {
+  Cu cu;
+  auto sym = [&](const char* n) { return dlsym(cu.lib, n); };
+  CHECK(Resolve(cu, "cuMemAlloc", 13000, 0) == sym("cuMemAlloc_v2"));
+  CHECK(Resolve(cu, "cuCtxCreate", 13000, 0) == sym("cuCtxCreate_v4"));
+  CHECK(Resolve(cu, "cuCtxCreate", 3020, 0) == sym("cuCtxCreate_v2"));
+  CHECK(Resolve(cu, "cuCtxSynchronize", 12000, 0) == sym("cuCtxSynchronize"));
+  CHECK(Resolve(cu, "cuCtxSynchronize", 13000, 0) == sym("cuCtxSynchronize_v2"));
+  CHECK(Resolve(cu, "cuGetProcAddress", 12000, 0) == sym("cuGetProcAddress_v2"));
+  CHECK(Resolve(cu, "cuGetProcAddress", 11030, 0) == sym("cuGetProcAddress"));
+  CHECK(Resolve(cu, "cuEventElapsedTime", 13000, 0) == sym("cuEventElapsedTime_v2"));
+  CHECK(Resolve(cu, "cuLaunchKernel", 13000, 0) == sym("cuLaunchKernel"));
+  CHECK(Resolve(cu, "cuLaunchKernel", 13000, CU_GET_PROC_ADDRESS_LEGACY_STREAM) ==
+        sym("cuLaunchKernel"));
+  CHECK(Resolve(cu, "cuLaunchKernel", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ==
+        sym("cuLaunchKernel_ptsz"));
+  CHECK(Resolve(cu, "cuMemcpyHtoD", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ==
+        sym("cuMemcpyHtoD_v2_ptds"));
+  CHECK(Resolve(cu, "cuMemcpyHtoDAsync", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ==
+        sym("cuMemcpyHtoDAsync_v2_ptsz"));
+  // Per-thread asked for a function without a per-thread variant: the normal one.
+  CHECK(Resolve(cu, "cuMemAlloc", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ==
+        sym("cuMemAlloc_v2"));
+
+  CUdriverProcAddressQueryResult st;
+  CUresult rc;
+  CHECK(Resolve(cu, "cuNoSuchFunction", 13000, 0, &st, &rc) == nullptr);
+  CHECK(rc == CUDA_ERROR_NOT_FOUND);
+  CHECK(st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+  CHECK(Resolve(cu, "", 0, 0, &st, &rc) == nullptr);
+  CHECK(rc == CUDA_ERROR_NOT_FOUND);
+  CHECK(st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+  CHECK(Resolve(cu, "cuGraphLaunch", 13000, 0, &st, &rc) == nullptr);  // not simulated
+  CHECK(rc == CUDA_ERROR_NOT_FOUND);
+  CHECK(Resolve(cu, "cuMemAlloc", 2000, 0, &st, &rc) == nullptr);
+  CHECK(rc == CUDA_ERROR_NOT_FOUND);
+  CHECK(st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+
+  // The old four-argument form.
+  void* p = nullptr;
+  CHECK(cu.cuGetProcAddress("cuMemFree", &p, 12000, 0) == CUDA_SUCCESS);
+  CHECK(p == sym("cuMemFree_v2"));
+  CHECK(cu.cuGetProcAddress("nope", &p, 12000, 0) == CUDA_ERROR_NOT_FOUND);
+  CHECK(p == nullptr);
+}
+
+// Guards: every request NVIDIA's cudart 13.0 makes at start-up is answered
+// with SUCCESS or NOT_FOUND (never a crash or another code).
+TEST_CASE("cudart 13 start-up requests are answered", "[driver][procaddr]") {
+  std::ifstream in(SIMGPU_CUDART_REQUESTS);
+  if (!in) {
+    WARN("no " SIMGPU_CUDART_REQUESTS);
+    return;
+  }
+  Cu cu;
+  std::string line;
+  int n = 0, found = 0;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string name;
+    int version = 0;
+    unsigned long long flags = 0;
+    if (!(ls >> name >> version >> flags)) continue;
+    if (name == "0") name.clear();  // the empty probe
+    CUresult rc;
+    void* p = Resolve(cu, name.c_str(), version, flags, nullptr, &rc);
+    CHECK((rc == CUDA_SUCCESS || rc == CUDA_ERROR_NOT_FOUND));
+    CHECK((rc == CUDA_SUCCESS) == (p != nullptr));
+    ++n;
+    found += rc == CUDA_SUCCESS;
+  }
+  CHECK(n > 400);
+  CHECK(found > 100);
+}
+
+// Guards: the device looks like a Hopper GPU to code that asks.
+TEST_CASE("device attributes and errors", "[driver]") {
+  Cu cu;
+  CUdevice dev;
+  CHECK(cu.cuDeviceGet(&dev, 0) == CUDA_ERROR_NOT_INITIALIZED);
+  cu.Setup();
+  REQUIRE(cu.cuDeviceGet(&dev, 0) == CUDA_SUCCESS);
+  int v = 0;
+  REQUIRE(cu.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) ==
+          CUDA_SUCCESS);
+  CHECK(v == 9);
+  REQUIRE(cu.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) ==
+          CUDA_SUCCESS);
+  CHECK(v == 132);
+  int count = 0;
+  REQUIRE(cu.cuDeviceGetCount(&count) == CUDA_SUCCESS);
+  CHECK(count == 1);
+  CHECK(cu.cuDeviceGet(&dev, 1) == CUDA_ERROR_INVALID_DEVICE);
+  const char* name = nullptr;
+  REQUIRE(cu.cuGetErrorName(CUDA_ERROR_NOT_READY, &name) == CUDA_SUCCESS);
+  CHECK(std::string(name) == "CUDA_ERROR_NOT_READY");
+  // A CUkernel from a library launches directly and keeps its name.
+  CUlibrary lib;
+  REQUIRE(cu.cuLibraryLoadData(&lib, "x", nullptr, nullptr, 0, nullptr, nullptr, 0) ==
+          CUDA_SUCCESS);
+  CUkernel k;
+  REQUIRE(cu.cuLibraryGetKernel(&k, lib, "relu_lib") == CUDA_SUCCESS);
+  REQUIRE(cu.cuFuncGetName(&name, reinterpret_cast<CUfunction>(k)) == CUDA_SUCCESS);
+  CHECK(std::string(name) == "relu_lib");
+  CUlaunchConfig cfg = {};
+  cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = cfg.blockDimY = cfg.blockDimZ = 1;
+  REQUIRE(cu.cuLaunchKernelEx(&cfg, reinterpret_cast<CUfunction>(k), nullptr, nullptr) ==
+          CUDA_SUCCESS);
+  REQUIRE(cu.cuCtxSynchronize() == CUDA_SUCCESS);
+}
