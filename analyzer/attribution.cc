@@ -23,7 +23,7 @@ class PendingWork {
         entries_.push_back({t.calls[op.call].enter_ns, op.end_ns});
       }
     }
-    std::sort(entries_.begin(), entries_.end());
+    if (!std::is_sorted(entries_.begin(), entries_.end())) std::sort(entries_.begin(), entries_.end());
     int64_t running = std::numeric_limits<int64_t>::min();
     for (auto& [enter, end] : entries_) {
       running = std::max(running, end);
@@ -83,20 +83,31 @@ class Attributor {
       int32_t op;
       int32_t delta;  // +1 start, -1 end
     };
-    std::vector<Event> events;
+    // Ops are sorted by start; ends are sorted separately and merged in.
+    // Starts go before ends at equal times: touching ops leave no gap, and
+    // the first op starting at b is the first start event at b.
+    std::vector<int32_t> starts, ends;
     for (size_t i = 0; i < t_.ops.size(); ++i) {
-      const DeviceOp& op = t_.ops[i];
-      if (op.device != plan_.device) continue;
-      events.push_back({op.start_ns, static_cast<int32_t>(i), +1});
-      events.push_back({op.end_ns, static_cast<int32_t>(i), -1});
+      if (t_.ops[i].device == plan_.device) starts.push_back(static_cast<int32_t>(i));
     }
-    // Starts before ends at equal times: touching ops leave no gap, and the
-    // first op starting at b is the first start event at b.
-    std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
-      if (a.t != b.t) return a.t < b.t;
-      if (a.delta != b.delta) return a.delta > b.delta;
-      return a.op < b.op;
-    });
+    ends = starts;
+    auto by_end = [this](int32_t a, int32_t b) {
+      return t_.ops[a].end_ns != t_.ops[b].end_ns ? t_.ops[a].end_ns < t_.ops[b].end_ns : a < b;
+    };
+    if (!std::is_sorted(ends.begin(), ends.end(), by_end)) std::sort(ends.begin(), ends.end(), by_end);
+    std::vector<Event> events;
+    events.reserve(starts.size() * 2);
+    size_t si = 0, ei = 0;
+    while (si < starts.size() || ei < ends.size()) {
+      if (ei == ends.size() ||
+          (si < starts.size() && t_.ops[starts[si]].start_ns <= t_.ops[ends[ei]].end_ns)) {
+        events.push_back({t_.ops[starts[si]].start_ns, starts[si], +1});
+        ++si;
+      } else {
+        events.push_back({t_.ops[ends[ei]].end_ns, ends[ei], -1});
+        ++ei;
+      }
+    }
     int64_t active[3] = {0, 0, 0};  // compute, copy, comm
     int64_t cur = w0;
     for (const Event& e : events) {

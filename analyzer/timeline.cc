@@ -74,35 +74,71 @@ void ConvertTicks(Timeline* t) {
   for (NvtxEvent& e : t->nvtx) e.ns = conv.ToNs(static_cast<uint64_t>(e.ns));
 }
 
-void Join(Timeline* t) {
-  absl::flat_hash_map<uint64_t, int32_t> by_external;
-  by_external.reserve(t->calls.size());
-  for (size_t i = 0; i < t->calls.size(); ++i) {
-    if (t->calls[i].correlation != 0) {
-      by_external.emplace(t->calls[i].correlation, static_cast<int32_t>(i));
+// Maps ids to values: a flat vector when the ids are dense (the recorder
+// hands them out in sequence), a hash map otherwise.
+template <typename Key, typename Value>
+class IdMap {
+ public:
+  IdMap(const std::vector<std::pair<Key, Value>>& entries, Value missing) : missing_(missing) {
+    if (entries.empty()) return;
+    Key lo = entries.front().first, hi = lo;
+    for (const auto& [k, v] : entries) {
+      lo = std::min(lo, k);
+      hi = std::max(hi, k);
+    }
+    if (hi - lo < 4 * static_cast<uint64_t>(entries.size()) + 1024) {
+      base_ = lo;
+      dense_.assign(static_cast<size_t>(hi - lo) + 1, missing);
+      for (const auto& [k, v] : entries) dense_[static_cast<size_t>(k - lo)] = v;
+      use_dense_ = true;
+    } else {
+      sparse_.reserve(entries.size());
+      for (const auto& [k, v] : entries) sparse_[k] = v;
     }
   }
-  absl::flat_hash_map<uint32_t, uint64_t> to_external;
-  to_external.reserve(t->correlations.size());
-  for (const auto& c : t->correlations) to_external[c.correlation] = c.external;
+  Value Get(Key k) const {
+    if (use_dense_) {
+      return k >= base_ && k - base_ < dense_.size() ? dense_[static_cast<size_t>(k - base_)]
+                                                     : missing_;
+    }
+    auto it = sparse_.find(k);
+    return it == sparse_.end() ? missing_ : it->second;
+  }
+
+ private:
+  Value missing_;
+  bool use_dense_ = false;
+  Key base_ = 0;
+  std::vector<Value> dense_;
+  absl::flat_hash_map<Key, Value> sparse_;
+};
+
+void Join(Timeline* t) {
+  std::vector<std::pair<uint64_t, int32_t>> calls;
+  calls.reserve(t->calls.size());
+  for (size_t i = 0; i < t->calls.size(); ++i) {
+    if (t->calls[i].correlation != 0) {
+      calls.emplace_back(t->calls[i].correlation, static_cast<int32_t>(i));
+    }
+  }
+  const IdMap<uint64_t, int32_t> by_external(calls, -1);
+  std::vector<std::pair<uint32_t, uint64_t>> corr;
+  corr.reserve(t->correlations.size());
+  for (const auto& c : t->correlations) corr.emplace_back(c.correlation, c.external);
+  const IdMap<uint32_t, uint64_t> to_external(corr, 0);
   const bool fallback = t->correlations.empty() && !t->ops.empty();
   uint64_t unjoined = 0;
   for (DeviceOp& op : t->ops) {
-    uint64_t external = 0;
-    if (fallback) {
-      external = op.correlation;
-    } else if (auto it = to_external.find(op.correlation); it != to_external.end()) {
-      external = it->second;
-    }
-    auto it = external ? by_external.find(external) : by_external.end();
-    if (it == by_external.end()) {
+    const uint64_t external = fallback ? op.correlation : to_external.Get(op.correlation);
+    const int32_t call = external != 0 ? by_external.Get(external) : -1;
+    if (call < 0) {
       ++unjoined;
       continue;
     }
-    op.call = it->second;
-    ApiCall& call = t->calls[op.call];
-    ++call.op_count;
-    call.last_op_end_ns = std::max(call.last_op_end_ns, op.end_ns);
+    op.call = call;
+    ApiCall& c = t->calls[call];
+    ++c.op_count;
+    c.last_op_end_ns = std::max(c.last_op_end_ns, op.end_ns);
   }
   if (fallback) {
     AddDiagnostic(&t->diagnostics, DiagId::kCorrelationFallback, 1);
@@ -200,10 +236,14 @@ void FinalizeTimeline(Timeline* t) {
     }
   }
   if (invalid > 0) AddDiagnostic(&t->diagnostics, DiagId::kInvalidRecords, invalid);
-  std::stable_sort(t->calls.begin(), t->calls.end(),
-                   [](const ApiCall& a, const ApiCall& b) { return a.enter_ns < b.enter_ns; });
-  std::stable_sort(t->ops.begin(), t->ops.end(),
-                   [](const DeviceOp& a, const DeviceOp& b) { return a.start_ns < b.start_ns; });
+  auto by_enter = [](const ApiCall& a, const ApiCall& b) { return a.enter_ns < b.enter_ns; };
+  auto by_start = [](const DeviceOp& a, const DeviceOp& b) { return a.start_ns < b.start_ns; };
+  if (!std::is_sorted(t->calls.begin(), t->calls.end(), by_enter)) {
+    std::stable_sort(t->calls.begin(), t->calls.end(), by_enter);
+  }
+  if (!std::is_sorted(t->ops.begin(), t->ops.end(), by_start)) {
+    std::stable_sort(t->ops.begin(), t->ops.end(), by_start);
+  }
   Join(t);
   BuildRanges(t);
   if (t->ops.empty()) AddDiagnostic(&t->diagnostics, DiagId::kNoDeviceOps, 1);

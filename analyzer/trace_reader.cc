@@ -50,7 +50,6 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
   switch (static_cast<ChunkType>(h.type)) {
     case ChunkType::kApi: {
       if (!fixed(sizeof(trace::ApiRecord))) return "record count exceeds payload";
-      t->calls.reserve(t->calls.size() + h.count);
       for (uint32_t i = 0; i < h.count; ++i) {
         trace::ApiRecord r;
         std::memcpy(&r, p + i * sizeof(r), sizeof(r));
@@ -72,7 +71,6 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
     }
     case ChunkType::kDevice: {
       if (!fixed(sizeof(trace::DeviceRecord))) return "record count exceeds payload";
-      t->ops.reserve(t->ops.size() + h.count);
       for (uint32_t i = 0; i < h.count; ++i) {
         trace::DeviceRecord r;
         std::memcpy(&r, p + i * sizeof(r), sizeof(r));

@@ -1,0 +1,38 @@
+// Writes a synthetic .sstrace of N steps of launches, syncs and copies with
+// the test trace builder: input for benchmarking `stallscope report` and a
+// seed corpus for fuzzing. Usage: stallscope_gen_trace OUT.sstrace [STEPS]
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "analyzer/testing/test_util.h"
+
+int main(int argc, char** argv) {
+  using namespace stallscope::testing;
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s OUT.sstrace [STEPS]\n", argv[0]);
+    return 1;
+  }
+  const int steps = argc > 2 ? atoi(argv[2]) : 1000;
+  TraceBuilder b;
+  b.SetChunkRecords(4096);
+  auto api = AddStandardApis(&b);
+  const uint32_t site = b.PythonStack({{"train.py", "train_step", 42}});
+  int64_t t = 1'000'000'000;
+  for (int k = 0; k < steps; ++k) {
+    const int64_t step_start = t;
+    t += 200 * kUs;  // data loading
+    int64_t d = t + 10 * kUs;
+    for (int i = 0; i < 100; ++i) {
+      const int64_t start = std::max(d, t + 10 * kUs);
+      b.Submit(1, api.launch, t, t + 4 * kUs, start, start + 20 * kUs);
+      d = start + 20 * kUs;
+      t += 6 * kUs;
+    }
+    b.Call(1, api.sync, t, d + 5 * kUs, {.stack = site});
+    t = d + 20 * kUs;
+    b.Range(1, step_start, t, "step");
+  }
+  b.WriteTo(argv[1]);
+  return 0;
+}
