@@ -272,10 +272,11 @@ void KickOthers(Device* self);
 void DeviceLoop(Device* d) {
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   // Best effort: a higher CFS weight makes the device thread wake on time on a
-  // loaded machine. Ignored when not permitted.
-  if (getenv("SIMGPU_NO_NICE") == nullptr) {
-    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), -10);
-  }
+  // loaded machine. Ignored when not permitted. Dropped while it copies bytes
+  // (big copies must not starve the host threads it has just released).
+  const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
+  const bool niced = getenv("SIMGPU_NO_NICE") == nullptr &&
+                     setpriority(PRIO_PROCESS, tid, -10) == 0;
   char name[16];
   snprintf(name, sizeof name, "simgpu-dev%d", d->ordinal);
   pthread_setname_np(pthread_self(), name);
@@ -349,7 +350,9 @@ void DeviceLoop(Device* d) {
     if (!actions.empty() || !completed.empty() || kick_others) {
       lk.unlock();
       if (kick_others) KickOthers(d);
+      if (niced && !actions.empty()) setpriority(PRIO_PROCESS, tid, 0);
       for (Op* op : actions) RunAction(op);
+      if (niced && !actions.empty()) setpriority(PRIO_PROCESS, tid, -10);
       for (const OpPtr& op : completed) {
         if (op->kind != OpKind::kMarker) Report(*op, d);
       }
