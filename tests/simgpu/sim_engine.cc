@@ -419,6 +419,17 @@ void ResetAfterFork() {
     new (&d->host_cv) std::condition_variable();
     d->host_waiters = 0;
     d->thread_started = false;
+    d->kick = false;
+    // The parent's pending work is not the child's: drop it (as done), so
+    // nothing is run or traced twice and no wait in the child hangs on it.
+    for (Stream* s : d->streams) {
+      s->queue.clear();
+      s->not_started = 0;
+      if (s->tail) {
+        s->tail->finished.store(true);
+        s->tail->done.store(true);
+      }
+    }
   }
   new (&g.ranges_mu) std::shared_mutex();
   Tracer& t = T();

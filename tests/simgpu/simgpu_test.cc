@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -634,4 +635,34 @@ TEST_CASE("device attributes and errors", "[driver]") {
   REQUIRE(cu.cuLaunchKernelEx(&cfg, reinterpret_cast<CUfunction>(k), nullptr, nullptr) ==
           CUDA_SUCCESS);
   REQUIRE(cu.cuCtxSynchronize() == CUDA_SUCCESS);
+}
+
+// Guards: a forked child can use the simulator without inheriting (re-running
+// or hanging on) the parent's pending work.
+TEST_CASE("fork child does not inherit pending work", "[driver]") {
+  Cu cu;
+  cu.Setup();
+  CUstream s = NewStream(cu);
+  REQUIRE(cu.Launch("long_fork", s) == CUDA_SUCCESS);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int rc = 0;
+    uint64_t t0 = NowNs();
+    if (cu.cuStreamSynchronize(s) != CUDA_SUCCESS) rc = 1;   // parent's work: gone
+    if (NowNs() - t0 > 1 * kMs) rc = 2;
+    if (cu.Launch("relu_fork", s) != CUDA_SUCCESS) rc = 3;
+    if (cu.cuStreamSynchronize(s) != CUDA_SUCCESS) rc = 4;
+    auto ops = FlushAndReadTrace(cu);
+    if (FindOp(ops, "long_fork") != nullptr || FindOp(ops, "relu_fork") == nullptr) rc = 5;
+    std::string path = getenv("SIMGPU_TRACE");
+    path.replace(path.find("%p"), 2, std::to_string(getpid()));
+    unlink(path.c_str());
+    _exit(rc);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
 }
