@@ -60,11 +60,12 @@ void SleepUs(long us) {
 // launch anything (a data-loader queue, storage).
 void WaitForBatch(long us) { SleepUs(us); }
 
-// The `.item()` pattern: a 4-byte copy of the loss into pageable memory,
-// which returns only when every kernel before it has finished.
-__attribute__((noinline)) float ReadLoss(CUdeviceptr loss) {
+// The `.item()` pattern: a 4-byte copy of the loss into pageable memory on
+// the training stream. Into pageable memory the "async" copy is synchronous:
+// it returns only when every kernel queued before it has finished.
+__attribute__((noinline)) float ReadLoss(CUdeviceptr loss, CUstream stream) {
   float value = 0;
-  Check(cuMemcpyDtoH(&value, loss, sizeof value), "cuMemcpyDtoH");  // STALL:readback
+  Check(cuMemcpyDtoHAsync(&value, loss, sizeof value, stream), "cuMemcpyDtoHAsync");  // STALL:readback
   return value;
 }
 
@@ -148,7 +149,7 @@ int main(int argc, char** argv) {
       Launch(sgd_update, stream);
     }
     Launch(loss_reduce, stream);
-    if (o.readback) last_loss = ReadLoss(loss);
+    if (o.readback) last_loss = ReadLoss(loss, stream);
     if (o.sync_log) LogProgress(step, stream);
     if (o.nvtx) nvtxRangePop();
   }
