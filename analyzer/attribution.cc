@@ -263,17 +263,27 @@ std::vector<CallClass> ClassifyCalls(const Timeline& t, uint32_t device,
     const ApiCall& c = t.calls[i];
     const ApiInfo& api = t.Api(c.api);
     bool observed_check = false;
+    const bool async = (api.flags & trace::kApiAsync) != 0;
+    const bool may_block = (api.flags & trace::kApiMayBlock) != 0;
     switch (api.category) {
       case ApiCategory::kSync:
-      case ApiCategory::kFree:
         out[i] = CallClass::kSync;
+        break;
+      case ApiCategory::kFree:  // cuMemFree synchronizes; cuMemFreeAsync does not
+        if (async) {
+          observed_check = true;
+        } else {
+          out[i] = CallClass::kSync;
+        }
         break;
       case ApiCategory::kNccl:
         out[i] = CallClass::kNccl;
         break;
       case ApiCategory::kCopy:
       case ApiCategory::kSet:
-        if ((api.flags & trace::kApiAsync) == 0) {
+        // Synchronous forms block; device-to-device copies (no "may block"
+        // flag) and async forms only when they observably did.
+        if (!async && may_block) {
           out[i] = CallClass::kSync;
         } else {
           observed_check = true;

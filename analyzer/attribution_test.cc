@@ -202,9 +202,14 @@ TEST_CASE("classification of synchronizing calls", "[attribution]") {
   b.Submit(1, api.launch, 1013 * kUs, 1014 * kUs, 1020 * kUs, 3000 * kUs);   // 7 launch
   b.Call(1, api.other, 1015 * kUs, 1200 * kUs);                                // 8 long while busy
   b.Call(1, api.alloc, 1300 * kUs, 1500 * kUs);                                // 9 alloc
+  const uint16_t free_async = b.Api("cuMemFreeAsync", tf::ApiCategory::kFree, tf::kApiAsync);
+  const uint16_t dtod = b.Api("cuMemcpyDtoD_v2", tf::ApiCategory::kCopy, tf::kApiSubmits);
+  b.Call(1, free_async, 1600 * kUs, 1601 * kUs);                               // 10 async free
+  b.Submit(1, dtod, 1602 * kUs, 1603 * kUs, 3000 * kUs, 3010 * kUs,
+           tf::DeviceOpKind::kMemcpy, "");                                     // 11 DtoD, returns early
   Timeline t = testing::ReadOrDie(b);
   auto c = ClassifyCalls(t, 0, AttributionOptions{});
-  REQUIRE(c.size() == 10);
+  REQUIRE(c.size() == 12);
   CHECK(c[0] == CallClass::kNonBlocking);
   CHECK(c[1] == CallClass::kSync);
   CHECK(c[2] == CallClass::kSync);
@@ -215,6 +220,8 @@ TEST_CASE("classification of synchronizing calls", "[attribution]") {
   CHECK(c[7] == CallClass::kNonBlocking);
   CHECK(c[8] == CallClass::kSync);
   CHECK(c[9] == CallClass::kNonBlocking);
+  CHECK(c[10] == CallClass::kNonBlocking);
+  CHECK(c[11] == CallClass::kNonBlocking);
 }
 
 // Guards that the launching thread, not another thread, is examined: a

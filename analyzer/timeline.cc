@@ -218,9 +218,35 @@ void BuildRanges(Timeline* t) {
                    });
 }
 
+// The recorder rewrites the whole module map when modules change: the last
+// map wins; modules of earlier maps are kept where nothing newer overlaps
+// them, so pcs captured before a dlclose still symbolize.
+void MergeModuleMaps(Timeline* t) {
+  if (t->module_maps <= 1) return;
+  std::vector<Module> all = std::move(t->modules);
+  std::stable_sort(all.begin(), all.end(), [](const Module& a, const Module& b) {
+    return a.generation > b.generation;
+  });
+  std::vector<Module> kept;
+  for (Module& m : all) {
+    bool overlaps = false;
+    for (const Module& k : kept) {
+      if (k.generation != m.generation && m.low < k.high && k.low < m.high) {
+        overlaps = true;
+        break;
+      }
+    }
+    if (!overlaps) kept.push_back(std::move(m));
+  }
+  std::sort(kept.begin(), kept.end(),
+            [](const Module& a, const Module& b) { return a.low < b.low; });
+  t->modules = std::move(kept);
+}
+
 }  // namespace
 
 void FinalizeTimeline(Timeline* t) {
+  MergeModuleMaps(t);
   ConvertTicks(t);
   uint64_t invalid = 0;
   for (ApiCall& c : t->calls) {

@@ -88,6 +88,7 @@ struct Module {
   uint64_t high = 0;
   std::string path;
   std::string build_id;
+  uint32_t generation = 0;  // index of the kModule chunk it came from
 };
 
 struct Timeline {
@@ -108,7 +109,10 @@ struct Timeline {
   absl::flat_hash_map<uint32_t, std::string> strings;
   absl::flat_hash_map<uint32_t, StackRef> stacks;
   std::vector<uint64_t> stack_words;
+  // After FinalizeTimeline: the last module map written, plus modules of
+  // earlier maps whose ranges it does not overlap (unloaded since).
   std::vector<Module> modules;
+  uint32_t module_maps = 0;  // kModule chunks read
   std::vector<trace::ClockRecord> clocks;
   absl::flat_hash_map<uint32_t, std::string> thread_names;
   std::vector<Diagnostic> diagnostics;

@@ -183,6 +183,7 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
       return {};
     }
     case ChunkType::kModule: {
+      const uint32_t generation = t->module_maps++;
       size_t off = 0;
       for (uint32_t i = 0; i < h.count; ++i) {
         trace::ModuleRecord r;
@@ -194,7 +195,8 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
         Module m{r.base, r.low, r.high,
                  std::string(reinterpret_cast<const char*>(p + off), r.path_len),
                  std::string(reinterpret_cast<const char*>(p + off + r.path_len),
-                             r.build_id_len)};
+                             r.build_id_len),
+                 generation};
         t->modules.push_back(std::move(m));
         off += trace::PadTo8(extra);
         if (off > n) off = n;

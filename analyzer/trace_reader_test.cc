@@ -263,6 +263,25 @@ TEST_CASE("api ticks are converted through clock records", "[reader][clock]") {
   CHECK(t.ranges[0].start_ns == 1'000'050'000);
 }
 
+// Guards the module map rule: the last map wins; older modules survive only
+// where nothing newer overlaps them.
+TEST_CASE("later module maps replace earlier ones", "[reader]") {
+  TraceBuilder b;
+  b.Module(0x1000, 0x1000, 0x2000, "/lib/a.so");
+  b.Module(0x3000, 0x3000, 0x4000, "/lib/unloaded.so");
+  b.NewModuleMap();
+  b.Module(0x1000, 0x1000, 0x2000, "/lib/a.so");
+  b.Module(0x3800, 0x3800, 0x5000, "/lib/reused.so");
+  b.Module(0x6000, 0x6000, 0x7000, "/lib/new.so");
+  b.NewModuleMap();
+  b.Module(0x1000, 0x1000, 0x2000, "/lib/a.so");
+  b.Module(0x6000, 0x6000, 0x7000, "/lib/new.so");
+  Timeline t = testing::ReadOrDie(b);
+  std::vector<std::string> paths;
+  for (const Module& m : t.modules) paths.push_back(m.path);
+  CHECK(paths == std::vector<std::string>{"/lib/a.so", "/lib/reused.so", "/lib/new.so"});
+}
+
 // Guards reading from disk and the missing-file error.
 TEST_CASE("reads files and reports missing ones", "[reader]") {
   char dir[] = "/tmp/stallscope-reader-XXXXXX";

@@ -175,8 +175,12 @@ class TraceBuilder {
   void Clock(uint64_t ticks, uint64_t mono_ns) { clocks_.push_back({ticks, mono_ns, mono_ns}); }
 
   void Module(uint64_t base, uint64_t low, uint64_t high, const std::string& path) {
-    modules_.push_back({base, low, high, path});
+    if (module_maps_.empty()) module_maps_.emplace_back();
+    module_maps_.back().push_back({base, low, high, path});
   }
+  // Later Module() calls go to a new kModule chunk (the recorder rewrites the
+  // whole map when modules change).
+  void NewModuleMap() { module_maps_.emplace_back(); }
 
   void Diag(tf::DiagnosticId id, uint64_t count) {
     diags_.push_back({static_cast<uint32_t>(id), 0, count});
@@ -228,9 +232,9 @@ class TraceBuilder {
       }
       Chunk(&out, tf::ChunkType::kStack, 0, stacks_.size(), p);
     }
-    if (!modules_.empty()) {
+    for (const auto& modules : module_maps_) {
       std::string p;
-      for (const ModuleEntry& m : modules_) {
+      for (const ModuleEntry& m : modules) {
         tf::ModuleRecord r{};
         r.base = m.base;
         r.low = m.low;
@@ -240,7 +244,7 @@ class TraceBuilder {
         p += m.path;
         Pad(&p);
       }
-      Chunk(&out, tf::ChunkType::kModule, 0, modules_.size(), p);
+      Chunk(&out, tf::ChunkType::kModule, 0, modules.size(), p);
     }
     Fixed(&out, tf::ChunkType::kClock, 0, clocks_);
     Fixed(&out, tf::ChunkType::kThread, 0, threads_);
@@ -332,7 +336,7 @@ class TraceBuilder {
   std::map<std::string, uint32_t> string_ids_;
   std::vector<StackEntry> stacks_;
   uint32_t next_stack_ = 1;
-  std::vector<ModuleEntry> modules_;
+  std::vector<std::vector<ModuleEntry>> module_maps_;
   std::map<uint32_t, std::vector<tf::ApiRecord>> calls_;
   std::map<uint32_t, std::vector<tf::NvtxRecord>> nvtx_;
   std::vector<tf::DeviceRecord> ops_;
