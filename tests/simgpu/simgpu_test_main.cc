@@ -23,7 +23,7 @@ std::string g_self;
 
 // Kernel durations every test process runs with, unless a parent set them.
 constexpr const char* kKernelKnobs =
-    "long*=2000,gemm*=800,gemm_small=5,relu*=15,mid*=500,*=20";
+    "huge*=10000,long*=2000,gemm*=800,gemm_small=5,relu*=15,mid*=500,*=20";
 
 uint64_t FieldU64(const std::string& line, const char* key) {
   std::string k = std::string("\"") + key + "\":";
