@@ -1,6 +1,7 @@
 // Subcommand table, option parsing and help (see cli.h).
 #include "analyzer/cli.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string_view>
 
@@ -12,6 +13,7 @@
 #include "analyzer/report_text.h"
 #include "analyzer/run_command.h"
 #include "analyzer/steps.h"
+#include "analyzer/trace_reader.h"
 
 namespace stallscope::analyzer {
 namespace {
@@ -19,6 +21,7 @@ namespace {
 int RunCmd(const std::vector<std::string>& args);
 int ReportCmd(const std::vector<std::string>& args);
 int HelpCmd(const std::vector<std::string>& args);
+int DumpCmd(const std::vector<std::string>& args);
 
 struct Subcommand {
   const char* name;
@@ -48,6 +51,10 @@ constexpr Subcommand kSubcommands[] = {
      "  --step-pattern RE  NVTX range names that mark steps\n"
      "                     (default: (?i)step|iter|ProfilerStep; a leading (?i) ignores case)\n",
      ReportCmd},
+    {"dump", "stallscope dump FILE",
+     "Print one trace's calls, device ops and NVTX ranges in time order, one per line (for "
+     "debugging the recorder and the analyzer).",
+     "", DumpCmd},
     {"help", "stallscope help [COMMAND]", "Show help for stallscope or one of its commands.", "",
      HelpCmd},
 };
@@ -189,6 +196,55 @@ int ReportCmd(const std::vector<std::string>& args) {
   if (auto st = WriteNewFile(out, text); !st.ok()) {
     fprintf(stderr, "stallscope: %s\n", std::string(st.message()).c_str());
     return kExitUsage;
+  }
+  return kExitOk;
+}
+
+int DumpCmd(const std::vector<std::string>& args) {
+  const Subcommand& self = *Find("dump");
+  if (args.size() == 1 && IsHelp(args[0])) {
+    fputs(CommandHelp(self).c_str(), stdout);
+    return kExitOk;
+  }
+  if (args.size() != 1) return Usage(self, "one trace file");
+  auto t = ReadTraceFile(args[0]);
+  if (!t.ok()) {
+    fprintf(stderr, "stallscope: %s\n", std::string(t.status().message()).c_str());
+    return kExitBadTrace;
+  }
+  struct Line {
+    int64_t t;
+    std::string text;
+  };
+  std::vector<Line> lines;
+  for (size_t i = 0; i < t->calls.size(); ++i) {
+    const ApiCall& c = t->calls[i];
+    lines.push_back({c.enter_ns, absl::StrFormat("call %d tid %d %s [%d, %d) %d ns corr %d stream 0x%x "
+                                                 "stack %d result %d ops %d",
+                                                 i, c.tid, t->Api(c.api).name, c.enter_ns, c.exit_ns,
+                                                 c.exit_ns - c.enter_ns, c.correlation, c.stream,
+                                                 c.stack, c.result, c.op_count)});
+  }
+  for (size_t i = 0; i < t->ops.size(); ++i) {
+    const DeviceOp& op = t->ops[i];
+    lines.push_back({op.start_ns,
+                     absl::StrFormat("op %d kind %d %s [%d, %d) %d ns device %d stream %d call %d",
+                                     i, static_cast<int>(op.kind), std::string(t->String(op.name)),
+                                     op.start_ns, op.end_ns, op.end_ns - op.start_ns, op.device,
+                                     op.stream, op.call)});
+  }
+  for (const NvtxRange& r : t->ranges) {
+    lines.push_back({r.start_ns, absl::StrFormat("range tid %d \"%s\" [%d, %d) depth %d%s", r.tid,
+                                                 std::string(t->String(r.name)), r.start_ns,
+                                                 r.end_ns, r.depth,
+                                                 r.explicit_step ? " explicit-step" : "")});
+  }
+  std::stable_sort(lines.begin(), lines.end(),
+                   [](const Line& a, const Line& b) { return a.t < b.t; });
+  for (const Line& l : lines) printf("%s\n", l.text.c_str());
+  for (const Diagnostic& d : t->diagnostics) {
+    printf("diagnostic %s count %llu %s\n", DiagName(d.id),
+           static_cast<unsigned long long>(d.count), d.message.c_str());
   }
   return kExitOk;
 }

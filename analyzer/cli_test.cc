@@ -181,6 +181,17 @@ TEST_CASE("report -o writes a new file and never overwrites", "[cli]") {
   CHECK(text.out.find("Forced-sync hotspots") != std::string::npos);
 }
 
+// Guards the debugging dump: one line per call, op and range.
+TEST_CASE("dump lists records in time order", "[cli]") {
+  Sandbox box;
+  const std::string trace = WriteSampleTrace(box.root() + "/sample.sstrace");
+  Result r = box.Run("dump '" + trace + "'");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("call 0 tid 1 cuLaunchKernel") == 0);
+  CHECK(r.out.find("op 0 kind 1 kernel") != std::string::npos);
+  CHECK(box.Run("dump '" + box.root() + "/nope'").code == 2);
+}
+
 // Guards help generated from the subcommand table, and usage errors.
 TEST_CASE("help and usage", "[cli]") {
   Sandbox box;
