@@ -4,6 +4,7 @@
 #include "cupti_source.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,13 +172,19 @@ bool Start() {
 bool Active() { return g_active; }
 
 void Push(uint64_t id) {
-  if (g_active) g_push(kExternalKind, id);
+  if (g_active) {
+    int saved = errno;
+    g_push(kExternalKind, id);
+    errno = saved;
+  }
 }
 
 void Pop() {
   if (g_active) {
+    int saved = errno;
     uint64_t last;
     g_pop(kExternalKind, &last);
+    errno = saved;
   }
 }
 

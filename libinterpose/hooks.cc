@@ -151,9 +151,10 @@ class CallScope {
     enter_ = Ticks();
   }
 
+  // errno is the real call's: the recorder's slow paths (CUPTI, stack
+  // capture, buffer hand-off) save and restore it themselves.
   void Exit(CUresult result) {
     uint64_t exit = Ticks();
-    int saved_errno = errno;
     if (corr_) cupti::Pop();
     uint32_t stack = 0;
     if (kHooks[id_].flags & trace::kApiMayBlock) stack = recorder::CaptureStack();
@@ -171,7 +172,6 @@ class CallScope {
       r->reserved = 0;
       recorder::Commit(ts_);
     }
-    errno = saved_errno;
   }
 
  private:

@@ -32,11 +32,14 @@ namespace stallscope {
 bool g_ticks_are_ns = false;
 
 namespace recorder {
+
+std::atomic<int> g_state{int(State::kOff)};
+constinit thread_local ThreadState t_self __attribute__((tls_model("initial-exec")));
+
 namespace {
 
 using trace::ChunkType;
 
-std::atomic<int> g_state{int(State::kOff)};
 int g_fd = -1;
 uint32_t g_pid = 0;
 
@@ -75,7 +78,6 @@ uint32_t g_next_string = 1;
 uint32_t g_next_stack = 1;
 unsigned long long g_module_generation = ~0ull;
 
-thread_local ThreadState t_self __attribute__((tls_model("initial-exec")));
 
 uint32_t GetTid() { return uint32_t(syscall(SYS_gettid)); }
 
@@ -502,9 +504,6 @@ void Initialize() {
 
 }  // namespace
 
-bool IsOn() { return g_state.load(std::memory_order_acquire) == int(State::kOn); }
-
-ThreadState& Self() { return t_self; }
 
 bool EnsureStarted() {
   int s = g_state.load(std::memory_order_acquire);
@@ -545,20 +544,24 @@ bool EnsureStarted() {
   return true;
 }
 
-trace::ApiRecord* Reserve(ThreadState& ts) {
-  if (__builtin_expect(!ts.registered, 0)) RegisterThread(ts);
-  ThreadBuffer* b = ts.buffer;
-  if (__builtin_expect(b != nullptr, 1)) {
-    uint32_t c = b->count.load(std::memory_order_relaxed);
-    if (__builtin_expect(c < kRecordsPerBuffer, 1)) return &b->records[c];
+trace::ApiRecord* ReserveSlow(ThreadState& ts) {
+  int saved_errno = errno;
+  if (!ts.registered) RegisterThread(ts);
+  if (ThreadBuffer* b = ts.buffer) {
+    if (b->count.load(std::memory_order_relaxed) < kRecordsPerBuffer) {
+      errno = saved_errno;
+      return &b->records[b->count.load(std::memory_order_relaxed)];
+    }
     ts.buffer = nullptr;
     HandOff(b);
   }
-  if (!AcquireBuffer(ts)) {
+  trace::ApiRecord* r = nullptr;
+  if (AcquireBuffer(ts))
+    r = &ts.buffer->records[0];
+  else
     g_diag[int(trace::DiagnosticId::kDroppedRecords)]++;
-    return nullptr;
-  }
-  return &ts.buffer->records[0];
+  errno = saved_errno;
+  return r;
 }
 
 uint32_t InternString(const char* s, size_t len) {
@@ -581,6 +584,10 @@ uint32_t InternString(const char* s, size_t len) {
 uint32_t InternString(const char* s) { return s ? InternString(s, strlen(s)) : 0; }
 
 uint32_t CaptureStack() {
+  struct ErrnoGuard {
+    int saved = errno;
+    ~ErrnoGuard() { errno = saved; }
+  } guard;
   uint64_t pcs[64];
   std::pair<uint64_t*, int> v{pcs, 0};
   _Unwind_Backtrace(UnwindCallback, &v);

@@ -43,13 +43,27 @@ enum class State : int { kOff = 0, kStarting = 1, kOn = 2, kDisabled = 3 };
 // Starts recording on first use (opens the trace file, calibrates the clock,
 // loads CUPTI). Returns true when records may be written.
 bool EnsureStarted();
-bool IsOn();
 
-ThreadState& Self();
+extern std::atomic<int> g_state;
+inline bool IsOn() { return g_state.load(std::memory_order_acquire) == int(State::kOn); }
+
+// This thread's state: constant-initialized, initial-exec TLS, so reaching it
+// from a hook is a single %fs-relative access.
+extern constinit thread_local ThreadState t_self __attribute__((tls_model("initial-exec")));
+inline ThreadState& Self() { return t_self; }
 
 // Reserves the next record slot of this thread's buffer; nullptr when the
-// record must be dropped. Commit() publishes it.
-trace::ApiRecord* Reserve(ThreadState& ts);
+// record must be dropped. Commit() publishes it. The slow path registers the
+// thread, hands a full buffer to the writer and takes a fresh one.
+trace::ApiRecord* ReserveSlow(ThreadState& ts);
+inline trace::ApiRecord* Reserve(ThreadState& ts) {
+  ThreadBuffer* b = ts.buffer;
+  if (__builtin_expect(b != nullptr, 1)) {
+    uint32_t c = b->count.load(std::memory_order_relaxed);
+    if (__builtin_expect(c < kRecordsPerBuffer, 1)) return &b->records[c];
+  }
+  return ReserveSlow(ts);
+}
 inline void Commit(ThreadState& ts) {
   ThreadBuffer* b = ts.buffer;
   b->count.store(b->count.load(std::memory_order_relaxed) + 1, std::memory_order_release);
