@@ -446,7 +446,8 @@ TEST_CASE("trace file holds every op with consistent times", "[driver][trace]") 
   std::string dir = tmp != nullptr ? tmp : "/tmp";
   std::string trace = dir + "/simgpu_trace_test_" + std::to_string(getpid()) + ".jsonl";
   std::string side = dir + "/simgpu_trace_test_" + std::to_string(getpid()) + ".side";
-  REQUIRE(RunSelf({"SIMGPU_TRACE=" + trace, "SIMGPU_TEST_SIDE=" + side}, "[trace_child]") == 0);
+  REQUIRE(RunSelf({"SIMGPU_TRACE=" + trace, "SIMGPU_TEST_OWN_TRACE=0", "SIMGPU_TEST_SIDE=" + side},
+                  "[trace_child]") == 0);
   std::vector<TraceOp> ops = ReadTrace(trace);
   std::ifstream in(side);
   std::string word;

@@ -154,14 +154,24 @@ int main(int argc, char** argv) {
   ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
   simgpu_test::g_self = n > 0 ? std::string(buf, static_cast<size_t>(n)) : argv[0];
   setenv("SIMGPU_KERNEL_US", simgpu_test::kKernelKnobs, 0);
+  // Unless the caller chose a trace file, each test process (children
+  // included) writes its own under TMPDIR and removes it when done.
   std::string trace;
   if (getenv("SIMGPU_TRACE") == nullptr) {
     const char* tmp = getenv("TMPDIR");
     trace = std::string(tmp != nullptr ? tmp : "/tmp") + "/simgpu_test_%p.jsonl";
     setenv("SIMGPU_TRACE", trace.c_str(), 1);
+    setenv("SIMGPU_TEST_OWN_TRACE", "1", 1);
+  } else if (const char* own = getenv("SIMGPU_TEST_OWN_TRACE"); own && strcmp(own, "1") == 0) {
+    trace = getenv("SIMGPU_TRACE");
   }
   int rc = Catch::Session().run(argc, argv);
-  if (!trace.empty()) {
+  if (!trace.empty() && trace.find("%p") != std::string::npos) {
+    // Open the file now (the simulator creates it with its first write), so
+    // that removing it below also covers what atexit writes.
+    if (void* h = dlopen(SIMGPU_LIBCUDA, RTLD_NOW | RTLD_NOLOAD)) {
+      if (auto flush = reinterpret_cast<void (*)()>(dlsym(h, "simgpu_trace_flush"))) flush();
+    }
     std::string path = trace;
     path.replace(path.find("%p"), 2, std::to_string(getpid()));
     unlink(path.c_str());  // the trace is flushed again at exit; that is harmless
