@@ -329,7 +329,9 @@ Attribution AttributeIdle(const Timeline& t, const StepPlan& plan,
         [](int64_t v, const StepStats& s) { return v < s.host_start_ns; });
     if (it == out.steps.begin()) continue;
     --it;
-    if (c.enter_ns > it->host_end_ns) continue;
+    // Host ranges are half-open; the single step of an unmarked run holds
+    // every call.
+    if (c.enter_ns >= it->host_end_ns && plan.source != "none") continue;
     if (t.Api(c.api).category == ApiCategory::kLaunch) ++it->launches;
     if (classes[i] == CallClass::kSync) ++it->sync_count;
   }

@@ -107,6 +107,13 @@ TEST_CASE("run exit codes", "[cli]") {
   CHECK(box.CwdEntries() == 0);
 }
 
+// Guards signal forwarding: a SIGTERM sent to stallscope reaches the child.
+TEST_CASE("run forwards SIGTERM to the command", "[cli]") {
+  Sandbox box;
+  Result r = box.Run("run -- sh -c 'trap \"exit 9\" TERM; kill -TERM $PPID; sleep 5 & wait'");
+  CHECK(r.code == 9);
+}
+
 // Guards the child's environment: preload, NVTX injection, output folder
 // (absolute), simulator path first with --sim; an --out folder is created
 // and removed again when empty.

@@ -78,11 +78,13 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
     const ApiCall& c = t.calls[i];
     const int64_t blocked = c.exit_ns - c.enter_ns;
     if (blocked <= options.hotspot_min_blocked_ns && idle_caused[i] == 0) continue;
-    if (markers) {
-      auto it = std::upper_bound(
-          plan.steps.begin(), plan.steps.end(), c.enter_ns,
-          [](int64_t v, const StepSpan& s) { return v < s.host_start_ns; });
-      if (it == plan.steps.begin() || c.enter_ns > std::prev(it)->host_end_ns) continue;
+    // With markers: calls between the first step's host start and the last
+    // step's host end, or that caused idle inside a step (start-up and
+    // teardown synchronizations are left out).
+    if (markers && idle_caused[i] == 0 &&
+        (c.enter_ns < plan.steps.front().host_start_ns ||
+         c.enter_ns >= plan.steps.back().host_end_ns)) {
+      continue;
     }
     auto [sit, inserted] = stacks.try_emplace(c.stack);
     if (inserted) ResolveStack(t, c.stack, symbolizer, &sit->second.site, &sit->second.frames);

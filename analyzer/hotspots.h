@@ -25,8 +25,9 @@ bool IsRuntimeModule(std::string_view path);
 void ResolveStack(const Timeline& t, uint32_t stack_id, Symbolizer* symbolizer,
                   Frame* site, std::vector<Frame>* frames);
 
-// Calls counted are those entered inside a step's host range (the whole run
-// when there are no markers). Sorted by idle_caused_ns, then blocked_ns.
+// With step markers, calls count when they entered between the first step's
+// host start and the last step's host end, or caused idle inside a step;
+// without markers, all calls. Sorted by idle_caused_ns, then blocked_ns.
 std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
                                   const std::vector<CallClass>& classes,
                                   const std::vector<int64_t>& idle_caused,

@@ -103,3 +103,32 @@ TEST_CASE("runtime modules", "[hotspots]") {
 
 }  // namespace
 }  // namespace stallscope::analyzer
+
+namespace stallscope::analyzer {
+namespace {
+
+// Guards the hotspot window with markers: a start-up sync before the first
+// step and a teardown sync after the last are left out; a sync between two
+// step ranges counts.
+TEST_CASE("hotspots with markers skip start-up and teardown", "[hotspots]") {
+  testing::TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  const uint32_t init = b.PythonStack({{"train.py", "setup", 10}});
+  const uint32_t between = b.PythonStack({{"train.py", "log", 20}});
+  const uint32_t teardown = b.PythonStack({{"train.py", "finish", 30}});
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 500 * kUs);
+  b.Call(1, api.sync, 20 * kUs, 505 * kUs, {.stack = init});
+  for (int k = 0; k < 2; ++k) {
+    const int64_t t0 = 1000 * kUs + k * 2000 * kUs;
+    b.Range(1, t0, t0 + 1000 * kUs, "step");
+    b.Submit(1, api.launch, t0, t0 + 5 * kUs, t0 + 10 * kUs, t0 + 900 * kUs);
+  }
+  b.Call(1, api.sync, 2100 * kUs, 2200 * kUs, {.stack = between});  // device idle: blocked only
+  b.Call(1, api.sync, 5000 * kUs, 5100 * kUs, {.stack = teardown});
+  Report r = testing::AnalyzeOrDie(b);
+  REQUIRE(r.hotspots.size() == 1);
+  CHECK(r.hotspots[0].site.function == "log");
+}
+
+}  // namespace
+}  // namespace stallscope::analyzer
