@@ -218,6 +218,29 @@ void BuildRanges(Timeline* t) {
                    });
 }
 
+// Sorts a vector made of sorted runs (one per chunk: each thread's records
+// are in order) by merging neighbouring runs: O(n log runs), stable.
+template <typename T, typename Less>
+void MergeRuns(std::vector<T>* v, Less less) {
+  std::vector<size_t> bounds{0};
+  for (size_t i = 1; i < v->size(); ++i) {
+    if (less((*v)[i], (*v)[i - 1])) bounds.push_back(i);
+  }
+  if (bounds.size() == 1) return;
+  bounds.push_back(v->size());
+  while (bounds.size() > 2) {
+    std::vector<size_t> next{0};
+    for (size_t i = 0; i + 2 < bounds.size(); i += 2) {
+      std::inplace_merge(v->begin() + static_cast<std::ptrdiff_t>(bounds[i]),
+                         v->begin() + static_cast<std::ptrdiff_t>(bounds[i + 1]),
+                         v->begin() + static_cast<std::ptrdiff_t>(bounds[i + 2]), less);
+      next.push_back(bounds[i + 2]);
+    }
+    if (next.back() != v->size()) next.push_back(v->size());
+    bounds = std::move(next);
+  }
+}
+
 // The recorder rewrites the whole module map when modules change: the last
 // map wins; modules of earlier maps are kept where nothing newer overlaps
 // them, so pcs captured before a dlclose still symbolize.
@@ -264,12 +287,8 @@ void FinalizeTimeline(Timeline* t) {
   if (invalid > 0) AddDiagnostic(&t->diagnostics, DiagId::kInvalidRecords, invalid);
   auto by_enter = [](const ApiCall& a, const ApiCall& b) { return a.enter_ns < b.enter_ns; };
   auto by_start = [](const DeviceOp& a, const DeviceOp& b) { return a.start_ns < b.start_ns; };
-  if (!std::is_sorted(t->calls.begin(), t->calls.end(), by_enter)) {
-    std::stable_sort(t->calls.begin(), t->calls.end(), by_enter);
-  }
-  if (!std::is_sorted(t->ops.begin(), t->ops.end(), by_start)) {
-    std::stable_sort(t->ops.begin(), t->ops.end(), by_start);
-  }
+  MergeRuns(&t->calls, by_enter);
+  MergeRuns(&t->ops, by_start);
   Join(t);
   BuildRanges(t);
   if (t->ops.empty()) AddDiagnostic(&t->diagnostics, DiagId::kNoDeviceOps, 1);

@@ -97,6 +97,27 @@ TEST_CASE("records split across chunks", "[reader]") {
   for (const DeviceOp& op : t.ops) CHECK(op.call >= 0);
 }
 
+// Guards the ordering of the timeline: calls of several threads (one chunk
+// each) and device ops written out of order come back sorted, stably.
+TEST_CASE("calls and ops are sorted across chunks", "[reader]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.SetChunkRecords(2);
+  for (int i = 0; i < 9; ++i) {
+    const uint32_t tid = 1 + i % 3;
+    b.Submit(tid, apis.launch, (100 - i) * kUs, (100 - i) * kUs + 1, (200 - i) * kUs,
+             (200 - i) * kUs + 5);
+  }
+  Timeline t = testing::ReadOrDie(b);
+  REQUIRE(t.calls.size() == 9);
+  for (size_t i = 1; i < t.calls.size(); ++i) CHECK(t.calls[i - 1].enter_ns <= t.calls[i].enter_ns);
+  for (size_t i = 1; i < t.ops.size(); ++i) CHECK(t.ops[i - 1].start_ns <= t.ops[i].start_ns);
+  for (const DeviceOp& op : t.ops) {
+    REQUIRE(op.call >= 0);
+    CHECK(op.start_ns - t.calls[op.call].enter_ns == 100 * kUs);
+  }
+}
+
 // Guards the version contract: a newer format is refused with a clear line.
 TEST_CASE("newer format versions are refused", "[reader]") {
   TraceBuilder b = FullTrace();
