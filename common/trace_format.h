@@ -80,7 +80,9 @@ enum class ApiCategory : uint8_t {
   kEvent = 8,    // event record
   kAlloc = 9,
   kNccl = 10,
-  kResolve = 11, // cuGetProcAddress & co
+  kResolve = 11,  // cuGetProcAddress & co
+  kGraph = 12,    // graph launches: one call, many device ops
+  kHostFunc = 13, // host functions and callbacks enqueued on a stream
 };
 
 enum ApiFlags : uint16_t {

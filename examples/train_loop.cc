@@ -6,7 +6,10 @@
 // real GPU; on the simulated GPU their durations come from SIMGPU_KERNEL_US.
 //
 //   train_loop [--steps N] [--input-us U] [--readback] [--sync-log]
-//              [--tiny K] [--no-nvtx] [--batch-bytes B]
+//              [--tiny K] [--dispatch-us D] [--no-nvtx] [--batch-bytes B]
+//
+// --dispatch-us spins the CPU for D us before every launch: the per-op cost of
+// a framework's dispatcher, which is what makes tiny kernels launch-bound.
 #include <cuda.h>
 #include <nvtx3/nvToolsExt.h>
 #include <time.h>
@@ -37,6 +40,7 @@ struct Options {
   bool readback = false;
   bool sync_log = false;
   int tiny = 0;
+  long dispatch_us = 0;
   bool nvtx = true;
   size_t batch_bytes = 1 << 20;
 };
@@ -75,7 +79,20 @@ __attribute__((noinline)) void LogProgress(int step, CUstream stream) {
   Check(cuStreamSynchronize(stream), "cuStreamSynchronize");  // STALL:sync-log
 }
 
+long g_dispatch_us = 0;
+
+// Framework dispatch overhead: on-CPU work on the launching thread.
+void Dispatch() {
+  if (!g_dispatch_us) return;
+  timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do {
+    clock_gettime(CLOCK_MONOTONIC, &t);
+  } while ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 < g_dispatch_us);
+}
+
 void Launch(CUfunction f, CUstream s) {
+  Dispatch();
   Check(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr), "cuLaunchKernel");
 }
 
@@ -95,6 +112,7 @@ Options Parse(int argc, char** argv) {
     else if (a == "--readback") o.readback = true;
     else if (a == "--sync-log") o.sync_log = true;
     else if (a == "--tiny") o.tiny = std::atoi(value());
+    else if (a == "--dispatch-us") o.dispatch_us = std::atol(value());
     else if (a == "--no-nvtx") o.nvtx = false;
     else if (a == "--batch-bytes") o.batch_bytes = size_t(std::atol(value()));
     else {
@@ -109,6 +127,7 @@ Options Parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   Options o = Parse(argc, argv);
+  g_dispatch_us = o.dispatch_us;
   Check(cuInit(0), "cuInit");
   CUdevice dev;
   Check(cuDeviceGet(&dev, 0), "cuDeviceGet");

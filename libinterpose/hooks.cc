@@ -32,7 +32,8 @@ constexpr uint16_t SUBMITS = trace::kApiSubmits, MAY_BLOCK = trace::kApiMayBlock
 constexpr uint8_t kLaunch = uint8_t(ApiCategory::kLaunch), kCopy = uint8_t(ApiCategory::kCopy),
                   kSet = uint8_t(ApiCategory::kSet), kSync = uint8_t(ApiCategory::kSync),
                   kQuery = uint8_t(ApiCategory::kQuery), kFree = uint8_t(ApiCategory::kFree),
-                  kWait = uint8_t(ApiCategory::kWait), kEvent = uint8_t(ApiCategory::kEvent);
+                  kWait = uint8_t(ApiCategory::kWait), kEvent = uint8_t(ApiCategory::kEvent),
+                  kGraph = uint8_t(ApiCategory::kGraph), kHostFunc = uint8_t(ApiCategory::kHostFunc);
 
 enum HookId : uint16_t {
 #define HOOK(name, ...) k_##name,

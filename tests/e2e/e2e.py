@@ -159,7 +159,8 @@ def case_input_after_sync(build, work):
 
 def case_tiny(build, work):
     report, truth = run_traced(build, work, [os.path.join(build, "bin", "train_loop"),
-                                             "--steps", str(STEPS), "--tiny", "300"])
+                                             "--steps", str(STEPS), "--tiny", "300",
+                                             "--dispatch-us", "12"])
     check_marker_steps(report)
     check_idle_matches_truth(report, truth)
     tot = report["totals"]
