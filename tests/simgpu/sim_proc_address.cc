@@ -1,11 +1,38 @@
 // cuGetProcAddress / cuGetProcAddress_v2 of the simulated driver, answered
 // from the one table in sim_proc_table.def, the way the real driver answers:
 // base name + cudaVersion select the ABI variant, flag 2 the per-thread one.
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sim_cuda.h"
 
 namespace {
+
+// SIMGPU_LOOKUP_LOG=PATH: every request is appended to PATH as one line
+// "name version flags" (an empty name gives " 0 0"), in call order, so tests
+// can compare a runtime's lookups with NVIDIA's (shared/reference/
+// cudart13-driver-requests.txt). Read once per process.
+void LogLookup(const char* symbol, int version, cuuint64_t flags) {
+  static const int fd = [] {
+    const char* path = getenv("SIMGPU_LOOKUP_LOG");
+    if (path == nullptr || *path == '\0') return -1;
+    return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  }();
+  if (fd < 0) return;
+  char line[512];
+  int n = snprintf(line, sizeof line, "%s %d %llu\n", symbol != nullptr ? symbol : "(null)",
+                   version, static_cast<unsigned long long>(flags));
+  if (n <= 0) return;
+  if (n >= static_cast<int>(sizeof line)) {
+    n = sizeof line - 1;
+    line[n - 1] = '\n';
+  }
+  ssize_t w = write(fd, line, static_cast<size_t>(n));  // one write: lines never interleave
+  (void)w;
+}
 
 struct ProcEntry {
   const char* base;
@@ -24,6 +51,7 @@ const ProcEntry kProcs[] = {
 
 CUresult Lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
                 CUdriverProcAddressQueryResult* status) {
+  LogLookup(symbol, version, flags);
   if (status != nullptr) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
   if (pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *pfn = nullptr;
