@@ -298,6 +298,7 @@ struct Driver {
   int device_count = 0;
   std::mutex mu;
   CUcontext primary[kMaxDevices] = {};  // retained primary contexts
+  std::atomic<unsigned> generation{1};   // bumped by cudaDeviceReset
 };
 
 Driver& Drv() {
@@ -344,6 +345,8 @@ struct LaunchConfig {
 struct ThreadState {
   int device = 0;
   CUcontext ctx = nullptr;  // the primary context this thread made current
+  int ready_device = -1;    // Ready() fast path: device and generation last checked
+  unsigned ready_generation = 0;
   cudaError_t last_error = cudaSuccess;
   LaunchConfig configs[8];  // __cudaPushCallConfiguration stack
   int depth = 0;
@@ -476,6 +479,8 @@ cudaError_t CheckDevice(int device) {
 cudaError_t Ready() {
   if (cudaError_t e = Init()) return e;
   Driver& d = Drv();
+  const unsigned generation = d.generation.load(std::memory_order_acquire);
+  if (t.ready_device == t.device && t.ready_generation == generation) return cudaSuccess;
   CUcontext ctx;
   {
     std::lock_guard<std::mutex> lk(d.mu);
@@ -491,6 +496,8 @@ cudaError_t Ready() {
     if (cudaError_t e = Cu(DRV(cuCtxSetCurrent, 4000), ctx)) return e;
     t.ctx = ctx;
   }
+  t.ready_device = t.device;
+  t.ready_generation = generation;
   return cudaSuccess;
 }
 
@@ -768,6 +775,7 @@ cudaError_t cudaDeviceReset(void) {
   if (d.primary[t.device] == nullptr) return cudaSuccess;
   d.primary[t.device] = nullptr;
   t.ctx = nullptr;
+  d.generation.fetch_add(1, std::memory_order_acq_rel);
   return Record(Cu(DRV(cuDevicePrimaryCtxReset, 7000), CUdevice(t.device)));
 }
 

@@ -4,7 +4,8 @@
 // nvcc generates for `kernel<<<grid, block, 0, stream>>>()` (notes §10).
 //
 //   simgpu_cudart_probe lookups        start the runtime, then one
-//                                      cudaGetDriverEntryPoint("cuLaunchKernel")
+//                                      cudaGetDriverEntryPoint("cuLaunchKernel"),
+//                                      device properties, errors, a reset
 //   simgpu_cudart_probe memcpy-blocks  two slow_kernel launches on a created
 //                                      stream, then a 4-byte cudaMemcpy D2H
 //
@@ -97,6 +98,16 @@ int Lookups() {
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   std::printf("entry_point_ok=%d\n", fn != nullptr && status == cudaDriverEntryPointSuccess &&
                                          lib != nullptr && fn == dlsym(lib, "cuLaunchKernel"));
+  cudaDeviceProp prop;
+  CHECK_RT(cudaGetDeviceProperties(&prop, 0));
+  std::printf("cc=%d.%d\nsms=%d\n", prop.major, prop.minor, prop.multiProcessorCount);
+  std::printf("bad_device=%s\n", cudaGetErrorName(cudaSetDevice(count)));
+  std::printf("last_error=%s\n", cudaGetErrorName(cudaGetLastError()));
+  std::printf("after_get=%s\n", cudaGetErrorName(cudaPeekAtLastError()));
+  CHECK_RT(cudaDeviceReset());
+  void* p = nullptr;
+  CHECK_RT(cudaMalloc(&p, 256));  // the runtime comes back after a reset
+  CHECK_RT(cudaFree(p));
   return 0;
 }
 

@@ -114,8 +114,9 @@ std::vector<TraceOp> BySubmission(std::vector<TraceOp> ops) {
 // self-lookup of cuGetProcAddress (11030, 12000), then every entry point with
 // the same (name, version, flags) in the same order — so stallscope's dlsym /
 // cuGetProcAddress hooks are exercised as in a real job; that it does not link
-// libcuda; and that cudaGetDriverEntryPoint goes through the resolved
-// cuGetProcAddress.
+// libcuda; that cudaGetDriverEntryPoint goes through the resolved
+// cuGetProcAddress; and (no further lookups) device properties, the last
+// error, and cudaDeviceReset.
 TEST_CASE("cudart resolves the driver like NVIDIA's cudart 13.0", "[cudart]") {
   std::vector<Lookup> want = ReadLookups(SIMGPU_CUDART_REQUESTS);
   REQUIRE(want.size() == 440);
@@ -128,6 +129,11 @@ TEST_CASE("cudart resolves the driver like NVIDIA's cudart 13.0", "[cudart]") {
   CHECK(Value(out, "libcuda_preloaded") == "0");
   CHECK(Value(out, "devices") == "1");
   CHECK(Value(out, "entry_point_ok") == "1");
+  CHECK(Value(out, "cc") == "9.0");
+  CHECK(Value(out, "sms") == "132");
+  CHECK(Value(out, "bad_device") == "cudaErrorInvalidDevice");
+  CHECK(Value(out, "last_error") == "cudaErrorInvalidDevice");
+  CHECK(Value(out, "after_get") == "cudaSuccess");
   std::vector<Lookup> got = ReadLookups(log);
   unlink(log.c_str());
   REQUIRE(got.size() == want.size() + 1);
