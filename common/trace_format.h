@@ -117,7 +117,7 @@ struct ApiRecord {
   uint16_t api;          // index into the kApiTable
   uint16_t flags;        // RecordFlags
   int32_t result;        // CUresult returned to the caller
-  uint32_t reserved;
+  uint32_t python_stack; // Python call-site stack id (kStack, kPython); 0 none
 };
 static_assert(sizeof(ApiRecord) == 64);
 

@@ -170,7 +170,7 @@ class CallScope {
       r->api = id_;
       r->flags = 0;
       r->result = int32_t(result);
-      r->reserved = 0;
+      r->python_stack = 0;
       recorder::Commit(ts_);
     }
   }

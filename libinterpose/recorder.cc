@@ -65,7 +65,12 @@ std::atomic<uint64_t> g_diag[8];
 // Pending variable-size data, written by the next drain.
 struct Pending {
   std::vector<std::pair<uint32_t, std::string>> strings;
-  std::vector<std::pair<uint32_t, std::vector<uint64_t>>> stacks;
+  struct Stack {
+    uint32_t id;
+    trace::StackKind kind;
+    std::vector<uint64_t> words;
+  };
+  std::vector<Stack> stacks;
   std::vector<trace::DeviceRecord> device;
   std::vector<trace::CorrelationRecord> correlations;
   std::vector<std::pair<uint32_t, trace::NvtxRecord>> nvtx;  // (tid, record)
@@ -259,12 +264,13 @@ void Drain(bool final) {
   }
   if (!pending.stacks.empty()) {
     std::vector<unsigned char> out;
-    for (auto& [id, pcs] : pending.stacks) {
-      uint32_t id32 = id;
-      uint16_t hdr[2] = {uint16_t(pcs.size()), uint16_t(trace::StackKind::kNative)};
+    for (auto& st : pending.stacks) {
+      uint32_t id32 = st.id;
+      uint16_t depth = uint16_t(st.kind == trace::StackKind::kPython ? st.words.size() / 2 : st.words.size());
+      uint16_t hdr[2] = {depth, uint16_t(st.kind)};
       PutBytes(out, &id32, 4);
       PutBytes(out, hdr, 4);
-      PutBytes(out, pcs.data(), pcs.size() * 8);
+      PutBytes(out, st.words.data(), st.words.size() * 8);
     }
     WriteChunk(ChunkType::kStack, 0, uint32_t(pending.stacks.size()), out.data(), out.size());
   }
@@ -583,6 +589,27 @@ uint32_t InternString(const char* s, size_t len) {
 
 uint32_t InternString(const char* s) { return s ? InternString(s, strlen(s)) : 0; }
 
+namespace {
+
+uint32_t InternStack(trace::StackKind kind, const uint64_t* words, size_t n) {
+  uint64_t h = 14695981039346656037ull ^ uint64_t(kind);
+  for (size_t i = 0; i < n; ++i) h = (h ^ words[i]) * 1099511628211ull;
+  pthread_mutex_lock(&g_mu);
+  uint32_t id;
+  auto it = g_stacks->find(h);
+  if (it != g_stacks->end()) {
+    id = it->second;
+  } else {
+    id = g_next_stack++;
+    g_stacks->emplace(h, id);
+    g_pending->stacks.push_back({id, kind, std::vector<uint64_t>(words, words + n)});
+  }
+  pthread_mutex_unlock(&g_mu);
+  return id;
+}
+
+}  // namespace
+
 uint32_t CaptureStack() {
   struct ErrnoGuard {
     int saved = errno;
@@ -592,20 +619,12 @@ uint32_t CaptureStack() {
   std::pair<uint64_t*, int> v{pcs, 0};
   _Unwind_Backtrace(UnwindCallback, &v);
   if (v.second == 0) return 0;
-  uint64_t h = 14695981039346656037ull;
-  for (int i = 0; i < v.second; ++i) h = (h ^ pcs[i]) * 1099511628211ull;
-  pthread_mutex_lock(&g_mu);
-  uint32_t id;
-  auto it = g_stacks->find(h);
-  if (it != g_stacks->end()) {
-    id = it->second;
-  } else {
-    id = g_next_stack++;
-    g_stacks->emplace(h, id);
-    g_pending->stacks.emplace_back(id, std::vector<uint64_t>(pcs, pcs + v.second));
-  }
-  pthread_mutex_unlock(&g_mu);
-  return id;
+  return InternStack(trace::StackKind::kNative, pcs, size_t(v.second));
+}
+
+uint32_t InternPythonStack(const uint64_t* pairs, size_t frames) {
+  if (frames == 0) return 0;
+  return InternStack(trace::StackKind::kPython, pairs, frames * 2);
 }
 
 void AddDeviceRecords(const trace::DeviceRecord* recs, size_t n) {

@@ -75,6 +75,9 @@ uint32_t InternString(const char* s);
 
 // Captures this thread's native call stack and returns its id (0 on failure).
 uint32_t CaptureStack();
+// Interns a Python stack: `frames` pairs of (string id of "file\tfunction",
+// line), innermost first. Returns its stack id.
+uint32_t InternPythonStack(const uint64_t* pairs, size_t frames);
 
 // Called by the CUPTI source from its buffer-completed callback.
 void AddDeviceRecords(const trace::DeviceRecord* recs, size_t n);
