@@ -102,7 +102,9 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
     }
     Hotspot& h = out[hit->second];
     ++h.count;
-    h.blocked_ns += blocked;
+    // Calls of several threads may overlap: saturate rather than overflow on
+    // absurd (hostile) durations.
+    h.blocked_ns = blocked > kMaxTimeNs * 4 - h.blocked_ns ? kMaxTimeNs * 4 : h.blocked_ns + blocked;
     h.idle_caused_ns += idle_caused[i];
   }
   std::stable_sort(out.begin(), out.end(), [](const Hotspot& a, const Hotspot& b) {

@@ -77,7 +77,9 @@ std::vector<StepSpan> MarkerSteps(const Timeline& t, const std::regex& pattern,
   absl::flat_hash_map<uint32_t, std::vector<const NvtxRange*>> by_thread;
   for (const NvtxRange& r : t.ranges) {
     if (r.explicit_step) continue;
-    std::string_view name = t.String(r.name);
+    // Long names are matched on their first 1024 bytes (bounds the regex's
+    // time and recursion on hostile traces).
+    std::string_view name = t.String(r.name).substr(0, 1024);
     if (name.empty()) continue;
     if (std::regex_search(name.begin(), name.end(), pattern)) by_thread[r.tid].push_back(&r);
   }

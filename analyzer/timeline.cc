@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -59,7 +60,10 @@ int64_t TickConverter::ToNs(uint64_t ticks) const {
       [](uint64_t t, const Segment& s) { return t < s.ticks; });
   const Segment& s = it == segments_.begin() ? *it : *(it - 1);
   auto delta = static_cast<int64_t>(ticks - s.ticks);
-  return s.ns + static_cast<int64_t>(std::llround(static_cast<double>(delta) * s.slope));
+  const double ns = static_cast<double>(s.ns) + static_cast<double>(delta) * s.slope;
+  if (!(ns > 0)) return 0;  // also NaN
+  if (ns >= static_cast<double>(kMaxTimeNs)) return kMaxTimeNs;
+  return static_cast<int64_t>(std::llround(ns));
 }
 
 namespace {
@@ -250,16 +254,34 @@ void MergeModuleMaps(Timeline* t) {
   std::stable_sort(all.begin(), all.end(), [](const Module& a, const Module& b) {
     return a.generation > b.generation;
   });
-  std::vector<Module> kept;
-  for (Module& m : all) {
-    bool overlaps = false;
-    for (const Module& k : kept) {
-      if (k.generation != m.generation && m.low < k.high && k.low < m.high) {
-        overlaps = true;
-        break;
-      }
+  // Union of the ranges of newer maps: disjoint [low, high) keyed by low.
+  std::map<uint64_t, uint64_t> covered;
+  auto overlaps = [&covered](uint64_t low, uint64_t high) {
+    auto it = covered.upper_bound(low);
+    if (it != covered.begin() && std::prev(it)->second > low) return true;
+    return it != covered.end() && it->first < high;
+  };
+  auto cover = [&covered](uint64_t low, uint64_t high) {
+    auto it = covered.upper_bound(low);
+    if (it != covered.begin() && std::prev(it)->second >= low) --it;
+    while (it != covered.end() && it->first <= high) {
+      low = std::min(low, it->first);
+      high = std::max(high, it->second);
+      it = covered.erase(it);
     }
-    if (!overlaps) kept.push_back(std::move(m));
+    covered.emplace(low, high);
+  };
+  std::vector<Module> kept;
+  for (size_t i = 0; i < all.size();) {
+    size_t j = i;
+    const size_t first_kept = kept.size();
+    for (; j < all.size() && all[j].generation == all[i].generation; ++j) {
+      if (!overlaps(all[j].low, all[j].high)) kept.push_back(std::move(all[j]));
+    }
+    for (size_t k = first_kept; k < kept.size(); ++k) {
+      if (kept[k].low < kept[k].high) cover(kept[k].low, kept[k].high);
+    }
+    i = j;
   }
   std::sort(kept.begin(), kept.end(),
             [](const Module& a, const Module& b) { return a.low < b.low; });
@@ -272,18 +294,30 @@ void FinalizeTimeline(Timeline* t) {
   MergeModuleMaps(t);
   ConvertTicks(t);
   uint64_t invalid = 0;
+  // Times outside [0, kMaxTimeNs] and ends before starts are clamped.
+  auto clamp = [&invalid](int64_t* v) {
+    if (*v < 0 || *v > kMaxTimeNs) {
+      *v = *v < 0 ? 0 : kMaxTimeNs;
+      ++invalid;
+    }
+  };
   for (ApiCall& c : t->calls) {
+    clamp(&c.enter_ns);
+    clamp(&c.exit_ns);
     if (c.exit_ns < c.enter_ns) {
       c.exit_ns = c.enter_ns;
       ++invalid;
     }
   }
   for (DeviceOp& op : t->ops) {
+    clamp(&op.start_ns);
+    clamp(&op.end_ns);
     if (op.end_ns < op.start_ns) {
       op.end_ns = op.start_ns;
       ++invalid;
     }
   }
+  for (NvtxEvent& e : t->nvtx) clamp(&e.ns);
   if (invalid > 0) AddDiagnostic(&t->diagnostics, DiagId::kInvalidRecords, invalid);
   auto by_enter = [](const ApiCall& a, const ApiCall& b) { return a.enter_ns < b.enter_ns; };
   auto by_start = [](const DeviceOp& a, const DeviceOp& b) { return a.start_ns < b.start_ns; };

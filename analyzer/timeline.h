@@ -122,6 +122,10 @@ struct Timeline {
   const ApiInfo& Api(uint16_t id) const;
 };
 
+// Every time in a finalized timeline lies in [0, kMaxTimeNs] (about 36 years
+// of CLOCK_MONOTONIC): sums and differences of times never overflow.
+inline constexpr int64_t kMaxTimeNs = int64_t{1} << 60;
+
 // Converts ticks to ns (piecewise-linear through the kClock pairs, or the
 // identity when the file says ticks are ns), sorts calls and ops, joins each
 // device op to its submitting call, and builds NVTX ranges.

@@ -93,7 +93,9 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
       if (!fixed(sizeof(trace::CorrelationRecord))) return "record count exceeds payload";
       size_t old = t->correlations.size();
       t->correlations.resize(old + h.count);
-      std::memcpy(t->correlations.data() + old, p, h.count * sizeof(trace::CorrelationRecord));
+      if (h.count > 0) {
+        std::memcpy(t->correlations.data() + old, p, h.count * sizeof(trace::CorrelationRecord));
+      }
       return {};
     }
     case ChunkType::kNvtx: {
@@ -110,7 +112,7 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
       if (!fixed(sizeof(trace::ClockRecord))) return "record count exceeds payload";
       size_t old = t->clocks.size();
       t->clocks.resize(old + h.count);
-      std::memcpy(t->clocks.data() + old, p, h.count * sizeof(trace::ClockRecord));
+      if (h.count > 0) std::memcpy(t->clocks.data() + old, p, h.count * sizeof(trace::ClockRecord));
       return {};
     }
     case ChunkType::kThread: {
@@ -169,7 +171,7 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
         auto offset = static_cast<uint32_t>(t->stack_words.size());
         size_t old = t->stack_words.size();
         t->stack_words.resize(old + depth);
-        std::memcpy(t->stack_words.data() + old, p + off, depth * size_t{8});
+        if (depth > 0) std::memcpy(t->stack_words.data() + old, p + off, depth * size_t{8});
         off += depth * size_t{8};
         StackRef& ref = t->stacks[id];
         if (kind == static_cast<uint16_t>(trace::StackKind::kNative)) {
