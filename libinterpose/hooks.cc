@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "cupti_source.h"
 #include "hooks.h"
+#include "python_frames.h"
 #include "recorder.h"
 
 namespace stallscope {
@@ -157,8 +158,11 @@ class CallScope {
   void Exit(CUresult result) {
     uint64_t exit = Ticks();
     if (corr_) cupti::Pop();
-    uint32_t stack = 0;
-    if (kHooks[id_].flags & trace::kApiMayBlock) stack = recorder::CaptureStack();
+    uint32_t stack = 0, python_stack = 0;
+    if (kHooks[id_].flags & trace::kApiMayBlock) {
+      stack = recorder::CaptureStack();
+      python_stack = python::CaptureStack();
+    }
     if (trace::ApiRecord* r = recorder::Reserve(ts_)) {
       r->enter = enter_;
       r->exit = exit;
@@ -168,9 +172,9 @@ class CallScope {
       r->bytes = bytes_;
       r->stack = stack;
       r->api = id_;
-      r->flags = 0;
+      r->flags = python_stack ? trace::kRecordPythonStack : 0;
       r->result = int32_t(result);
-      r->python_stack = 0;
+      r->python_stack = python_stack;
       recorder::Commit(ts_);
     }
   }
