@@ -3,7 +3,7 @@ ctypes, for the Python call-site tests (run_case.py). Each step launches a few
 kernels and then blocks at one marked line; the test checks that the report
 names that line.
 
-    sim_workload.py --lib cdll|pydll --block sync|dtoh --thread main|second --steps N
+    sim_workload.py --lib cdll|pydll --block sync|dtoh --thread main|second --steps N [--markers]
 
 ctypes.CDLL releases the GIL around each foreign call (as PyTorch does around
 .item()); ctypes.PyDLL keeps holding it. Lines marked "# STALL:<name>" are the
@@ -96,7 +96,7 @@ def train_step(drv, stream, block, host, dptr):
         read_back(drv, host, dptr, ctypes.sizeof(host))  # CALL:dtoh
 
 
-def train(drv, block, steps, second_thread):
+def train(drv, block, steps, second_thread, markers):
     if second_thread:
         drv.make_current()
     stream = drv.stream()
@@ -104,7 +104,10 @@ def train(drv, block, steps, second_thread):
     dptr = ctypes.c_uint64()
     check(drv.lib.cuMemAlloc_v2(ctypes.byref(dptr), ctypes.sizeof(host)), "cuMemAlloc_v2")
     for i in range(steps):
-        with stallscope.step(i):
+        if markers:
+            with stallscope.step(i):
+                train_step(drv, stream, block, host, dptr.value)
+        else:
             train_step(drv, stream, block, host, dptr.value)
 
 
@@ -114,6 +117,7 @@ def main():
     ap.add_argument("--block", choices=["sync", "dtoh"], default="sync")
     ap.add_argument("--thread", choices=["main", "second"], default="main")
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--markers", action="store_true", help="wrap each step in stallscope.step(i)")
     ap.add_argument("--expect-library", action="store_true",
                     help="fail unless libstallscope.so is loaded (stallscope.enabled())")
     a = ap.parse_args()
@@ -122,13 +126,13 @@ def main():
         return 3
     drv = Driver(a.lib)
     if a.thread == "main":
-        train(drv, a.block, a.steps, False)
+        train(drv, a.block, a.steps, False, a.markers)
     else:
         errors = []
 
         def body():
             try:
-                train(drv, a.block, a.steps, True)
+                train(drv, a.block, a.steps, True, a.markers)
             except Exception as e:  # reported by the main thread
                 errors.append(e)
 

@@ -39,6 +39,7 @@ class Trace:
         if data[:8] != b"STLSCOPE":
             raise ValueError(f"{path}: not a stallscope trace")
         off = struct.unpack_from("<I", data, 12)[0] or FILE_HEADER
+        self.pid = struct.unpack_from("<I", data, 16)[0]
         while off + CHUNK.size <= len(data):
             magic, ctype, _, tid, count, nbytes, _ = CHUNK.unpack_from(data, off)
             if magic != CHUNK_MAGIC:

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Python call-site tests: one case under one CPython from pyenv.
+
+    run_case.py --build DIR --python 3.X --case NAME
+
+Runs tests/python/sim_workload.py (or exit_workload.py) under
+`stallscope run --sim` with that interpreter, then checks
+  - the trace (read with sstrace.py, independently of the analyzer): every
+    blocking call of the step loop carries a Python stack whose innermost
+    frame is the marked line ("# STALL:<block>") and whose caller is the
+    "# CALL:<block>" line, on the expected thread;
+  - the report (`stallscope report DIR --format json`): a hotspot whose
+    site.file ends with the script's name, whose site.line is the marked line
+    and whose count is the number of steps.
+Exits 77 (CTest SKIP_RETURN_CODE) when that CPython is not installed.
+
+Cases: {cdll,pydll}_{sync,dtoh}, thread_cdll_sync, thread_pydll_dtoh (the loop
+on a second Python thread), markers (stallscope.step() markers reach the
+trace), noblock and exit (no crash while finalizing; exit code 0).
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import sstrace  # noqa: E402
+
+WORKLOAD = os.path.join(HERE, "sim_workload.py")
+EXIT_WORKLOAD = os.path.join(HERE, "exit_workload.py")
+KERNELS = "slow_kernel=2000,*=20"
+STEPS = 6
+SKIP = 77
+BLOCK_API = {"sync": "cuStreamSynchronize", "dtoh": "cuMemcpyDtoH_v2"}
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def pyenv_root():
+    if os.environ.get("PYENV_ROOT"):
+        return os.environ["PYENV_ROOT"]
+    try:
+        r = subprocess.run(["pyenv", "root"], capture_output=True, text=True, timeout=30)
+        if r.returncode == 0 and r.stdout.strip():
+            return r.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return os.path.expanduser("~/.pyenv") if os.path.isdir(os.path.expanduser("~/.pyenv")) \
+        else "/root/.pyenv"
+
+
+def find_python(ver):
+    """The newest pyenv CPython 3.X.* interpreter, or None."""
+    cands = []
+    for root in dict.fromkeys([pyenv_root(), "/root/.pyenv"]):
+        for exe in glob.glob(os.path.join(root, "versions", f"{ver}.*", "bin", f"python{ver}")):
+            m = re.search(r"/versions/(\d+)\.(\d+)\.(\d+)/", exe)
+            if m and os.access(exe, os.X_OK):
+                cands.append((tuple(int(x) for x in m.groups()), exe))
+    return max(cands)[1] if cands else None
+
+
+def marked_line(path, marker):
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if line.rstrip().endswith(marker):
+                return n
+    raise Failure(f"marker {marker} not found in {path}")
+
+
+def run(build, work, argv, extra_env=None, timeout=120):
+    out = os.path.join(work, "trace")
+    env = dict(os.environ)
+    env["SIMGPU_KERNEL_US"] = KERNELS
+    env.pop("STALLSCOPE_PYTHON_STACKS", None)
+    env.update(extra_env or {})
+    cmd = [os.path.join(build, "bin", "stallscope"), "run", "--sim", "--out", out, "--"] + argv
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    return p, out
+
+
+def report(build, out):
+    rep = subprocess.run([os.path.join(build, "bin", "stallscope"), "report", out, "--format", "json"],
+                         capture_output=True, text=True, timeout=120)
+    check(rep.returncode == 0, f"report exited {rep.returncode}: {rep.stderr[-2000:]}")
+    return json.loads(rep.stdout)
+
+
+def check_trace(out, api, block, thread, steps):
+    traces = sstrace.load_dir(out)
+    check(len(traces) == 1, f"expected one trace file in {out}, found {len(traces)}")
+    t = traces[0]
+    stall = marked_line(WORKLOAD, f"# STALL:{block}")
+    caller = marked_line(WORKLOAD, f"# CALL:{block}")
+    func = {"sync": "wait_sync", "dtoh": "read_back"}[block]
+    calls = [c for c in t.calls if c.name == api]
+    check(calls, f"no {api} call in the trace")
+    hits = []
+    for c in calls:
+        frames = t.python_frames(c.python_stack)
+        check(frames, f"{api} on tid {c.tid} has no Python stack (python_stack={c.python_stack})")
+        check(c.flags & sstrace.RECORD_PYTHON_STACK, f"{api}: kRecordPythonStack flag not set")
+        f, fn, line = frames[0]
+        if f.endswith(os.path.basename(WORKLOAD)) and line == stall:
+            check(fn == func, f"innermost function {fn!r}, expected {func!r}")
+            check(len(frames) >= 2 and frames[1][2] == caller and frames[1][1] == "train_step",
+                  f"caller frame {frames[1:2]}, expected train_step line {caller}")
+            check(all(fr[0].endswith(".py") for fr in frames), f"odd frames {frames}")
+            hits.append(c)
+    check(len(hits) == steps, f"{len(hits)} {api} calls at line {stall}, expected {steps}: "
+          f"{[t.python_frames(c.python_stack)[:1] for c in calls]}")
+    on_main = [c.tid == t.pid for c in hits]
+    if thread == "main":
+        check(all(on_main), "expected the blocking calls on the main thread")
+    else:
+        check(not any(on_main), "expected the blocking calls on the second thread")
+    outer = t.python_frames(hits[0].python_stack)[-1]
+    want = "<module>" if thread == "main" else "_bootstrap"  # threading.Thread._bootstrap
+    check(outer[1] == want, f"outermost frame {outer}, expected {want}")
+    print(f"trace: {len(hits)} x {api} at {os.path.basename(WORKLOAD)}:{stall} ({func}), "
+          f"stack depth {len(t.python_frames(hits[0].python_stack))}")
+    return stall
+
+
+def check_report(rep, api, stall, steps):
+    hs = rep.get("hotspots", [])
+    ours = [h for h in hs if h.get("api") == api]
+    check(ours, f"no {api} hotspot: {[h.get('api') for h in hs]}")
+    match = [h for h in ours
+             if str(h.get("site", {}).get("file", "")).endswith(os.path.basename(WORKLOAD))
+             and h.get("site", {}).get("line") == stall]
+    check(match, f"no {api} hotspot at {os.path.basename(WORKLOAD)}:{stall}; sites: "
+          f"{[h.get('site') for h in ours]}")
+    h = match[0]
+    check(h.get("count") == steps, f"hotspot count {h.get('count')}, expected {steps}")
+    top = max(hs, key=lambda x: x.get("blocked_ns", 0))
+    check(top is h, f"the top hotspot (blocked_ns) is {top.get('api')} at {top.get('site')}")
+    print(f"report: {api} hotspot at {h['site']} count {h['count']}")
+
+
+def bench(build, work, exe):
+    """Added cost per blocking call: no library / library without Python
+    stacks / library with them. Fails only when the Python capture alone
+    costs more than the whole 5 us budget (a loose bound for shared CI)."""
+    script = os.path.join(HERE, "bench_workload.py")
+    env = dict(os.environ, SIMGPU_KERNEL_US=KERNELS,
+               LD_LIBRARY_PATH=os.path.join(build, "lib", "simgpu"))
+    env.pop("LD_PRELOAD", None)
+    p = subprocess.run([exe, script], env=env, capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"bench without the library exited {p.returncode}: {p.stderr[-2000:]}")
+    base = json.loads(p.stdout.strip().splitlines()[-1])
+    res = {}
+    for name, extra in (("native", {"STALLSCOPE_PYTHON_STACKS": "0"}), ("python", {})):
+        os.makedirs(os.path.join(work, name))
+        p, out = run(build, os.path.join(work, name), [exe, script], extra, timeout=300)
+        check(p.returncode == 0, f"bench ({name}) exited {p.returncode}: {p.stderr[-2000:]}")
+        res[name] = json.loads(p.stdout.strip().splitlines()[-1])
+        t = sstrace.load_dir(out)[0]
+        with_py = sum(1 for c in t.calls if c.name == "cuStreamSynchronize" and c.python_stack)
+        check((with_py > 0) == (name == "python"), f"{name}: {with_py} calls with a Python stack")
+    b, n, py = base["ns_per_call"], res["native"]["ns_per_call"], res["python"]["ns_per_call"]
+    print(f"bench ({exe}, {base['depth']} Python frames deep, median ns per cuStreamSynchronize): "
+          f"no library {b:.0f}, library without Python stacks {n:.0f} (+{n - b:.0f}), "
+          f"with Python stacks {py:.0f} (+{py - b:.0f}); Python capture alone +{py - n:.0f} ns")
+    check(py - n <= 5000, f"Python capture costs {py - n:.0f} ns per blocking call (> 5 us)")
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--python", required=True, help="3.X")
+    ap.add_argument("--case", required=True)
+    ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    a = ap.parse_args()
+    exe = find_python(a.python)
+    if not exe:
+        print(f"SKIP: CPython {a.python} is not installed under pyenv")
+        return SKIP
+    print(f"python: {exe}")
+    work = tempfile.mkdtemp(prefix=f"stallscope-py{a.python}-{a.case}-")
+    try:
+        if a.case in ("noblock", "exit"):
+            p, out = run(a.build, work, [exe, EXIT_WORKLOAD, "noblock" if a.case == "noblock" else "daemon"])
+            check(p.returncode == 0, f"exited {p.returncode}: {p.stderr[-3000:]}")
+            traces = sstrace.load_dir(out)
+            if a.case == "exit":
+                check(traces, "no trace written")
+                n = sum(1 for t in traces for c in t.calls if c.name == "cuStreamSynchronize")
+                check(n > 0, "no cuStreamSynchronize recorded")
+                print(f"exit: rc 0, {n} cuStreamSynchronize calls recorded")
+            else:
+                print(f"noblock: rc 0, {len(traces)} trace file(s)")
+            return 0
+        if a.case == "bench":
+            return bench(a.build, work, exe)
+        if a.case == "markers":
+            p, out = run(a.build, work, [exe, WORKLOAD, "--markers", "--expect-library",
+                                         "--steps", str(STEPS)])
+            check(p.returncode == 0, f"exited {p.returncode}: {p.stderr[-3000:]}")
+            t = sstrace.load_dir(out)[0]
+            begins, ends = t.nvtx_types.count(6), t.nvtx_types.count(7)
+            check(begins == STEPS and ends == STEPS,
+                  f"{begins} step begins and {ends} step ends in the trace, expected {STEPS}")
+            print(f"markers: {begins} stallscope_step_begin / {ends} stallscope_step_end recorded")
+            return 0
+        m = re.fullmatch(r"(thread_)?(cdll|pydll)_(sync|dtoh)", a.case)
+        check(m, f"unknown case {a.case}")
+        thread = "second" if m.group(1) else "main"
+        lib, block = m.group(2), m.group(3)
+        api = BLOCK_API[block]
+        p, out = run(a.build, work, [exe, WORKLOAD, "--lib", lib, "--block", block,
+                                     "--thread", thread, "--steps", str(STEPS)])
+        check(p.returncode == 0, f"exited {p.returncode}: {p.stderr[-3000:]}")
+        stall = check_trace(out, api, block, thread, STEPS)
+        check_report(report(a.build, out), api, stall, STEPS)
+        return 0
+    except Failure as e:
+        print(f"FAIL: {e}")
+        return 1
+    finally:
+        if a.keep:
+            print(f"work folder: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
