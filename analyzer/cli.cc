@@ -220,10 +220,10 @@ int DumpCmd(const std::vector<std::string>& args) {
   for (size_t i = 0; i < t->calls.size(); ++i) {
     const ApiCall& c = t->calls[i];
     lines.push_back({c.enter_ns, absl::StrFormat("call %d tid %d %s [%d, %d) %d ns corr %d stream 0x%x "
-                                                 "stack %d result %d ops %d",
+                                                 "stack %d python_stack %d result %d ops %d",
                                                  i, c.tid, t->Api(c.api).name, c.enter_ns, c.exit_ns,
                                                  c.exit_ns - c.enter_ns, c.correlation, c.stream,
-                                                 c.stack, c.result, c.op_count)});
+                                                 c.stack, c.python_stack, c.result, c.op_count)});
   }
   for (size_t i = 0; i < t->ops.size(); ++i) {
     const DeviceOp& op = t->ops[i];

@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
       d = start + 20 * kUs;
       t += 6 * kUs;
     }
-    b.Call(1, api.sync, t, d + 5 * kUs, {.stack = site});
+    b.Call(1, api.sync, t, d + 5 * kUs, {.python_stack = site});
     t = d + 20 * kUs;
     b.Range(1, step_start, t, "step");
   }

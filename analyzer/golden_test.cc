@@ -42,10 +42,10 @@ TraceBuilder SyncLoop() {
       d = std::max(d, h + 10 * kUs) + 200 * kUs;
       h += 8 * kUs;
     }
-    b.Call(100, api.sync, h, d + 5 * kUs, {.stack = item});
+    b.Call(100, api.sync, h, d + 5 * kUs, {.python_stack = item});
     h = d + 5 * kUs + 30 * kUs;
     b.Submit(100, api.memcpy, h, h + 60 * kUs, h + 20 * kUs, h + 50 * kUs, tf::DeviceOpKind::kMemcpy,
-             "", {.stack = copy, .bytes = 4096});
+             "", {.python_stack = copy, .bytes = 4096});
     h += 70 * kUs;
     b.Call(100, api.free, h, h + 3 * kUs);
     t = t + load + 2000 * kUs;

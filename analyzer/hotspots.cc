@@ -23,12 +23,24 @@ bool IsRuntimeModule(std::string_view path) {
   return false;
 }
 
-void ResolveStack(const Timeline& t, uint32_t stack_id, Symbolizer* symbolizer,
-                  Frame* site, std::vector<Frame>* frames) {
+void ResolveStack(const Timeline& t, uint32_t native_id, uint32_t python_id,
+                  Symbolizer* symbolizer, Frame* site, std::vector<Frame>* frames) {
   *site = Frame{"<unknown>", "", 0, ""};
-  auto it = stack_id == 0 ? t.stacks.end() : t.stacks.find(stack_id);
-  if (it == t.stacks.end()) return;
-  const StackRef& ref = it->second;
+  // Either id may name a native or a Python stack (or both): take the native
+  // part of the first that has one, and likewise the Python part.
+  StackRef ref;
+  for (uint32_t id : {native_id, python_id}) {
+    auto it = id == 0 ? t.stacks.end() : t.stacks.find(id);
+    if (it == t.stacks.end()) continue;
+    if (ref.native_depth == 0 && it->second.native_depth > 0) {
+      ref.native_offset = it->second.native_offset;
+      ref.native_depth = it->second.native_depth;
+    }
+    if (ref.python_depth == 0 && it->second.python_depth > 0) {
+      ref.python_offset = it->second.python_offset;
+      ref.python_depth = it->second.python_depth;
+    }
+  }
   bool have_site = false;
   for (uint32_t i = 0; i < ref.native_depth; ++i) {
     const uint64_t pc = t.stack_words[ref.native_offset + i];
@@ -69,7 +81,7 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
     Frame site;
     std::vector<Frame> frames;
   };
-  absl::flat_hash_map<uint32_t, Resolved> stacks;
+  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, Resolved> stacks;
   absl::flat_hash_map<std::tuple<uint16_t, std::string, int, std::string>, size_t> index;
   std::vector<Hotspot> out;
   const bool markers = plan.source != "none";
@@ -86,8 +98,11 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
          c.enter_ns >= plan.steps.back().host_end_ns)) {
       continue;
     }
-    auto [sit, inserted] = stacks.try_emplace(c.stack);
-    if (inserted) ResolveStack(t, c.stack, symbolizer, &sit->second.site, &sit->second.frames);
+    auto [sit, inserted] = stacks.try_emplace(std::make_pair(c.stack, c.python_stack));
+    if (inserted) {
+      ResolveStack(t, c.stack, c.python_stack, symbolizer, &sit->second.site,
+                   &sit->second.frames);
+    }
     const Resolved& r = sit->second;
     auto key = std::make_tuple(c.api, r.site.file, r.site.line, r.site.function);
     auto [hit, fresh] = index.try_emplace(key, out.size());

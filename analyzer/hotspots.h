@@ -20,10 +20,10 @@ namespace stallscope::analyzer {
 // anything under a `simgpu` directory).
 bool IsRuntimeModule(std::string_view path);
 
-// Resolves a stack to its frames (innermost first: native, then Python) and
-// its user-code site.
-void ResolveStack(const Timeline& t, uint32_t stack_id, Symbolizer* symbolizer,
-                  Frame* site, std::vector<Frame>* frames);
+// Resolves a call's native and Python stacks to frames (innermost first:
+// native, then Python) and its user-code site.
+void ResolveStack(const Timeline& t, uint32_t native_id, uint32_t python_id,
+                  Symbolizer* symbolizer, Frame* site, std::vector<Frame>* frames);
 
 // With step markers, calls count when they entered between the first step's
 // host start and the last step's host end, or caused idle inside a step;

@@ -25,9 +25,9 @@ TEST_CASE("hotspots group by site and api", "[hotspots]") {
   for (int k = 0; k < 2; ++k) {
     const int64_t t0 = k * 1000 * kUs;
     b.Submit(1, api.launch, t0, t0 + 5 * kUs, t0 + 10 * kUs, t0 + 500 * kUs);
-    b.Call(1, api.sync, t0 + 400 * kUs, t0 + 505 * kUs, {.stack = loss});  // 100 us rule 1
+    b.Call(1, api.sync, t0 + 400 * kUs, t0 + 505 * kUs, {.python_stack = loss});  // 100 us rule 1
     b.Submit(1, api.memcpy, t0 + 700 * kUs, t0 + 720 * kUs, t0 + 705 * kUs, t0 + 715 * kUs,
-             tf::DeviceOpKind::kMemcpy, "", {.stack = copy});
+             tf::DeviceOpKind::kMemcpy, "", {.python_stack = copy});
   }
   Report r = testing::AnalyzeOrDie(b);
   REQUIRE(r.hotspots.size() == 2);
@@ -117,17 +117,47 @@ TEST_CASE("hotspots with markers skip start-up and teardown", "[hotspots]") {
   const uint32_t between = b.PythonStack({{"train.py", "log", 20}});
   const uint32_t teardown = b.PythonStack({{"train.py", "finish", 30}});
   b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 500 * kUs);
-  b.Call(1, api.sync, 20 * kUs, 505 * kUs, {.stack = init});
+  b.Call(1, api.sync, 20 * kUs, 505 * kUs, {.python_stack = init});
   for (int k = 0; k < 2; ++k) {
     const int64_t t0 = 1000 * kUs + k * 2000 * kUs;
     b.Range(1, t0, t0 + 1000 * kUs, "step");
     b.Submit(1, api.launch, t0, t0 + 5 * kUs, t0 + 10 * kUs, t0 + 900 * kUs);
   }
-  b.Call(1, api.sync, 2100 * kUs, 2200 * kUs, {.stack = between});  // device idle: blocked only
-  b.Call(1, api.sync, 5000 * kUs, 5100 * kUs, {.stack = teardown});
+  b.Call(1, api.sync, 2100 * kUs, 2200 * kUs, {.python_stack = between});  // device idle: blocked only
+  b.Call(1, api.sync, 5000 * kUs, 5100 * kUs, {.python_stack = teardown});
   Report r = testing::AnalyzeOrDie(b);
   REQUIRE(r.hotspots.size() == 1);
   CHECK(r.hotspots[0].site.function == "log");
+}
+
+}  // namespace
+}  // namespace stallscope::analyzer
+
+namespace stallscope::analyzer {
+namespace {
+
+// Guards calls from Python (a native and a Python stack id on one record):
+// the site is the innermost Python frame; the stack lists the native frames
+// (innermost first), then the Python frames, outermost last.
+TEST_CASE("python call sites win over native frames", "[hotspots]") {
+  testing::TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Module(0x30000, 0x30000, 0x40000, "/nonexistent/_C.so");
+  const uint32_t native = b.NativeStack({0x30030});
+  const uint32_t py = b.PythonStack({{"model.py", "forward", 12}, {"train.py", "main", 3}});
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 500 * kUs);
+  b.Call(1, api.sync, 20 * kUs, 505 * kUs, {.stack = native, .python_stack = py});
+  b.Submit(1, api.launch, 506 * kUs, 510 * kUs, 515 * kUs, 600 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  REQUIRE(r.hotspots.size() == 1);
+  const Hotspot& h = r.hotspots[0];
+  CHECK(h.site.file == "model.py");
+  CHECK(h.site.line == 12);
+  CHECK(h.site.function == "forward");
+  REQUIRE(h.stack.size() == 3);
+  CHECK(h.stack[0].function == "_C.so+0x30");
+  CHECK(h.stack[1].function == "forward");
+  CHECK(h.stack[2].function == "main");
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ Report Sample() {
     const int64_t t0 = k * 1000 * kUs;
     b.Range(1, t0, t0 + 900 * kUs, "step");
     b.Submit(1, api.launch, t0 + 10 * kUs, t0 + 15 * kUs, t0 + 20 * kUs, t0 + 500 * kUs);
-    b.Call(1, api.sync, t0 + 400 * kUs, t0 + 505 * kUs, {.stack = site});
+    b.Call(1, api.sync, t0 + 400 * kUs, t0 + 505 * kUs, {.python_stack = site});
   }
   return testing::AnalyzeOrDie(b);
 }

@@ -30,7 +30,8 @@ struct ApiCall {
   uint64_t stream = 0;
   uint64_t object = 0;
   uint64_t bytes = 0;
-  uint32_t stack = 0;
+  uint32_t stack = 0;         // native call-site stack id; 0 none
+  uint32_t python_stack = 0;  // Python call-site stack id; 0 none
   uint32_t tid = 0;
   uint16_t api = 0;
   uint16_t flags = 0;  // trace::RecordFlags
@@ -80,6 +81,8 @@ struct StackRef {
   uint32_t native_depth = 0;  // u64 return addresses, innermost first
   uint32_t python_offset = 0;
   uint32_t python_depth = 0;  // frames: 2 words (string id, line) each
+  // (Ids are unique across kinds in the recorder; one id holding both kinds
+  // is accepted and merged.)
 };
 
 struct Module {

@@ -61,6 +61,7 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
         c.object = r.object;
         c.bytes = r.bytes;
         c.stack = r.stack;
+        c.python_stack = r.python_stack;
         c.tid = h.tid;
         c.api = r.api;
         c.flags = r.flags;
@@ -167,19 +168,23 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
         std::memcpy(&depth, p + off + 4, 2);
         std::memcpy(&kind, p + off + 6, 2);
         off += 8;
-        if (static_cast<size_t>(depth) * 8 > n - off) return "stack depth past the payload";
+        // Native: `depth` return addresses; Python: `depth` (string, line)
+        // pairs.
+        const bool python = kind == static_cast<uint16_t>(trace::StackKind::kPython);
+        const size_t words = python ? size_t{2} * depth : depth;
+        if (words * 8 > n - off) return "stack depth past the payload";
         auto offset = static_cast<uint32_t>(t->stack_words.size());
         size_t old = t->stack_words.size();
-        t->stack_words.resize(old + depth);
-        if (depth > 0) std::memcpy(t->stack_words.data() + old, p + off, depth * size_t{8});
-        off += depth * size_t{8};
+        t->stack_words.resize(old + words);
+        if (words > 0) std::memcpy(t->stack_words.data() + old, p + off, words * 8);
+        off += words * 8;
         StackRef& ref = t->stacks[id];
-        if (kind == static_cast<uint16_t>(trace::StackKind::kNative)) {
+        if (python) {
+          ref.python_offset = offset;
+          ref.python_depth = depth;
+        } else if (kind == static_cast<uint16_t>(trace::StackKind::kNative)) {
           ref.native_offset = offset;
           ref.native_depth = depth;
-        } else if (kind == static_cast<uint16_t>(trace::StackKind::kPython)) {
-          ref.python_offset = offset;
-          ref.python_depth = depth / 2;
         }
       }
       return {};

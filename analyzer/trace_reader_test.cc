@@ -37,7 +37,7 @@ TraceBuilder FullTrace() {
   b.Thread(11, "main");
   b.Submit(11, apis.launch, 0, 5 * kUs, 10 * kUs, 20 * kUs, tf::DeviceOpKind::kKernel, "gemm");
   uint32_t py = b.PythonStack({{"train.py", "step", 42}, {"train.py", "<module>", 7}});
-  b.Call(11, apis.sync, 6 * kUs, 21 * kUs, {.stack = py});
+  b.Call(11, apis.sync, 6 * kUs, 21 * kUs, {.python_stack = py});
   b.Range(11, 0, 30 * kUs, "step 0");
   b.Module(0x1000, 0x1000, 0x2000, "/usr/lib/libfoo.so");
   uint32_t native = b.NativeStack({0x1234, 0x1800});
@@ -67,7 +67,8 @@ TEST_CASE("round trip of every chunk type", "[reader]") {
   REQUIRE(t.ranges.size() == 1);
   CHECK(t.String(t.ranges[0].name) == "step 0");
   CHECK(t.ranges[0].end_ns == 30 * kUs);
-  const StackRef& py = t.stacks.at(t.calls[1].stack);
+  CHECK(t.calls[1].stack == 0);
+  const StackRef& py = t.stacks.at(t.calls[1].python_stack);
   REQUIRE(py.python_depth == 2);
   CHECK(t.String(static_cast<uint32_t>(t.stack_words[py.python_offset])) == "train.py\tstep");
   CHECK(t.stack_words[py.python_offset + 1] == 42);

@@ -30,7 +30,8 @@ struct PyFrame {
 struct CallOptions {
   uint64_t correlation = 0;
   uint64_t stream = 0;
-  uint32_t stack = 0;
+  uint32_t stack = 0;         // native stack id
+  uint32_t python_stack = 0;  // Python stack id
   uint64_t bytes = 0;
   uint16_t flags = 0;
   int32_t result = 0;
@@ -97,13 +98,6 @@ class TraceBuilder {
     AddPython(id, frames);
     return id;
   }
-  // A stack id with both native return addresses and Python frames.
-  uint32_t MixedStack(const std::vector<uint64_t>& pcs, const std::vector<PyFrame>& frames) {
-    uint32_t id = next_stack_++;
-    stacks_.push_back({id, tf::StackKind::kNative, pcs});
-    AddPython(id, frames);
-    return id;
-  }
 
   void Call(uint32_t tid, uint16_t api, uint64_t enter, uint64_t exit, CallOptions o = {}) {
     tf::ApiRecord r{};
@@ -113,6 +107,7 @@ class TraceBuilder {
     r.stream = o.stream;
     r.bytes = o.bytes;
     r.stack = o.stack;
+    r.python_stack = o.python_stack;
     r.api = api;
     r.flags = o.flags;
     r.result = o.result;
@@ -223,7 +218,9 @@ class TraceBuilder {
       std::string p;
       for (const StackEntry& s : stacks_) {
         uint32_t id = s.id;
-        auto depth = static_cast<uint16_t>(s.words.size());
+        // Python entries count (string, line) pairs.
+        auto depth = static_cast<uint16_t>(s.kind == tf::StackKind::kPython ? s.words.size() / 2
+                                                                             : s.words.size());
         auto kind = static_cast<uint16_t>(s.kind);
         Append(&p, &id, 4);
         Append(&p, &depth, 2);
