@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -266,6 +267,30 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
   t.header = fh;
   t.host = std::string(fh.host, strnlen(fh.host, sizeof(fh.host)));
   t.ticks_are_ns = (fh.flags & trace::kFileTicksAreNs) != 0;
+
+  // A pass over the chunk headers sizes the record vectors once (counts
+  // capped by what each payload can hold), so no vector grows by copying.
+  {
+    uint64_t api = 0, device = 0, corr = 0;
+    for (uint64_t off = fh.header_bytes; off < size && size - off >= sizeof(ChunkHeader);) {
+      ChunkHeader ch;
+      if (!read(off, sizeof(ch), &ch) || ch.magic != trace::kChunkMagic ||
+          ch.payload_bytes > kMaxChunkPayload) {
+        break;
+      }
+      const uint64_t n = ch.count;
+      switch (static_cast<ChunkType>(ch.type)) {
+        case ChunkType::kApi: api += std::min<uint64_t>(n, ch.payload_bytes / sizeof(trace::ApiRecord)); break;
+        case ChunkType::kDevice: device += std::min<uint64_t>(n, ch.payload_bytes / sizeof(trace::DeviceRecord)); break;
+        case ChunkType::kCorrelation: corr += std::min<uint64_t>(n, ch.payload_bytes / sizeof(trace::CorrelationRecord)); break;
+        default: break;
+      }
+      off += sizeof(ch) + ch.payload_bytes;
+    }
+    t.calls.reserve(api);
+    t.ops.reserve(device);
+    t.correlations.reserve(corr);
+  }
 
   std::vector<uint64_t> buffer;  // 8-byte aligned payload buffer, reused
   uint64_t off = fh.header_bytes;
