@@ -24,7 +24,6 @@
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -212,10 +211,12 @@ struct Runtime {
 
 enum Status : int { kUnknown = 0, kReady = 1, kAbsent = 2, kOff = 3 };
 
-Runtime g_rt;                      // written once, before g_status = kReady
+// Published once, never freed. Resolution takes no lock: threads that race on
+// the first call each resolve, the first to publish wins (a lock here could
+// deadlock against the loader lock: a hook may run inside a constructor).
+std::atomic<const Runtime*> g_runtime{nullptr};
 std::atomic<int> g_status{kUnknown};
 std::atomic<int64_t> g_next_probe_ns{0};
-pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
 
 int64_t CoarseNowNs() {
   timespec t;
@@ -241,8 +242,9 @@ int DetectMinor() {
   return digits ? minor : -1;
 }
 
-// Resolves symbols and the layout. Returns the new status.
-int Resolve() {
+// Resolves symbols and the layout into *out: kReady, kAbsent (no CPython
+// symbols) or kOff (an unsupported CPython, or turned off).
+int Resolve(Runtime* out) {
   if (const char* e = getenv("STALLSCOPE_PYTHON_STACKS"); e && strcmp(e, "0") == 0) return kOff;
   Runtime rt;
   rt.get_tstate = reinterpret_cast<void* (*)()>(Sym("PyGILState_GetThisThreadState"));
@@ -263,28 +265,37 @@ int Resolve() {
       !rt.unicode_type)
     return kOff;
   if (minor == 13 && !Init13(reinterpret_cast<uintptr_t>(Sym("_PyRuntime")), &rt.l)) return kOff;
-  g_rt = rt;
+  *out = rt;
   return kReady;
 }
 
-// True when g_rt may be used. Never blocks: a thread that finds another one
-// resolving gives up for this call.
-inline bool Ready() {
+// The resolved runtime, or nullptr when there is no usable CPython (yet).
+const Runtime* GetRuntime() {
+  const Runtime* rt = g_runtime.load(std::memory_order_acquire);
+  if (__builtin_expect(rt != nullptr, 1)) return rt;
   int s = g_status.load(std::memory_order_acquire);
-  if (__builtin_expect(s == kReady, 1)) return true;
-  if (s == kOff) return false;
+  if (s == kOff) return nullptr;
   if (s == kAbsent && CoarseNowNs() < g_next_probe_ns.load(std::memory_order_relaxed))
-    return false;
-  if (pthread_mutex_trylock(&g_init_mu) != 0) return false;
-  s = g_status.load(std::memory_order_acquire);
-  if (s == kUnknown || s == kAbsent) {
-    s = Resolve();
-    // A library that embeds Python may load it later: look again in a second.
-    if (s == kAbsent) g_next_probe_ns.store(CoarseNowNs() + 1000000000, std::memory_order_relaxed);
-    g_status.store(s, std::memory_order_release);
+    return nullptr;
+  Runtime local;
+  s = Resolve(&local);
+  if (s == kAbsent) {
+    // A program that embeds Python may load it later: look again in a second.
+    g_next_probe_ns.store(CoarseNowNs() + 1000000000, std::memory_order_relaxed);
+    g_status.store(kAbsent, std::memory_order_release);
+    return nullptr;
   }
-  pthread_mutex_unlock(&g_init_mu);
-  return s == kReady;
+  if (s == kOff) {
+    g_status.store(kOff, std::memory_order_release);
+    return nullptr;
+  }
+  auto* mine = new Runtime(local);
+  const Runtime* expected = nullptr;
+  if (!g_runtime.compare_exchange_strong(expected, mine, std::memory_order_acq_rel)) {
+    delete mine;
+    return expected;
+  }
+  return mine;
 }
 
 // ---------------------------------------------------------------------------
@@ -526,8 +537,9 @@ int WalkInterpreterFrames(const Runtime& rt, uintptr_t tstate, uint64_t* pairs) 
 }  // namespace
 
 uint32_t CaptureStack() {
-  if (!Ready()) return 0;
-  const Runtime& rt = g_rt;
+  const Runtime* runtime = GetRuntime();
+  if (!runtime) return 0;
+  const Runtime& rt = *runtime;
   // Finalization frees other threads' states: read nothing once it began.
   if (!rt.is_initialized() || rt.is_finalizing()) return 0;
   int saved_errno = errno;

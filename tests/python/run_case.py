@@ -16,7 +16,8 @@ Exits 77 (CTest SKIP_RETURN_CODE) when that CPython is not installed.
 
 Cases: {cdll,pydll}_{sync,dtoh}, thread_cdll_sync, thread_pydll_dtoh (the loop
 on a second Python thread), markers (stallscope.step() markers reach the
-trace), noblock and exit (no crash while finalizing; exit code 0).
+trace), threads (6 threads, generators, coroutines, non-ASCII names), noblock
+and exit (no crash while finalizing; exit code 0), bench (capture cost).
 """
 import argparse
 import glob
@@ -151,6 +152,34 @@ def check_report(rep, api, stall, steps):
     print(f"report: {api} hotspot at {h['site']} count {h['count']}")
 
 
+def threads(build, work, exe):
+    """Every cuStreamSynchronize of 6 concurrent threads carries the right
+    innermost frame: non-ASCII file and function names (latin-1, UCS-2 and
+    UCS-4 str storage), generator and coroutine frames."""
+    src = os.path.join(HERE, "threads_workload.py")
+    script = os.path.join(work, "wörk_日本_\U00020000.py")
+    shutil.copy(src, script)
+    p, out = run(build, work, [exe, script], {"STALLSCOPE_TEST_DIR": HERE}, timeout=300)
+    check(p.returncode == 0, f"exited {p.returncode}: {p.stderr[-3000:]}")
+    expect = {marked_line(src, f"# STALL:{k}"): fn
+              for k, fn in (("plain", "wärte_日本_\U00020000"), ("gen", "gen"), ("coro", "coro"))}
+    t = sstrace.load_dir(out)[0]
+    seen = {}
+    for c in t.calls:
+        if c.name != "cuStreamSynchronize":
+            continue
+        frames = t.python_frames(c.python_stack)
+        check(frames, f"a cuStreamSynchronize on tid {c.tid} has no Python stack")
+        f, fn, line = frames[0]
+        check(f == script, f"innermost file {f!r}, expected {script!r}")
+        check(expect.get(line) == fn, f"innermost frame {fn!r} line {line}; expected {expect}")
+        check(frames[-1][1] == "_bootstrap", f"outermost frame {frames[-1]}")
+        seen[fn] = seen.get(fn, 0) + 1
+    check(len(seen) == 3, f"frames seen: {seen}")
+    print(f"threads: every cuStreamSynchronize has its site: {seen}")
+    return 0
+
+
 def bench(build, work, exe):
     """Added cost per blocking call: no library / library without Python
     stacks / library with them. Fails only when the Python capture alone
@@ -205,6 +234,8 @@ def main():
             else:
                 print(f"noblock: rc 0, {len(traces)} trace file(s)")
             return 0
+        if a.case == "threads":
+            return threads(a.build, work, exe)
         if a.case == "bench":
             return bench(a.build, work, exe)
         if a.case == "markers":
