@@ -296,10 +296,14 @@ std::vector<CallClass> ClassifyCalls(const Timeline& t, uint32_t device,
         break;
     }
     if (observed_check) {
-      const bool outlived_op = c.op_count > 0 && c.exit_ns > c.last_op_end_ns;
-      const bool long_while_busy =
-          c.exit_ns - c.enter_ns > o.observed_block_ns && pending.At(c.enter_ns);
-      if (outlived_op || long_while_busy) out[i] = CallClass::kSync;
+      // With its device op known, a call synchronized iff it returned only
+      // after that op ended. Without one (no CUPTI), a long call made while
+      // the device was busy is taken as having waited for it.
+      const bool synchronized =
+          c.op_count > 0
+              ? c.exit_ns > c.last_op_end_ns
+              : c.exit_ns - c.enter_ns > o.observed_block_ns && pending.At(c.enter_ns);
+      if (synchronized) out[i] = CallClass::kSync;
     }
   }
   return out;

@@ -250,10 +250,13 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: not a stallscope trace (bad magic at byte offset 0)", name));
   }
-  if (fh.version > trace::kVersion || fh.oldest_reader > trace::kVersion) {
+  // A newer writer says which readers can still read its files: only an
+  // `oldest_reader` above ours refuses the file (docs/trace-format.md).
+  if (fh.oldest_reader > trace::kVersion) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: written by a newer stallscope (format %d); this reader reads up to %d", name,
-        fh.version > trace::kVersion ? fh.version : fh.oldest_reader, trace::kVersion));
+        "%s: written by a newer stallscope (format %d, readable from format %d); this reader "
+        "reads up to %d",
+        name, fh.version, fh.oldest_reader, trace::kVersion));
   }
   if (fh.version < trace::kOldestSupported) {
     return absl::FailedPreconditionError(absl::StrFormat(

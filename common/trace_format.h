@@ -14,8 +14,9 @@ namespace stallscope::trace {
 
 inline constexpr char kMagic[8] = {'S', 'T', 'L', 'S', 'C', 'O', 'P', 'E'};
 inline constexpr uint16_t kVersion = 1;
-// Readers accept files whose version is in [kOldestSupported, kVersion]; a
-// writer sets `oldest_reader` to the oldest reader version able to read it.
+// A writer sets `oldest_reader` to the oldest reader version able to read its
+// files. A reader accepts a file when `oldest_reader <= kVersion` and
+// `version >= kOldestSupported` (files older than that it no longer reads).
 inline constexpr uint16_t kOldestSupported = 1;
 inline constexpr uint32_t kChunkMagic = 0x4b4e4843;  // "CHNK" little-endian
 inline constexpr const char* kFileSuffix = ".sstrace";
@@ -46,7 +47,8 @@ enum class ChunkType : uint16_t {
   kCorrelation = 3,  // CorrelationRecord[count]
   kNvtx = 4,         // NvtxRecord[count], one thread (tid)
   kString = 5,       // count x {u32 id, u32 len, bytes, pad to 8}
-  kStack = 6,        // count x {u32 id, u16 depth, u16 kind, u64 pc[depth]}
+  kStack = 6,        // count x {u32 id, u16 depth, u16 kind, words}: native
+                     // u64 pc[depth]; Python depth x (u64 string, u64 line)
   kModule = 7,       // count x ModuleRecord + path bytes, padded to 8
   kClock = 8,        // ClockRecord[count]
   kApiTable = 9,     // count x ApiTableEntry + name bytes, padded to 8
