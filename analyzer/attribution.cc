@@ -282,9 +282,15 @@ std::vector<CallClass> ClassifyCalls(const Timeline& t, uint32_t device,
       case ApiCategory::kCopy:
       case ApiCategory::kSet:
         // Synchronous forms block; device-to-device copies (no "may block"
-        // flag) and async forms only when they observably did.
+        // flag) and async forms only when they observably did — except
+        // async host-to-device copies and async sets, which never wait for
+        // device work (NVIDIA, "API synchronization behavior": pageable
+        // sources are staged, pinned ones are asynchronous).
         if (!async && may_block) {
           out[i] = CallClass::kSync;
+        } else if (async && (api.category == ApiCategory::kSet ||
+                             (api.flags & trace::kApiHostToDev) != 0)) {
+          out[i] = CallClass::kNonBlocking;
         } else {
           observed_check = true;
         }

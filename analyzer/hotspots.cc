@@ -23,6 +23,25 @@ bool IsRuntimeModule(std::string_view path) {
   return false;
 }
 
+namespace {
+
+std::string_view Basename(std::string_view path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+bool IsStallscopeModule(std::string_view path) {
+  return Basename(path).starts_with("libstallscope");
+}
+
+// The Python interpreter: libpython3.X.so or a statically linked python3.X.
+bool IsInterpreterModule(std::string_view path) {
+  std::string_view base = Basename(path);
+  return base.starts_with("libpython") || base.starts_with("python");
+}
+
+}  // namespace
+
 void ResolveStack(const Timeline& t, uint32_t native_id, uint32_t python_id,
                   Symbolizer* symbolizer, Frame* site, std::vector<Frame>* frames) {
   *site = Frame{"<unknown>", "", 0, ""};
@@ -41,17 +60,25 @@ void ResolveStack(const Timeline& t, uint32_t native_id, uint32_t python_id,
       ref.python_depth = it->second.python_depth;
     }
   }
+  // Frames innermost first, outermost last: the native frames below the
+  // interpreter (driver, libffi, extension code), then the Python frames, then
+  // — only without Python frames — the rest of the native stack. stallscope's
+  // own frames (the capture and the hook wrapper) are not shown.
   bool have_site = false;
-  for (uint32_t i = 0; i < ref.native_depth; ++i) {
+  bool in_interpreter = false;
+  for (uint32_t i = 0; i < ref.native_depth && !in_interpreter; ++i) {
     const uint64_t pc = t.stack_words[ref.native_offset + i];
+    const Module* m = symbolizer->FindModule(pc);
+    if (m != nullptr && IsStallscopeModule(m->path)) continue;
+    if (ref.python_depth > 0 && m != nullptr && IsInterpreterModule(m->path)) {
+      in_interpreter = true;
+      break;
+    }
     const Frame& f = symbolizer->Symbolize(pc);
     frames->push_back(f);
-    if (!have_site && ref.python_depth == 0) {
-      const Module* m = symbolizer->FindModule(pc);
-      if (m != nullptr && !IsRuntimeModule(m->path)) {
-        *site = f;
-        have_site = true;
-      }
+    if (!have_site && ref.python_depth == 0 && m != nullptr && !IsRuntimeModule(m->path)) {
+      *site = f;
+      have_site = true;
     }
   }
   for (uint32_t i = 0; i < ref.python_depth; ++i) {

@@ -112,10 +112,13 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
   return 1;
 }
 
+// An end carries the index of this thread's last begin, so the reader pairs
+// them by index.
 extern "C" __attribute__((visibility("default"))) void stallscope_step_begin(uint64_t index) {
+  recorder::Self().step_index = index;
   Emit(trace::NvtxType::kStepBegin, index, 0, nullptr);
 }
 
 extern "C" __attribute__((visibility("default"))) void stallscope_step_end(void) {
-  Emit(trace::NvtxType::kStepEnd, 0, 0, nullptr);
+  Emit(trace::NvtxType::kStepEnd, recorder::Self().step_index, 0, nullptr);
 }

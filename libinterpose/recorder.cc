@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -514,13 +515,25 @@ void Initialize() {
 bool EnsureStarted() {
   int s = g_state.load(std::memory_order_acquire);
   if (s == int(State::kOn)) return true;
+  if (s == int(State::kStarting)) {
+    // Another thread is starting the recorder (a few ms: file, CUPTI). Wait
+    // for it rather than lose this thread's first calls; this thread holds
+    // none of our locks and has not entered the driver yet. The wait is
+    // bounded in case start-up itself waits on this thread (a library thread
+    // calling the driver from inside CUPTI's initialization).
+    uint64_t deadline = MonoNs() + 200 * 1000 * 1000;
+    while ((s = g_state.load(std::memory_order_acquire)) == int(State::kStarting) &&
+           MonoNs() < deadline)
+      sched_yield();
+    return s == int(State::kOn);
+  }
   if (s != int(State::kOff)) return false;
   if (const char* d = getenv("STALLSCOPE_DISABLE"); d && *d && strcmp(d, "0") != 0) {
     g_state.store(int(State::kDisabled));
     return false;
   }
   int expected = int(State::kOff);
-  if (!g_state.compare_exchange_strong(expected, int(State::kStarting))) return false;
+  if (!g_state.compare_exchange_strong(expected, int(State::kStarting))) return EnsureStarted();
   Initialize();
   g_fd = OpenTraceFile();
   if (g_fd < 0) {

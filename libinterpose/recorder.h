@@ -30,6 +30,7 @@ struct ThreadState {
   uint32_t index = 0;      // dense thread index, for correlation ids
   uint64_t next_corr = 0;  // per-thread correlation sequence
   int nvtx_depth = 0;
+  uint64_t step_index = 0;  // the explicit step API's current step
   bool in_hook = false;
   bool registered = false;
   ThreadState* next_live = nullptr;

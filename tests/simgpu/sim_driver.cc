@@ -472,6 +472,9 @@ CUresult HostAllocImpl(void** pp, size_t size, MemKind kind) {
   size_t rounded = ((size == 0 ? 1 : size) + 255) / 256 * 256;
   void* p = aligned_alloc(256, rounded);
   if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  // Pinned memory is resident once allocated (the real driver pins and maps
+  // it); touching it here keeps page faults out of later copies.
+  memset(p, 0, rounded);
   AddRange(p, size, kind);
   *pp = p;
   return CUDA_SUCCESS;
@@ -484,6 +487,8 @@ CUresult DeviceAllocImpl(CUdeviceptr* dptr, size_t size, Device* d) {
   size_t rounded = (size + 255) / 256 * 256;
   void* p = aligned_alloc(256, rounded);
   if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  // Device memory is backed from the start: no page faults inside device ops.
+  memset(p, 0, rounded);
   d->allocated.fetch_add(size);
   AddRange(p, size, MemKind::kDevice);
   *dptr = reinterpret_cast<CUdeviceptr>(p);
