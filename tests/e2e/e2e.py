@@ -14,7 +14,10 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE_SRC = os.path.join(ROOT, "examples", "train_loop.cc")
-KERNELS = "gemm_fwd=900,gemm_bwd=1400,relu=40,sgd_update=250,loss_reduce=30,load_batch=60,tiny_elementwise=2,*=20"
+CUDA_EXAMPLE_SRC = os.path.join(ROOT, "examples", "cuda_train_loop.cu")
+SKIP = 77
+KERNELS = ("*gemm_fwd*=900,*gemm_bwd*=1400,*relu*=40,*sgd_update*=250,*loss_reduce*=30,*load_batch*=60,"
+           "*tiny_elementwise*=2,*=20")
 STEPS = 12
 
 
@@ -27,8 +30,8 @@ def check(cond, msg):
         raise Failure(msg)
 
 
-def marker_line(marker):
-    with open(EXAMPLE_SRC) as f:
+def marker_line(marker, src=EXAMPLE_SRC):
+    with open(src) as f:
         for n, line in enumerate(f, 1):
             if marker in line:
                 return n
@@ -90,12 +93,12 @@ def check_marker_steps(report):
     check(len(report["steps"]) == STEPS, f"{len(report['steps'])} steps, expected {STEPS}")
 
 
-def find_hotspot(report, line):
+def find_hotspot(report, line, file="train_loop.cc"):
     for h in report["hotspots"]:
         site = h["site"]
-        if os.path.basename(site.get("file") or "") == "train_loop.cc" and site.get("line") == line:
+        if os.path.basename(site.get("file") or "") == file and site.get("line") == line:
             return h
-    raise Failure(f"no hotspot at train_loop.cc:{line}; hotspots: "
+    raise Failure(f"no hotspot at {file}:{line}; hotspots: "
                   + json.dumps([(h['api'], h['site']) for h in report['hotspots']]))
 
 
@@ -183,6 +186,25 @@ def case_clean(build, work):
     check(abs(busy - true_busy) <= 0.02 * true_busy, f"GPU busy {busy} vs truth {true_busy}")
 
 
+def case_cuda_runtime(build, work):
+    """The CUDA C++ example (nvcc --cudart shared) through the simulated
+    runtime, which resolves the driver as NVIDIA's does: its launches are
+    recorded through the cuGetProcAddress path and both injected syncs are
+    found at their lines in the .cu file."""
+    exe = os.path.join(build, "bin", "cuda_train_loop")
+    if not os.path.exists(exe):
+        return SKIP
+    for flag, marker in (("--readback", "STALL:readback"), ("--sync-log", "STALL:sync-log")):
+        sub = os.path.join(work, flag.strip("-"))
+        os.makedirs(sub)
+        report, truth = run_traced(build, sub, [exe, "--steps", str(STEPS), flag])
+        check_marker_steps(report)
+        check_idle_matches_truth(report, truth)
+        check(report["totals"]["launches"] >= STEPS * 4, f"launches {report['totals']['launches']}")
+        h = find_hotspot(report, marker_line(marker, CUDA_EXAMPLE_SRC), "cuda_train_loop.cu")
+        check(h["count"] == STEPS, f"{marker}: count {h['count']}, expected {STEPS}")
+
+
 def case_no_cuda(build, work):
     out = os.path.join(work, "trace")
     p = subprocess.run([os.path.join(build, "bin", "stallscope"), "run", "--sim", "--out", out, "--", "/bin/true"],
@@ -227,7 +249,10 @@ def main():
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix=f"stallscope-e2e-{args.case}-")
     try:
-        CASES[args.case](os.path.abspath(args.build), work)
+        if CASES[args.case](os.path.abspath(args.build), work) == SKIP:
+            print(f"skipped {args.case}: not built")
+            shutil.rmtree(work, ignore_errors=True)
+            return SKIP
     except Failure as e:
         print(f"FAIL {args.case}: {e}\n(kept {work})")
         return 1
