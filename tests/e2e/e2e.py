@@ -76,6 +76,18 @@ def union_busy(truth, a, b):
     return busy
 
 
+def injected_gaps(truth):
+    """Per step, the device idle just before the step's first op (the batch
+    copy host-to-device that follows the injected host wait)."""
+    ops = sorted(truth, key=lambda op: op["start_ns"])
+    gaps, busy_until = [], None
+    for op in ops:
+        if op["kind"] == "memcpy" and op["name"] == "HtoD":
+            gaps.append(max(0, op["start_ns"] - busy_until) if busy_until is not None else 0)
+        busy_until = op["end_ns"] if busy_until is None else max(busy_until, op["end_ns"])
+    return gaps
+
+
 def check_idle_matches_truth(report, truth):
     """Per-step GPU idle within 2% (or 100 us) of the ground truth."""
     for st in report["steps"]:
@@ -130,14 +142,17 @@ def case_input(build, work):
     check_marker_steps(report)
     check_idle_matches_truth(report, truth)
     # No synchronization precedes the wait, so the host ran ahead: the GPU
-    # idles for the wait less the work still queued from the step before. At
-    # least 90% of that idle is host_wait (steady-state steps, from step 2).
-    for st in report["steps"][2:]:
+    # idles for the wait less the work still queued from the step before. The
+    # injected idle is, in the ground truth, the gap before each step's first
+    # op (its batch copy); at least 90% of it is host_wait (steady-state steps,
+    # from step 2).
+    gaps = injected_gaps(truth)
+    check(len(gaps) == STEPS, f"{len(gaps)} batch copies in the ground truth, expected {STEPS}")
+    for st, gap in zip(report["steps"][2:], gaps[2:]):
         hw = st["idle_by_cause"]["host_wait"]
-        injected = wait_us * 1000 - st["gpu_busy_ns"]
-        check(injected > 0, f"step {st['index']}: the wait is shorter than the step's GPU work")
-        check(hw >= 0.9 * injected,
-              f"step {st['index']}: host_wait {hw} ns < 90% of the injected idle {injected} ns")
+        check(hw >= 0.9 * gap - 20_000,
+              f"step {st['index']}: host_wait {hw} ns < 90% of the injected idle {gap} ns")
+    check(sum(gaps[2:]) > 0, "the input waits produced no idle")
     check(not report["hotspots"], f"unexpected hotspots {report['hotspots']}")
 
 
@@ -149,15 +164,18 @@ def case_input_after_sync(build, work):
     check_marker_steps(report)
     check_idle_matches_truth(report, truth)
     # After a synchronization, rule 1 comes first: the sync gets the part the
-    # host could have overlapped; the rest of the wait is host_wait. Together
-    # they explain at least 90% of each steady-state step's idle (from step 2:
-    # step 1's sync also waits out step 0's start-up work).
-    for st in report["steps"][2:]:
+    # host could have overlapped (the time it sat blocked while the GPU still
+    # had work); the rest of the wait is host_wait. Together they explain at
+    # least 90% of the injected idle (the ground truth's gap before each
+    # step's batch copy), and the wait longer than the GPU work leaves
+    # host_wait in every steady-state step (from step 2).
+    gaps = injected_gaps(truth)
+    check(len(gaps) == STEPS, f"{len(gaps)} batch copies in the ground truth, expected {STEPS}")
+    for st, gap in zip(report["steps"][2:], gaps[2:]):
         c = st["idle_by_cause"]
-        check(c["host_wait"] + c["sync"] >= 0.9 * st["gpu_idle_ns"],
-              f"step {st['index']}: sync+host_wait {c['sync'] + c['host_wait']} of idle {st['gpu_idle_ns']}")
-        check(c["host_wait"] >= 0.9 * (wait_us * 1000 - st["gpu_busy_ns"]) - 200_000,
-              f"step {st['index']}: host_wait {c['host_wait']} ns")
+        check(c["host_wait"] + c["sync"] >= 0.9 * gap - 20_000,
+              f"step {st['index']}: sync+host_wait {c['sync'] + c['host_wait']} of injected idle {gap}")
+        check(c["host_wait"] > 0, f"step {st['index']}: no host_wait")
 
 
 def case_tiny(build, work):
