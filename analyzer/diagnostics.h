@@ -27,6 +27,9 @@ namespace stallscope::analyzer {
     "errors inside the recorder (never the job's)")                           \
   X(kStacksDropped, "stacks_dropped", kInfo,                                   \
     "call-site stacks the recorder could not capture")                        \
+  X(kCuptiRecordsStopped, "cupti_records_stopped", kWarning,                   \
+    "CUPTI records stopped arriving (another profiler took the activity "     \
+    "buffers or disabled kinds): device times are missing for these calls")   \
   X(kUnknownRecorderDiagnostic, "unknown_recorder_diagnostic", kInfo,          \
     "a diagnostic id this analyzer does not know")                            \
   X(kClockSinglePair, "clock_single_pair", kWarning,                           \

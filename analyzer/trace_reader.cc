@@ -139,6 +139,7 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
           case trace::DiagnosticId::kCuptiNoTimestampCallback: id = DiagId::kCuptiOwnClock; break;
           case trace::DiagnosticId::kInternalErrors: id = DiagId::kInternalErrors; break;
           case trace::DiagnosticId::kStacksDropped: id = DiagId::kStacksDropped; break;
+          case trace::DiagnosticId::kCuptiRecordsStopped: id = DiagId::kCuptiRecordsStopped; break;
           default: id = DiagId::kUnknownRecorderDiagnostic; break;
         }
         AddDiagnostic(&t->diagnostics, id, r.count);

@@ -215,6 +215,9 @@ enum class DiagnosticId : uint32_t {
   kCuptiNoTimestampCallback = 4,  // device times on CUPTI's own clock
   kInternalErrors = 5,     // errors inside stallscope (never the job's)
   kStacksDropped = 6,
+  kCuptiRecordsStopped = 7,  // submissions whose CUPTI records never arrived
+                             // (another client took the activity buffers or
+                             // disabled kinds); count: those submissions
 };
 
 struct DiagnosticRecord {

@@ -1,14 +1,19 @@
 // CUPTI activity source (see cupti_source.h). CUPTI is found at run time: an
 // already-loaded copy first (RTLD_NOLOAD), then by soname, then in the usual
-// toolkit places. Every failure leaves host-only recording and a diagnostic.
+// toolkit places and Python wheels. Every failure leaves host-only recording
+// and a diagnostic.
 #include "cupti_source.h"
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <glob.h>
+#include <link.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <cupti_activity.h>
@@ -123,20 +128,98 @@ void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size
   free(buffer);
 }
 
+constexpr const char* kSoname = "libcupti.so.13";
+constexpr const char* kWheelLib = "/nvidia/cuda_cupti/lib";
+
+void AddUnique(std::vector<std::string>* v, std::string s) {
+  for (const auto& x : *v)
+    if (x == s) return;
+  v->push_back(std::move(s));
+}
+
+// site-packages (or dist-packages) directories implied by a path: the prefix
+// up to and including the component, e.g. .../site-packages/torch/lib/x.so.
+void AddSitePackagesOf(std::vector<std::string>* sites, std::string_view path) {
+  for (const char* marker : {"/site-packages/", "/dist-packages/"}) {
+    size_t pos = path.find(marker);
+    if (pos != std::string_view::npos)
+      AddUnique(sites, std::string(path.substr(0, pos + strlen(marker) - 1)));
+  }
+}
+
+int LoadedModuleCallback(dl_phdr_info* info, size_t, void* arg) {
+  if (info->dlpi_name && *info->dlpi_name)
+    AddSitePackagesOf(static_cast<std::vector<std::string>*>(arg), info->dlpi_name);
+  return 0;
+}
+
+// Every `prefix/lib*/python3*/site-packages` of an environment root.
+void AddEnvRoot(std::vector<std::string>* sites, const char* root) {
+  if (!root || !*root) return;
+  for (const char* pattern : {"/lib/python3*/site-packages", "/lib64/python3*/site-packages"}) {
+    glob_t g{};
+    std::string p = std::string(root) + pattern;
+    if (glob(p.c_str(), GLOB_NOSORT, nullptr, &g) == 0)
+      for (size_t i = 0; i < g.gl_pathc; ++i) AddUnique(sites, g.gl_pathv[i]);
+    globfree(&g);
+  }
+}
+
+// Candidate CUPTI files, most specific first: the toolkit the user named,
+// then the wheel that belongs to the framework already loaded in this process
+// (a loaded .../site-packages/torch/lib/libtorch_cuda.so implies
+// .../site-packages/nvidia/cuda_cupti/lib), then the interpreter's
+// environment, then the default toolkit.
+std::vector<std::string> CandidatePaths() {
+  std::vector<std::string> dirs;
+  if (const char* home = getenv("CUDA_HOME"); home && *home) {
+    AddUnique(&dirs, std::string(home) + "/extras/CUPTI/lib64");
+    AddUnique(&dirs, std::string(home) + "/lib64");
+  }
+  std::vector<std::string> sites;
+  dl_iterate_phdr(LoadedModuleCallback, &sites);
+  char exe[4096];
+  if (ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1); n > 0) {
+    // .../venv/bin/python3 -> .../venv
+    std::string e(exe, size_t(n));
+    size_t slash = e.rfind('/');
+    if (slash != std::string::npos && slash >= 4 && e.compare(slash - 4, 4, "/bin") == 0)
+      AddEnvRoot(&sites, e.substr(0, slash - 4).c_str());
+  }
+  AddEnvRoot(&sites, getenv("VIRTUAL_ENV"));
+  AddEnvRoot(&sites, getenv("CONDA_PREFIX"));
+  if (const char* pp = getenv("PYTHONPATH"); pp && *pp) {
+    std::string_view rest(pp);
+    while (!rest.empty()) {
+      size_t colon = rest.find(':');
+      std::string_view entry = rest.substr(0, colon);
+      if (!entry.empty()) AddUnique(&sites, std::string(entry));
+      if (colon == std::string_view::npos) break;
+      rest.remove_prefix(colon + 1);
+    }
+  }
+  for (const auto& site : sites) AddUnique(&dirs, site + kWheelLib);
+  if (const char* conda = getenv("CONDA_PREFIX"); conda && *conda)
+    AddUnique(&dirs, std::string(conda) + "/lib");
+  AddUnique(&dirs, "/usr/local/cuda/extras/CUPTI/lib64");
+  AddUnique(&dirs, "/usr/local/cuda/lib64");
+  std::vector<std::string> files;
+  for (const auto& d : dirs) files.push_back(d + "/" + kSoname);
+  return files;
+}
+
 void* OpenCupti() {
+  // An explicit path is the only place looked at: a wrong one means host-only.
   if (const char* path = getenv("STALLSCOPE_CUPTI_PATH"); path && *path)
     return dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (void* h = dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD)) return h;
-  if (void* h = dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL)) return h;
-  std::vector<std::string> dirs;
-  if (const char* home = getenv("CUDA_HOME")) {
-    dirs.push_back(std::string(home) + "/extras/CUPTI/lib64");
-    dirs.push_back(std::string(home) + "/lib64");
+  // The job's own CUPTI (PyTorch's Kineto loads one): share it, never load a
+  // second copy beside it.
+  if (void* h = dlopen(kSoname, RTLD_NOW | RTLD_NOLOAD)) return h;
+  if (void* h = dlopen(kSoname, RTLD_NOW | RTLD_LOCAL)) return h;
+  for (const auto& f : CandidatePaths()) {
+    if (access(f.c_str(), R_OK) != 0) continue;
+    if (void* h = dlopen(f.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
   }
-  dirs.push_back("/usr/local/cuda/extras/CUPTI/lib64");
-  dirs.push_back("/usr/local/cuda/lib64");
-  for (const auto& d : dirs)
-    if (void* h = dlopen((d + "/libcupti.so.13").c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
   return nullptr;
 }
 
@@ -161,10 +244,18 @@ bool Start() {
   if (!ts || ts(Timestamp) != CUPTI_SUCCESS)
     recorder::CountDiagnostic(trace::DiagnosticId::kCuptiNoTimestampCallback);
   if (reg(BufferRequested, BufferCompleted) != CUPTI_SUCCESS) return false;
-  if (enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) return false;
-  if (enable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) != CUPTI_SUCCESS) return false;
-  enable(CUPTI_ACTIVITY_KIND_MEMCPY);
-  enable(CUPTI_ACTIVITY_KIND_MEMSET);
+  // All or nothing: a refused kind (another subscriber, an unsupported
+  // device) means host-only, with the kinds already enabled turned off again.
+  auto disable = reinterpret_cast<EnableFn>(sym("cuptiActivityDisable"));
+  const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                      CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+                                      CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; ++i) {
+    if (enable(kinds[i]) != CUPTI_SUCCESS) {
+      for (size_t j = 0; j < i && disable; ++j) disable(kinds[j]);
+      return false;
+    }
+  }
   g_active = true;
   return true;
 }
@@ -189,7 +280,13 @@ void Pop() {
 }
 
 void Flush() {
-  if (g_active) g_flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  if (g_active) {
+    int saved = errno;
+    g_flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    errno = saved;
+  }
 }
+
+void ForgetAfterFork() { g_active = false; }
 
 }  // namespace stallscope::cupti

@@ -7,8 +7,11 @@
 
 namespace stallscope::cupti {
 
-// Loads CUPTI (reusing an already-loaded one) and enables the activity kinds.
-// Returns false, and records a diagnostic, when device times are unavailable.
+// Loads CUPTI (reusing an already-loaded one; else STALLSCOPE_CUPTI_PATH, the
+// soname, CUDA_HOME, Python wheels next to loaded modules and under
+// VIRTUAL_ENV/CONDA_PREFIX/PYTHONPATH, /usr/local/cuda) and enables the
+// activity kinds. Returns false (the caller records a diagnostic) when device
+// times are unavailable: CUPTI absent, a symbol missing, or any enable refused.
 bool Start();
 bool Active();
 // Per-thread external correlation around a submitting call.
@@ -16,5 +19,7 @@ void Push(uint64_t id);
 void Pop();
 // Delivers every buffered record (forced flush).
 void Flush();
+// In a fork child: never call CUPTI again (its state is the parent's).
+void ForgetAfterFork();
 
 }  // namespace stallscope::cupti

@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include <unwind.h>
 
+#include <algorithm>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -60,8 +62,79 @@ std::atomic<uint32_t> g_next_thread_index{1};
 pthread_key_t g_thread_key;
 bool g_writer_started = false;
 bool g_stop_writer = false;
+// Read without the lock by the blocking-call path that starts the writer.
+std::atomic<bool> g_writer_running{false};
+// No free buffer and the budget spent: threads without a buffer drop their
+// records without taking the lock until the writer returns buffers.
+std::atomic<bool> g_exhausted{false};
+bool g_initialized = false;      // Initialize() ran (once per process image)
+bool g_handlers_installed = false;  // atexit/pthread_atfork registered
+bool g_is_fork_child = false;    // this process is a fork of a recording one
+std::atomic<bool> g_shutdown_done{false};
 
 std::atomic<uint64_t> g_diag[8];
+uint64_t g_diag_written[8];  // counts already in the file; under g_write_mu
+
+// Detects that CUPTI records stopped arriving (another client took the
+// activity buffers, or disabled kinds). State under g_write_mu.
+//  (a) Per thread, the submissions (ApiRecords with a correlation id and a
+//      successful result) above the highest external id CUPTI acknowledged
+//      through an external-correlation record. Kept as runs of consecutive
+//      sequence numbers, so a long stall costs a few words, not one per call.
+//  (b) External-correlation records received since the last device record.
+// Both are evaluated only right after a forced CUPTI flush (everything
+// submitted before it must have been delivered), counting only submissions
+// written before that flush; the final drain counts everything.
+constexpr uint64_t kStallThreshold = 256;
+constexpr uint64_t kSeqMask = (uint64_t{1} << 40) - 1;
+struct StallTracker {
+  struct Thread {
+    uint64_t max_ack = 0;
+    std::deque<std::pair<uint64_t, uint64_t>> runs;  // [lo, hi] unacknowledged
+  };
+  std::unordered_map<uint32_t, Thread> threads;
+  uint64_t unacked = 0;            // (a): sum of the runs' lengths
+  uint64_t corr_since_device = 0;  // (b)
+  uint64_t worst = 0;              // largest stall seen, the diagnostic's count
+
+  void Ack(uint64_t external) {
+    Thread& t = threads[uint32_t(external >> 40)];
+    uint64_t seq = external & kSeqMask;
+    if (seq <= t.max_ack) return;
+    t.max_ack = seq;
+    while (!t.runs.empty() && t.runs.front().first <= seq) {
+      auto& r = t.runs.front();
+      if (r.second <= seq) {
+        unacked -= r.second - r.first + 1;
+        t.runs.pop_front();
+      } else {
+        unacked -= seq - r.first + 1;
+        r.first = seq + 1;
+        break;
+      }
+    }
+  }
+  void Submit(uint64_t external, bool ok) {
+    if (!ok) return;
+    Thread& t = threads[uint32_t(external >> 40)];
+    uint64_t seq = external & kSeqMask;
+    if (seq <= t.max_ack) return;
+    if (!t.runs.empty() && t.runs.back().second + 1 == seq)
+      t.runs.back().second = seq;
+    else
+      t.runs.push_back({seq, seq});
+    unacked++;
+  }
+  bool Suspect() const { return unacked >= kStallThreshold || corr_since_device >= kStallThreshold; }
+  void Evaluate() {
+    uint64_t stalled = std::max(unacked, corr_since_device);
+    if (stalled >= kStallThreshold && stalled > worst) {
+      worst = stalled;
+      g_diag[int(trace::DiagnosticId::kCuptiRecordsStopped)].store(worst);
+    }
+  }
+};
+StallTracker* g_stall = nullptr;
 
 // Pending variable-size data, written by the next drain.
 struct Pending {
@@ -235,19 +308,55 @@ void WriteModulesIfChanged(bool force) {
   WriteChunk(ChunkType::kModule, 0, scan.count, scan.out.data(), scan.out.size());
 }
 
-void WriteBuffer(const ThreadBuffer* b, uint32_t n) {
-  if (n) WriteChunk(ChunkType::kApi, b->tid, n, b->records, n * sizeof(trace::ApiRecord));
+// Writes records [b->flushed, n) of a buffer and moves its watermark. Only
+// the writer (under g_write_mu) reads or moves the watermark.
+void WriteBuffer(ThreadBuffer* b, uint32_t n, bool track) {
+  if (n <= b->flushed) return;
+  const trace::ApiRecord* first = b->records + b->flushed;
+  uint32_t count = n - b->flushed;
+  WriteChunk(ChunkType::kApi, b->tid, count, first, count * sizeof(trace::ApiRecord));
+  if (track)
+    for (uint32_t i = 0; i < count; ++i)
+      if (first[i].correlation) g_stall->Submit(first[i].correlation, first[i].result == 0);
+  b->flushed = n;
 }
 
-// Writes everything pending. `final` also snapshots live threads' buffers.
-void Drain(bool final) {
+struct LiveSlice {
+  ThreadBuffer* buffer;
+  uint32_t count;
+};
+
+// Writes everything pending: full buffers, the published part of every live
+// thread's buffer, strings, stacks, device records, diagnostics counted since
+// the last drain. `final` adds the module map and the end marker.
+// `after_cupti_flush`: a forced CUPTI flush completed since the previous
+// drain, so the stall detector may judge what that drain wrote. Returns true
+// when the stall detector suspects that CUPTI records stopped arriving.
+bool Drain(bool final, bool after_cupti_flush = false) {
   pthread_mutex_lock(&g_write_mu);
   pthread_mutex_lock(&g_mu);
+  // Full queue and live buffers in one snapshot: a buffer handed off after it
+  // is written by the next drain, and its successor is not yet in g_live's
+  // view, so a thread's records stay in order in the file.
   ThreadBuffer* full = g_full_head;
   g_full_head = g_full_tail = nullptr;
   Pending pending;
   std::swap(pending, *g_pending);
+  std::vector<LiveSlice> live;
+  for (ThreadState* ts = g_live; ts; ts = ts->next_live)
+    if (ThreadBuffer* b = __atomic_load_n(&ts->buffer, __ATOMIC_RELAXED))
+      live.push_back({b, b->count.load(std::memory_order_acquire)});
   pthread_mutex_unlock(&g_mu);
+
+  bool track = cupti::Active();
+  if (track) {
+    for (const auto& c : pending.correlations) g_stall->Ack(c.external);
+    if (!pending.device.empty())
+      g_stall->corr_since_device = 0;
+    else
+      g_stall->corr_since_device += pending.correlations.size();
+    if (after_cupti_flush && !final) g_stall->Evaluate();
+  }
 
   // Strings first: records written after may refer to them.
   if (!pending.threads.empty())
@@ -282,17 +391,13 @@ void Drain(bool final) {
   while (full) {
     ThreadBuffer* b = full;
     full = b->next;
-    WriteBuffer(b, b->count.load(std::memory_order_acquire));
+    WriteBuffer(b, b->count.load(std::memory_order_acquire), track);
     b->count.store(0, std::memory_order_relaxed);
+    b->flushed = 0;
     b->next = done;
     done = b;
   }
-  if (final) {
-    pthread_mutex_lock(&g_mu);
-    for (ThreadState* ts = g_live; ts; ts = ts->next_live)
-      if (ts->buffer) WriteBuffer(ts->buffer, ts->buffer->count.load(std::memory_order_acquire));
-    pthread_mutex_unlock(&g_mu);
-  }
+  for (const LiveSlice& s : live) WriteBuffer(s.buffer, s.count, track);
   if (!pending.device.empty())
     WriteChunk(ChunkType::kDevice, 0, uint32_t(pending.device.size()), pending.device.data(),
                pending.device.size() * sizeof(trace::DeviceRecord));
@@ -318,15 +423,22 @@ void Drain(bool final) {
     }
   }
   WriteModulesIfChanged(final);
-  if (final) {
-    std::vector<trace::DiagnosticRecord> diags;
-    for (uint32_t i = 1; i < 8; ++i)
-      if (uint64_t c = g_diag[i].load()) diags.push_back({i, 0, c});
-    if (!diags.empty())
-      WriteChunk(ChunkType::kDiagnostic, 0, uint32_t(diags.size()), diags.data(),
-                 diags.size() * sizeof(trace::DiagnosticRecord));
-    WriteChunk(ChunkType::kEnd, 0, 0, nullptr, 0);
+  if (track && final) g_stall->Evaluate();
+  bool suspect = track && g_stall->Suspect();
+  // Diagnostics as deltas since the previous drain (the reader adds them up),
+  // so a killed job's file still says what was dropped before its last drain.
+  std::vector<trace::DiagnosticRecord> diags;
+  for (uint32_t i = 1; i < 8; ++i) {
+    uint64_t c = g_diag[i].load();
+    if (c > g_diag_written[i]) {
+      diags.push_back({i, 0, c - g_diag_written[i]});
+      g_diag_written[i] = c;
+    }
   }
+  if (!diags.empty())
+    WriteChunk(ChunkType::kDiagnostic, 0, uint32_t(diags.size()), diags.data(),
+               diags.size() * sizeof(trace::DiagnosticRecord));
+  if (final) WriteChunk(ChunkType::kEnd, 0, 0, nullptr, 0);
   pthread_mutex_unlock(&g_write_mu);
 
   if (done) {
@@ -337,13 +449,16 @@ void Drain(bool final) {
       b->next = g_free;
       g_free = b;
     }
+    g_exhausted.store(false, std::memory_order_relaxed);
     pthread_mutex_unlock(&g_mu);
   }
+  return suspect;
 }
 
 void* WriterMain(void*) {
   pthread_setname_np(pthread_self(), "stallscope-wr");
   t_self.in_hook = true;  // the writer never records itself
+  uint64_t last_forced_flush = 0;
   for (;;) {
     pthread_mutex_lock(&g_mu);
     if (!g_stop_writer && g_full_head == nullptr) {
@@ -359,13 +474,23 @@ void* WriterMain(void*) {
     bool stop = g_stop_writer;
     pthread_mutex_unlock(&g_mu);
     if (stop || g_state.load() != int(State::kOn)) return nullptr;
-    Drain(false);
+    if (Drain(false)) {
+      // Submissions without CUPTI records: force CUPTI to deliver (at most
+      // once a second), then judge what was written before the flush.
+      uint64_t now = MonoNs();
+      if (now - last_forced_flush >= 1000ull * 1000 * 1000) {
+        last_forced_flush = now;
+        cupti::Flush();
+        if (g_state.load() == int(State::kOn)) Drain(false, /*after_cupti_flush=*/true);
+      }
+    }
   }
 }
 
 void StartWriterLocked() {
   if (g_writer_started) return;
   g_writer_started = true;
+  g_writer_running.store(true, std::memory_order_relaxed);
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -374,7 +499,10 @@ void StartWriterLocked() {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  if (pthread_create(&th, &attr, WriterMain, nullptr) != 0) g_writer_started = false;
+  if (pthread_create(&th, &attr, WriterMain, nullptr) != 0) {
+    g_writer_started = false;
+    g_writer_running.store(false, std::memory_order_relaxed);
+  }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_attr_destroy(&attr);
 }
@@ -401,12 +529,14 @@ bool AcquireBuffer(ThreadState& ts) {
       g_buffers_allocated++;
     }
   }
+  if (!b) g_exhausted.store(true, std::memory_order_relaxed);
   pthread_mutex_unlock(&g_mu);
   if (!b) return false;
   b->count.store(0, std::memory_order_relaxed);
+  b->flushed = 0;
   b->tid = ts.tid;
   b->next = nullptr;
-  ts.buffer = b;
+  __atomic_store_n(&ts.buffer, b, __ATOMIC_RELAXED);
   return true;
 }
 
@@ -419,10 +549,11 @@ void OnThreadExit(void* arg) {
       break;
     }
   pthread_mutex_unlock(&g_mu);
-  if (ts->buffer && g_state.load() == int(State::kOn)) {
-    HandOff(ts->buffer);
-  }
-  ts->buffer = nullptr;
+  ThreadBuffer* b = ts->buffer;
+  __atomic_store_n(&ts->buffer, static_cast<ThreadBuffer*>(nullptr), __ATOMIC_RELAXED);
+  // The exiting thread's records go to the writer (started if need be), so
+  // a thread that ends mid-run still has all its calls in the trace.
+  if (b && g_state.load() == int(State::kOn)) HandOff(b);
   ts->registered = false;
 }
 
@@ -469,16 +600,59 @@ int OpenTraceFile() {
   return -1;
 }
 
+// fork: the prepare handler takes both locks so that the child inherits
+// consistent tables (no thread of ours is half-way through one); the parent
+// handler releases them.
+void AtForkPrepare() {
+  pthread_mutex_lock(&g_write_mu);
+  pthread_mutex_lock(&g_mu);
+}
+
+void AtForkParent() {
+  pthread_mutex_unlock(&g_mu);
+  pthread_mutex_unlock(&g_write_mu);
+}
+
+// The child never writes into the parent's file and inherits none of its
+// records: it forgets the parent's file, queues, live threads, strings,
+// stacks and counters, and starts its own file (new pid) on its first CUDA
+// call, host-only (it never touches the CUPTI state inherited from the
+// parent; a cupti_unavailable diagnostic says so). A child that never calls
+// CUDA writes nothing; one that ends in _exit leaves what its writer drained.
 void AtForkChild() {
-  // The child records nothing: it never writes into the parent's file, and it
-  // must not touch CUDA or CUPTI state inherited from the parent.
-  g_state.store(int(State::kDisabled));
+  bool was_on = g_state.load() == int(State::kOn);
   if (g_fd >= 0) close(g_fd);
   g_fd = -1;
-  pthread_mutex_init(&g_mu, nullptr);
-  pthread_mutex_init(&g_write_mu, nullptr);
-  pthread_cond_init(&g_cv, nullptr);
+  cupti::ForgetAfterFork();
+  *g_pending = Pending();
+  g_strings->clear();
+  g_stacks->clear();
+  g_next_string = 1;
+  g_next_stack = 1;
+  g_module_generation = ~0ull;
+  // Buffers on the full queue or owned by the parent's other threads hold
+  // the parent's records: leave them (copy-on-write pages, never touched).
+  // The free list is clean and stays usable.
+  g_full_head = g_full_tail = nullptr;
+  g_live = nullptr;
+  g_buffers_allocated = 0;
+  for (ThreadBuffer* b = g_free; b; b = b->next) g_buffers_allocated++;
+  g_exhausted.store(false);
+  t_self.buffer = nullptr;
+  t_self.registered = false;
+  t_self.next_corr = 0;
+  for (auto& d : g_diag) d.store(0);
+  for (auto& d : g_diag_written) d = 0;
+  *g_stall = StallTracker();
   g_writer_started = false;
+  g_writer_running.store(false);
+  g_stop_writer = false;
+  g_shutdown_done.store(false);
+  g_is_fork_child = true;
+  g_state.store(int(was_on ? State::kOff : State::kDisabled));
+  pthread_cond_init(&g_cv, nullptr);
+  pthread_mutex_unlock(&g_mu);
+  pthread_mutex_unlock(&g_write_mu);
 }
 
 void AtExit() { Shutdown(); }
@@ -493,7 +667,6 @@ _Unwind_Reason_Code UnwindCallback(_Unwind_Context* ctx, void* arg) {
 }
 
 void Initialize() {
-  g_pid = uint32_t(getpid());
   g_ticks_are_ns = !TscIsInvariant() || (getenv("STALLSCOPE_CLOCK") && strcmp(getenv("STALLSCOPE_CLOCK"), "mono") == 0);
   if (const char* mb = getenv("STALLSCOPE_BUFFER_MB")) {
     long v = strtol(mb, nullptr, 10);
@@ -502,6 +675,7 @@ void Initialize() {
   g_pending = new Pending;
   g_strings = new std::unordered_map<std::string, uint32_t>;
   g_stacks = new std::unordered_map<uint64_t, uint32_t>;
+  g_stall = new StallTracker;
   pthread_key_create(&g_thread_key, OnThreadExit);
   // Warm up the unwinder: its first use allocates.
   uint64_t pcs[64];
@@ -534,7 +708,11 @@ bool EnsureStarted() {
   }
   int expected = int(State::kOff);
   if (!g_state.compare_exchange_strong(expected, int(State::kStarting))) return EnsureStarted();
-  Initialize();
+  if (!g_initialized) {
+    Initialize();
+    g_initialized = true;
+  }
+  g_pid = uint32_t(getpid());
   g_fd = OpenTraceFile();
   if (g_fd < 0) {
     g_state.store(int(State::kDisabled));
@@ -556,9 +734,13 @@ bool EnsureStarted() {
   WriteApiTable();
   trace::ClockRecord clock = ReadClockPair();
   WriteChunk(ChunkType::kClock, 0, 1, &clock, sizeof clock);
-  if (!cupti::Start()) CountDiagnostic(trace::DiagnosticId::kCuptiUnavailable);
-  pthread_atfork(nullptr, nullptr, AtForkChild);
-  atexit(AtExit);
+  // A fork child stays host-only: CUPTI's state belongs to the parent.
+  if (g_is_fork_child || !cupti::Start()) CountDiagnostic(trace::DiagnosticId::kCuptiUnavailable);
+  if (!g_handlers_installed) {
+    g_handlers_installed = true;
+    pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
+    atexit(AtExit);
+  }
   g_state.store(int(State::kOn), std::memory_order_release);
   return true;
 }
@@ -571,11 +753,13 @@ trace::ApiRecord* ReserveSlow(ThreadState& ts) {
       errno = saved_errno;
       return &b->records[b->count.load(std::memory_order_relaxed)];
     }
-    ts.buffer = nullptr;
+    __atomic_store_n(&ts.buffer, static_cast<ThreadBuffer*>(nullptr), __ATOMIC_RELAXED);
     HandOff(b);
   }
   trace::ApiRecord* r = nullptr;
-  if (AcquireBuffer(ts))
+  if (g_exhausted.load(std::memory_order_relaxed))
+    g_diag[int(trace::DiagnosticId::kDroppedRecords)]++;  // no lock while over budget
+  else if (AcquireBuffer(ts))
     r = &ts.buffer->records[0];
   else
     g_diag[int(trace::DiagnosticId::kDroppedRecords)]++;
@@ -628,6 +812,14 @@ uint32_t CaptureStack() {
     int saved = errno;
     ~ErrnoGuard() { errno = saved; }
   } guard;
+  // Called on every blocking call (never on a launch): the first one starts
+  // the writer, so that a job's trace reaches the disk every 200 ms even
+  // before any buffer fills.
+  if (!g_writer_running.load(std::memory_order_relaxed)) {
+    pthread_mutex_lock(&g_mu);
+    if (g_state.load() == int(State::kOn)) StartWriterLocked();
+    pthread_mutex_unlock(&g_mu);
+  }
   uint64_t pcs[64];
   std::pair<uint64_t*, int> v{pcs, 0};
   _Unwind_Backtrace(UnwindCallback, &v);
@@ -663,8 +855,7 @@ void AddNvtx(const trace::NvtxRecord& rec) {
 void CountDiagnostic(trace::DiagnosticId id, uint64_t n) { g_diag[int(id)] += n; }
 
 void Shutdown() {
-  static std::atomic<bool> done{false};
-  if (g_state.load() != int(State::kOn) || done.exchange(true)) return;
+  if (g_state.load() != int(State::kOn) || g_shutdown_done.exchange(true)) return;
   bool was_in_hook = t_self.in_hook;
   t_self.in_hook = true;
   cupti::Flush();

@@ -5,6 +5,14 @@
 // Hot path contract (Record*): no lock, no malloc, no syscall while a thread's
 // current buffer has room. A full buffer is handed to the writer under a mutex;
 // when the memory budget is spent, records are dropped and counted.
+//
+// The writer thread starts at the first blocking call or the first full
+// buffer, whichever comes first, and then drains every 200 ms: full buffers,
+// the published part of every live thread's buffer (a per-buffer watermark
+// keeps each record written once), pending strings/stacks/device records and
+// the diagnostics counted since the previous drain. A job killed at any point
+// leaves a file that is readable up to its last drain. fork/exit/signal
+// behaviour: docs/robustness.md.
 #pragma once
 
 #include <atomic>
@@ -20,6 +28,7 @@ inline constexpr uint32_t kRecordsPerBuffer = 1024;  // 64 KiB of ApiRecords
 struct ThreadBuffer {
   std::atomic<uint32_t> count{0};  // published records (release store)
   uint32_t tid = 0;
+  uint32_t flushed = 0;  // records already written; touched by the writer only
   ThreadBuffer* next = nullptr;  // free list / full queue link
   trace::ApiRecord records[kRecordsPerBuffer];
 };
