@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -108,14 +109,204 @@ std::vector<StepSpan> ExplicitSteps(const Timeline& t) {
 
 }  // namespace
 
+namespace {
+
+bool InLaunchSequence(trace::ApiCategory c) {
+  using C = trace::ApiCategory;
+  return c == C::kLaunch || c == C::kCopy || c == C::kSet || c == C::kSync || c == C::kNccl ||
+         c == C::kGraph;
+}
+
+uint64_t Mix64(uint64_t x) {  // splitmix64 finalizer
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+struct Anchor {
+  uint32_t symbol = 0;
+  uint32_t period = 0;  // modal segment length, in calls
+  double score = 0;     // share of the sequence in regular segments
+  int matched = 0;      // regular segments
+  uint32_t first = 0;   // position of the first occurrence
+};
+
+}  // namespace
+
+std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid) {
+  // The launch sequence: (API, kernel name) of the main thread's calls that
+  // submit or wait for device work; without a joined op, (API, object).
+  std::vector<uint32_t> op_name(t.calls.size(), 0);
+  for (const DeviceOp& op : t.ops) {
+    if (op.call >= 0 && op_name[op.call] == 0) op_name[op.call] = op.name;
+  }
+  std::vector<uint32_t> seq_call;
+  std::vector<uint32_t> seq;
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, uint32_t> symbols;
+  for (size_t i = 0; i < t.calls.size(); ++i) {
+    const ApiCall& c = t.calls[i];
+    if (c.tid != main_tid || !InLaunchSequence(t.Api(c.api).category)) continue;
+    const uint64_t what = op_name[i] != 0 ? (uint64_t{1} << 63) | op_name[i] : c.object;
+    auto [it, fresh] = symbols.try_emplace(std::make_pair(uint64_t{c.api}, what),
+                                           static_cast<uint32_t>(symbols.size()));
+    seq.push_back(it->second);
+    seq_call.push_back(static_cast<uint32_t>(i));
+  }
+  const size_t n = seq.size();
+  if (n < 3) return {};
+  const size_t nsym = symbols.size();
+
+  // Occurrences of each symbol (CSR) and prefix sums of a random weight per
+  // symbol: P[j] - P[i] hashes the multiset of seq[i, j).
+  std::vector<uint32_t> offset(nsym + 1, 0);
+  for (uint32_t x : seq) ++offset[x + 1];
+  for (size_t x = 0; x < nsym; ++x) offset[x + 1] += offset[x];
+  std::vector<uint32_t> pos(n);
+  {
+    std::vector<uint32_t> fill(offset.begin(), offset.end() - 1);
+    for (size_t i = 0; i < n; ++i) pos[fill[seq[i]]++] = static_cast<uint32_t>(i);
+  }
+  std::vector<uint64_t> prefix(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + Mix64(seq[i] + 1);
+
+  // Every symbol occurring at least three times is an anchor candidate: cut
+  // the sequence at its occurrences; the modal segment (length, content) is
+  // the period; segments equal to it (or, for periods of 8 calls or more,
+  // within 1/8 of its length) are regular.
+  std::vector<Anchor> anchors;
+  std::vector<std::pair<uint64_t, uint32_t>> segs, sorted;  // (content hash, length)
+  for (size_t x = 0; x < nsym; ++x) {
+    const uint32_t* p = pos.data() + offset[x];
+    const uint32_t count = offset[x + 1] - offset[x];
+    if (count < 3) continue;
+    segs.clear();
+    for (uint32_t j = 0; j + 1 < count; ++j) {
+      segs.emplace_back(prefix[p[j + 1]] - prefix[p[j]], p[j + 1] - p[j]);
+    }
+    sorted.assign(segs.begin(), segs.end());
+    std::sort(sorted.begin(), sorted.end());
+    std::pair<uint64_t, uint32_t> mode = sorted[0];
+    size_t best_run = 0;
+    for (size_t a = 0; a < sorted.size();) {
+      size_t b = a;
+      while (b < sorted.size() && sorted[b] == sorted[a]) ++b;
+      if (b - a > best_run) {
+        best_run = b - a;
+        mode = sorted[a];
+      }
+      a = b;
+    }
+    const uint32_t period = mode.second;
+    if (period < kAutoMinPeriod) continue;
+    const uint32_t slack = period >= 8 ? period / 8 : 0;
+    uint64_t covered = 0;
+    int matched = 0;
+    for (const auto& sgm : segs) {
+      const uint32_t len = sgm.second;
+      if (sgm == mode || (slack > 0 && len + slack >= period && len <= period + slack)) {
+        covered += len;
+        ++matched;
+      }
+    }
+    // Up to one period before the first and after the last occurrence is
+    // expected (the phase of the anchor); more counts against it.
+    const uint64_t head = std::min<uint64_t>(p[0], period);
+    const uint64_t tail = std::min<uint64_t>(n - p[count - 1], period);
+    const double denom = static_cast<double>(n - head - tail);
+    Anchor a;
+    a.symbol = static_cast<uint32_t>(x);
+    a.period = period;
+    a.score = denom > 0 ? static_cast<double>(covered) / denom : 0.0;
+    a.matched = matched;
+    a.first = p[0];
+    anchors.push_back(a);
+  }
+  if (anchors.empty()) return {};
+  // The best anchor: highest score; ties to the shorter period, then the
+  // earlier first occurrence.
+  const Anchor* best = &anchors[0];
+  for (const Anchor& a : anchors) {
+    if (std::tie(a.score, best->period, best->first) >
+        std::tie(best->score, a.period, a.first)) {
+      best = &a;
+    }
+  }
+  if (best->score < kAutoMinScore || best->matched < kAutoMinSteps) return {};
+
+  // The phase: among anchors of the same period and nearly the same score,
+  // the one that follows the longest host gap (median of enter − the previous
+  // sequence call's enter: a blocking read-back or an input wait), when that
+  // gap stands out; else the one that occurs first (the first launch of the
+  // first full period).
+  const uint32_t period = best->period;
+  const uint32_t slack = period >= 8 ? period / 8 : 0;
+  const Anchor* by_gap = nullptr;
+  const Anchor* by_first = nullptr;
+  int64_t gap1 = -1, gap2 = -1;
+  std::vector<int64_t> gaps;
+  for (const Anchor& a : anchors) {
+    if (a.score < best->score - kAutoPhaseScoreSlack || a.period + slack < period ||
+        a.period > period + slack) {
+      continue;
+    }
+    if (by_first == nullptr || a.first < by_first->first) by_first = &a;
+    gaps.clear();
+    for (uint32_t j = offset[a.symbol]; j < offset[a.symbol + 1]; ++j) {
+      const uint32_t i = pos[j];
+      if (i == 0) continue;
+      gaps.push_back(t.calls[seq_call[i]].enter_ns - t.calls[seq_call[i - 1]].enter_ns);
+    }
+    if (gaps.empty()) continue;
+    std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+    const int64_t g = gaps[gaps.size() / 2];
+    if (g > gap1) {
+      gap2 = gap1;
+      gap1 = g;
+      by_gap = &a;
+    } else if (g > gap2) {
+      gap2 = g;
+    }
+  }
+  const Anchor* phase = by_first;
+  if (by_gap != nullptr && gap1 >= kAutoMinPhaseGapNs && gap1 >= 2 * std::max<int64_t>(gap2, 0)) {
+    phase = by_gap;
+  }
+
+  std::vector<StepSpan> steps;
+  const uint32_t* p = pos.data() + offset[phase->symbol];
+  const uint32_t count = offset[phase->symbol + 1] - offset[phase->symbol];
+  for (uint32_t j = 0; j < count; ++j) {
+    StepSpan s;
+    s.host_start_ns = t.calls[seq_call[p[j]]].enter_ns;
+    if (j + 1 < count) {
+      s.host_end_ns = t.calls[seq_call[p[j + 1]]].enter_ns;
+    } else {
+      // The last step: at most one period of calls (a partial step is kept;
+      // teardown after it is not).
+      s.host_end_ns = s.host_start_ns;
+      const size_t end = std::min<size_t>(n, size_t{p[j]} + period);
+      for (size_t i = p[j]; i < end; ++i) {
+        s.host_end_ns = std::max(s.host_end_ns, t.calls[seq_call[i]].exit_ns);
+      }
+    }
+    steps.push_back(s);
+  }
+  return steps;
+}
+
 StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device) {
   StepPlan plan;
   plan.device = device;
   plan.main_tid = MainThread(t);
   std::vector<StepSpan> steps = MarkerSteps(t, pattern, plan.main_tid);
   if (steps.empty()) steps = ExplicitSteps(t);
+  plan.source = steps.empty() ? "none" : "marker";
+  if (steps.empty()) {
+    steps = AutoSteps(t, plan.main_tid);
+    if (!steps.empty()) plan.source = "auto";
+  }
   const bool markers = !steps.empty();
-  plan.source = markers ? "marker" : "none";
 
   // Device ops of the analyzed device by their submitting call's enter time.
   struct Submitted {

@@ -1,5 +1,6 @@
 // Step finding: NVTX ranges matching the step pattern on the launching
-// thread, else explicit step markers, else the whole run as one step; then the
+// thread, else explicit step markers, else steps detected from the repeating
+// launch sequence ("auto"), else the whole run as one step; then the
 // device-timeline span of each step (design.md "A step lives on the device
 // timeline").
 #pragma once
@@ -27,7 +28,7 @@ struct StepSpan {
 };
 
 struct StepPlan {
-  std::string source = "none";  // marker | none
+  std::string source = "none";  // marker | auto | none
   uint32_t main_tid = 0;        // the thread with the most launches
   uint32_t device = 0;          // the device analyzed
   std::vector<StepSpan> steps;
@@ -38,6 +39,29 @@ struct StepPlan {
 uint32_t BusiestDevice(const Timeline& t);
 // The thread with the most launches (most calls when none launched).
 uint32_t MainThread(const Timeline& t);
+
+// Automatic step detection (docs/analyzer.md "Steps without markers").
+// An anchor's segments must cover at least this share of the launch sequence.
+inline constexpr double kAutoMinScore = 0.5;
+// A period is at least this many calls (one kernel launched over and over is
+// not a step structure).
+inline constexpr uint32_t kAutoMinPeriod = 2;
+// At least this many regular segments (full steps) between anchors.
+inline constexpr int kAutoMinSteps = 2;
+// Anchors of the same period whose score is within this of the best are
+// candidates for the step's phase (irregular steps, e.g. warm-up, lower the
+// score of some phases more than others).
+inline constexpr double kAutoPhaseScoreSlack = 0.25;
+// The phase follows the longest host gap only when that gap's median is at
+// least this long and twice the next candidate's.
+inline constexpr int64_t kAutoMinPhaseGapNs = 50'000;
+
+// Host ranges of steps found from the period of the (API, kernel) sequence
+// of `main_tid`'s launches, copies, sets, syncs and NCCL calls; empty when
+// no period is found. Host ranges: [enter of the step's first call, enter of
+// the next step's first call); the last step ends with the exit of its last
+// call at most one period after its start.
+std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid);
 
 StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device);
 

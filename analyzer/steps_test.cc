@@ -63,6 +63,8 @@ TEST_CASE("step pattern", "[steps]") {
   // "iter inner" still matches the default pattern.
   CHECK(none.steps.size() == 3);
   o.step_pattern = "nomatch";
+  // One launch per step is no period (a step has at least two calls): the
+  // whole run is one step.
   Report whole = testing::AnalyzeOrDie(ThreeSteps(), o);
   CHECK(whole.step_source == "none");
   REQUIRE(whole.steps.size() == 1);
@@ -95,6 +97,173 @@ TEST_CASE("step ranges come from the launching thread", "[steps]") {
   b.Range(9, 0, 3000 * kUs, "dataloader step");
   Report r = testing::AnalyzeOrDie(b);
   CHECK(r.steps.size() == 3);
+}
+
+
+// ---- Steps without markers: the period of the launch sequence ----
+
+// One step of a loop without markers on thread 1: `input_us` of host wait,
+// a batch copy, the kernels in `kernels` (each 100 us, back to back on the
+// device) and, with `readback`, a blocking 4-byte copy back. Returns the
+// time after the step; `first_enter` gets the enter of its first call.
+int64_t LoopStep(TraceBuilder* b, const testing::Apis& api, int64_t t, int64_t input_us,
+                 const std::vector<std::string>& kernels, bool readback,
+                 int64_t* first_enter = nullptr) {
+  t += input_us * kUs;
+  if (first_enter != nullptr) *first_enter = t;
+  int64_t dev = t + 10 * kUs;
+  b->Submit(1, api.memcpy_async, t, t + 5 * kUs, dev, dev + 50 * kUs, tf::DeviceOpKind::kMemcpy,
+            "HtoD");
+  dev += 50 * kUs;
+  t += 10 * kUs;
+  for (const std::string& k : kernels) {
+    b->Submit(1, api.launch, t, t + 5 * kUs, std::max(dev, t + 10 * kUs),
+              std::max(dev, t + 10 * kUs) + 100 * kUs, tf::DeviceOpKind::kKernel, k);
+    dev = std::max(dev, t + 10 * kUs) + 100 * kUs;
+    t += 10 * kUs;
+  }
+  if (readback) {
+    b->Submit(1, api.memcpy, t, dev + 10 * kUs, dev, dev + 5 * kUs, tf::DeviceOpKind::kMemcpy,
+              "DtoH", {.bytes = 4});
+    t = dev + 20 * kUs;
+  }
+  return std::max(t, readback ? t : t);
+}
+
+const std::vector<std::string> kMix = {"load", "gemm_fwd", "relu", "gemm_bwd", "sgd", "loss"};
+
+// Guards exact periodicity: every step starts at its batch copy (the call
+// after the longest host gap), step_source "auto", 6 steps.
+TEST_CASE("auto steps: exact period", "[steps][auto]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  int64_t t = 0;
+  std::vector<int64_t> starts;
+  for (int k = 0; k < 6; ++k) {
+    int64_t first;
+    t = LoopStep(&b, api, t, 1000, kMix, false, &first);
+    starts.push_back(first);
+  }
+  Report r = testing::AnalyzeOrDie(b);
+  CHECK(r.step_source == "auto");
+  REQUIRE(r.steps.size() == 6);
+  for (size_t k = 0; k < 6; ++k) {
+    CHECK(r.steps[k].host_start_ns == starts[k]);
+    CHECK(r.steps[k].launches == 6);  // the batch copy is not a launch
+  }
+}
+
+// Guards the phase with a blocking read-back and no input wait: the step
+// starts with the call after the read-back, not mid-step.
+TEST_CASE("auto steps: phase after the read-back", "[steps][auto]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  // Set-up before the loop: allocations are not part of the sequence.
+  b.Call(1, api.alloc, 0, 50 * kUs);
+  int64_t t = 100 * kUs;
+  std::vector<int64_t> starts;
+  for (int k = 0; k < 5; ++k) {
+    int64_t first;
+    t = LoopStep(&b, api, t, 0, kMix, true, &first);
+    starts.push_back(first);
+  }
+  Report r = testing::AnalyzeOrDie(b);
+  CHECK(r.step_source == "auto");
+  REQUIRE(r.steps.size() == 5);
+  for (size_t k = 0; k < 5; ++k) CHECK(r.steps[k].host_start_ns == starts[k]);
+  // The read-back is a hotspot once per step.
+  REQUIRE(r.hotspots.size() == 1);
+  CHECK(r.hotspots[0].count == 5);
+}
+
+// Guards robustness: two warm-up steps with extra kernels (autotuning), an
+// occasional extra kernel in the steady state, and a last partial step.
+TEST_CASE("auto steps: warm-up, varying mix, partial last step", "[steps][auto]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  std::vector<std::string> mix = {"load", "conv_a", "conv_b", "gemm_fwd", "relu",
+                                  "gemm_bwd", "relu_bwd", "sgd", "loss"};
+  int64_t t = 0;
+  std::vector<int64_t> starts;
+  for (int k = 0; k < 10; ++k) {
+    std::vector<std::string> ks = mix;
+    if (k < 2) ks.insert(ks.begin() + 1, {"autotune_1", "autotune_2", "autotune_3"});
+    if (k == 5 || k == 8) ks.insert(ks.begin() + 4, "extra_norm");
+    int64_t first;
+    t = LoopStep(&b, api, t, 800, ks, false, &first);
+    starts.push_back(first);
+  }
+  // A partial step: input wait, the batch copy and two kernels.
+  int64_t first;
+  LoopStep(&b, api, t, 800, {"load", "conv_a"}, false, &first);
+  starts.push_back(first);
+  Report r = testing::AnalyzeOrDie(b);
+  CHECK(r.step_source == "auto");
+  REQUIRE(r.steps.size() == 11);
+  for (size_t k = 0; k < 11; ++k) CHECK(r.steps[k].host_start_ns == starts[k]);
+  CHECK(r.steps[0].launches == 12);
+  CHECK(r.steps[5].launches == 10);
+  CHECK(r.steps[10].launches == 2);
+}
+
+// Guards the phase without any host gap: the first launch of the first full
+// period (the batch copy), and a structure of repeated layers inside each step
+// does not make the layer the step.
+TEST_CASE("auto steps: repeated layers, no host gaps", "[steps][auto]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  std::vector<std::string> mix = {"load"};
+  for (int l = 0; l < 12; ++l) {
+    mix.push_back("attn");
+    mix.push_back("mlp");
+  }
+  mix.push_back("sgd");
+  int64_t t = 0;
+  std::vector<int64_t> starts;
+  for (int k = 0; k < 4; ++k) {
+    int64_t first;
+    t = LoopStep(&b, api, t, 0, mix, false, &first);
+    starts.push_back(first);
+  }
+  Report r = testing::AnalyzeOrDie(b);
+  CHECK(r.step_source == "auto");
+  REQUIRE(r.steps.size() == 4);
+  for (size_t k = 0; k < 4; ++k) CHECK(r.steps[k].host_start_ns == starts[k]);
+}
+
+// Guards "none": launches without repetition, and too few repetitions.
+TEST_CASE("auto steps: no repetition", "[steps][auto]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  int64_t t = 0;
+  for (int k = 0; k < 40; ++k) {
+    b.Submit(1, api.launch, t, t + 5 * kUs, t + 10 * kUs, t + 50 * kUs, tf::DeviceOpKind::kKernel,
+             "k" + std::to_string(k));
+    t += 100 * kUs;
+  }
+  Report r = testing::AnalyzeOrDie(b);
+  CHECK(r.step_source == "none");
+  CHECK(r.steps.size() == 1);
+
+  TraceBuilder two;
+  api = testing::AddStandardApis(&two);
+  t = 0;
+  for (int k = 0; k < 2; ++k) t = LoopStep(&two, api, t, 1000, kMix, false);
+  Report r2 = testing::AnalyzeOrDie(two);
+  CHECK(r2.step_source == "none");
+}
+
+// Guards precedence: NVTX step ranges win over the detected period.
+TEST_CASE("auto steps: markers win", "[steps][auto]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  int64_t t = 0;
+  for (int k = 0; k < 4; ++k) t = LoopStep(&b, api, t, 1000, kMix, false);
+  b.Range(1, 0, t / 2, "step 0");
+  b.Range(1, t / 2, t, "step 1");
+  Report r = testing::AnalyzeOrDie(b);
+  CHECK(r.step_source == "marker");
+  CHECK(r.steps.size() == 2);
 }
 
 }  // namespace

@@ -223,6 +223,35 @@ def case_cuda_runtime(build, work):
         check(h["count"] == STEPS, f"{marker}: count {h['count']}, expected {STEPS}")
 
 
+def case_auto_steps(build, work):
+    """Steps without NVTX: found from the repeating launch sequence. The true
+    steps are the loop's 12 iterations; each begins with its batch copy
+    (HtoD), the first device op of the step in the ground truth. The count
+    may lose one step to a warm-up that differs (train_loop has none), so
+    11..12 pass. A step boundary is right when the first ground-truth op that
+    starts in a step's device span (which begins where the previous step's
+    last op ended) is that step's batch copy."""
+    for name, extra in (("readback", ["--readback"]), ("input", ["--input-us", "3000"])):
+        sub = os.path.join(work, name)
+        os.makedirs(sub)
+        report, truth = run_traced(build, sub, [os.path.join(build, "bin", "train_loop"),
+                                                "--steps", str(STEPS), "--no-nvtx"] + extra)
+        check(report["step_source"] == "auto", f"{name}: step_source {report['step_source']}")
+        steps = report["steps"]
+        check(STEPS - 1 <= len(steps) <= STEPS, f"{name}: {len(steps)} steps, expected {STEPS}")
+        check_idle_matches_truth(report, truth)
+        ops = sorted(truth, key=lambda op: (op["start_ns"], op["end_ns"]))
+        copies = [op for op in ops if op["kind"] == "memcpy" and op["name"] == "HtoD"]
+        check(len(copies) == STEPS, f"{name}: {len(copies)} batch copies in the ground truth")
+        skipped = STEPS - len(steps)  # a step lost at the start, if any
+        for st, copy in zip(steps, copies[skipped:]):
+            first = next((op for op in ops if op["start_ns"] >= st["start_ns"]
+                          and op["end_ns"] > st["start_ns"]), None)
+            check(first is copy,
+                  f"{name}: step {st['index']} starts at {st['start_ns']}; its first op is {first}, "
+                  f"expected the batch copy {copy}")
+
+
 def case_no_cuda(build, work):
     out = os.path.join(work, "trace")
     p = subprocess.run([os.path.join(build, "bin", "stallscope"), "run", "--sim", "--out", out, "--", "/bin/true"],
