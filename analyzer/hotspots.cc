@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace stallscope::analyzer {
 
@@ -99,6 +100,78 @@ void ResolveStack(const Timeline& t, uint32_t native_id, uint32_t python_id,
   }
 }
 
+std::string HotspotFingerprint(std::string_view api, bool explicit_sync, const Frame& site) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  auto add = [&h](std::string_view bytes) {
+    for (unsigned char c : bytes) {
+      h ^= c;
+      h *= 0x100000001b3ULL;
+    }
+  };
+  add(api);
+  add(std::string_view("\0", 1));
+  add(explicit_sync ? "explicit" : "implicit");
+  add(std::string_view("\0", 1));
+  add(absl::StrCat(site.file, ":", site.line, ":", site.function));
+  return absl::StrFormat("%016x", h);
+}
+
+namespace {
+
+bool NameHas(std::string_view api, std::string_view part) {
+  return api.find(part) != std::string_view::npos;
+}
+
+}  // namespace
+
+std::string HotspotSuggestion(std::string_view api, trace::ApiCategory category, uint16_t flags,
+                              uint16_t direction, uint64_t max_bytes) {
+  using C = trace::ApiCategory;
+  switch (category) {
+    case C::kSync:
+      if (NameHas(api, "Event")) {
+        return "event sync: let the consuming stream wait with cudaStreamWaitEvent (or poll "
+               "cudaEventQuery) instead of blocking the host";
+      }
+      return "explicit sync: wait on an event with cudaStreamWaitEvent instead of blocking the "
+             "host, or drop it: the next blocking read synchronizes anyway";
+    case C::kFree:
+      return "free that synchronizes: use cudaMallocAsync/cudaFreeAsync or a caching allocator "
+             "(keep buffers alive across steps)";
+    case C::kSet:
+      return "synchronous memset (blocks the host, e.g. on pinned or managed memory): use "
+             "cudaMemsetAsync on the work stream";
+    case C::kCopy: {
+      const bool d2h = (direction & trace::kApiDevToHost) != 0 || NameHas(api, "DtoH") ||
+                       NameHas(api, "D2H");
+      const bool h2d = (direction & trace::kApiHostToDev) != 0 || NameHas(api, "HtoD") ||
+                       NameHas(api, "H2D");
+      if (d2h && max_bytes > 0 && max_bytes <= kScalarReadBytes) {
+        return "scalar read-back (.item()-style): copy into pinned memory with "
+               "non_blocking=True and read it a step later";
+      }
+      if (d2h) {
+        return (flags & trace::kApiAsync) != 0
+                   ? "device-to-host copy into pageable memory runs synchronously: copy into "
+                     "pinned memory with non_blocking=True and read it a step later"
+                   : "synchronous device-to-host copy: cudaMemcpyAsync into pinned memory, and "
+                     "wait on an event only where the data is used (a step later)";
+      }
+      if (h2d) {
+        return "synchronous host-to-device copy: copy from pinned memory (pin_memory=True) with "
+               "non_blocking=True / cudaMemcpyAsync";
+      }
+      return "synchronous copy: use cudaMemcpyAsync on the work stream and wait on an event only "
+             "where the result is needed";
+    }
+    case C::kNccl:
+      return "blocking collective: overlap it with compute (bucketed, asynchronous collectives)";
+    default:
+      return "blocked the host until device work finished: move it out of the step or use an "
+             "asynchronous form";
+  }
+}
+
 std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
                                   const std::vector<CallClass>& classes,
                                   const std::vector<int64_t>& idle_caused,
@@ -111,6 +184,13 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
   absl::flat_hash_map<std::pair<uint32_t, uint32_t>, Resolved> stacks;
   absl::flat_hash_map<std::tuple<uint16_t, std::string, int, std::string>, size_t> index;
   std::vector<Hotspot> out;
+  struct Extra {
+    uint16_t direction = 0;  // kApiHostToDev / kApiDevToHost
+    uint64_t max_bytes = 0;
+  };
+  std::vector<Extra> extra;
+  // The hotspot of each grouped call (for the copy direction of its op).
+  absl::flat_hash_map<size_t, size_t> copy_calls;
   const bool markers = plan.source != "none";
   for (size_t i = 0; i < t.calls.size(); ++i) {
     if (classes[i] != CallClass::kSync) continue;
@@ -141,13 +221,49 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
       h.site = r.site;
       h.stack = r.frames;
       out.push_back(std::move(h));
+      extra.push_back({static_cast<uint16_t>(api.flags & (trace::kApiHostToDev |
+                                                          trace::kApiDevToHost)),
+                       0});
     }
     Hotspot& h = out[hit->second];
+    Extra& x = extra[hit->second];
+    x.max_bytes = std::max(x.max_bytes, c.bytes);
+    if (x.direction == 0 && c.op_count > 0 &&
+        t.Api(c.api).category == trace::ApiCategory::kCopy) {
+      copy_calls.emplace(i, hit->second);
+    }
     ++h.count;
     // Calls of several threads may overlap: saturate rather than overflow on
     // absurd (hostile) durations.
     h.blocked_ns = blocked > kMaxTimeNs * 4 - h.blocked_ns ? kMaxTimeNs * 4 : h.blocked_ns + blocked;
     h.idle_caused_ns += idle_caused[i];
+  }
+  // Copies without a direction in their API flags: from their op's CUPTI
+  // memcpy kind (1 HtoD, 2 DtoH, 3 HtoA, 4 AtoH), and its bytes.
+  if (!copy_calls.empty()) {
+    for (const DeviceOp& op : t.ops) {
+      if (op.call < 0 || op.kind != trace::DeviceOpKind::kMemcpy) continue;
+      auto it = copy_calls.find(static_cast<size_t>(op.call));
+      if (it == copy_calls.end()) continue;
+      Extra& x = extra[it->second];
+      if (op.copy_kind == 1 || op.copy_kind == 3) x.direction |= trace::kApiHostToDev;
+      if (op.copy_kind == 2 || op.copy_kind == 4) x.direction |= trace::kApiDevToHost;
+      x.max_bytes = std::max(x.max_bytes, op.bytes);
+    }
+  }
+  for (size_t k = 0; k < out.size(); ++k) {
+    Hotspot& h = out[k];
+    h.fingerprint = HotspotFingerprint(h.api, h.explicit_sync, h.site);
+    const ApiInfo* info = nullptr;
+    for (const ApiInfo& a : t.apis) {
+      if (a.name == h.api) {
+        info = &a;
+        break;
+      }
+    }
+    h.suggestion = HotspotSuggestion(h.api, info ? info->category : trace::ApiCategory::kOther,
+                                     info ? info->flags : 0, extra[k].direction,
+                                     extra[k].max_bytes);
   }
   std::stable_sort(out.begin(), out.end(), [](const Hotspot& a, const Hotspot& b) {
     return std::tie(b.idle_caused_ns, b.blocked_ns, b.count) <

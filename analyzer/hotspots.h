@@ -4,6 +4,7 @@
 // the simulated GPU), with count, host time blocked and GPU idle caused.
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -24,6 +25,19 @@ bool IsRuntimeModule(std::string_view path);
 // native, then Python) and its user-code site.
 void ResolveStack(const Timeline& t, uint32_t native_id, uint32_t python_id,
                   Symbolizer* symbolizer, Frame* site, std::vector<Frame>* frames);
+
+// A device-to-host copy of at most this many bytes is a scalar read-back.
+inline constexpr uint64_t kScalarReadBytes = 64;
+
+// The fingerprint of a hotspot: 16 hex digits of FNV-1a 64 over
+// "api\0kind\0file:line:function".
+std::string HotspotFingerprint(std::string_view api, bool explicit_sync, const Frame& site);
+
+// What a synchronizing call of this API does, from its category, flags,
+// name, the direction of its copy (trace::ApiFlags bits kApiHostToDev /
+// kApiDevToHost, 0 unknown) and its largest transfer: the one-line fix.
+std::string HotspotSuggestion(std::string_view api, trace::ApiCategory category, uint16_t flags,
+                              uint16_t direction, uint64_t max_bytes);
 
 // With step markers, calls count when they entered between the first step's
 // host start and the last step's host end, or caused idle inside a step;

@@ -163,3 +163,92 @@ TEST_CASE("python call sites win over native frames", "[hotspots]") {
 
 }  // namespace
 }  // namespace stallscope::analyzer
+
+namespace stallscope::analyzer {
+namespace {
+
+using testing::kUs;
+using testing::TraceBuilder;
+namespace tf = stallscope::trace;
+
+// One blocking sync at a native site in libtrainer.so loaded at `base`.
+Report NativeSyncAt(uint64_t base, uint64_t offset) {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Module(base, base, base + 0x10000, "/nonexistent/libtrainer.so");
+  const uint32_t stack = b.NativeStack({base + offset});
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 500 * kUs);
+  b.Call(1, api.sync, 20 * kUs, 505 * kUs, {.stack = stack});
+  return testing::AnalyzeOrDie(b);
+}
+
+// Guards the fingerprint: the same code loaded at another address (ASLR,
+// another run) has the same fingerprint; another site or API does not; hex.
+TEST_CASE("hotspot fingerprints are stable across runs", "[hotspots]") {
+  Report a = NativeSyncAt(0x7f0000000000, 0x30);
+  Report b = NativeSyncAt(0x7f1234560000, 0x30);
+  Report c = NativeSyncAt(0x7f0000000000, 0x40);
+  REQUIRE(a.hotspots.size() == 1);
+  REQUIRE(b.hotspots.size() == 1);
+  REQUIRE(c.hotspots.size() == 1);
+  CHECK(a.hotspots[0].fingerprint == b.hotspots[0].fingerprint);
+  CHECK(a.hotspots[0].fingerprint != c.hotspots[0].fingerprint);
+  CHECK(a.hotspots[0].fingerprint.size() == 16);
+  CHECK(a.hotspots[0].fingerprint.find_first_not_of("0123456789abcdef") == std::string::npos);
+  const Frame site{"train_step", "train.py", 42, "python"};
+  CHECK(HotspotFingerprint("cudaStreamSynchronize", true, site) ==
+        HotspotFingerprint("cudaStreamSynchronize", true, site));
+  CHECK(HotspotFingerprint("cudaStreamSynchronize", true, site) !=
+        HotspotFingerprint("cuStreamSynchronize", true, site));
+  CHECK(HotspotFingerprint("cudaStreamSynchronize", true, site) !=
+        HotspotFingerprint("cudaStreamSynchronize", false, site));
+  // The module path does not enter (only file:line:function).
+  CHECK(HotspotFingerprint("x", true, site) ==
+        HotspotFingerprint("x", true, Frame{"train_step", "train.py", 42, "other"}));
+}
+
+// Guards the suggestion for each kind of synchronization.
+TEST_CASE("hotspot suggestions by kind", "[hotspots]") {
+  using C = tf::ApiCategory;
+  auto has = [](const std::string& s, const char* part) {
+    return s.find(part) != std::string::npos;
+  };
+  CHECK(has(HotspotSuggestion("cuStreamSynchronize", C::kSync, tf::kApiMayBlock, 0, 0),
+            "cudaStreamWaitEvent"));
+  CHECK(has(HotspotSuggestion("cuCtxSynchronize", C::kSync, tf::kApiMayBlock, 0, 0),
+            "next blocking read synchronizes"));
+  CHECK(has(HotspotSuggestion("cuEventSynchronize", C::kSync, tf::kApiMayBlock, 0, 0),
+            "event sync"));
+  CHECK(has(HotspotSuggestion("cuMemFree_v2", C::kFree, tf::kApiMayBlock, 0, 0),
+            "cudaMallocAsync/cudaFreeAsync"));
+  CHECK(has(HotspotSuggestion("cuMemsetD8_v2", C::kSet, tf::kApiMayBlock, 0, 0),
+            "cudaMemsetAsync"));
+  const uint16_t async = tf::kApiAsync | tf::kApiSubmits;
+  CHECK(has(HotspotSuggestion("cuMemcpyDtoHAsync_v2", C::kCopy, async, 0, 4), "scalar read-back"));
+  CHECK(has(HotspotSuggestion("cudaMemcpyAsync", C::kCopy, async, tf::kApiDevToHost, 1 << 20),
+            "pageable"));
+  CHECK(has(HotspotSuggestion("cudaMemcpy", C::kCopy, tf::kApiMayBlock, tf::kApiDevToHost, 4096),
+            "pinned"));
+  CHECK(has(HotspotSuggestion("cuMemcpyHtoD_v2", C::kCopy, tf::kApiMayBlock, 0, 4096),
+            "host-to-device"));
+  CHECK(has(HotspotSuggestion("cudaMemcpy", C::kCopy, tf::kApiMayBlock, 0, 0), "cudaMemcpyAsync"));
+}
+
+// Guards the pipeline: a 4-byte read-back through the generic cudaMemcpy
+// gets its direction from the op's CUPTI kind (2, DtoH) and the scalar
+// suggestion; the explicit sync gets the event suggestion.
+TEST_CASE("hotspot suggestion from the op's copy kind", "[hotspots]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 500 * kUs);
+  b.Call(1, api.memcpy, 20 * kUs, 510 * kUs, {.correlation = 900, .bytes = 4});
+  b.Device(500 * kUs, 501 * kUs, tf::DeviceOpKind::kMemcpy, "DtoH", 77, 7, 0, 4,
+           /*copy_kind=*/2);
+  b.Correlate(900, 77);
+  Report r = testing::AnalyzeOrDie(b);
+  REQUIRE(r.hotspots.size() == 1);
+  CHECK(r.hotspots[0].suggestion.find("scalar read-back") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace stallscope::analyzer

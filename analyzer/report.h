@@ -58,6 +58,10 @@ struct Hotspot {
   int64_t count = 0;
   int64_t blocked_ns = 0;
   int64_t idle_caused_ns = 0;
+  // Stable across runs of the same code: hex FNV-1a of api, kind and the
+  // site's file:line:function (never addresses).
+  std::string fingerprint;
+  std::string suggestion;  // one line: how to remove this synchronization
 };
 
 struct Totals {

@@ -69,9 +69,27 @@ Json ReportToJson(const Report& r) {
         {"per_step",
          Json{{"count", static_cast<double>(h.count) / n},
               {"blocked_ns", static_cast<double>(h.blocked_ns) / n},
-              {"idle_caused_ns", static_cast<double>(h.idle_caused_ns) / n}}}});
+              {"idle_caused_ns", static_cast<double>(h.idle_caused_ns) / n}}},
+        {"fingerprint", h.fingerprint},
+        {"suggestion", h.suggestion}});
   }
   j["hotspots"] = std::move(hotspots);
+  {
+    Json kinds = Json::object();
+    for (const bool expl : {true, false}) {
+      int64_t count = 0, blocked = 0, idle = 0, sites = 0;
+      for (const Hotspot& h : r.hotspots) {
+        if (h.explicit_sync != expl) continue;
+        ++sites;
+        count += h.count;
+        blocked += h.blocked_ns;
+        idle += h.idle_caused_ns;
+      }
+      kinds[expl ? "explicit" : "implicit"] = Json{
+          {"sites", sites}, {"count", count}, {"blocked_ns", blocked}, {"idle_caused_ns", idle}};
+    }
+    j["hotspot_kinds"] = std::move(kinds);
+  }
   j["totals"] = TotalsJson(r.totals);
   j["totals"]["steps"] = r.steps.size();
   Json questions = Json::array();

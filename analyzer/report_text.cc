@@ -96,6 +96,19 @@ std::string RenderText(const Report& r) {
   if (r.hotspots.empty()) {
     absl::StrAppend(&out, "  none: no synchronizing call blocked the host\n");
   } else {
+    for (const bool expl : {true, false}) {
+      int64_t count = 0, blocked = 0, idle = 0, sites = 0;
+      for (const Hotspot& h : r.hotspots) {
+        if (h.explicit_sync != expl) continue;
+        ++sites;
+        count += h.count;
+        blocked += h.blocked_ns;
+        idle += h.idle_caused_ns;
+      }
+      absl::StrAppendFormat(&out, "  %-8s %d site%s, %d calls, %s blocked, %s idle caused\n",
+                            expl ? "explicit" : "implicit", sites, sites == 1 ? "" : "s", count,
+                            FormatDuration(blocked), FormatDuration(idle));
+    }
     absl::StrAppendFormat(&out, "  %3s %-28s %-8s %7s %12s %12s  %s\n", "#", "api", "kind",
                           "count", "blocked", "idle caused", "site");
     for (size_t i = 0; i < r.hotspots.size(); ++i) {
@@ -104,6 +117,7 @@ std::string RenderText(const Report& r) {
                             h.explicit_sync ? "explicit" : "implicit", h.count,
                             FormatDuration(h.blocked_ns), FormatDuration(h.idle_caused_ns),
                             Site(h.site));
+      absl::StrAppendFormat(&out, "      fix: %s  [%s]\n", h.suggestion, h.fingerprint);
     }
   }
 

@@ -116,7 +116,7 @@ class TraceBuilder {
 
   void Device(uint64_t start, uint64_t end, tf::DeviceOpKind kind, const std::string& name,
               uint32_t cupti_correlation, uint32_t stream = 7, uint32_t device = 0,
-              uint64_t bytes = 0) {
+              uint64_t bytes = 0, uint8_t copy_kind = 0) {
     tf::DeviceRecord r{};
     r.start_ns = start;
     r.end_ns = end;
@@ -126,6 +126,7 @@ class TraceBuilder {
     r.stream = stream;
     r.device = device;
     r.kind = static_cast<uint8_t>(kind);
+    r.copy_kind = copy_kind;
     ops_.push_back(r);
   }
 
