@@ -165,13 +165,29 @@ void AddEnvRoot(std::vector<std::string>* sites, const char* root) {
   }
 }
 
-// Candidate CUPTI files, most specific first: the toolkit the user named,
-// then the wheel that belongs to the framework already loaded in this process
-// (a loaded .../site-packages/torch/lib/libtorch_cuda.so implies
+// Candidate CUPTI files, most specific first: LD_LIBRARY_PATH (what the user
+// put first, e.g. `stallscope run --sim`), the toolkit the user named
+// (CUDA_HOME), the wheel that belongs to the framework already loaded in this
+// process (a loaded .../site-packages/torch/lib/libtorch_cuda.so implies
 // .../site-packages/nvidia/cuda_cupti/lib), then the interpreter's
-// environment, then the default toolkit.
+// environment (the executable's venv, VIRTUAL_ENV, CONDA_PREFIX, PYTHONPATH).
+// The loader's default search (ld.so.cache) and /usr/local/cuda come after,
+// in OpenCupti.
+void AddPathList(std::vector<std::string>* dirs, const char* list) {
+  if (!list || !*list) return;
+  std::string_view rest(list);
+  while (!rest.empty()) {
+    size_t colon = rest.find(':');
+    std::string_view entry = rest.substr(0, colon);
+    if (!entry.empty()) AddUnique(dirs, std::string(entry));
+    if (colon == std::string_view::npos) break;
+    rest.remove_prefix(colon + 1);
+  }
+}
+
 std::vector<std::string> CandidatePaths() {
   std::vector<std::string> dirs;
+  AddPathList(&dirs, getenv("LD_LIBRARY_PATH"));
   if (const char* home = getenv("CUDA_HOME"); home && *home) {
     AddUnique(&dirs, std::string(home) + "/extras/CUPTI/lib64");
     AddUnique(&dirs, std::string(home) + "/lib64");
@@ -188,21 +204,10 @@ std::vector<std::string> CandidatePaths() {
   }
   AddEnvRoot(&sites, getenv("VIRTUAL_ENV"));
   AddEnvRoot(&sites, getenv("CONDA_PREFIX"));
-  if (const char* pp = getenv("PYTHONPATH"); pp && *pp) {
-    std::string_view rest(pp);
-    while (!rest.empty()) {
-      size_t colon = rest.find(':');
-      std::string_view entry = rest.substr(0, colon);
-      if (!entry.empty()) AddUnique(&sites, std::string(entry));
-      if (colon == std::string_view::npos) break;
-      rest.remove_prefix(colon + 1);
-    }
-  }
+  AddPathList(&sites, getenv("PYTHONPATH"));
   for (const auto& site : sites) AddUnique(&dirs, site + kWheelLib);
   if (const char* conda = getenv("CONDA_PREFIX"); conda && *conda)
     AddUnique(&dirs, std::string(conda) + "/lib");
-  AddUnique(&dirs, "/usr/local/cuda/extras/CUPTI/lib64");
-  AddUnique(&dirs, "/usr/local/cuda/lib64");
   std::vector<std::string> files;
   for (const auto& d : dirs) files.push_back(d + "/" + kSoname);
   return files;
@@ -215,11 +220,14 @@ void* OpenCupti() {
   // The job's own CUPTI (PyTorch's Kineto loads one): share it, never load a
   // second copy beside it.
   if (void* h = dlopen(kSoname, RTLD_NOW | RTLD_NOLOAD)) return h;
-  if (void* h = dlopen(kSoname, RTLD_NOW | RTLD_LOCAL)) return h;
   for (const auto& f : CandidatePaths()) {
     if (access(f.c_str(), R_OK) != 0) continue;
     if (void* h = dlopen(f.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
   }
+  // The loader's own search (RUNPATH, ld.so.cache), then the default toolkit.
+  if (void* h = dlopen(kSoname, RTLD_NOW | RTLD_LOCAL)) return h;
+  for (const char* d : {"/usr/local/cuda/extras/CUPTI/lib64", "/usr/local/cuda/lib64"})
+    if (void* h = dlopen((std::string(d) + "/" + kSoname).c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
   return nullptr;
 }
 

@@ -81,10 +81,14 @@ uint64_t g_diag_written[8];  // counts already in the file; under g_write_mu
 //      successful result) above the highest external id CUPTI acknowledged
 //      through an external-correlation record. Kept as runs of consecutive
 //      sequence numbers, so a long stall costs a few words, not one per call.
-//  (b) External-correlation records received since the last device record.
-// Both are evaluated only right after a forced CUPTI flush (everything
-// submitted before it must have been delivered), counting only submissions
-// written before that flush; the final drain counts everything.
+//  (b) External-correlation records received since the last device record
+//      (the job disabled the kernel kind, or took the buffers between our
+//      correlation and device records).
+// (a) is evaluated right after a forced CUPTI flush (everything submitted
+// before it must have been acknowledged: CUPTI writes the external-correlation
+// record at submission), counting only submissions written before that flush,
+// and at the final drain. (b) only at the final drain: during the run, device
+// records legitimately lag behind queued work, however long the queue is.
 constexpr uint64_t kStallThreshold = 256;
 constexpr uint64_t kSeqMask = (uint64_t{1} << 40) - 1;
 struct StallTracker {
@@ -125,9 +129,9 @@ struct StallTracker {
       t.runs.push_back({seq, seq});
     unacked++;
   }
-  bool Suspect() const { return unacked >= kStallThreshold || corr_since_device >= kStallThreshold; }
-  void Evaluate() {
-    uint64_t stalled = std::max(unacked, corr_since_device);
+  bool Suspect() const { return unacked >= kStallThreshold; }
+  void Evaluate(bool final) {
+    uint64_t stalled = final ? std::max(unacked, corr_since_device) : unacked;
     if (stalled >= kStallThreshold && stalled > worst) {
       worst = stalled;
       g_diag[int(trace::DiagnosticId::kCuptiRecordsStopped)].store(worst);
@@ -355,7 +359,7 @@ bool Drain(bool final, bool after_cupti_flush = false) {
       g_stall->corr_since_device = 0;
     else
       g_stall->corr_since_device += pending.correlations.size();
-    if (after_cupti_flush && !final) g_stall->Evaluate();
+    if (after_cupti_flush && !final) g_stall->Evaluate(false);
   }
 
   // Strings first: records written after may refer to them.
@@ -423,7 +427,7 @@ bool Drain(bool final, bool after_cupti_flush = false) {
     }
   }
   WriteModulesIfChanged(final);
-  if (track && final) g_stall->Evaluate();
+  if (track && final) g_stall->Evaluate(true);
   bool suspect = track && g_stall->Suspect();
   // Diagnostics as deltas since the previous drain (the reader adds them up),
   // so a killed job's file still says what was dropped before its last drain.

@@ -1,0 +1,269 @@
+// A small CUDA driver-API job for the robustness tests (tests/robustness/
+// robustness.py): each mode exercises one way a job can disturb a recorder
+// — threads that come and go, exit from a thread, _exit, fork, fork+exec,
+// signals, a CUPTI client of its own (dlclose of libcuda: rb_dlopen.cc). The output of
+// every mode is deterministic so that runs with and without stallscope can
+// be compared byte for byte.
+//
+//   rb_job storm THREADS LAUNCHES     THREADS threads launch at once
+//   rb_job thread_exit N              a second thread launches N and exits
+//   rb_job exit_thread N              a second thread calls exit(5)
+//   rb_job quick_exit N               launches, waits for a drain, _exit(3)
+//   rb_job fork CHILD_END N           fork without exec; child ends with
+//                                     "exit" or "_exit" after its launches
+//   rb_job fork_exec N                fork + exec of `rb_job simple N`
+//   rb_job simple N                   N launches and a synchronize
+//   rb_job signal N                   launches until SIGTERM/SIGINT; with
+//                                     env RB_HANDLER=1 its own handlers
+//   rb_job cupti MODE N               N launches, then MODE (none, steal:
+//                                     the job registers its own CUPTI
+//                                     buffers, disable: it disables the
+//                                     kernel kind), then 4*N launches
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <vector>
+
+namespace {
+
+const char* kImage = ".version 8.0\n.target sm_75\n.address_size 64\n";
+
+CUcontext g_ctx;
+CUmodule g_mod;
+
+void Check(CUresult r, const char* what) {
+  if (r != CUDA_SUCCESS) {
+    fprintf(stderr, "rb_job: %s failed: %d\n", what, int(r));
+    exit(1);
+  }
+}
+
+void SleepMs(long ms) {
+  timespec ts{ms / 1000, (ms % 1000) * 1000000};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+void Setup() {
+  Check(cuInit(0), "cuInit");
+  CUdevice dev;
+  Check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+  Check(cuDevicePrimaryCtxRetain(&g_ctx, dev), "cuDevicePrimaryCtxRetain");
+  Check(cuCtxSetCurrent(g_ctx), "cuCtxSetCurrent");
+  Check(cuModuleLoadData(&g_mod, kImage), "cuModuleLoadData");
+}
+
+// N launches of kernel `name` on a new stream, then a synchronize.
+void Launches(const char* name, int n) {
+  Check(cuCtxSetCurrent(g_ctx), "cuCtxSetCurrent");
+  CUfunction f;
+  Check(cuModuleGetFunction(&f, g_mod, name), "cuModuleGetFunction");
+  CUstream s;
+  Check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  for (int i = 0; i < n; ++i)
+    Check(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr), "cuLaunchKernel");
+  Check(cuStreamSynchronize(s), "cuStreamSynchronize");
+  Check(cuStreamDestroy(s), "cuStreamDestroy");
+}
+
+int Storm(int threads, int n) {
+  Setup();
+  std::atomic<int> ready{0};
+  std::vector<pthread_t> th(threads);
+  struct Arg {
+    std::atomic<int>* ready;
+    int threads, n;
+  } arg{&ready, threads, n};
+  for (auto& t : th)
+    pthread_create(&t, nullptr, [](void* p) -> void* {
+      auto* a = static_cast<Arg*>(p);
+      a->ready->fetch_add(1);
+      while (a->ready->load() < a->threads) {
+      }
+      Launches("storm", a->n);
+      return nullptr;
+    }, &arg);
+  for (auto& t : th) pthread_join(t, nullptr);
+  printf("storm %d x %d done\n", threads, n);
+  return 0;
+}
+
+int ThreadExit(int n) {
+  Setup();
+  Launches("main_before", n);
+  pthread_t t;
+  pthread_create(&t, nullptr, [](void* p) -> void* {
+    Launches("worker", *static_cast<int*>(p));
+    return nullptr;
+  }, &n);
+  pthread_join(t, nullptr);
+  SleepMs(100);
+  Launches("main_after", n);
+  printf("thread_exit done\n");
+  return 0;
+}
+
+int ExitThread(int n) {
+  Setup();
+  Launches("main_before", n);
+  pthread_t t;
+  pthread_create(&t, nullptr, [](void* p) -> void* {
+    Launches("worker", *static_cast<int*>(p));
+    printf("worker exits the process\n");
+    fflush(stdout);
+    exit(5);
+  }, &n);
+  // The main thread keeps launching until the worker ends the process.
+  for (;;) Launches("main_loop", 10);
+}
+
+int QuickExit(int n) {
+  Setup();
+  Launches("before_drain", n);
+  SleepMs(700);  // the writer drains every 200 ms
+  Launches("after_drain", n);
+  printf("quick_exit\n");
+  fflush(stdout);
+  _exit(3);
+}
+
+int Fork(const char* child_end, int n) {
+  Setup();
+  Launches("parent_before", n);
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    Launches("child", n);
+    if (strcmp(child_end, "_exit") == 0) _exit(0);
+    exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  Launches("parent_after", n);
+  printf("fork child status %d\n", status);
+  return 0;
+}
+
+int ForkExec(const char* self, int n) {
+  Setup();
+  Launches("parent_before", n);
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    char arg[32];
+    snprintf(arg, sizeof arg, "%d", n);
+    execl("/proc/self/exe", self, "simple", arg, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  Launches("parent_after", n);
+  printf("fork_exec child status %d\n", status);
+  return 0;
+}
+
+int Simple(int n) {
+  Setup();
+  Launches("simple", n);
+  printf("simple done\n");
+  return 0;
+}
+
+volatile sig_atomic_t g_signal = 0;
+
+int Signal(int n) {
+  if (getenv("RB_HANDLER") && strcmp(getenv("RB_HANDLER"), "1") == 0) {
+    struct sigaction sa {};
+    sa.sa_handler = [](int sig) { g_signal = sig; };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
+  }
+  Setup();
+  Launches("before_ready", n);
+  printf("ready\n");
+  fflush(stdout);
+  while (!g_signal) {
+    Launches("loop", 10);
+    SleepMs(20);
+  }
+  printf("caught %s\n", g_signal == SIGTERM ? "SIGTERM" : "SIGINT");
+  return 40 + int(g_signal == SIGTERM);
+}
+
+// The job's own CUPTI client, through the same libcupti.so.13 as stallscope.
+std::atomic<long> g_own_records{0};
+
+int Cupti(const char* mode, int n) {
+  Setup();
+  Launches("before", n);
+  SleepMs(300);  // let CUPTI deliver what came before
+  if (strcmp(mode, "none") != 0) {
+    void* h = dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      fprintf(stderr, "no libcupti: %s\n", dlerror());
+      return 1;
+    }
+    using Req = void (*)(uint8_t**, size_t*, size_t*);
+    using Done = void (*)(CUcontext, uint32_t, uint8_t*, size_t, size_t);
+    if (strcmp(mode, "steal") == 0) {
+      auto reg = reinterpret_cast<int (*)(Req, Done)>(dlsym(h, "cuptiActivityRegisterCallbacks"));
+      auto enable = reinterpret_cast<int (*)(int)>(dlsym(h, "cuptiActivityEnable"));
+      Req req = [](uint8_t** buf, size_t* size, size_t* max) {
+        *size = 1 << 20;
+        *buf = static_cast<uint8_t*>(aligned_alloc(8, *size));
+        *max = 0;
+      };
+      Done done = [](CUcontext, uint32_t, uint8_t* buf, size_t, size_t valid) {
+        if (valid) g_own_records.fetch_add(1);
+        free(buf);
+      };
+      if (!reg || !enable || reg(req, done) != 0 || enable(10 /* CONCURRENT_KERNEL */) != 0) {
+        fprintf(stderr, "cupti registration failed\n");
+        return 1;
+      }
+    } else {
+      auto disable = reinterpret_cast<int (*)(int)>(dlsym(h, "cuptiActivityDisable"));
+      if (!disable || disable(10 /* CONCURRENT_KERNEL */) != 0) {
+        fprintf(stderr, "cupti disable failed\n");
+        return 1;
+      }
+    }
+  }
+  Launches("after", 4 * n);
+  if (strcmp(mode, "steal") == 0) {
+    void* h = dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD);
+    auto flush = reinterpret_cast<int (*)(uint32_t)>(dlsym(h, "cuptiActivityFlushAll"));
+    flush(1);
+    printf("own buffers received: %s\n", g_own_records.load() > 0 ? "yes" : "no");
+  }
+  printf("cupti %s done\n", mode);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  const char* mode = argv[1];
+  auto arg = [&](int i, int def) { return argc > i ? atoi(argv[i]) : def; };
+  if (strcmp(mode, "storm") == 0) return Storm(arg(2, 64), arg(3, 200));
+  if (strcmp(mode, "thread_exit") == 0) return ThreadExit(arg(2, 100));
+  if (strcmp(mode, "exit_thread") == 0) return ExitThread(arg(2, 100));
+  if (strcmp(mode, "quick_exit") == 0) return QuickExit(arg(2, 100));
+  if (strcmp(mode, "fork") == 0 && argc > 2) return Fork(argv[2], arg(3, 100));
+  if (strcmp(mode, "fork_exec") == 0) return ForkExec(argv[0], arg(2, 100));
+  if (strcmp(mode, "simple") == 0) return Simple(arg(2, 100));
+  if (strcmp(mode, "signal") == 0) return Signal(arg(2, 100));
+  if (strcmp(mode, "cupti") == 0 && argc > 2) return Cupti(argv[2], arg(3, 100));
+  return 2;
+}

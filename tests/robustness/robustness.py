@@ -1,0 +1,425 @@
+#!/usr/bin/env python3
+"""Robustness tests: stallscope never disturbs the job, and copes with CUPTI in
+real conditions. Each case runs tests/robustness/rb_job (or rb_dlopen) on the
+simulated GPU with libstallscope.so preloaded, often also without it, and
+checks the job's output and exit code, the trace files (read with
+tests/python/sstrace.py, independently of the analyzer) and the analyzer's
+JSON report. One case per invocation: robustness.py --build DIR --case NAME."""
+import argparse
+import glob
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+import sstrace  # noqa: E402
+
+KERNELS = "*=2"
+LAUNCH = ("cuLaunchKernel", "cuLaunchKernel_ptsz")
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+class Ctx:
+    def __init__(self, build, work):
+        self.build = build
+        self.work = work
+        self.out = os.path.join(work, "trace")
+        self.simgpu = os.path.join(build, "lib", "simgpu")
+        self.preload = os.path.join(build, "lib", "libstallscope.so")
+        self.job = os.path.join(build, "bin", "rb_job")
+        self.stallscope = os.path.join(build, "bin", "stallscope")
+
+    def env(self, traced=True, extra=None, libpath=None):
+        env = dict(os.environ)
+        for k in list(env):
+            if k.startswith("STALLSCOPE_") or k in ("LD_PRELOAD", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "CUDA_HOME"):
+                del env[k]
+        env["LD_LIBRARY_PATH"] = libpath or self.simgpu
+        env["SIMGPU_KERNEL_US"] = KERNELS
+        if traced:
+            env["LD_PRELOAD"] = self.preload
+            env["STALLSCOPE_OUT"] = self.out
+        env.update(extra or {})
+        return env
+
+    def run(self, args, traced=True, extra=None, libpath=None, timeout=90):
+        return subprocess.run(args, env=self.env(traced, extra, libpath), capture_output=True,
+                              text=True, timeout=timeout)
+
+    def report(self, *paths):
+        p = subprocess.run([self.stallscope, "report", *paths, "--format", "json"],
+                           capture_output=True, text=True, timeout=120)
+        check(p.returncode == 0, f"report {paths} exited {p.returncode}: {p.stderr[-2000:]}")
+        return json.loads(p.stdout)
+
+    def dump_ok(self, path):
+        p = subprocess.run([self.stallscope, "dump", path], capture_output=True, text=True, timeout=120)
+        check(p.returncode == 0, f"dump {path} exited {p.returncode}: {p.stderr[-1000:]}")
+
+    def traces(self):
+        files = sorted(glob.glob(os.path.join(self.out, "*.sstrace")))
+        out = []
+        for f in files:
+            t = sstrace.Trace(f)
+            with open(f, "rb") as fh:
+                head = fh.read(96)
+            t.ppid = struct.unpack_from("<I", head, 20)[0]
+            out.append(t)
+        return out
+
+
+def launches(t, tid=None):
+    return sum(1 for c in t.calls if c.name in LAUNCH and (tid is None or c.tid == tid))
+
+
+def diag(report, name):
+    for d in report["diagnostics"]:
+        if d["name"] == name:
+            return d
+    return None
+
+
+def one_trace(ctx):
+    ts = ctx.traces()
+    check(len(ts) == 1, f"expected one trace file, found {[t.path for t in ts]}")
+    return ts[0]
+
+
+def expect_ok(p, what="job"):
+    check(p.returncode == 0, f"{what} exited {p.returncode}: {p.stderr[-2000:]}")
+
+
+# ---- bounded memory -------------------------------------------------------
+
+def case_budget(ctx):
+    """A 1 MB budget (17 buffers) and 48 threads launching at once: the job
+    finishes, records past the budget are dropped and counted, never waited
+    for."""
+    threads, n = 48, 3000
+    t0 = time.monotonic()
+    p = ctx.run([ctx.job, "storm", str(threads), str(n)], extra={"STALLSCOPE_BUFFER_MB": "1"})
+    took = time.monotonic() - t0
+    expect_ok(p)
+    check(p.stdout == f"storm {threads} x {n} done\n", f"output {p.stdout!r}")
+    rep = ctx.report(ctx.out)
+    d = diag(rep, "dropped_records")
+    check(d and d["count"] > 0, f"no dropped_records diagnostic: {rep['diagnostics']}")
+    t = one_trace(ctx)
+    recorded = launches(t)
+    check(recorded + d["count"] >= threads * n,
+          f"recorded {recorded} + dropped {d['count']} < {threads * n} launches")
+    check(recorded < threads * n, "nothing was dropped from the trace")
+    print(f"budget: {recorded} launches recorded, {d['count']} records dropped, {took:.1f} s")
+
+
+def case_storm64(ctx):
+    """64 threads launching at once: every thread's launches are in the trace."""
+    threads, n = 64, 500
+    p = ctx.run([ctx.job, "storm", str(threads), str(n)])
+    expect_ok(p)
+    t = one_trace(ctx)
+    per_tid = {}
+    for c in t.calls:
+        if c.name in LAUNCH:
+            per_tid[c.tid] = per_tid.get(c.tid, 0) + 1
+    check(len(per_tid) == threads, f"{len(per_tid)} launching threads in the trace, expected {threads}")
+    bad = {tid: k for tid, k in per_tid.items() if k != n}
+    check(not bad, f"threads with a launch count other than {n}: {bad}")
+    rep = ctx.report(ctx.out)
+    check(rep["totals"]["launches"] == threads * n, f"report launches {rep['totals']['launches']}")
+    check(diag(rep, "dropped_records") is None, "records dropped under the default budget")
+
+
+# ---- threads and exits ----------------------------------------------------
+
+def case_thread_exit(ctx):
+    """A second thread launches and exits mid-run: its calls are in the trace."""
+    n = 300
+    p = ctx.run([ctx.job, "thread_exit", str(n)])
+    expect_ok(p)
+    t = one_trace(ctx)
+    main = launches(t, t.pid)
+    worker = launches(t) - main
+    check(main == 2 * n, f"main thread launches {main}, expected {2 * n}")
+    check(worker == n, f"exited thread's launches {worker}, expected {n}")
+    rep = ctx.report(ctx.out)
+    check(rep["totals"]["launches"] == 3 * n, f"report launches {rep['totals']['launches']}")
+
+
+def case_exit_thread(ctx):
+    """exit() from a non-main thread while the main thread launches: the exit
+    code is the job's, the trace is complete and readable."""
+    n = 200
+    bare = ctx.run([ctx.job, "exit_thread", str(n)], traced=False)
+    p = ctx.run([ctx.job, "exit_thread", str(n)])
+    check(bare.returncode == 5 and p.returncode == 5, f"exit codes {bare.returncode}/{p.returncode}")
+    check(p.stdout == bare.stdout, f"output changed: {bare.stdout!r} vs {p.stdout!r}")
+    t = one_trace(ctx)
+    worker = launches(t) - launches(t, t.pid)
+    check(worker == n, f"exiting thread's launches {worker}, expected {n}")
+    check(launches(t, t.pid) >= n, "main thread's launches missing")
+    rep = ctx.report(ctx.out)
+    check(diag(rep, "no_end_chunk") is None, "exit() from a thread left no end chunk")
+
+
+def case_quick_exit(ctx):
+    """_exit skips atexit: what the periodic writer flushed stays readable."""
+    n = 200
+    p = ctx.run([ctx.job, "quick_exit", str(n)])
+    check(p.returncode == 3, f"exit code {p.returncode}")
+    t = one_trace(ctx)
+    check(launches(t) >= n, f"{launches(t)} launches on disk, expected at least the {n} before the drain")
+    ctx.dump_ok(t.path)
+    rep = ctx.report(ctx.out)
+    check(diag(rep, "no_end_chunk") or diag(rep, "truncated_trace"), "no truncation warning")
+    check(rep["totals"]["launches"] >= n, f"report launches {rep['totals']['launches']}")
+
+
+# ---- fork -----------------------------------------------------------------
+
+def fork_case(ctx, child_end):
+    n = 150
+    proc = subprocess.Popen([ctx.job, "fork", child_end, str(n)], env=ctx.env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=90)
+    check(proc.returncode == 0, f"fork job exited {proc.returncode}: {err[-2000:]}")
+    check(out == "fork child status 0\n", f"output {out!r}")
+    ts = ctx.traces()
+    parents = [t for t in ts if t.pid == proc.pid]
+    children = [t for t in ts if t.pid != proc.pid]
+    check(len(parents) == 1, f"parent files {[t.path for t in parents]}")
+    parent = parents[0]
+    check(launches(parent) == 2 * n, f"parent launches {launches(parent)}, expected {2 * n}")
+    check(len(children) <= 1, f"child files {[t.path for t in children]}")
+    for c in children:
+        check(c.ppid == proc.pid, f"child file's ppid {c.ppid}, expected {proc.pid}")
+        ctx.dump_ok(c.path)
+        ctx.report(c.path)
+        k = launches(c)
+        # Never the parent's records: at most the child's own launches.
+        check(k <= n, f"child file has {k} launches, more than the child made ({n})")
+        if child_end == "exit":
+            check(k == n, f"child ended with exit(): {k} launches, expected {n}")
+    rep = ctx.report(ctx.out)
+    check(rep["totals"]["launches"] >= 2 * n, f"report launches {rep['totals']['launches']}")
+    pr = ctx.report(parent.path)
+    check(diag(pr, "no_end_chunk") is None, "parent's trace is incomplete")
+    print(f"fork/{child_end}: parent {launches(parent)} launches, child files "
+          f"{[(os.path.basename(c.path), launches(c)) for c in children]}")
+
+
+def case_fork_exit(ctx):
+    fork_case(ctx, "exit")
+
+
+def case_fork_underscore_exit(ctx):
+    fork_case(ctx, "_exit")
+
+
+def case_fork_exec(ctx):
+    """fork + exec of a CUDA child: traced too, in its own file; the report
+    over the folder works with several files."""
+    n = 120
+    proc = subprocess.Popen([ctx.job, "fork_exec", str(n)], env=ctx.env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=90)
+    check(proc.returncode == 0, f"job exited {proc.returncode}: {err[-2000:]}")
+    check(out == "simple done\nfork_exec child status 0\n", f"output {out!r}")
+    ts = ctx.traces()
+    check(len(ts) == 2, f"expected two trace files, found {[t.path for t in ts]}")
+    parent = [t for t in ts if t.pid == proc.pid]
+    child = [t for t in ts if t.pid != proc.pid]
+    check(len(parent) == 1 and len(child) == 1, "one parent and one child file expected")
+    check(child[0].ppid == proc.pid, f"child's ppid {child[0].ppid}")
+    check(launches(parent[0]) == 2 * n, f"parent launches {launches(parent[0])}")
+    check(launches(child[0]) == n, f"child launches {launches(child[0])}")
+    rep = ctx.report(ctx.out)
+    check(diag(rep, "multiple_processes"), "report over two files does not say so")
+
+
+# ---- signals --------------------------------------------------------------
+
+def run_until_signal(ctx, sig, traced, handler, delay=0.6):
+    extra = {"RB_HANDLER": "1"} if handler else {}
+    proc = subprocess.Popen([ctx.job, "signal", "100"], env=ctx.env(traced, extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    check(line == "ready\n", f"job said {line!r}")
+    time.sleep(delay)
+    proc.send_signal(sig)
+    rest, err = proc.communicate(timeout=60)
+    return proc.returncode, line + rest, err
+
+
+def signal_case(ctx, sig, handler):
+    rc_bare, out_bare, _ = run_until_signal(ctx, sig, False, handler)
+    rc, out, err = run_until_signal(ctx, sig, True, handler)
+    check(rc == rc_bare, f"exit status {rc} under stallscope, {rc_bare} without")
+    check(out == out_bare, f"output changed: {out_bare!r} vs {out!r}")
+    if handler:
+        expect = 41 if sig == signal.SIGTERM else 40
+        check(rc == expect, f"the job's handler did not run: status {rc}")
+    else:
+        check(rc == -sig, f"status {rc}, expected death by signal {sig}")
+    t = one_trace(ctx)
+    check(launches(t) >= 100, f"{launches(t)} launches on disk, expected at least the 100 before 'ready'")
+    rep = ctx.report(ctx.out)
+    if not handler:
+        check(diag(rep, "no_end_chunk") or diag(rep, "truncated_trace"), "killed job's trace not marked")
+    else:
+        check(diag(rep, "no_end_chunk") is None, "a job that exited normally left no end chunk")
+
+
+def case_sigterm_handler(ctx):
+    signal_case(ctx, signal.SIGTERM, True)
+
+
+def case_sigint_handler(ctx):
+    signal_case(ctx, signal.SIGINT, True)
+
+
+def case_sigterm_default(ctx):
+    signal_case(ctx, signal.SIGTERM, False)
+
+
+# ---- dlclose ----------------------------------------------------------------
+
+def case_dlreopen(ctx):
+    prog = os.path.join(ctx.build, "bin", "rb_dlopen")
+    n = 100
+    bare = ctx.run([prog, str(n)], traced=False)
+    p = ctx.run([prog, str(n)])
+    expect_ok(bare, "bare")
+    expect_ok(p)
+    check(p.stdout == bare.stdout == "dlreopen done\n", f"output {bare.stdout!r} / {p.stdout!r}")
+    t = one_trace(ctx)
+    check(launches(t) == 2 * n, f"{launches(t)} launches recorded, expected {2 * n}")
+
+
+# ---- CUPTI ------------------------------------------------------------------
+
+def cupti_state(ctx, extra=None, libpath=None, preload_extra=None):
+    env_extra = dict(extra or {})
+    if preload_extra:
+        env_extra["LD_PRELOAD"] = ctx.preload + ":" + preload_extra
+    p = ctx.run([ctx.job, "simple", "200"], extra=env_extra, libpath=libpath)
+    expect_ok(p)
+    check(p.stdout == "simple done\n", f"output {p.stdout!r}")
+    return ctx.report(ctx.out)
+
+
+def case_cupti_absent(ctx):
+    rep = cupti_state(ctx, {"STALLSCOPE_NO_CUPTI": "1"})
+    check(diag(rep, "cupti_unavailable"), f"no cupti_unavailable: {rep['diagnostics']}")
+    check(rep["totals"]["launches"] == 200, f"launches {rep['totals']['launches']}")
+
+
+def case_cupti_bad_path(ctx):
+    rep = cupti_state(ctx, {"STALLSCOPE_CUPTI_PATH": os.path.join(ctx.work, "nonexistent", "libcupti.so.13")})
+    check(diag(rep, "cupti_unavailable"), f"no cupti_unavailable: {rep['diagnostics']}")
+
+
+def wheel_tree(ctx):
+    """A driver-only library dir and a fake environment whose site-packages
+    holds the simulated CUPTI where the nvidia-cuda-cupti wheel puts it."""
+    drv = os.path.join(ctx.work, "drv")
+    os.makedirs(drv)
+    os.symlink(os.path.join(ctx.simgpu, "libcuda.so.1"), os.path.join(drv, "libcuda.so.1"))
+    venv = os.path.join(ctx.work, "venv")
+    site = os.path.join(venv, "lib", "python3.12", "site-packages")
+    lib = os.path.join(site, "nvidia", "cuda_cupti", "lib")
+    os.makedirs(lib)
+    os.symlink(os.path.join(ctx.simgpu, "libcupti.so.13"), os.path.join(lib, "libcupti.so.13"))
+    return drv, venv, site
+
+
+def check_device_times(rep):
+    check(diag(rep, "cupti_unavailable") is None, f"CUPTI not found: {rep['diagnostics']}")
+    check(diag(rep, "no_device_ops") is None, "no device ops: the simulated CUPTI was not used")
+    check(rep["totals"]["gpu_busy_ns"] > 0, "no GPU busy time")
+
+
+def case_cupti_wheel_env(ctx):
+    drv, venv, _ = wheel_tree(ctx)
+    check_device_times(cupti_state(ctx, {"VIRTUAL_ENV": venv}, libpath=drv))
+    shutil.rmtree(ctx.out)
+    check_device_times(cupti_state(ctx, {"PYTHONPATH": os.path.join(venv, "lib", "python3.12", "site-packages")},
+                                   libpath=drv))
+
+
+def case_cupti_wheel_loaded(ctx):
+    """A loaded .../site-packages/torch/lib/libtorch_cuda.so implies
+    .../site-packages/nvidia/cuda_cupti/lib (found via dl_iterate_phdr)."""
+    drv, _, site = wheel_tree(ctx)
+    torch_lib = os.path.join(site, "torch", "lib")
+    os.makedirs(torch_lib)
+    fake = os.path.join(torch_lib, "libtorch_cuda.so")
+    os.symlink(os.path.join(ctx.simgpu, "libcudart.so.13"), fake)
+    check_device_times(cupti_state(ctx, libpath=drv, preload_extra=fake))
+
+
+def cupti_job(ctx, mode):
+    p = ctx.run([ctx.job, "cupti", mode, "400"])
+    expect_ok(p)
+    return p, ctx.report(ctx.out)
+
+
+def case_cupti_steal(ctx):
+    """The job registers its own CUPTI buffers after 400 launches: the
+    records go to the job, stallscope says its records stopped."""
+    p, rep = cupti_job(ctx, "steal")
+    check("own buffers received: yes" in p.stdout, f"the job's CUPTI client got nothing: {p.stdout!r}")
+    d = diag(rep, "cupti_records_stopped")
+    check(d and d["count"] >= 1000, f"no cupti_records_stopped (>= 1000): {rep['diagnostics']}")
+
+
+def case_cupti_disable(ctx):
+    """The job disables the kernel activity kind after 400 launches."""
+    _, rep = cupti_job(ctx, "disable")
+    d = diag(rep, "cupti_records_stopped")
+    check(d and d["count"] >= 1000, f"no cupti_records_stopped (>= 1000): {rep['diagnostics']}")
+
+
+def case_cupti_kept(ctx):
+    """Control: same job without a CUPTI client of its own."""
+    _, rep = cupti_job(ctx, "none")
+    check(diag(rep, "cupti_records_stopped") is None, f"false cupti_records_stopped: {rep['diagnostics']}")
+    check_device_times(rep)
+
+
+CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--case", required=True, choices=sorted(CASES))
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix=f"stallscope-rb-{args.case}-")
+    try:
+        CASES[args.case](Ctx(os.path.abspath(args.build), work))
+    except (Failure, subprocess.TimeoutExpired) as e:
+        print(f"FAIL {args.case}: {e}\n(kept {work})")
+        return 1
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"ok {args.case}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
