@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "analyzer/analysis.h"
+#include "analyzer/compare.h"
 #include "analyzer/output_file.h"
 #include "analyzer/report_json.h"
 #include "analyzer/report_text.h"
@@ -22,6 +23,7 @@ int RunCmd(const std::vector<std::string>& args);
 int ReportCmd(const std::vector<std::string>& args);
 int HelpCmd(const std::vector<std::string>& args);
 int DumpCmd(const std::vector<std::string>& args);
+int CompareCmd(const std::vector<std::string>& args);
 
 struct Subcommand {
   const char* name;
@@ -51,6 +53,15 @@ constexpr Subcommand kSubcommands[] = {
      "  --step-pattern RE  NVTX range names that mark steps\n"
      "                     (default: (?i)step|iter|ProfilerStep; a leading (?i) ignores case)\n",
      ReportCmd},
+    {"compare",
+     "stallscope compare BASE OTHER [--format text|json] [-o OUT] [--step-pattern RE]",
+     "Analyze two runs (trace folders or files; e.g. real input as BASE, synthetic or cached "
+     "input as OTHER) and print per-step and per-cause deltas, hotspots that appeared or "
+     "vanished, a verdict, and q2.",
+     "  --format F         text (default) or json (schema stallscope.compare/1)\n"
+     "  -o OUT             write to OUT (a new file, never overwritten, mode 0640)\n"
+     "  --step-pattern RE  NVTX range names that mark steps (as for report)\n",
+     CompareCmd},
     {"dump", "stallscope dump FILE",
      "Print one trace's calls, device ops and NVTX ranges in time order, one per line (for "
      "debugging the recorder and the analyzer).",
@@ -189,6 +200,69 @@ int ReportCmd(const std::vector<std::string>& args) {
     return kExitBadTrace;
   }
   const std::string text = format == "json" ? RenderJson(*report) : RenderText(*report);
+  if (out.empty()) {
+    fwrite(text.data(), 1, text.size(), stdout);
+    return fflush(stdout) == 0 ? kExitOk : kExitUsage;
+  }
+  if (auto st = WriteNewFile(out, text); !st.ok()) {
+    fprintf(stderr, "stallscope: %s\n", std::string(st.message()).c_str());
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
+int CompareCmd(const std::vector<std::string>& args) {
+  const Subcommand& self = *Find("compare");
+  std::vector<std::string> inputs;
+  std::string format = "text", out, pattern = kDefaultStepPattern;
+  bool only_paths = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (only_paths || a.empty() || a[0] != '-' || a == "-") {
+      inputs.push_back(a);
+    } else if (a == "--") {
+      only_paths = true;
+    } else if (IsHelp(a)) {
+      fputs(CommandHelp(self).c_str(), stdout);
+      return kExitOk;
+    } else if (Matches(a, "--format")) {
+      if (!TakeValue(args, &i, "--format", &format)) return Usage(self, "--format needs a value");
+    } else if (a == "-o" || Matches(a, "--output")) {
+      if (a == "-o") {
+        if (i + 1 >= args.size()) return Usage(self, "-o needs a file");
+        out = args[++i];
+      } else if (!TakeValue(args, &i, "--output", &out)) {
+        return Usage(self, "--output needs a file");
+      }
+    } else if (Matches(a, "--step-pattern")) {
+      if (!TakeValue(args, &i, "--step-pattern", &pattern)) {
+        return Usage(self, "--step-pattern needs a regular expression");
+      }
+    } else {
+      return Usage(self, absl::StrFormat("unknown option %s", a));
+    }
+  }
+  if (inputs.size() != 2) return Usage(self, "two runs: BASE and OTHER (folders or files)");
+  if (format != "text" && format != "json") {
+    return Usage(self, absl::StrFormat("unknown format %s (text or json)", format));
+  }
+  if (auto re = CompileStepPattern(pattern); !re.ok()) {
+    return Usage(self, std::string(re.status().message()));
+  }
+  AnalysisOptions options;
+  options.step_pattern = pattern;
+  auto base = AnalyzePaths({inputs[0]}, options);
+  if (!base.ok()) {
+    fprintf(stderr, "stallscope: %s\n", std::string(base.status().message()).c_str());
+    return kExitBadTrace;
+  }
+  auto other = AnalyzePaths({inputs[1]}, options);
+  if (!other.ok()) {
+    fprintf(stderr, "stallscope: %s\n", std::string(other.status().message()).c_str());
+    return kExitBadTrace;
+  }
+  const Comparison c = CompareReports(*base, inputs[0], *other, inputs[1]);
+  const std::string text = format == "json" ? RenderCompareJson(c) : RenderCompareText(c);
   if (out.empty()) {
     fwrite(text.data(), 1, text.size(), stdout);
     return fflush(stdout) == 0 ? kExitOk : kExitUsage;

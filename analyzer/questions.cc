@@ -155,8 +155,8 @@ std::vector<Question> AnswerQuestions(const std::vector<StepStats>& steps,
                                       const Totals& totals, const QuestionInputs& in) {
   return {Q1(steps),
           {"q2", "unknown",
-           "Needs two runs: compare real input with synthetic or cached batches "
-           "(stallscope compare, not in this version)."},
+           "Needs two runs: run `stallscope compare BASE OTHER` with real input as BASE and "
+           "synthetic or cached batches as OTHER (compare answers q2)."},
           Q3(totals),
           Q4(steps),
           Q5(totals, in),

@@ -252,6 +252,34 @@ def case_auto_steps(build, work):
                   f"expected the batch copy {copy}")
 
 
+def case_compare(build, work):
+    """q2 from two runs: train_loop with a 4 ms input wait per step (BASE)
+    and without (OTHER, the synthetic-input run); `stallscope compare` must
+    name host_wait and call the job input-bound."""
+    dirs = {}
+    for name, extra in (("base", ["--input-us", "4000"]), ("other", [])):
+        sub = os.path.join(work, name)
+        os.makedirs(sub)
+        run_traced(build, sub, [os.path.join(build, "bin", "train_loop"), "--steps", str(STEPS)] + extra)
+        dirs[name] = os.path.join(sub, "trace")
+    exe = os.path.join(build, "bin", "stallscope")
+    p = subprocess.run([exe, "compare", dirs["base"], dirs["other"], "--format", "json"],
+                       capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"compare exited {p.returncode}: {p.stderr[-2000:]}")
+    c = json.loads(p.stdout)
+    check(c["schema"] == "stallscope.compare/1", f"schema {c['schema']}")
+    check(c["base"]["steps"] == STEPS and c["other"]["steps"] == STEPS,
+          f"steps {c['base']['steps']} / {c['other']['steps']}")
+    v = c["verdict"]
+    check("host_wait" in v and "input-bound" in v, f"verdict: {v}")
+    hw = c["deltas"]["idle_by_cause"]["host_wait"]
+    check(hw["delta"] < 0 and hw["other"] <= 0.5 * hw["base"], f"host_wait delta {hw}")
+    check(c["q2"]["answer"] == "yes", f"q2 {c['q2']}")
+    t = subprocess.run([exe, "compare", dirs["base"], dirs["other"]], capture_output=True, text=True,
+                       timeout=300)
+    check(t.returncode == 0 and "Verdict:" in t.stdout, f"text compare: {t.returncode} {t.stdout[-500:]}")
+
+
 def case_no_cuda(build, work):
     out = os.path.join(work, "trace")
     p = subprocess.run([os.path.join(build, "bin", "stallscope"), "run", "--sim", "--out", out, "--", "/bin/true"],
