@@ -693,6 +693,11 @@ void Initialize() {
 bool EnsureStarted() {
   int s = g_state.load(std::memory_order_acquire);
   if (s == int(State::kOn)) return true;
+  // Start-up opens files and searches for CUPTI: the job's errno survives.
+  struct ErrnoGuard {
+    int saved = errno;
+    ~ErrnoGuard() { errno = saved; }
+  } guard;
   if (s == int(State::kStarting)) {
     // Another thread is starting the recorder (a few ms: file, CUPTI). Wait
     // for it rather than lose this thread's first calls; this thread holds
