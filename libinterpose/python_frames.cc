@@ -23,11 +23,13 @@
 #include "python_frames.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 
@@ -216,6 +218,37 @@ enum Status : int { kUnknown = 0, kReady = 1, kAbsent = 2, kOff = 3 };
 // deadlock against the loader lock: a hook may run inside a constructor).
 std::atomic<const Runtime*> g_runtime{nullptr};
 std::atomic<int> g_status{kUnknown};
+// The interpreter's mapped address range (libpython, or a static python
+// executable), so native unwinding can stop where the Python frames begin.
+std::atomic<uintptr_t> g_interp_lo{0}, g_interp_hi{0};
+
+void FindInterpreterRange(void* symbol) {
+  Dl_info info{};
+  if (!symbol || !dladdr(symbol, &info) || !info.dli_fbase) return;
+  struct Match {
+    uintptr_t base, lo = ~uintptr_t{0}, hi = 0;
+  } m{reinterpret_cast<uintptr_t>(info.dli_fbase)};
+  dl_iterate_phdr(
+      [](dl_phdr_info* pi, size_t, void* arg) {
+        auto* m = static_cast<Match*>(arg);
+        uintptr_t lo = ~uintptr_t{0}, hi = 0;
+        for (int i = 0; i < pi->dlpi_phnum; ++i) {
+          if (pi->dlpi_phdr[i].p_type != PT_LOAD) continue;
+          uintptr_t a = pi->dlpi_addr + pi->dlpi_phdr[i].p_vaddr;
+          lo = std::min(lo, a);
+          hi = std::max(hi, uintptr_t(a + pi->dlpi_phdr[i].p_memsz));
+        }
+        if (m->base < lo || m->base >= hi) return 0;
+        m->lo = lo;
+        m->hi = hi;
+        return 1;
+      },
+      &m);
+  if (m.hi) {
+    g_interp_lo.store(m.lo, std::memory_order_relaxed);
+    g_interp_hi.store(m.hi, std::memory_order_release);
+  }
+}
 std::atomic<int64_t> g_next_probe_ns{0};
 
 int64_t CoarseNowNs() {
@@ -289,6 +322,7 @@ const Runtime* GetRuntime() {
     g_status.store(kOff, std::memory_order_release);
     return nullptr;
   }
+  FindInterpreterRange(reinterpret_cast<void*>(local.get_tstate));
   auto* mine = new Runtime(local);
   const Runtime* expected = nullptr;
   if (!g_runtime.compare_exchange_strong(expected, mine, std::memory_order_acq_rel)) {
@@ -535,6 +569,11 @@ int WalkInterpreterFrames(const Runtime& rt, uintptr_t tstate, uint64_t* pairs) 
 }
 
 }  // namespace
+
+bool InInterpreter(uint64_t pc) {
+  uintptr_t hi = g_interp_hi.load(std::memory_order_acquire);
+  return hi && pc >= g_interp_lo.load(std::memory_order_relaxed) && pc < hi;
+}
 
 uint32_t CaptureStack() {
   const Runtime* runtime = GetRuntime();

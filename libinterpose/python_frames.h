@@ -21,4 +21,9 @@ uint32_t CaptureStack();
 
 inline constexpr int kMaxFrames = 64;
 
+// Whether `pc` lies in the Python interpreter (known once a Python stack has
+// been captured): native unwinding stops there, since the Python frames say
+// more than the interpreter's own C frames, and a deep unwind costs µs.
+bool InInterpreter(uint64_t pc);
+
 }  // namespace stallscope::python

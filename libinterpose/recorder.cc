@@ -29,6 +29,7 @@
 #include "clock.h"
 #include "cupti_source.h"
 #include "hooks.h"
+#include "python_frames.h"
 
 namespace stallscope {
 
@@ -665,7 +666,7 @@ _Unwind_Reason_Code UnwindCallback(_Unwind_Context* ctx, void* arg) {
   auto* v = static_cast<std::pair<uint64_t*, int>*>(arg);
   if (v->second >= 64) return _URC_END_OF_STACK;
   uint64_t ip = _Unwind_GetIP(ctx);
-  if (ip == 0) return _URC_END_OF_STACK;
+  if (ip == 0 || python::InInterpreter(ip)) return _URC_END_OF_STACK;
   v->first[v->second++] = ip;
   return _URC_NO_REASON;
 }
