@@ -91,6 +91,7 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
     const int64_t launch = c.exit_ns - c.enter_ns;
     if (launch <= ao.launch_dispatch_ns && op.end_ns - op.start_ns < launch) ++qi.short_kernels;
   }
+  qi.cpu_samples = !t.cpu.empty();
   report.questions = AnswerQuestions(report.steps, tot, qi);
 
   const int64_t other = tot.idle_by_cause[static_cast<int>(Cause::kOther)];
@@ -100,9 +101,12 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
                                 tot.gpu_idle_ns > 0 ? 100.0 * static_cast<double>(other) /
                                                           static_cast<double>(tot.gpu_idle_ns)
                                                     : 0.0));
-  AddDiagnostic(&report.diagnostics, DiagId::kNoCpuTime, 1,
-                "trace format 1 carries no thread CPU-time samples: host stalls longer than "
-                "the dispatch threshold are charged to host_wait, never host_busy");
+  if (t.cpu.empty()) {
+    AddDiagnostic(&report.diagnostics, DiagId::kNoCpuTime, 1,
+                  "the trace carries no thread CPU-time samples (a recorder older than "
+                  "them): host stalls longer than the dispatch threshold are charged to "
+                  "host_wait, never host_busy");
+  }
 
   ProcessSummary p;
   p.file = BaseName(t.path);

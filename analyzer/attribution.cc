@@ -184,8 +184,30 @@ class Attributor {
         acts.begin());
   }
 
+  // The estimated on-CPU ns of thread `tid` in its gap [e, s) between two
+  // outermost calls (docs/analyzer.md "On-CPU estimate"); -1 when the
+  // samples do not bound the gap. S1 = T's last sample in (e, s] (the
+  // recorder takes one at the enter of the call ending a long gap), S0 = its
+  // last sample at or before e. Between S0 and e the thread made only
+  // non-blocking calls with short gaps (every long gap and every may-block
+  // call ends with a sample), taken as on-CPU; so
+  //   on = (S1.cpu - S0.cpu) - (e - S0.t), clamped to [0, S1.t - e].
+  int64_t OnCpuInGap(uint32_t tid, int64_t e, int64_t s) const {
+    auto it = t_.cpu.find(tid);
+    if (it == t_.cpu.end() || e < 0) return -1;
+    const std::vector<CpuSample>& v = it->second;
+    auto later = [](int64_t x, const CpuSample& c) { return x < c.ns; };
+    auto i1 = std::upper_bound(v.begin(), v.end(), s, later);  // first after s
+    auto i0 = std::upper_bound(v.begin(), v.end(), e, later);  // first after e
+    if (i1 == i0 || i0 == v.begin()) return -1;  // no sample in (e, s] or none before
+    const CpuSample& s1 = *std::prev(i1);
+    const CpuSample& s0 = *std::prev(i0);
+    const int64_t cpu = std::max<int64_t>(0, s1.cpu_ns - s0.cpu_ns);
+    return std::clamp(cpu - (e - s0.ns), int64_t{0}, s1.ns - e);
+  }
+
   // Rule 2: charges [from, to) by the thread's activity.
-  void ByThread(const std::vector<Activity>* acts, int64_t from, int64_t to) {
+  void ByThread(uint32_t tid, const std::vector<Activity>* acts, int64_t from, int64_t to) {
     if (from >= to) return;
     if (acts == nullptr || acts->empty()) {
       Add(from, to, Cause::kOther);
@@ -204,9 +226,21 @@ class Attributor {
         const int64_t next = i < n ? (*acts)[i].enter : kInf;
         const int64_t gap = (i < n && i > 0) ? next - (*acts)[i - 1].exit : kInf;
         const int64_t end = std::min(next, to);
-        // Without CPU-time samples an outside-CUDA stretch longer than the
-        // dispatch threshold is host_wait; host_busy needs on-CPU evidence.
-        Add(cur, end, gap < o_.launch_dispatch_ns ? Cause::kLaunchOverhead : Cause::kHostWait);
+        if (gap < o_.launch_dispatch_ns) {
+          Add(cur, end, Cause::kLaunchOverhead);
+        } else {
+          // A long stretch outside CUDA calls: its on-CPU share (from T's
+          // CPU-time samples) is host_busy, the rest host_wait; without an
+          // estimate (no samples, or an unbounded gap) all host_wait.
+          const int64_t prev_exit = i > 0 ? (*acts)[i - 1].exit : -1;
+          const int64_t on = gap < kInf ? OnCpuInGap(tid, prev_exit, next) : -1;
+          int64_t busy = 0;
+          if (on > 0) {
+            busy = static_cast<int64_t>(static_cast<__int128>(end - cur) * on / gap);
+          }
+          Add(cur, cur + busy, Cause::kHostBusy);
+          Add(cur + busy, end, Cause::kHostWait);
+        }
         cur = end;
       }
     }
@@ -235,14 +269,14 @@ class Attributor {
       const int64_t returned = std::clamp(t_.calls[c].exit_ns, cur, b);
       const int64_t latency_end =
           std::clamp(t_.calls[c].exit_ns + o_.launch_latency_ns, cur, b);
-      ByThread(acts, cur, returned);
+      ByThread(tid, acts, cur, returned);
       Add(returned, latency_end, Cause::kLaunchOverhead);
       Add(latency_end, b,
           t_.ops[next_op].kind == trace::DeviceOpKind::kNccl ? Cause::kComm
                                                               : Cause::kDeviceWait);
       return;
     }
-    ByThread(acts, cur, b);
+    ByThread(tid, acts, cur, b);
   }
 
   const Timeline& t_;

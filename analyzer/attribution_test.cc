@@ -239,5 +239,109 @@ TEST_CASE("attribution follows the submitting thread", "[attribution]") {
   CheckInvariants(r);
 }
 
+bool ReportHasDiag(const Report& r, DiagId id) {
+  for (const Diagnostic& d : r.diagnostics) {
+    if (d.id == id) return true;
+  }
+  return false;
+}
+
+// The host_wait scenario above ([20, 1000) of GPU idle in thread 1's gap
+// [5, 1000) us between two launches) with CPU-time samples at the first
+// launch's enter (t = 0) and the second's (t = 1000 us). `on_us`: the thread's
+// CPU time in the gap, i.e. the samples differ by the 5 us of the first
+// launch (on-CPU before the gap) plus on_us.
+Report GapWithCpu(int64_t on_us, bool sample_at_end = true) {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 20 * kUs);
+  b.Submit(1, api.launch, 1000 * kUs, 1005 * kUs, 1010 * kUs, 1020 * kUs);
+  b.Cpu(1, 0, 1'000 * kUs);
+  if (sample_at_end) b.Cpu(1, 1000 * kUs, (1'000 + 5 + on_us) * kUs);
+  return testing::AnalyzeOrDie(b);
+}
+
+// Guards the on-CPU/off-CPU split of rule 2: the thread was on-CPU for 80%
+// of its gap (796 of 995 us), so 80% of the gap's idle is host_busy.
+TEST_CASE("host_busy from the thread's CPU-time samples", "[attribution]") {
+  Report r = GapWithCpu(796);
+  const StepStats& s = r.steps[0];
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostBusy) == 784 * kUs);  // 980 us x 0.8
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostWait) == 196 * kUs);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kLaunchOverhead) == 20 * kUs);
+  CHECK_FALSE(ReportHasDiag(r, DiagId::kNoCpuTime));
+  CheckInvariants(r);
+  REQUIRE(r.questions.size() >= 3);
+  CHECK(r.questions[2].id == "q3");
+  CHECK(r.questions[2].evidence.find("80.0% on-CPU") != std::string::npos);
+  CHECK(r.questions[2].evidence.find("mostly on-CPU") != std::string::npos);
+}
+
+// Guards that a sleeping thread stays host_wait when samples exist: the CPU
+// clock hardly moved in the gap.
+TEST_CASE("off-CPU gap stays host_wait with samples", "[attribution]") {
+  Report r = GapWithCpu(0);
+  const StepStats& s = r.steps[0];
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostBusy) == 0);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostWait) == 980 * kUs);
+  CHECK(r.questions[2].evidence.find("0.0% on-CPU") != std::string::npos);
+  CheckInvariants(r);
+}
+
+// Guards the clamp: CPU time beyond the gap's length (another clock's skew,
+// a hostile trace) makes the gap all host_busy, never more.
+TEST_CASE("on-CPU estimate clamped to the gap", "[attribution]") {
+  Report r = GapWithCpu(5000);
+  const StepStats& s = r.steps[0];
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostBusy) == 980 * kUs);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostWait) == 0);
+  CheckInvariants(r);
+}
+
+// Guards the fallback: no sample at the gap's end means no estimate, so the
+// gap stays host_wait; no_cpu_time is only for traces without any sample.
+TEST_CASE("gap without a closing sample stays host_wait", "[attribution]") {
+  Report r = GapWithCpu(796, /*sample_at_end=*/false);
+  const StepStats& s = r.steps[0];
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostBusy) == 0);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostWait) == 980 * kUs);
+  CHECK_FALSE(ReportHasDiag(r, DiagId::kNoCpuTime));
+}
+
+// Guards the estimate's subtraction: CPU time spent between the last sample
+// and the gap's start (a stretch of launches, taken as on-CPU) is not the
+// gap's. Samples at 0 and 1000 us; launches until 300 us; gap [300, 1000).
+TEST_CASE("on-CPU estimate subtracts the stretch before the gap", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  for (int k = 0; k < 10; ++k) {  // launches every 30 us (gaps 25 us)
+    b.Submit(1, api.launch, k * 30 * kUs, k * 30 * kUs + 5 * kUs, k * 30 * kUs + 6 * kUs,
+             k * 30 * kUs + 7 * kUs);
+  }
+  b.Submit(1, api.launch, 295 * kUs, 300 * kUs, 301 * kUs, 302 * kUs);
+  b.Submit(1, api.launch, 1000 * kUs, 1005 * kUs, 1010 * kUs, 1020 * kUs);
+  b.Cpu(1, 0, 0);
+  b.Cpu(1, 1000 * kUs, (300 + 350) * kUs);  // 300 us before the gap, 350 in it
+  Report r = testing::AnalyzeOrDie(b);
+  const StepStats& s = r.steps[0];
+  // Gap idle [302, 1000) = 698 us, on-CPU share 350/700.
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostBusy) == 349 * kUs);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostWait) == 349 * kUs);
+  CheckInvariants(r);
+}
+
+// Guards compatibility: a trace without samples keeps every long gap
+// host_wait and says so (no_cpu_time).
+TEST_CASE("no samples: host_wait and no_cpu_time", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 20 * kUs);
+  b.Submit(1, api.launch, 1000 * kUs, 1005 * kUs, 1010 * kUs, 1020 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  CHECK(CauseOf(r.steps[0].idle_by_cause, Cause::kHostBusy) == 0);
+  CHECK(ReportHasDiag(r, DiagId::kNoCpuTime));
+  CHECK(r.questions[2].evidence.find("needs CPU-time samples") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace stallscope::analyzer

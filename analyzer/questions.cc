@@ -71,19 +71,38 @@ Question Q1(const std::vector<StepStats>& steps) {
   return {"q1", r >= kQ1MinCorrelation ? "yes" : "no", "Per-step: " + numbers};
 }
 
-Question Q3(const Totals& t) {
-  const int64_t host = At(t.idle_by_cause, Cause::kHostWait) + At(t.idle_by_cause, Cause::kHostBusy);
+Question Q3(const Totals& t, bool cpu_samples) {
+  const int64_t wait = At(t.idle_by_cause, Cause::kHostWait);
+  const int64_t busy = At(t.idle_by_cause, Cause::kHostBusy);
+  const int64_t host = wait + busy;
   if (t.gpu_idle_ns == 0) return {"q3", "no", "The GPU was never idle inside the steps."};
   const double idle_share = Share(host, t.gpu_idle_ns);
   const double wall_share = Share(host, t.wall_ns);
   const bool yes = idle_share >= kQ3MinIdleShare && wall_share >= kQ3MinWallShare;
+  const std::string head = absl::StrFormat(
+      "GPU idle charged to host_wait + host_busy is %s: %.1f%% of GPU idle time and %.1f%% of "
+      "wall time",
+      FormatDuration(host), 100 * idle_share, 100 * wall_share);
+  if (!cpu_samples) {
+    return {"q3", yes ? "yes" : "no",
+            head + absl::StrFormat(" (host_wait %s, host_busy %s; the on/off-CPU split needs "
+                                   "CPU-time samples)",
+                                   FormatDuration(wait), FormatDuration(busy))};
+  }
+  const double on = Share(busy, host);
+  std::string what;
+  if (host > 0) {
+    what = on >= 0.5 ? "; mostly on-CPU work on the launching thread (preprocessing, Python "
+                       "or framework overhead)"
+                     : "; mostly off-CPU waiting on the launching thread (input queue, I/O, "
+                       "locks, sleeps)";
+  }
   return {"q3", yes ? "yes" : "no",
-          absl::StrFormat("GPU idle charged to host_wait + host_busy is %s: %.1f%% of GPU idle "
-                          "time and %.1f%% of wall time (host_wait %s, host_busy %s; the "
-                          "on/off-CPU split needs CPU-time samples)",
-                          FormatDuration(host), 100 * idle_share, 100 * wall_share,
-                          FormatDuration(At(t.idle_by_cause, Cause::kHostWait)),
-                          FormatDuration(At(t.idle_by_cause, Cause::kHostBusy)))};
+          head + absl::StrFormat(". The launching thread's CPU-time samples split it into "
+                                 "%.1f%% on-CPU (host_busy %s) and %.1f%% off-CPU (host_wait "
+                                 "%s)%s",
+                                 100 * on, FormatDuration(busy), host > 0 ? 100 * (1 - on) : 0.0,
+                                 FormatDuration(wait), what)};
 }
 
 Question Q4(const std::vector<StepStats>& steps) {
@@ -157,7 +176,7 @@ std::vector<Question> AnswerQuestions(const std::vector<StepStats>& steps,
           {"q2", "unknown",
            "Needs two runs: run `stallscope compare BASE OTHER` with real input as BASE and "
            "synthetic or cached batches as OTHER (compare answers q2)."},
-          Q3(totals),
+          Q3(totals, in.cpu_samples),
           Q4(steps),
           Q5(totals, in),
           Q6(totals, in)};

@@ -30,6 +30,7 @@ struct QuestionInputs {
   int64_t kernels = 0;        // kernels with a known launch call
   int64_t short_kernels = 0;  // of which shorter than their launch call (<= 50 us)
   int64_t nccl_ops = 0;
+  bool cpu_samples = false;  // the trace has thread CPU-time samples (q3's split)
 };
 
 std::vector<Question> AnswerQuestions(const std::vector<StepStats>& steps,

@@ -76,6 +76,8 @@ void ConvertTicks(Timeline* t) {
     c.exit_ns = conv.ToNs(static_cast<uint64_t>(c.exit_ns));
   }
   for (NvtxEvent& e : t->nvtx) e.ns = conv.ToNs(static_cast<uint64_t>(e.ns));
+  for (auto& [tid, samples] : t->cpu)
+    for (CpuSample& c : samples) c.ns = conv.ToNs(static_cast<uint64_t>(c.ns));
 }
 
 // Maps ids to values: a flat vector when the ids are dense (the recorder
@@ -318,6 +320,14 @@ void FinalizeTimeline(Timeline* t) {
     }
   }
   for (NvtxEvent& e : t->nvtx) clamp(&e.ns);
+  for (auto& [tid, samples] : t->cpu) {
+    for (CpuSample& c : samples) {
+      clamp(&c.ns);
+      clamp(&c.cpu_ns);
+    }
+    std::stable_sort(samples.begin(), samples.end(),
+                     [](const CpuSample& a, const CpuSample& b) { return a.ns < b.ns; });
+  }
   if (invalid > 0) AddDiagnostic(&t->diagnostics, DiagId::kInvalidRecords, invalid);
   auto by_enter = [](const ApiCall& a, const ApiCall& b) { return a.enter_ns < b.enter_ns; };
   auto by_start = [](const DeviceOp& a, const DeviceOp& b) { return a.start_ns < b.start_ns; };

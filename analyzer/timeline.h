@@ -75,6 +75,13 @@ struct NvtxRange {
   uint64_t step_index = 0;  // explicit steps only
 };
 
+// A reading of a thread's CPU clock (trace kCpu chunk). `ns` is ticks until
+// FinalizeTimeline.
+struct CpuSample {
+  int64_t ns = 0;
+  int64_t cpu_ns = 0;  // the thread's CPU time since it started
+};
+
 // Where a stack's words live in Timeline::stack_words.
 struct StackRef {
   uint32_t native_offset = 0;
@@ -118,6 +125,9 @@ struct Timeline {
   uint32_t module_maps = 0;  // kModule chunks read
   std::vector<trace::ClockRecord> clocks;
   absl::flat_hash_map<uint32_t, std::string> thread_names;
+  // CPU-time samples per thread, sorted by time after FinalizeTimeline.
+  // Empty for traces written before the recorder took them.
+  absl::flat_hash_map<uint32_t, std::vector<CpuSample>> cpu;
   std::vector<Diagnostic> diagnostics;
 
   // "" when unknown.

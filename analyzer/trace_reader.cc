@@ -38,6 +38,7 @@ const char* ChunkTypeName(uint16_t type) {
     case ChunkType::kThread: return "thread";
     case ChunkType::kDiagnostic: return "diagnostic";
     case ChunkType::kEnd: return "end";
+    case ChunkType::kCpu: return "cpu";
   }
   return "unknown";
 }
@@ -232,6 +233,18 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
     case ChunkType::kEnd:
       t->ended_cleanly = true;
       return {};
+    case ChunkType::kCpu: {
+      if (!fixed(sizeof(trace::CpuRecord))) return "record count exceeds payload";
+      std::vector<CpuSample>& samples = t->cpu[h.tid];
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::CpuRecord r;
+        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
+        // Values past int64 become negative and are clamped (and counted)
+        // by FinalizeTimeline.
+        samples.push_back({static_cast<int64_t>(r.ticks), static_cast<int64_t>(r.cpu_ns)});
+      }
+      return {};
+    }
   }
   AddDiagnostic(&t->diagnostics, DiagId::kUnknownChunk, 1);
   return {};

@@ -55,6 +55,7 @@ enum class ChunkType : uint16_t {
   kThread = 10,      // ThreadRecord[count]
   kDiagnostic = 11,  // DiagnosticRecord[count]
   kEnd = 12,         // empty: the process finished writing cleanly
+  kCpu = 13,         // CpuRecord[count], one thread (tid): CPU-time samples
 };
 
 struct ChunkHeader {
@@ -207,6 +208,17 @@ struct ThreadRecord {
   char name[16];
 };
 static_assert(sizeof(ThreadRecord) == 24);
+
+// A reading of a thread's CPU clock (CLOCK_THREAD_CPUTIME_ID), taken off the
+// hot path: at the enter of a hooked call that follows a long gap outside
+// hooked calls (then `ticks` equals that call's ApiRecord.enter) and at the
+// exit of every may-block call (then `ticks` equals its ApiRecord.exit).
+// Added to format 1 without a version change (older readers skip the chunk).
+struct CpuRecord {
+  uint64_t ticks;   // same tick counter as ApiRecord
+  uint64_t cpu_ns;  // the thread's CPU time since it started
+};
+static_assert(sizeof(CpuRecord) == 16);
 
 enum class DiagnosticId : uint32_t {
   kDroppedRecords = 1,     // records dropped because the memory budget was full

@@ -6,10 +6,13 @@
 // real GPU; on the simulated GPU their durations come from SIMGPU_KERNEL_US.
 //
 //   train_loop [--steps N] [--input-us U] [--readback] [--sync-log]
-//              [--tiny K] [--dispatch-us D] [--no-nvtx] [--batch-bytes B]
+//              [--tiny K] [--dispatch-us D] [--cpu-us C] [--no-nvtx]
+//              [--batch-bytes B]
 //
 // --dispatch-us spins the CPU for D us before every launch: the per-op cost of
 // a framework's dispatcher, which is what makes tiny kernels launch-bound.
+// --cpu-us spins the CPU for C us at the start of every step, on the launching
+// thread (CPU preprocessing of the batch: on-CPU, unlike --input-us's sleep).
 #include <cuda.h>
 #include <nvtx3/nvToolsExt.h>
 #include <time.h>
@@ -41,6 +44,7 @@ struct Options {
   bool sync_log = false;
   int tiny = 0;
   long dispatch_us = 0;
+  long cpu_us = 0;
   bool nvtx = true;
   size_t batch_bytes = 1 << 20;
 };
@@ -81,15 +85,23 @@ __attribute__((noinline)) void LogProgress(int step, CUstream stream) {
 
 long g_dispatch_us = 0;
 
-// Framework dispatch overhead: on-CPU work on the launching thread.
-void Dispatch() {
-  if (!g_dispatch_us) return;
+// Busy-waits `us` microseconds of wall time: on-CPU work on this thread.
+void SpinUs(long us) {
   timespec t0, t;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   do {
     clock_gettime(CLOCK_MONOTONIC, &t);
-  } while ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 < g_dispatch_us);
+  } while ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 < us);
 }
+
+// Framework dispatch overhead: on-CPU work on the launching thread.
+void Dispatch() {
+  if (g_dispatch_us) SpinUs(g_dispatch_us);
+}
+
+// CPU preprocessing of the batch on the launching thread, before the step's
+// first CUDA call.
+__attribute__((noinline)) void PreprocessBatch(long us) { SpinUs(us); }
 
 void Launch(CUfunction f, CUstream s) {
   Dispatch();
@@ -113,6 +125,7 @@ Options Parse(int argc, char** argv) {
     else if (a == "--sync-log") o.sync_log = true;
     else if (a == "--tiny") o.tiny = std::atoi(value());
     else if (a == "--dispatch-us") o.dispatch_us = std::atol(value());
+    else if (a == "--cpu-us") o.cpu_us = std::atol(value());
     else if (a == "--no-nvtx") o.nvtx = false;
     else if (a == "--batch-bytes") o.batch_bytes = size_t(std::atol(value()));
     else {
@@ -157,6 +170,7 @@ int main(int argc, char** argv) {
   for (int step = 0; step < o.steps; ++step) {
     if (o.nvtx) nvtxRangePushA(("step " + std::to_string(step)).c_str());
     if (o.input_us) WaitForBatch(o.input_us);
+    if (o.cpu_us) PreprocessBatch(o.cpu_us);
     Check(cuMemcpyHtoDAsync(batch, host_batch, o.batch_bytes, stream), "cuMemcpyHtoDAsync");
     Launch(load_batch, stream);
     if (o.tiny) {

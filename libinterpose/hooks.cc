@@ -150,7 +150,11 @@ class CallScope {
       corr_ = (uint64_t(ts_.index) << 40) | ++ts_.next_corr;
       cupti::Push(corr_);
     }
-    enter_ = Ticks();
+    uint64_t now = Ticks();
+    // A long gap since this thread's previous call: read its CPU clock once
+    // (off the fast path; the enter tick is taken after the system call).
+    if (__builtin_expect(recorder::LongGap(ts_, now), 0)) now = recorder::SampleCpuAtEnter(ts_);
+    enter_ = now;
   }
 
   // errno is the real call's: the recorder's slow paths (CUPTI, stack
@@ -160,6 +164,7 @@ class CallScope {
     if (corr_) cupti::Pop();
     uint32_t stack = 0, python_stack = 0;
     if (kHooks[id_].flags & trace::kApiMayBlock) {
+      recorder::SampleCpuAtExit(ts_, exit);  // before the capture: its CPU time is the gap's
       stack = recorder::CaptureStack();
       python_stack = python::CaptureStack();
     }
@@ -177,6 +182,7 @@ class CallScope {
       r->python_stack = python_stack;
       recorder::Commit(ts_);
     }
+    ts_.last_exit = exit;
   }
 
  private:

@@ -40,6 +40,9 @@ struct ThreadState {
   uint64_t next_corr = 0;  // per-thread correlation sequence
   int nvtx_depth = 0;
   uint64_t step_index = 0;  // the explicit step API's current step
+  // Exit tick of this thread's previous recorded call (0 before the first):
+  // a call entering more than g_cpu_gap_ticks later samples the CPU clock.
+  uint64_t last_exit = 0;
   bool in_hook = false;
   bool registered = false;
   ThreadState* next_live = nullptr;
@@ -78,6 +81,22 @@ inline void Commit(ThreadState& ts) {
   ThreadBuffer* b = ts.buffer;
   b->count.store(b->count.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
+
+// CPU-time samples (kCpu): the launching thread's on/off-CPU split, read off
+// the hot path. A call whose enter is more than kCpuGapNs after the thread's
+// previous exit (ThreadState::last_exit) takes one, and so does the exit of
+// every may-block call. kCpuGapNs is below the analyzer's 50 us dispatch
+// threshold, so every gap the analyzer calls long ends with a sample.
+inline constexpr uint64_t kCpuGapNs = 40'000;
+extern uint64_t g_cpu_gap_ticks;  // kCpuGapNs in ticks, set at start-up
+inline bool LongGap(const ThreadState& ts, uint64_t now) {
+  return now - ts.last_exit > g_cpu_gap_ticks;
+}
+// Reads this thread's CPU clock (a system call, ~1.3 us), queues a sample and
+// returns the tick at which the reading completed (the caller's enter tick).
+uint64_t SampleCpuAtEnter(ThreadState& ts);
+// Reads this thread's CPU clock and queues a sample at tick `exit`.
+void SampleCpuAtExit(ThreadState& ts, uint64_t exit);
 
 // Interns a string (kernel names, NVTX messages, Python files); 0 for null.
 uint32_t InternString(const char* s, size_t len);

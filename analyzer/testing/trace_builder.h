@@ -1,6 +1,6 @@
 // Test-only builder of valid .sstrace files from hand-built timelines: API
 // calls, device ops, correlations, NVTX, strings, stacks, modules, clock
-// pairs and recorder diagnostics. Ticks are nanoseconds unless
+// pairs, CPU-time samples and recorder diagnostics. Ticks are nanoseconds unless
 // SetTicksAreNs(false) and Clock() pairs are given.
 #pragma once
 
@@ -182,6 +182,12 @@ class TraceBuilder {
     diags_.push_back({static_cast<uint32_t>(id), 0, count});
   }
 
+  // A CPU-time sample of thread `tid` (kCpu): its CPU clock read `cpu_ns`
+  // at `ticks`.
+  void Cpu(uint32_t tid, uint64_t ticks, uint64_t cpu_ns) {
+    cpu_[tid].push_back({ticks, cpu_ns});
+  }
+
   void Thread(uint32_t tid, const std::string& name) {
     tf::ThreadRecord r{};
     r.tid = tid;
@@ -248,6 +254,7 @@ class TraceBuilder {
     Fixed(&out, tf::ChunkType::kThread, 0, threads_);
     for (const auto& [tid, calls] : calls_) Fixed(&out, tf::ChunkType::kApi, tid, calls);
     for (const auto& [tid, events] : nvtx_) Fixed(&out, tf::ChunkType::kNvtx, tid, events);
+    for (const auto& [tid, samples] : cpu_) Fixed(&out, tf::ChunkType::kCpu, tid, samples);
     Fixed(&out, tf::ChunkType::kDevice, 0, ops_);
     Fixed(&out, tf::ChunkType::kCorrelation, 0, correlations_);
     Fixed(&out, tf::ChunkType::kDiagnostic, 0, diags_);
@@ -337,6 +344,7 @@ class TraceBuilder {
   std::vector<std::vector<ModuleEntry>> module_maps_;
   std::map<uint32_t, std::vector<tf::ApiRecord>> calls_;
   std::map<uint32_t, std::vector<tf::NvtxRecord>> nvtx_;
+  std::map<uint32_t, std::vector<tf::CpuRecord>> cpu_;
   std::vector<tf::DeviceRecord> ops_;
   std::vector<tf::CorrelationRecord> correlations_;
   std::vector<tf::ClockRecord> clocks_;

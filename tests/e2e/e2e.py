@@ -156,6 +156,37 @@ def case_input(build, work):
     check(not report["hotspots"], f"unexpected hotspots {report['hotspots']}")
 
 
+def case_host_busy(build, work):
+    """CPU preprocessing on the launching thread (--cpu-us: a spin before each
+    step's first CUDA call): the recorder's CPU-time samples show the thread
+    on-CPU in the gap, so at least 90% of the injected idle is host_busy, and
+    q3's evidence gives the on/off-CPU split."""
+    cpu_us = 4000
+    # More steps than the other cases: a slow start on a loaded machine can
+    # leave the host a few steps ahead of the device, which the 4 ms spin
+    # (longer than the ~2.8 ms of GPU work per step) then wins back.
+    steps = 30
+    report, truth = run_traced(build, work, [os.path.join(build, "bin", "train_loop"),
+                                             "--steps", str(steps), "--cpu-us", str(cpu_us)])
+    check(report["step_source"] == "marker", f"step_source {report['step_source']}")
+    check(len(report["steps"]) == steps, f"{len(report['steps'])} steps, expected {steps}")
+    check_idle_matches_truth(report, truth)
+    gaps = injected_gaps(truth)
+    check(len(gaps) == steps, f"{len(gaps)} batch copies in the ground truth, expected {steps}")
+    idle_steps = [(st, gap) for st, gap in zip(report["steps"][2:], gaps[2:]) if gap > 0]
+    check(len(idle_steps) >= 5, f"the CPU preprocessing left idle in only {len(idle_steps)} steps")
+    busy = sum(st["idle_by_cause"]["host_busy"] for st, _ in idle_steps)
+    injected = sum(gap for _, gap in idle_steps)
+    check(busy >= 0.9 * injected - 20_000 * len(idle_steps),
+          f"host_busy {busy} ns < 90% of the injected idle {injected} ns over {len(idle_steps)} steps "
+          f"(per step: {[(st['index'], st['idle_by_cause']) for st, _ in idle_steps][:4]})")
+    diags = [d["name"] if "name" in d else d.get("id") for d in report.get("diagnostics", [])]
+    check("no_cpu_time" not in diags, f"no_cpu_time reported: {diags}")
+    q3 = next(q for q in report["questions"] if q["id"] == "q3")
+    check("on-CPU (host_busy" in q3["evidence"] and "off-CPU (host_wait" in q3["evidence"],
+          f"q3 evidence lacks the on/off-CPU split: {q3['evidence']}")
+
+
 def case_input_after_sync(build, work):
     wait_us = 4000
     report, truth = run_traced(build, work, [os.path.join(build, "bin", "train_loop"),
