@@ -54,11 +54,14 @@ _RULE1_RETURNED = ("rule 1 charges `sync` only while the synchronizing call is s
 _RULE1_SUBMITTED = ("rule 1 charges idle to the synchronizing call the host is blocked in (here the final "
                     "cuCtxSynchronize, outside every step) before asking whether the op that ends the gap "
                     "was already submitted and waited on a cross-stream event: device_wait gets nothing")
+# ... and the final cuCtxSynchronize becomes a hotspot that "caused" that idle.
+_CROSS_SYMPTOM = (r": device_wait \d+ ns < 90% of the injected idle"
+                  r"|^unexpected hotspots: \[\[\"cuCtxSynchronize\", [^]]*\]\]$")
 LIMITATIONS = {
     ("pageable_htod", "markers"): (_RULE1_RETURNED, r": sync \d+ ns < 90% of the injected idle"),
     ("pageable_htod", "no_markers"): (_RULE1_RETURNED, r": sync \d+ ns < 90% of the injected idle"),
-    ("cross_stream", "markers"): (_RULE1_SUBMITTED, r": device_wait \d+ ns < 90% of the injected idle"),
-    ("cross_stream", "no_markers"): (_RULE1_SUBMITTED, r": device_wait \d+ ns < 90% of the injected idle"),
+    ("cross_stream", "markers"): (_RULE1_SUBMITTED, _CROSS_SYMPTOM),
+    ("cross_stream", "no_markers"): (_RULE1_SUBMITTED, _CROSS_SYMPTOM),
     ("free_sync", "no_markers"): (
         "auto steps leave frees out of the launch sequence and end the last step at its last "
         "launch/copy/sync call, so the last step's synchronizing cuMemFree is taken for teardown and "
@@ -315,34 +318,64 @@ def check_extra(name, report):
             check(qq["answer"] in ok, f"clean run: {qid} answers {qq['answer']}: {qq.get('evidence')}")
 
 
-def run_case(build, name, mode, work):
+def run_case(build, name, mode, work, limitation_re):
+    """Runs every check group; returns (real failures, known-limitation
+    failures). A group that fails as the known limitation says does not stop
+    the others, so the rest of the scenario is still checked."""
     spec = SCENARIOS[name]
     args = [os.path.join(build, "bin", "scenario"), "--scenario", name, "--steps", str(STEPS)]
     if mode == "no_markers":
         args.append("--no-nvtx")
     report, truth = run_traced(build, work, args, spec.get("env", {}))
     ops = [o for o in truth if o.get("device", 0) == 0]  # the analyzed (busiest) device
-    check_steps(report, ops, spec, mode)
-    check_idle(report, ops)
-    injected = check_causes(report, ops, spec)
-    check_hotspot(report, spec, mode, injected)
-    check_extra(name, report)
+    injected = [0]
+
+    def causes():
+        injected[0] = check_causes(report, ops, spec)
+
+    groups = [lambda: check_steps(report, ops, spec, mode), lambda: check_idle(report, ops), causes,
+              lambda: check_hotspot(report, spec, mode, injected[0]), lambda: check_extra(name, report)]
+    real, known = [], []
+    for g in groups:
+        try:
+            g()
+        except Failure as e:
+            (known if limitation_re and re.search(limitation_re, str(e)) else real).append(str(e))
+    return real, known
 
 
-def one(build, name, mode):
+def one(build, name, mode, attempts=2):
+    """A timing failure on a loaded machine (the host or the simulated device
+    descheduled for longer than the injected stall) gets one more run; both
+    runs' failures are printed."""
+    for attempt in range(1, attempts + 1):
+        rc = one_attempt(build, name, mode)
+        if rc != 1:
+            return rc
+        if attempt < attempts:
+            print(f"retrying {name} {mode} (attempt {attempt + 1} of {attempts})")
+    return 1
+
+
+def one_attempt(build, name, mode):
     work = tempfile.mkdtemp(prefix=f"stallscope-scenario-{name}-{mode}-")
     t0 = time.monotonic()
     limitation, symptom = LIMITATIONS.get((name, mode), (None, None))
     try:
-        run_case(build, name, mode, work)
+        real, known = run_case(build, name, mode, work, symptom)
     except Failure as e:
-        if limitation and re.search(symptom, str(e)):
-            print(f"SKIP {name} {mode}: known analyzer limitation: {limitation}\n  failure: {e}\n(kept {work})")
-            return SKIP
-        print(f"FAIL {name} {mode}: {e}\n(kept {work})")
+        real, known = [str(e)], []
+    if real:
+        print(f"FAIL {name} {mode}: " + "\n  ".join(real + [f"(known limitation) {k}" for k in known])
+              + f"\n(kept {work})")
         return 1
+    if known:
+        print(f"SKIP {name} {mode}: known analyzer limitation: {limitation}\n  failure: "
+              + "\n  failure: ".join(known) + f"\n  (every other check passed; kept {work})")
+        return SKIP
     shutil.rmtree(work, ignore_errors=True)
-    note = f" (listed as a limitation, '{limitation}', but passes now: remove it)" if limitation else ""
+    note = (f" (listed as a known limitation, which did not show this time; remove the entry once it "
+            f"passes every time)" if limitation else "")
     print(f"ok {name} {mode} ({time.monotonic() - t0:.1f} s){note}")
     return 0
 
