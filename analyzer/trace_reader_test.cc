@@ -287,6 +287,30 @@ TEST_CASE("api ticks are converted through clock records", "[reader][clock]") {
   CHECK(t.ranges[0].start_ns == 1'000'050'000);
 }
 
+// Guards the kCpu chunk: per-thread samples read, their ticks converted
+// like API ticks, sorted by time; CPU time itself is not converted.
+TEST_CASE("cpu samples are read per thread and converted", "[reader][clock]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.SetTicksAreNs(false);
+  b.Clock(0, 1'000'000'000);
+  b.Clock(1'000'000, 1'000'500'000);  // 0.5 ns per tick
+  b.Call(1, apis.sync, 200'000, 400'000);
+  b.Cpu(1, 400'000, 7'000);
+  b.Cpu(1, 200'000, 5'000);  // out of order: sorted by the reader
+  b.Cpu(2, 100'000, 9'000);
+  Timeline t = testing::ReadOrDie(b);
+  REQUIRE(t.cpu.size() == 2);
+  REQUIRE(t.cpu[1].size() == 2);
+  CHECK(t.cpu[1][0].ns == 1'000'100'000);
+  CHECK(t.cpu[1][0].cpu_ns == 5'000);
+  CHECK(t.cpu[1][1].ns == 1'000'200'000);
+  CHECK(t.cpu[1][1].ns == t.calls[0].exit_ns);
+  REQUIRE(t.cpu[2].size() == 1);
+  CHECK(t.cpu[2][0].cpu_ns == 9'000);
+  CHECK_FALSE(HasDiag(t, DiagId::kUnknownChunk));
+}
+
 // Guards the module map rule: the last map wins; older modules survive only
 // where nothing newer overlaps them.
 TEST_CASE("later module maps replace earlier ones", "[reader]") {
