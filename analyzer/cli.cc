@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
@@ -151,37 +152,51 @@ int RunCmd(const std::vector<std::string>& args) {
   return RunUnderStallscope(o);
 }
 
-int ReportCmd(const std::vector<std::string>& args) {
-  const Subcommand& self = *Find("report");
+// The options `report` and `compare` share: paths, --format, -o/--output,
+// --step-pattern. Returns an exit code when parsing ends the command (help,
+// usage error), nullopt to go on.
+struct ReportArgs {
   std::vector<std::string> inputs;
   std::string format = "text", out, pattern = kDefaultStepPattern;
+};
+
+std::optional<int> ParseReportArgs(const Subcommand& self, const std::vector<std::string>& args,
+                                   ReportArgs* r) {
   bool only_paths = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (only_paths || a.empty() || a[0] != '-' || a == "-") {
-      inputs.push_back(a);
+      r->inputs.push_back(a);
     } else if (a == "--") {
       only_paths = true;
     } else if (IsHelp(a)) {
       fputs(CommandHelp(self).c_str(), stdout);
       return kExitOk;
     } else if (Matches(a, "--format")) {
-      if (!TakeValue(args, &i, "--format", &format)) return Usage(self, "--format needs a value");
+      if (!TakeValue(args, &i, "--format", &r->format)) return Usage(self, "--format needs a value");
     } else if (a == "-o" || Matches(a, "--output")) {
       if (a == "-o") {
         if (i + 1 >= args.size()) return Usage(self, "-o needs a file");
-        out = args[++i];
-      } else if (!TakeValue(args, &i, "--output", &out)) {
+        r->out = args[++i];
+      } else if (!TakeValue(args, &i, "--output", &r->out)) {
         return Usage(self, "--output needs a file");
       }
     } else if (Matches(a, "--step-pattern")) {
-      if (!TakeValue(args, &i, "--step-pattern", &pattern)) {
+      if (!TakeValue(args, &i, "--step-pattern", &r->pattern)) {
         return Usage(self, "--step-pattern needs a regular expression");
       }
     } else {
       return Usage(self, absl::StrFormat("unknown option %s", a));
     }
   }
+  return std::nullopt;
+}
+
+int ReportCmd(const std::vector<std::string>& args) {
+  const Subcommand& self = *Find("report");
+  ReportArgs parsed;
+  if (auto code = ParseReportArgs(self, args, &parsed)) return *code;
+  auto& [inputs, format, out, pattern] = parsed;
   if (inputs.empty()) return Usage(self, "no trace folder or file given");
   if (format != "text" && format != "json") {
     if (format == "html" || format == "perfetto" || format == "sqlite") {
@@ -213,35 +228,9 @@ int ReportCmd(const std::vector<std::string>& args) {
 
 int CompareCmd(const std::vector<std::string>& args) {
   const Subcommand& self = *Find("compare");
-  std::vector<std::string> inputs;
-  std::string format = "text", out, pattern = kDefaultStepPattern;
-  bool only_paths = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (only_paths || a.empty() || a[0] != '-' || a == "-") {
-      inputs.push_back(a);
-    } else if (a == "--") {
-      only_paths = true;
-    } else if (IsHelp(a)) {
-      fputs(CommandHelp(self).c_str(), stdout);
-      return kExitOk;
-    } else if (Matches(a, "--format")) {
-      if (!TakeValue(args, &i, "--format", &format)) return Usage(self, "--format needs a value");
-    } else if (a == "-o" || Matches(a, "--output")) {
-      if (a == "-o") {
-        if (i + 1 >= args.size()) return Usage(self, "-o needs a file");
-        out = args[++i];
-      } else if (!TakeValue(args, &i, "--output", &out)) {
-        return Usage(self, "--output needs a file");
-      }
-    } else if (Matches(a, "--step-pattern")) {
-      if (!TakeValue(args, &i, "--step-pattern", &pattern)) {
-        return Usage(self, "--step-pattern needs a regular expression");
-      }
-    } else {
-      return Usage(self, absl::StrFormat("unknown option %s", a));
-    }
-  }
+  ReportArgs parsed;
+  if (auto code = ParseReportArgs(self, args, &parsed)) return *code;
+  auto& [inputs, format, out, pattern] = parsed;
   if (inputs.size() != 2) return Usage(self, "two runs: BASE and OTHER (folders or files)");
   if (format != "text" && format != "json") {
     return Usage(self, absl::StrFormat("unknown format %s (text or json)", format));

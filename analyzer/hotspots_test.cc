@@ -68,7 +68,7 @@ TEST_CASE("native call sites skip runtime modules", "[hotspots]") {
   TraceBuilder b;
   auto api = testing::AddStandardApis(&b);
   b.Module(0x10000, 0x10000, 0x20000, "/opt/lib/libstallscope.so");
-  b.Module(0x20000, 0x20000, 0x30000, "/work/build/lib/simgpu/libcudart.so.13");
+  b.Module(0x20000, 0x20000, 0x30000, "/opt/stallscope/build/lib/simgpu/libcudart.so.13");
   b.Module(0x30000, 0x30000, 0x40000, "/nonexistent/libtrainer.so");
   b.Module(0x40000, 0x40000, 0x50000, "/lib/x86_64-linux-gnu/libc.so.6");
   const uint32_t stack = b.NativeStack({0x10010, 0x20020, 0x30030, 0x40040});
