@@ -58,6 +58,20 @@ void CUPTIAPI BufferRequested(uint8_t** buffer, size_t* size, size_t* max_record
   *max_records = 0;
 }
 
+// The fields every device-op record shares (kernel, memcpy, memset structs).
+template <typename Activity>
+trace::DeviceRecord FromActivity(const Activity& a, trace::DeviceOpKind kind) {
+  trace::DeviceRecord d{};
+  d.start_ns = a.start;
+  d.end_ns = a.end;
+  d.correlation = a.correlationId;
+  d.stream = a.streamId;
+  d.device = a.deviceId;
+  d.context = a.contextId;
+  d.kind = uint8_t(kind);
+  return d;
+}
+
 void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
   std::vector<trace::DeviceRecord> device;
   std::vector<trace::CorrelationRecord> corr;
@@ -67,45 +81,25 @@ void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size
       case CUPTI_ACTIVITY_KIND_KERNEL:
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         auto* k = reinterpret_cast<CUpti_ActivityKernel10*>(rec);
-        trace::DeviceRecord d{};
-        d.start_ns = k->start;
-        d.end_ns = k->end;
-        d.correlation = k->correlationId;
+        trace::DeviceRecord d = FromActivity(*k, k->name && strncmp(k->name, "nccl", 4) == 0
+                                                     ? trace::DeviceOpKind::kNccl
+                                                     : trace::DeviceOpKind::kKernel);
         d.name = recorder::InternString(k->name);
-        d.stream = k->streamId;
-        d.device = k->deviceId;
-        d.context = k->contextId;
-        d.kind = uint8_t(k->name && strncmp(k->name, "nccl", 4) == 0 ? trace::DeviceOpKind::kNccl
-                                                                      : trace::DeviceOpKind::kKernel);
         device.push_back(d);
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         auto* m = reinterpret_cast<CUpti_ActivityMemcpy6*>(rec);
-        trace::DeviceRecord d{};
-        d.start_ns = m->start;
-        d.end_ns = m->end;
+        trace::DeviceRecord d = FromActivity(*m, trace::DeviceOpKind::kMemcpy);
         d.bytes = m->bytes;
-        d.correlation = m->correlationId;
-        d.stream = m->streamId;
-        d.device = m->deviceId;
-        d.context = m->contextId;
-        d.kind = uint8_t(trace::DeviceOpKind::kMemcpy);
         d.copy_kind = m->copyKind;
         device.push_back(d);
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         auto* m = reinterpret_cast<CUpti_ActivityMemset4*>(rec);
-        trace::DeviceRecord d{};
-        d.start_ns = m->start;
-        d.end_ns = m->end;
+        trace::DeviceRecord d = FromActivity(*m, trace::DeviceOpKind::kMemset);
         d.bytes = m->bytes;
-        d.correlation = m->correlationId;
-        d.stream = m->streamId;
-        d.device = m->deviceId;
-        d.context = m->contextId;
-        d.kind = uint8_t(trace::DeviceOpKind::kMemset);
         device.push_back(d);
         break;
       }
