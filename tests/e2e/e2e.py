@@ -12,6 +12,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ground_truth import union_busy  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE_SRC = os.path.join(ROOT, "examples", "train_loop.cc")
 CUDA_EXAMPLE_SRC = os.path.join(ROOT, "examples", "cuda_train_loop.cu")
@@ -58,22 +61,6 @@ def run_traced(build, work, args, extra_env=None):
     with open(truths[0]) as f:
         truth = [json.loads(l) for l in f if l.strip()]
     return report, truth
-
-
-def union_busy(truth, a, b):
-    spans = sorted((max(op["start_ns"], a), min(op["end_ns"], b)) for op in truth
-                   if op["end_ns"] > a and op["start_ns"] < b)
-    busy, cur_s, cur_e = 0, None, None
-    for s, e in spans:
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                busy += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        busy += cur_e - cur_s
-    return busy
 
 
 def injected_gaps(truth):

@@ -37,6 +37,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ground_truth import union_busy  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "scenario.cc")
 SKIP = 77
@@ -88,22 +91,6 @@ def marker_line(name):
 
 
 # ---- ground truth helpers ----
-
-def union_busy(ops, a, b):
-    spans = sorted((max(op["start_ns"], a), min(op["end_ns"], b)) for op in ops
-                   if op["end_ns"] > a and op["start_ns"] < b)
-    busy, cur_s, cur_e = 0, None, None
-    for s, e in spans:
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                busy += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        busy += cur_e - cur_s
-    return busy
-
 
 def injected_gaps(ops, names, until_submit, after):
     """The device idle [a, b) just before every op whose name is in `names`

@@ -276,40 +276,31 @@ CUresult StreamQueryImpl(CUstream h, bool ptsz) {
   return StreamIdle(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
-CUresult StreamGetIdImpl(CUstream h, unsigned long long* id, bool ptsz) {
+// The stream property getters: resolve the stream, copy one field out.
+template <typename T, typename Get>
+CUresult StreamGetImpl(CUstream h, T* out, bool ptsz, Get get) {
   SIM_CHECK_INIT();
-  if (id == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Stream* s;
   SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
-  *id = s->id;
+  *out = get(s);
   return CUDA_SUCCESS;
+}
+
+CUresult StreamGetIdImpl(CUstream h, unsigned long long* id, bool ptsz) {
+  return StreamGetImpl(h, id, ptsz, [](Stream* s) { return s->id; });
 }
 
 CUresult StreamGetFlagsImpl(CUstream h, unsigned* flags, bool ptsz) {
-  SIM_CHECK_INIT();
-  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Stream* s;
-  SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
-  *flags = s->flags;
-  return CUDA_SUCCESS;
+  return StreamGetImpl(h, flags, ptsz, [](Stream* s) { return s->flags; });
 }
 
 CUresult StreamGetPriorityImpl(CUstream h, int* prio, bool ptsz) {
-  SIM_CHECK_INIT();
-  if (prio == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Stream* s;
-  SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
-  *prio = s->priority;
-  return CUDA_SUCCESS;
+  return StreamGetImpl(h, prio, ptsz, [](Stream* s) { return s->priority; });
 }
 
 CUresult StreamGetCtxImpl(CUstream h, CUcontext* pctx, bool ptsz) {
-  SIM_CHECK_INIT();
-  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Stream* s;
-  SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
-  *pctx = reinterpret_cast<CUcontext>(s->ctx);
-  return CUDA_SUCCESS;
+  return StreamGetImpl(h, pctx, ptsz, [](Stream* s) { return reinterpret_cast<CUcontext>(s->ctx); });
 }
 
 CUresult StreamDestroyImpl(CUstream h) {
