@@ -31,7 +31,8 @@ const char* CauseName(Cause c) {
   return "other";
 }
 
-absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions& options) {
+absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions& options,
+                                       ProcessAnalysis* details) {
   auto pattern = CompileStepPattern(options.step_pattern);
   if (!pattern.ok()) return pattern.status();
   Report report;
@@ -52,7 +53,7 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
                                     devices.size(), device));
     }
   }
-  const StepPlan plan = FindSteps(t, *pattern, device);
+  StepPlan plan = FindSteps(t, *pattern, device);
   report.step_source = plan.source;
   if (plan.ops_outside > 0) {
     AddDiagnostic(&report.diagnostics, DiagId::kOpsOutsideSteps, plan.ops_outside,
@@ -61,12 +62,13 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
                                   plan.ops_outside));
   }
   const AttributionOptions& ao = options.attribution;
-  const std::vector<CallClass> classes = ClassifyCalls(t, device, ao);
+  std::vector<CallClass> classes = ClassifyCalls(t, device, ao);
   Attribution attribution = AttributeIdle(t, plan, classes, ao);
   report.steps = std::move(attribution.steps);
 
   Symbolizer symbolizer(t.modules);
-  report.hotspots = FindHotspots(t, plan, classes, attribution.idle_caused, ao, &symbolizer);
+  report.hotspots = FindHotspots(t, plan, classes, attribution.idle_caused, ao, &symbolizer,
+                                 details != nullptr ? &details->hotspot_of_call : nullptr);
 
   Totals& tot = report.totals;
   for (const StepStats& s : report.steps) {
@@ -117,6 +119,12 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
   p.totals = tot;
   p.analyzed = true;
   report.processes.push_back(std::move(p));
+  if (details != nullptr) {
+    details->plan = std::move(plan);
+    details->classes = std::move(classes);
+    details->gaps = std::move(attribution.gaps);
+    details->idle_caused = std::move(attribution.idle_caused);
+  }
   return report;
 }
 
@@ -155,7 +163,7 @@ absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std:
 }
 
 absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
-                                    const AnalysisOptions& options) {
+                                    const AnalysisOptions& options, ProcessAnalysis* primary_out) {
   auto paths = ExpandTracePaths(args);
   if (!paths.ok()) return paths.status();
   std::optional<Report> primary;
@@ -164,7 +172,8 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   for (const std::string& path : *paths) {
     auto timeline = ReadTraceFile(path);
     if (!timeline.ok()) return timeline.status();
-    auto report = AnalyzeTimeline(*timeline, options);
+    ProcessAnalysis details;
+    auto report = AnalyzeTimeline(*timeline, options, primary_out ? &details : nullptr);
     if (!report.ok()) return report.status();
     ProcessSummary summary = report->processes.front();
     summary.analyzed = false;
@@ -173,6 +182,10 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     if (ops > primary_ops) {
       primary_ops = ops;
       primary = std::move(*report);
+      if (primary_out != nullptr) {
+        *primary_out = std::move(details);
+        primary_out->timeline = std::move(*timeline);
+      }
       for (ProcessSummary& p : processes) p.analyzed = false;
       processes.back().analyzed = true;
     }

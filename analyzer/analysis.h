@@ -18,8 +18,23 @@ struct AnalysisOptions {
   AttributionOptions attribution;
 };
 
-// Analyzes one process. Fails only on an invalid step pattern.
-absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions& options);
+// What the report is made from, kept for the writers that draw the
+// timeline itself (perfetto, sqlite, html): the analyzed process's timeline,
+// its steps, the class of each call, the idle gaps and the hotspot of each
+// call.
+struct ProcessAnalysis {
+  Timeline timeline;
+  StepPlan plan;
+  std::vector<CallClass> classes;        // indexed like timeline.calls
+  std::vector<IdleGap> gaps;             // in time order
+  std::vector<int64_t> idle_caused;      // rule-1 ns per call
+  std::vector<int32_t> hotspot_of_call;  // index into Report::hotspots, -1 none
+};
+
+// Analyzes one process. Fails only on an invalid step pattern. With
+// `details`, everything but its timeline is filled.
+absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions& options,
+                                       ProcessAnalysis* details = nullptr);
 
 // Expands folders into their *.sstrace files (sorted by name); files are kept
 // as given. NotFound when a path is missing or a folder holds no trace.
@@ -27,8 +42,10 @@ absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std:
 
 // Reads and analyzes every trace. With several processes the report's steps,
 // hotspots and questions are those of the process with the most device ops;
-// `processes` summarizes each.
+// `processes` summarizes each. With `primary`, that process's timeline and
+// analysis are kept there.
 absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
-                                    const AnalysisOptions& options);
+                                    const AnalysisOptions& options,
+                                    ProcessAnalysis* primary = nullptr);
 
 }  // namespace stallscope::analyzer

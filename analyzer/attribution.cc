@@ -163,11 +163,21 @@ class Attributor {
     });
   }
 
-  void Add(int64_t from, int64_t to, Cause cause) {
+  void Add(int64_t from, int64_t to, Cause cause, int32_t call = -1) {
     if (to <= from) return;
+    int64_t at = from;
     ForSteps(from, to, [&](StepStats& s, int64_t ns) {
       s.idle_by_cause[static_cast<int>(cause)] += ns;
       s.gpu_idle_ns += ns;
+      const int64_t lo = std::max(at, s.start_ns);
+      auto& gaps = out_->gaps;
+      if (!gaps.empty() && gaps.back().end_ns == lo && gaps.back().cause == cause &&
+          gaps.back().step == s.index && gaps.back().call == call) {
+        gaps.back().end_ns = lo + ns;
+      } else {
+        gaps.push_back({lo, lo + ns, cause, s.index, call});
+      }
+      at = lo + ns;
     });
   }
 
@@ -219,7 +229,7 @@ class Attributor {
     while (cur < to) {
       if (i < n && (*acts)[i].enter <= cur) {
         int64_t end = std::min((*acts)[i].exit, to);
-        Add(cur, end, CauseOf(classes_[(*acts)[i].call]));
+        Add(cur, end, CauseOf(classes_[(*acts)[i].call]), (*acts)[i].call);
         cur = std::max(cur, end);
         ++i;
       } else {
@@ -258,7 +268,7 @@ class Attributor {
       if (i < acts->size() && (*acts)[i].enter < a &&
           classes_[(*acts)[i].call] == CallClass::kSync) {
         const int64_t x = std::min(b - a, a - (*acts)[i].enter);
-        Add(a, a + x, Cause::kSync);
+        Add(a, a + x, Cause::kSync, (*acts)[i].call);
         out_->idle_caused[(*acts)[i].call] += x;
         cur = a + x;
       }
@@ -270,10 +280,11 @@ class Attributor {
       const int64_t latency_end =
           std::clamp(t_.calls[c].exit_ns + o_.launch_latency_ns, cur, b);
       ByThread(tid, acts, cur, returned);
-      Add(returned, latency_end, Cause::kLaunchOverhead);
+      Add(returned, latency_end, Cause::kLaunchOverhead, c);
       Add(latency_end, b,
           t_.ops[next_op].kind == trace::DeviceOpKind::kNccl ? Cause::kComm
-                                                              : Cause::kDeviceWait);
+                                                              : Cause::kDeviceWait,
+          c);
       return;
     }
     ByThread(tid, acts, cur, b);

@@ -41,9 +41,25 @@ enum class CallClass : uint8_t {
 std::vector<CallClass> ClassifyCalls(const Timeline& t, uint32_t device,
                                      const AttributionOptions& options);
 
+// One stretch of an idle interval charged to one cause, inside one step.
+// Consecutive pieces with the same cause, step and call are merged.
+struct IdleGap {
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  Cause cause = Cause::kOther;
+  int32_t step = 0;   // index into Attribution::steps
+  int32_t call = -1;  // the call the cause points at: the synchronizing call
+                      // of rule 1, the thread's call during the piece, or
+                      // (launch latency, device waits) the call that
+                      // submitted the op ending the gap; -1 for host time
+                      // outside calls
+
+};
+
 struct Attribution {
   std::vector<StepStats> steps;       // busy, idle, causes, counts per step
   std::vector<int64_t> idle_caused;   // rule-1 ns per call (indexed like t.calls)
+  std::vector<IdleGap> gaps;          // in time order; they sum to the steps' idle
 };
 
 Attribution AttributeIdle(const Timeline& t, const StepPlan& plan,

@@ -3,6 +3,8 @@
 // the synchronizing-call classification.
 #include "analyzer/attribution.h"
 
+#include "analyzer/analysis.h"
+
 #include <catch2/catch.hpp>
 
 #include "analyzer/testing/test_util.h"
@@ -51,6 +53,42 @@ TEST_CASE("sync rule 1 then remainder by thread activity", "[attribution]") {
   REQUIRE(r.hotspots.size() == 1);
   CHECK(r.hotspots[0].idle_caused_ns == 110 * kUs);
   CHECK(r.hotspots[0].blocked_ns == 112 * kUs);
+}
+
+// Guards the idle-gap list the timeline writers draw: the gaps tile each
+// step's idle cause by cause, and rule 1's piece points at the sync call.
+TEST_CASE("idle gaps sum to the steps' causes and name the sync", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 1010 * kUs);
+  b.Call(1, api.sync, 900 * kUs, 1012 * kUs);
+  b.Submit(1, api.launch, 1500 * kUs, 1505 * kUs, 1510 * kUs, 1600 * kUs);
+  ProcessAnalysis d;
+  d.timeline = testing::ReadOrDie(b, "gaps.sstrace");
+  auto r = AnalyzeTimeline(d.timeline, {}, &d);
+  REQUIRE(r.ok());
+  CauseNs sum{};
+  int64_t last_end = 0;
+  for (const IdleGap& g : d.gaps) {
+    CHECK(g.start_ns >= last_end);
+    CHECK(g.end_ns > g.start_ns);
+    last_end = g.end_ns;
+    sum[static_cast<int>(g.cause)] += g.end_ns - g.start_ns;
+  }
+  CHECK(sum == r->steps[0].idle_by_cause);
+  REQUIRE(!d.gaps.empty());
+  // [1010, 1120): rule 1, pointing at the sync call.
+  const IdleGap* sync = nullptr;
+  for (const IdleGap& g : d.gaps) {
+    if (g.cause == Cause::kSync) sync = &g;
+  }
+  REQUIRE(sync != nullptr);
+  CHECK(sync->start_ns == 1010 * kUs);
+  CHECK(sync->end_ns == 1120 * kUs);
+  REQUIRE(sync->call >= 0);
+  CHECK(d.timeline.Api(d.timeline.calls[sync->call].api).category == tf::ApiCategory::kSync);
+  REQUIRE(d.hotspot_of_call.size() == d.timeline.calls.size());
+  CHECK(d.hotspot_of_call[sync->call] == 0);
 }
 
 // Guards rule 1's cap: the sync gets at most the interval, and what remains

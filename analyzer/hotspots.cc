@@ -176,7 +176,9 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
                                   const std::vector<CallClass>& classes,
                                   const std::vector<int64_t>& idle_caused,
                                   const AttributionOptions& options,
-                                  Symbolizer* symbolizer) {
+                                  Symbolizer* symbolizer,
+                                  std::vector<int32_t>* hotspot_of_call) {
+  if (hotspot_of_call != nullptr) hotspot_of_call->assign(t.calls.size(), -1);
   struct Resolved {
     Frame site;
     std::vector<Frame> frames;
@@ -225,6 +227,7 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
                                                           trace::kApiDevToHost)),
                        0});
     }
+    if (hotspot_of_call != nullptr) (*hotspot_of_call)[i] = static_cast<int32_t>(hit->second);
     Hotspot& h = out[hit->second];
     Extra& x = extra[hit->second];
     x.max_bytes = std::max(x.max_bytes, c.bytes);
@@ -265,11 +268,27 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
                                      info ? info->flags : 0, extra[k].direction,
                                      extra[k].max_bytes);
   }
-  std::stable_sort(out.begin(), out.end(), [](const Hotspot& a, const Hotspot& b) {
+  std::vector<int32_t> order(out.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int32_t>(k);
+  std::stable_sort(order.begin(), order.end(), [&out](int32_t x, int32_t y) {
+    const Hotspot& a = out[x];
+    const Hotspot& b = out[y];
     return std::tie(b.idle_caused_ns, b.blocked_ns, b.count) <
            std::tie(a.idle_caused_ns, a.blocked_ns, a.count);
   });
-  return out;
+  std::vector<Hotspot> sorted;
+  sorted.reserve(out.size());
+  std::vector<int32_t> rank(out.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    rank[order[k]] = static_cast<int32_t>(k);
+    sorted.push_back(std::move(out[order[k]]));
+  }
+  if (hotspot_of_call != nullptr) {
+    for (int32_t& h : *hotspot_of_call) {
+      if (h >= 0) h = rank[h];
+    }
+  }
+  return sorted;
 }
 
 }  // namespace stallscope::analyzer

@@ -42,10 +42,13 @@ std::string HotspotSuggestion(std::string_view api, trace::ApiCategory category,
 // With step markers, calls count when they entered between the first step's
 // host start and the last step's host end, or caused idle inside a step;
 // without markers, all calls. Sorted by idle_caused_ns, then blocked_ns.
+// With `hotspot_of_call`, it is set (indexed like t.calls) to the index of
+// each call's hotspot in the result, -1 for calls in none.
 std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
                                   const std::vector<CallClass>& classes,
                                   const std::vector<int64_t>& idle_caused,
                                   const AttributionOptions& options,
-                                  Symbolizer* symbolizer);
+                                  Symbolizer* symbolizer,
+                                  std::vector<int32_t>* hotspot_of_call = nullptr);
 
 }  // namespace stallscope::analyzer
