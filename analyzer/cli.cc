@@ -192,29 +192,68 @@ std::optional<int> ParseReportArgs(const Subcommand& self, const std::vector<std
   return std::nullopt;
 }
 
+// The one table of report formats (`report --format`).
+struct ReportFormat {
+  const char* name;
+  bool needs_timeline;     // renders the analyzed process's timeline, not only the report
+  bool needs_output_file;  // binary output: -o is required
+  absl::StatusOr<std::string> (*render)(const Report& report, const ProcessAnalysis& analysis);
+};
+
+constexpr ReportFormat kFormats[] = {
+    {"text", false, false,
+     [](const Report& r, const ProcessAnalysis&) -> absl::StatusOr<std::string> {
+       return RenderText(r);
+     }},
+    {"json", false, false,
+     [](const Report& r, const ProcessAnalysis&) -> absl::StatusOr<std::string> {
+       return RenderJson(r);
+     }},
+};
+
+const ReportFormat* FindFormat(std::string_view name) {
+  for (const ReportFormat& f : kFormats) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+std::string FormatNames() {
+  std::string s;
+  for (const ReportFormat& f : kFormats) absl::StrAppend(&s, s.empty() ? "" : ", ", f.name);
+  return s;
+}
+
 int ReportCmd(const std::vector<std::string>& args) {
   const Subcommand& self = *Find("report");
   ReportArgs parsed;
   if (auto code = ParseReportArgs(self, args, &parsed)) return *code;
   auto& [inputs, format, out, pattern] = parsed;
   if (inputs.empty()) return Usage(self, "no trace folder or file given");
-  if (format != "text" && format != "json") {
-    if (format == "html" || format == "perfetto" || format == "sqlite") {
-      return Usage(self, absl::StrFormat("--format %s is not implemented yet", format));
-    }
-    return Usage(self, absl::StrFormat("unknown format %s (text or json)", format));
+  const ReportFormat* fmt = FindFormat(format);
+  if (fmt == nullptr) {
+    return Usage(self, absl::StrFormat("unknown format %s (%s)", format, FormatNames()));
+  }
+  if (fmt->needs_output_file && out.empty()) {
+    return Usage(self, absl::StrFormat("--format %s writes a file: give -o OUT", format));
   }
   if (auto re = CompileStepPattern(pattern); !re.ok()) {
     return Usage(self, std::string(re.status().message()));
   }
   AnalysisOptions options;
   options.step_pattern = pattern;
-  auto report = AnalyzePaths(inputs, options);
+  ProcessAnalysis analysis;
+  auto report = AnalyzePaths(inputs, options, fmt->needs_timeline ? &analysis : nullptr);
   if (!report.ok()) {
     fprintf(stderr, "stallscope: %s\n", std::string(report.status().message()).c_str());
     return kExitBadTrace;
   }
-  const std::string text = format == "json" ? RenderJson(*report) : RenderText(*report);
+  auto rendered = fmt->render(*report, analysis);
+  if (!rendered.ok()) {
+    fprintf(stderr, "stallscope: %s\n", std::string(rendered.status().message()).c_str());
+    return kExitUsage;
+  }
+  const std::string& text = *rendered;
   if (out.empty()) {
     fwrite(text.data(), 1, text.size(), stdout);
     return fflush(stdout) == 0 ? kExitOk : kExitUsage;
