@@ -194,6 +194,25 @@ class Attributor {
         acts.begin());
   }
 
+  // The synchronizing call the thread was blocked in when the device drained
+  // at `a`: one entered before `a` and still inside at `a`, or the call just
+  // before `a` whose own device op (a synchronous copy or set) ended at or
+  // after `a`; -1 when none.
+  int32_t BlockedAtDrain(const std::vector<Activity>& acts, int64_t a) const {
+    const size_t i = FirstEndingAfter(acts, a);
+    if (i < acts.size() && acts[i].enter < a) {
+      return classes_[acts[i].call] == CallClass::kSync ? acts[i].call : -1;
+    }
+    if (i == 0) return -1;
+    const int32_t prev = acts[i - 1].call;
+    const ApiCall& pc = t_.calls[prev];
+    if (classes_[prev] == CallClass::kSync && pc.op_count > 0 && pc.enter_ns < a &&
+        pc.last_op_end_ns >= a) {
+      return prev;
+    }
+    return -1;
+  }
+
   // The estimated on-CPU ns of thread `tid` in its gap [e, s) between two
   // outermost calls (docs/analyzer.md "On-CPU estimate"); -1 when the
   // samples do not bound the gap. S1 = T's last sample in (e, s] (the
@@ -261,15 +280,18 @@ class Attributor {
     const uint32_t tid = c >= 0 ? t_.calls[c].tid : plan_.main_tid;
     const std::vector<Activity>* acts = ActivityOf(tid);
     int64_t cur = a;
-    // Rule 1: the thread was blocked in a synchronizing call when the device
-    // drained.
+    // Rule 1: the thread was blocked in a synchronizing call B when the
+    // device drained, and the op ending the gap was not already submitted
+    // before B (then removing B would not have started it earlier: a
+    // cross-stream or other device-side wait). B counts as blocked until
+    // its own device op ended: a synchronous copy from pageable memory
+    // returns once its copy has started, after waiting for the queue.
     if (acts != nullptr) {
-      size_t i = FirstEndingAfter(*acts, a);
-      if (i < acts->size() && (*acts)[i].enter < a &&
-          classes_[(*acts)[i].call] == CallClass::kSync) {
-        const int64_t x = std::min(b - a, a - (*acts)[i].enter);
-        Add(a, a + x, Cause::kSync, (*acts)[i].call);
-        out_->idle_caused[(*acts)[i].call] += x;
+      const int32_t blocker = BlockedAtDrain(*acts, a);
+      if (blocker >= 0 && !(c >= 0 && t_.calls[c].enter_ns < t_.calls[blocker].enter_ns)) {
+        const int64_t x = std::min(b - a, a - t_.calls[blocker].enter_ns);
+        Add(a, a + x, Cause::kSync, blocker);
+        out_->idle_caused[blocker] += x;
         cur = a + x;
       }
     }

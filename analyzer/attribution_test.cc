@@ -91,6 +91,50 @@ TEST_CASE("idle gaps sum to the steps' causes and name the sync", "[attribution]
   CHECK(d.hotspot_of_call[sync->call] == 0);
 }
 
+// Guards rule 1's counterfactual for a synchronous copy that returns once
+// its copy has started (pageable host-to-device, NVIDIA's staged copy): the
+// host waited for the queue, the device drained when the copy ended, and
+// the host's work after the call is what it could have overlapped.
+TEST_CASE("rule 1 holds a synchronous copy until its own op ends", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 1010 * kUs);
+  // Enters at 20 us, returns at 1011 us when its copy starts; the copy ends
+  // at 1014 us; the next launch comes 600 us later.
+  b.Submit(1, api.memcpy, 20 * kUs, 1011 * kUs, 1010 * kUs, 1014 * kUs,
+           tf::DeviceOpKind::kMemcpy, "");
+  b.Submit(1, api.launch, 1614 * kUs, 1616 * kUs, 1620 * kUs, 1700 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  const StepStats& s = r.steps[0];
+  // [1014, 1620): 606 us; rule 1 gives min(606, 994) to the copy.
+  CHECK(CauseOf(s.idle_by_cause, Cause::kSync) == 606 * kUs);
+  REQUIRE(r.hotspots.size() == 1);
+  CHECK(r.hotspots[0].api == "cudaMemcpy");
+  CHECK(r.hotspots[0].idle_caused_ns == 606 * kUs);
+  CheckInvariants(r);
+}
+
+// Guards rule 1's precondition: an op submitted before the host entered the
+// synchronizing call, and started late by a device-side dependency, is not
+// the sync's doing: device_wait, and the sync caused no idle.
+TEST_CASE("rule 1 skips ops submitted before the sync", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 100 * kUs);
+  // Submitted at 20 us, waits on another device's event until 900 us.
+  b.Submit(1, api.launch, 20 * kUs, 25 * kUs, 900 * kUs, 1000 * kUs);
+  b.Call(1, api.sync, 30 * kUs, 1002 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  const StepStats& s = r.steps[0];
+  CHECK(s.gpu_idle_ns == 810 * kUs);  // 10 us before the first kernel
+  CHECK(CauseOf(s.idle_by_cause, Cause::kSync) == 0);
+  // [100, 900): launch latency after the second launch returned (25 + 20
+  // us) has long passed.
+  CHECK(CauseOf(s.idle_by_cause, Cause::kDeviceWait) == 800 * kUs);
+  for (const Hotspot& h : r.hotspots) CHECK(h.idle_caused_ns == 0);
+  CheckInvariants(r);
+}
+
 // Guards rule 1's cap: the sync gets at most the interval, and what remains
 // while the thread is still inside the sync is also `sync` (rule 2).
 TEST_CASE("sync spanning the whole gap", "[attribution]") {

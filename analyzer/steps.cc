@@ -114,7 +114,7 @@ namespace {
 bool InLaunchSequence(trace::ApiCategory c) {
   using C = trace::ApiCategory;
   return c == C::kLaunch || c == C::kCopy || c == C::kSet || c == C::kSync || c == C::kNccl ||
-         c == C::kGraph;
+         c == C::kGraph || c == C::kFree;
 }
 
 uint64_t Mix64(uint64_t x) {  // splitmix64 finalizer
@@ -147,7 +147,12 @@ std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid) {
   for (size_t i = 0; i < t.calls.size(); ++i) {
     const ApiCall& c = t.calls[i];
     if (c.tid != main_tid || !InLaunchSequence(t.Api(c.api).category)) continue;
-    const uint64_t what = op_name[i] != 0 ? (uint64_t{1} << 63) | op_name[i] : c.object;
+    // A free's object is the freed pointer, new every step: not part of
+    // the symbol.
+    const trace::ApiCategory category = t.Api(c.api).category;
+    const uint64_t what = op_name[i] != 0                        ? (uint64_t{1} << 63) | op_name[i]
+                          : category == trace::ApiCategory::kFree ? 0
+                                                                   : c.object;
     auto [it, fresh] = symbols.try_emplace(std::make_pair(uint64_t{c.api}, what),
                                            static_cast<uint32_t>(symbols.size()));
     seq.push_back(it->second);

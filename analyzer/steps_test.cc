@@ -153,6 +153,38 @@ TEST_CASE("auto steps: exact period", "[steps][auto]") {
   }
 }
 
+// Guards frees in the launch sequence: a temporary freed every step (each
+// time a different pointer) belongs to its step, the last one included, and
+// the teardown free after the loop does not.
+TEST_CASE("auto steps: a free every step", "[steps][auto]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  int64_t t = 0;
+  std::vector<int64_t> starts;
+  for (int k = 0; k < 5; ++k) {
+    starts.push_back(t);
+    for (int j = 0; j < 3; ++j) {
+      b.Submit(1, api.launch, t, t + 5 * kUs, t + 10 * kUs, t + 300 * kUs, tf::DeviceOpKind::kKernel,
+               "k" + std::to_string(j));
+      t += 10 * kUs;
+    }
+    testing::CallOptions o;
+    o.object = 0x7f0000000000 + 0x100000 * static_cast<uint64_t>(k);
+    b.Call(1, api.free, t, t + 1000 * kUs, o);  // waits for the queue
+    t += 1100 * kUs;
+  }
+  b.Call(1, api.sync, t, t + 10 * kUs);
+  b.Call(1, api.free, t + 20 * kUs, t + 30 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  CHECK(r.step_source == "auto");
+  REQUIRE(r.steps.size() == 5);
+  for (size_t k = 0; k < 5; ++k) {
+    CHECK(r.steps[k].host_start_ns == starts[k]);
+    CHECK(r.steps[k].sync_count == 1);
+  }
+  CHECK(r.steps[4].host_end_ns == starts[4] + 1030 * kUs);
+}
+
 // Guards the phase with a blocking read-back and no input wait: the step
 // starts with the call after the read-back, not mid-step.
 TEST_CASE("auto steps: phase after the read-back", "[steps][auto]") {

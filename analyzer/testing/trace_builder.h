@@ -30,6 +30,7 @@ struct PyFrame {
 struct CallOptions {
   uint64_t correlation = 0;
   uint64_t stream = 0;
+  uint64_t object = 0;        // event, pointer ... (the API's object argument)
   uint32_t stack = 0;         // native stack id
   uint32_t python_stack = 0;  // Python stack id
   uint64_t bytes = 0;
@@ -105,6 +106,7 @@ class TraceBuilder {
     r.exit = exit;
     r.correlation = o.correlation;
     r.stream = o.stream;
+    r.object = o.object;
     r.bytes = o.bytes;
     r.stack = o.stack;
     r.python_stack = o.python_stack;

@@ -48,28 +48,10 @@ KERNELS = ("batch_load=60,gemm_fwd=800,gemm_bwd=1000,loss_reduce=30,tiny_op=5,li
            "resume_*=600,producer_long=3000,consume_*=200,*=20")
 SLACK_NS = 20_000  # per step, on the 90% rule (timer and wake-up granularity)
 
-# (scenario, mode) -> (the analyzer limitation that makes the case fail today,
+# (scenario, mode) -> (an analyzer limitation that makes the case fail today,
 # a regular expression its failure matches: any other failure still fails).
-_RULE1_RETURNED = ("rule 1 charges `sync` only while the synchronizing call is still blocked when the "
-                   "device drains; a synchronous cuMemcpyHtoD from pageable memory returns when its copy "
-                   "starts, so the idle after the copy (the host's work it could have overlapped with the "
-                   "queued kernels) goes to host_wait/host_busy")
-_RULE1_SUBMITTED = ("rule 1 charges idle to the synchronizing call the host is blocked in (here the final "
-                    "cuCtxSynchronize, outside every step) before asking whether the op that ends the gap "
-                    "was already submitted and waited on a cross-stream event: device_wait gets nothing")
-# ... and the final cuCtxSynchronize becomes a hotspot that "caused" that idle.
-_CROSS_SYMPTOM = (r": device_wait \d+ ns < 90% of the injected idle"
-                  r"|^unexpected hotspots: \[\[\"cuCtxSynchronize\", [^]]*\]\]$")
-LIMITATIONS = {
-    ("pageable_htod", "markers"): (_RULE1_RETURNED, r": sync \d+ ns < 90% of the injected idle"),
-    ("pageable_htod", "no_markers"): (_RULE1_RETURNED, r": sync \d+ ns < 90% of the injected idle"),
-    ("cross_stream", "markers"): (_RULE1_SUBMITTED, _CROSS_SYMPTOM),
-    ("cross_stream", "no_markers"): (_RULE1_SUBMITTED, _CROSS_SYMPTOM),
-    ("free_sync", "no_markers"): (
-        "auto steps leave frees out of the launch sequence and end the last step at its last "
-        "launch/copy/sync call, so the last step's synchronizing cuMemFree is taken for teardown and "
-        "not counted (11 of 12)", r"free_sync: count 11, expected 12"),
-}
+# Empty: every scenario passes in both modes.
+LIMITATIONS = {}
 
 
 class Failure(Exception):
