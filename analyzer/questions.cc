@@ -81,8 +81,9 @@ Question Q3(const Totals& t, bool cpu_samples) {
   const bool yes = idle_share >= kQ3MinIdleShare && wall_share >= kQ3MinWallShare;
   const std::string head = absl::StrFormat(
       "GPU idle charged to host_wait + host_busy is %s: %.1f%% of GPU idle time and %.1f%% of "
-      "wall time",
-      FormatDuration(host), 100 * idle_share, 100 * wall_share);
+      "wall time (%s host-bound on XProf's input scale: 5%%/20%% of step time)",
+      FormatDuration(host), 100 * idle_share, 100 * wall_share,
+      XprofLevel(wall_share, kXprofInputScale));
   if (!cpu_samples) {
     return {"q3", yes ? "yes" : "no",
             head + absl::StrFormat(" (host_wait %s, host_busy %s; the on/off-CPU split needs "
@@ -153,13 +154,20 @@ Question Q6(const Totals& t, const QuestionInputs& in) {
   return {"q6", yes ? "yes" : "no",
           absl::StrFormat("%d of %d kernels (%.1f%%) ran shorter than their launch call; "
                           "launch_overhead idle is %s (%.1f%% of wall time, %.1f%% of GPU "
-                          "idle)",
+                          "idle; %s launch-bound on XProf's kernel-launch scale: 3%%/15%%)",
                           in.short_kernels, in.kernels, 100 * short_share,
                           FormatDuration(launch), 100 * launch_share,
-                          100 * Share(launch, t.gpu_idle_ns))};
+                          100 * Share(launch, t.gpu_idle_ns),
+                          XprofLevel(launch_share, kXprofLaunchScale))};
 }
 
 }  // namespace
+
+const char* XprofLevel(double share, XprofScale scale) {
+  if (share >= scale.high) return "highly";
+  if (share >= scale.moderate) return "moderately";
+  return "not";
+}
 
 std::string FormatDuration(int64_t ns) {
   const double v = static_cast<double>(ns);

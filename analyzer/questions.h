@@ -25,6 +25,18 @@ inline constexpr int64_t kQ4MinMaxNs = 1'000'000;
 // most kernels are shorter than their launch and idle >= 20% of wall time.
 inline constexpr double kQ6MinLaunchShare = 0.1;
 inline constexpr int kMinStepsForStatistics = 3;
+// XProf's step-time scale (its input-bound verdict): a category below the
+// first share of step time is "not", below the second "moderately", else
+// "highly". Input: 5% / 20%; kernel launch and all other time: 3% / 15%.
+// q3 reports the host stall and q6 launch_overhead on these scales.
+struct XprofScale {
+  double moderate;
+  double high;
+};
+inline constexpr XprofScale kXprofInputScale{0.05, 0.20};
+inline constexpr XprofScale kXprofLaunchScale{0.03, 0.15};
+// "not", "moderately" or "highly" for a share of step time.
+const char* XprofLevel(double share, XprofScale scale);
 
 struct QuestionInputs {
   int64_t kernels = 0;        // kernels with a known launch call

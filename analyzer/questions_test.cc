@@ -56,6 +56,8 @@ TEST_CASE("q3 host stall and q4 jitter", "[questions]") {
   auto q = AnswerQuestions(even, Sum(even), {});
   CHECK(q[2].id == "q3");
   CHECK(q[2].answer == "yes");
+  // 40% of wall time: highly on XProf's input scale.
+  CHECK(q[2].evidence.find("highly host-bound on XProf's input scale") != std::string::npos);
   CHECK(q[3].answer == "no");
   std::vector<StepStats> uneven = {Step(10'000'000, 5'000'000, 100'000),
                                    Step(10'000'000, 5'000'000, 100'000),
@@ -65,6 +67,17 @@ TEST_CASE("q3 host stall and q4 jitter", "[questions]") {
   CHECK(q[3].evidence.find("max 4.00 ms") != std::string::npos);
   std::vector<StepStats> busy = {Step(10, 0, 0), Step(10, 0, 0), Step(10, 0, 0)};
   CHECK(AnswerQuestions(busy, Sum(busy), {})[2].answer == "no");
+}
+
+// Guards XProf's levels: the boundaries belong to the higher level.
+TEST_CASE("XProf scale levels", "[questions]") {
+  CHECK(std::string(XprofLevel(0.049, kXprofInputScale)) == "not");
+  CHECK(std::string(XprofLevel(0.05, kXprofInputScale)) == "moderately");
+  CHECK(std::string(XprofLevel(0.199, kXprofInputScale)) == "moderately");
+  CHECK(std::string(XprofLevel(0.20, kXprofInputScale)) == "highly");
+  CHECK(std::string(XprofLevel(0.029, kXprofLaunchScale)) == "not");
+  CHECK(std::string(XprofLevel(0.03, kXprofLaunchScale)) == "moderately");
+  CHECK(std::string(XprofLevel(0.15, kXprofLaunchScale)) == "highly");
 }
 
 // Guards q2/q5 (always unknown for now) and q6 (short kernels, launch share).
