@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <optional>
 
 #include "absl/status/status.h"
@@ -17,6 +20,31 @@
 #include "analyzer/trace_reader.h"
 
 namespace stallscope::analyzer {
+namespace {
+
+// STALLSCOPE_TIMING=1 prints each phase's CPU time to stderr (for
+// profiling the analyzer; see docs/analyzer.md "Performance").
+class PhaseTimer {
+ public:
+  PhaseTimer() : on_(getenv("STALLSCOPE_TIMING") != nullptr) { last_ = Now(); }
+  void Mark(const char* phase) {
+    if (!on_) return;
+    const int64_t now = Now();
+    fprintf(stderr, "stallscope: %-10s %8.1f ms\n", phase, static_cast<double>(now - last_) / 1e6);
+    last_ = now;
+  }
+
+ private:
+  static int64_t Now() {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * int64_t{1'000'000'000} + ts.tv_nsec;
+  }
+  bool on_;
+  int64_t last_;
+};
+
+}  // namespace
 
 const char* CauseName(Cause c) {
   switch (c) {
@@ -35,6 +63,7 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
                                        ProcessAnalysis* details) {
   auto pattern = CompileStepPattern(options.step_pattern);
   if (!pattern.ok()) return pattern.status();
+  PhaseTimer timer;
   Report report;
   report.diagnostics = t.diagnostics;
 
@@ -54,6 +83,7 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
     }
   }
   StepPlan plan = FindSteps(t, *pattern, device);
+  timer.Mark("steps");
   report.step_source = plan.source;
   if (plan.ops_outside > 0) {
     AddDiagnostic(&report.diagnostics, DiagId::kOpsOutsideSteps, plan.ops_outside,
@@ -63,12 +93,15 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
   }
   const AttributionOptions& ao = options.attribution;
   std::vector<CallClass> classes = ClassifyCalls(t, device, ao);
+  timer.Mark("classify");
   Attribution attribution = AttributeIdle(t, plan, classes, ao);
+  timer.Mark("attribute");
   report.steps = std::move(attribution.steps);
 
   Symbolizer symbolizer(t.modules);
   report.hotspots = FindHotspots(t, plan, classes, attribution.idle_caused, ao, &symbolizer,
                                  details != nullptr ? &details->hotspot_of_call : nullptr);
+  timer.Mark("hotspots");
 
   Totals& tot = report.totals;
   for (const StepStats& s : report.steps) {
@@ -95,6 +128,7 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
   }
   qi.cpu_samples = !t.cpu.empty();
   report.questions = AnswerQuestions(report.steps, tot, qi);
+  timer.Mark("questions");
 
   const int64_t other = tot.idle_by_cause[static_cast<int>(Cause::kOther)];
   AddDiagnostic(&report.diagnostics, DiagId::kOtherIdle, static_cast<uint64_t>(other),
@@ -170,8 +204,10 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   int64_t primary_ops = -1;
   std::vector<ProcessSummary> processes;
   for (const std::string& path : *paths) {
+    PhaseTimer timer;
     auto timeline = ReadTraceFile(path);
     if (!timeline.ok()) return timeline.status();
+    timer.Mark("read");
     ProcessAnalysis details;
     auto report = AnalyzeTimeline(*timeline, options, primary_out ? &details : nullptr);
     if (!report.ok()) return report.status();

@@ -17,7 +17,21 @@ using trace::ApiCategory;
 // some op whose submitting call entered before x ends after x.
 class PendingWork {
  public:
-  PendingWork(const Timeline& t, uint32_t device) {
+  PendingWork(const Timeline& t, uint32_t device) : t_(t), device_(device) {}
+  bool At(int64_t x) {
+    if (!built_) Build();
+    auto it = std::lower_bound(entries_.begin(), entries_.end(),
+                               std::pair<int64_t, int64_t>{x, std::numeric_limits<int64_t>::min()});
+    if (it == entries_.begin()) return false;
+    return std::prev(it)->second > x;
+  }
+
+ private:
+  // Built on first use: only calls without a joined device op need it.
+  void Build() {
+    built_ = true;
+    const Timeline& t = t_;
+    const uint32_t device = device_;
     for (const DeviceOp& op : t.ops) {
       if (op.device == device && op.call >= 0) {
         entries_.push_back({t.calls[op.call].enter_ns, op.end_ns});
@@ -30,14 +44,10 @@ class PendingWork {
       end = running;  // prefix maximum of ends
     }
   }
-  bool At(int64_t x) const {
-    auto it = std::lower_bound(entries_.begin(), entries_.end(),
-                               std::pair<int64_t, int64_t>{x, std::numeric_limits<int64_t>::min()});
-    if (it == entries_.begin()) return false;
-    return std::prev(it)->second > x;
-  }
 
- private:
+  const Timeline& t_;
+  uint32_t device_;
+  bool built_ = false;
   std::vector<std::pair<int64_t, int64_t>> entries_;
 };
 
@@ -62,15 +72,20 @@ class Attributor {
   Attributor(const Timeline& t, const StepPlan& plan, const std::vector<CallClass>& classes,
              const AttributionOptions& o, Attribution* out)
       : t_(t), plan_(plan), classes_(classes), o_(o), out_(out) {
+    uint32_t tid = 0;
+    std::vector<Activity>* list = nullptr;
     for (size_t i = 0; i < t.calls.size(); ++i) {
       const ApiCall& c = t.calls[i];
-      auto& list = activity_[c.tid];
-      Activity a{c.enter_ns, c.exit_ns, static_cast<int32_t>(i)};
-      if (!list.empty() && a.enter < list.back().exit) {
-        if (a.exit <= list.back().exit) continue;  // nested in the previous call
-        a.enter = list.back().exit;
+      if (list == nullptr || c.tid != tid) {  // consecutive calls mostly share a thread
+        tid = c.tid;
+        list = &activity_[tid];
       }
-      list.push_back(a);
+      Activity a{c.enter_ns, c.exit_ns, static_cast<int32_t>(i)};
+      if (!list->empty() && a.enter < list->back().exit) {
+        if (a.exit <= list->back().exit) continue;  // nested in the previous call
+        a.enter = list->back().exit;
+      }
+      list->push_back(a);
     }
   }
 
@@ -78,15 +93,11 @@ class Attributor {
     auto& steps = out_->steps;
     const int64_t w0 = steps.front().start_ns;
     const int64_t w1 = steps.back().end_ns;
-    struct Event {
-      int64_t t;
-      int32_t op;
-      int32_t delta;  // +1 start, -1 end
-    };
-    // Ops are sorted by start; ends are sorted separately and merged in.
-    // Starts go before ends at equal times: touching ops leave no gap, and
-    // the first op starting at b is the first start event at b.
+    // Ops are sorted by start; ends are sorted separately and merged in on
+    // the fly. Starts go before ends at equal times: touching ops leave no
+    // gap, and the first op starting at b is the first start event at b.
     std::vector<int32_t> starts, ends;
+    starts.reserve(t_.ops.size());
     for (size_t i = 0; i < t_.ops.size(); ++i) {
       if (t_.ops[i].device == plan_.device) starts.push_back(static_cast<int32_t>(i));
     }
@@ -95,32 +106,33 @@ class Attributor {
       return t_.ops[a].end_ns != t_.ops[b].end_ns ? t_.ops[a].end_ns < t_.ops[b].end_ns : a < b;
     };
     if (!std::is_sorted(ends.begin(), ends.end(), by_end)) std::sort(ends.begin(), ends.end(), by_end);
-    std::vector<Event> events;
-    events.reserve(starts.size() * 2);
-    size_t si = 0, ei = 0;
-    while (si < starts.size() || ei < ends.size()) {
-      if (ei == ends.size() ||
-          (si < starts.size() && t_.ops[starts[si]].start_ns <= t_.ops[ends[ei]].end_ns)) {
-        events.push_back({t_.ops[starts[si]].start_ns, starts[si], +1});
-        ++si;
-      } else {
-        events.push_back({t_.ops[ends[ei]].end_ns, ends[ei], -1});
-        ++ei;
-      }
-    }
     int64_t active[3] = {0, 0, 0};  // compute, copy, comm
     int64_t cur = w0;
-    for (const Event& e : events) {
-      const int64_t tt = std::clamp(e.t, w0, w1);
+    size_t si = 0, ei = 0;
+    while (si < starts.size() || ei < ends.size()) {
+      int64_t et;
+      int32_t op;
+      int32_t delta;  // +1 start, -1 end
+      if (ei == ends.size() ||
+          (si < starts.size() && t_.ops[starts[si]].start_ns <= t_.ops[ends[ei]].end_ns)) {
+        op = starts[si++];
+        et = t_.ops[op].start_ns;
+        delta = +1;
+      } else {
+        op = ends[ei++];
+        et = t_.ops[op].end_ns;
+        delta = -1;
+      }
+      const int64_t tt = std::clamp(et, w0, w1);
       if (tt > cur) {
         if (active[0] + active[1] + active[2] > 0) {
           Busy(cur, tt, active);
         } else {
-          ChargeIdle(cur, tt, (e.delta > 0 && e.t == tt) ? e.op : -1);
+          ChargeIdle(cur, tt, (delta > 0 && et == tt) ? op : -1);
         }
         cur = tt;
       }
-      active[KindIndex(t_.ops[e.op].kind)] += e.delta;
+      active[KindIndex(t_.ops[op].kind)] += delta;
     }
     if (cur < w1) ChargeIdle(cur, w1, -1);
   }
@@ -140,8 +152,23 @@ class Attributor {
   void ForSteps(int64_t from, int64_t to, Fn fn) {
     auto& steps = out_->steps;
     while (from < to) {
-      auto it = std::upper_bound(steps.begin(), steps.end(), from,
-                                 [](int64_t v, const StepStats& s) { return v < s.end_ns; });
+      // The first step ending after `from`: times mostly move forward, so
+      // try the last answer and its successor before searching.
+      size_t h = hint_;
+      auto ends_after = [&](size_t k) { return k < steps.size() && steps[k].end_ns > from; };
+      auto first = [&](size_t k) { return ends_after(k) && (k == 0 || steps[k - 1].end_ns <= from); };
+      if (!first(h)) {
+        if (first(h + 1)) {
+          h = h + 1;
+        } else {
+          h = static_cast<size_t>(
+              std::upper_bound(steps.begin(), steps.end(), from,
+                               [](int64_t v, const StepStats& s) { return v < s.end_ns; }) -
+              steps.begin());
+        }
+      }
+      hint_ = std::min(h, steps.empty() ? 0 : steps.size() - 1);
+      auto it = steps.begin() + static_cast<std::ptrdiff_t>(h);
       if (it == steps.end() || it->start_ns >= to) return;
       int64_t lo = std::max(from, it->start_ns);
       int64_t hi = std::min(to, it->end_ns);
@@ -318,6 +345,7 @@ class Attributor {
   const AttributionOptions& o_;
   Attribution* out_;
   absl::flat_hash_map<uint32_t, std::vector<Activity>> activity_;
+  size_t hint_ = 0;  // ForSteps' last step
 };
 
 }  // namespace
@@ -398,14 +426,14 @@ Attribution AttributeIdle(const Timeline& t, const StepPlan& plan,
     out.steps.push_back(s);
   }
   if (out.steps.empty()) return out;
-  // Launches and synchronizing calls by the host range they entered in.
+  // Launches and synchronizing calls by the host range they entered in
+  // (calls are sorted by enter: one walk over the steps).
+  size_t k = 0;
   for (size_t i = 0; i < t.calls.size(); ++i) {
     const ApiCall& c = t.calls[i];
-    auto it = std::upper_bound(
-        out.steps.begin(), out.steps.end(), c.enter_ns,
-        [](int64_t v, const StepStats& s) { return v < s.host_start_ns; });
-    if (it == out.steps.begin()) continue;
-    --it;
+    while (k < out.steps.size() && out.steps[k].host_start_ns <= c.enter_ns) ++k;
+    if (k == 0) continue;
+    auto it = out.steps.begin() + static_cast<std::ptrdiff_t>(k - 1);
     // Host ranges are half-open; the single step of an unmarked run holds
     // every call.
     if (c.enter_ns >= it->host_end_ns && plan.source != "none") continue;

@@ -126,13 +126,24 @@ int RunUnderStallscope(const RunOptions& o) {
     return 1;
   }
   fflush(nullptr);
+  // SIGINT/SIGTERM stay blocked from before the fork until the handler that
+  // forwards them to the child is in place: a signal sent in between (the
+  // child may signal its parent at once) is delivered then, not lost or
+  // fatal to stallscope.
+  sigset_t forwarded, old_mask;
+  sigemptyset(&forwarded);
+  sigaddset(&forwarded, SIGINT);
+  sigaddset(&forwarded, SIGTERM);
+  sigprocmask(SIG_BLOCK, &forwarded, &old_mask);
   pid_t pid = fork();
   if (pid < 0) {
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     fprintf(stderr, "stallscope: fork: %s\n", strerror(errno));
     return 1;
   }
   if (pid == 0) {
     close(fds[0]);
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     execvpe(argv[0], argv.data(), envp.data());
     int err = errno;
     ssize_t ignored = write(fds[1], &err, sizeof(err));
@@ -147,6 +158,7 @@ int RunUnderStallscope(const RunOptions& o) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
+  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
 
   int exec_errno = 0;
   ssize_t got;

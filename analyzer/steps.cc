@@ -42,11 +42,25 @@ uint32_t BusiestDevice(const Timeline& t) {
 
 uint32_t MainThread(const Timeline& t) {
   absl::flat_hash_map<uint32_t, std::pair<int64_t, int64_t>> counts;  // launches, calls
+  // Consecutive calls mostly come from one thread: count runs, then add.
+  uint32_t run_tid = 0;
+  std::pair<int64_t, int64_t> run{0, 0};
+  auto flush = [&] {
+    if (run.second == 0) return;
+    auto& c = counts[run_tid];
+    c.first += run.first;
+    c.second += run.second;
+    run = {0, 0};
+  };
   for (const ApiCall& c : t.calls) {
-    auto& [launches, calls] = counts[c.tid];
-    ++calls;
-    if (t.Api(c.api).category == trace::ApiCategory::kLaunch) ++launches;
+    if (c.tid != run_tid) {
+      flush();
+      run_tid = c.tid;
+    }
+    ++run.second;
+    if (t.Api(c.api).category == trace::ApiCategory::kLaunch) ++run.first;
   }
+  flush();
   uint32_t best = 0;
   std::pair<int64_t, int64_t> best_count{-1, -1};
   for (const auto& [tid, count] : counts) {
@@ -313,24 +327,19 @@ StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device
   }
   const bool markers = !steps.empty();
 
-  // Device ops of the analyzed device by their submitting call's enter time.
-  struct Submitted {
-    int64_t enter, start, end;
-  };
-  std::vector<Submitted> submitted;
+  // The extent of the analyzed device's ops.
   int64_t first_op = std::numeric_limits<int64_t>::max();
   int64_t last_op = std::numeric_limits<int64_t>::min();
+  int64_t submitted = 0;
   for (const DeviceOp& op : t.ops) {
     if (op.device != device) continue;
     first_op = std::min(first_op, op.start_ns);
     last_op = std::max(last_op, op.end_ns);
-    if (op.call >= 0) submitted.push_back({t.calls[op.call].enter_ns, op.start_ns, op.end_ns});
+    submitted += op.call >= 0;
   }
-  std::sort(submitted.begin(), submitted.end(),
-            [](const Submitted& a, const Submitted& b) { return a.enter < b.enter; });
 
   if (!markers) {
-    if (t.calls.empty() && submitted.empty() && first_op > last_op) return plan;
+    if (t.calls.empty() && submitted == 0 && first_op > last_op) return plan;
     StepSpan s;
     s.host_start_ns = t.calls.empty() ? first_op : t.calls.front().enter_ns;
     s.host_end_ns = s.host_start_ns;
@@ -341,20 +350,33 @@ StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device
     return plan;
   }
 
+  // Each call's step by its enter time (calls are sorted by enter; host
+  // ranges are sorted and disjoint): one walk, then each op takes its
+  // submitting call's step.
+  std::vector<int32_t> step_of_call(t.calls.size(), -1);
+  {
+    size_t k = 0;
+    for (size_t i = 0; i < t.calls.size(); ++i) {
+      const int64_t e = t.calls[i].enter_ns;
+      while (k < steps.size() && steps[k].host_end_ns <= e) ++k;
+      if (k == steps.size()) break;
+      if (e >= steps[k].host_start_ns) step_of_call[i] = static_cast<int32_t>(k);
+    }
+  }
+  std::vector<int64_t> op_start(steps.size(), std::numeric_limits<int64_t>::max());
+  std::vector<int64_t> op_end(steps.size(), std::numeric_limits<int64_t>::min());
   int64_t assigned = 0;
+  for (const DeviceOp& op : t.ops) {
+    if (op.device != device || op.call < 0) continue;
+    const int32_t k = step_of_call[op.call];
+    if (k < 0) continue;
+    ++assigned;
+    op_start[k] = std::min(op_start[k], op.start_ns);
+    op_end[k] = std::max(op_end[k], op.end_ns);
+  }
   for (size_t k = 0; k < steps.size(); ++k) {
     StepSpan& s = steps[k];
-    auto lo = std::lower_bound(submitted.begin(), submitted.end(), s.host_start_ns,
-                               [](const Submitted& x, int64_t v) { return x.enter < v; });
-    auto hi = std::lower_bound(lo, submitted.end(), s.host_end_ns,
-                               [](const Submitted& x, int64_t v) { return x.enter < v; });
-    int64_t op_start = std::numeric_limits<int64_t>::max();
-    int64_t op_end = std::numeric_limits<int64_t>::min();
-    for (auto it = lo; it != hi; ++it) {
-      op_start = std::min(op_start, it->start);
-      op_end = std::max(op_end, it->end);
-    }
-    assigned += hi - lo;
+    const bool none = op_end[k] == std::numeric_limits<int64_t>::min();
     if (k == 0) {
       auto first_call = std::lower_bound(
           t.calls.begin(), t.calls.end(), s.host_start_ns,
@@ -362,14 +384,14 @@ StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device
       int64_t host_first = (first_call != t.calls.end() && first_call->enter_ns < s.host_end_ns)
                                ? first_call->enter_ns
                                : s.host_start_ns;
-      s.start_ns = std::min(host_first, op_start);
+      s.start_ns = std::min(host_first, op_start[k]);
     } else {
       s.start_ns = steps[k - 1].end_ns;
     }
     // A step that submitted nothing ends with its host range.
-    s.end_ns = std::max(s.start_ns, hi == lo ? s.host_end_ns : op_end);
+    s.end_ns = std::max(s.start_ns, none ? s.host_end_ns : op_end[k]);
   }
-  plan.ops_outside = static_cast<int64_t>(submitted.size()) - assigned;
+  plan.ops_outside = submitted - assigned;
   plan.steps = std::move(steps);
   return plan;
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -85,21 +86,34 @@ void ConvertTicks(Timeline* t) {
 template <typename Key, typename Value>
 class IdMap {
  public:
-  IdMap(const std::vector<std::pair<Key, Value>>& entries, Value missing) : missing_(missing) {
-    if (entries.empty()) return;
-    Key lo = entries.front().first, hi = lo;
-    for (const auto& [k, v] : entries) {
-      lo = std::min(lo, k);
-      hi = std::max(hi, k);
+  // Entries are `entry(i)` for i in [0, n): a (key, value) pair, or
+  // nullopt to skip i.
+  template <typename Entry>
+  IdMap(size_t n, Entry entry, Value missing) : missing_(missing) {
+    bool any = false;
+    Key lo = 0, hi = 0;
+    size_t count = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (auto e = entry(i)) {
+        lo = any ? std::min(lo, e->first) : e->first;
+        hi = any ? std::max(hi, e->first) : e->first;
+        any = true;
+        ++count;
+      }
     }
-    if (hi - lo < 4 * static_cast<uint64_t>(entries.size()) + 1024) {
+    if (!any) return;
+    if (hi - lo < 4 * static_cast<uint64_t>(count) + 1024) {
       base_ = lo;
       dense_.assign(static_cast<size_t>(hi - lo) + 1, missing);
-      for (const auto& [k, v] : entries) dense_[static_cast<size_t>(k - lo)] = v;
+      for (size_t i = 0; i < n; ++i) {
+        if (auto e = entry(i)) dense_[static_cast<size_t>(e->first - lo)] = e->second;
+      }
       use_dense_ = true;
     } else {
-      sparse_.reserve(entries.size());
-      for (const auto& [k, v] : entries) sparse_[k] = v;
+      sparse_.reserve(count);
+      for (size_t i = 0; i < n; ++i) {
+        if (auto e = entry(i)) sparse_[e->first] = e->second;
+      }
     }
   }
   Value Get(Key k) const {
@@ -120,18 +134,20 @@ class IdMap {
 };
 
 void Join(Timeline* t) {
-  std::vector<std::pair<uint64_t, int32_t>> calls;
-  calls.reserve(t->calls.size());
-  for (size_t i = 0; i < t->calls.size(); ++i) {
-    if (t->calls[i].correlation != 0) {
-      calls.emplace_back(t->calls[i].correlation, static_cast<int32_t>(i));
-    }
-  }
-  const IdMap<uint64_t, int32_t> by_external(calls, -1);
-  std::vector<std::pair<uint32_t, uint64_t>> corr;
-  corr.reserve(t->correlations.size());
-  for (const auto& c : t->correlations) corr.emplace_back(c.correlation, c.external);
-  const IdMap<uint32_t, uint64_t> to_external(corr, 0);
+  const IdMap<uint64_t, int32_t> by_external(
+      t->calls.size(),
+      [t](size_t i) -> std::optional<std::pair<uint64_t, int32_t>> {
+        const uint64_t id = t->calls[i].correlation;
+        if (id == 0) return std::nullopt;
+        return std::make_pair(id, static_cast<int32_t>(i));
+      },
+      -1);
+  const IdMap<uint32_t, uint64_t> to_external(
+      t->correlations.size(),
+      [t](size_t i) -> std::optional<std::pair<uint32_t, uint64_t>> {
+        return std::make_pair(t->correlations[i].correlation, t->correlations[i].external);
+      },
+      0);
   const bool fallback = t->correlations.empty() && !t->ops.empty();
   uint64_t unjoined = 0;
   for (DeviceOp& op : t->ops) {
@@ -149,6 +165,8 @@ void Join(Timeline* t) {
   if (fallback) {
     AddDiagnostic(&t->diagnostics, DiagId::kCorrelationFallback, 1);
   }
+  // Joined: the pairs are not needed any more.
+  std::vector<trace::CorrelationRecord>().swap(t->correlations);
   if (unjoined > 0) {
     AddDiagnostic(&t->diagnostics, DiagId::kUncorrelatedDeviceOps, unjoined,
                   absl::StrFormat("%d of %d device ops have no submitting host "

@@ -113,6 +113,7 @@ struct Timeline {
   std::vector<ApiInfo> apis;  // indexed by api id
   std::vector<ApiCall> calls;  // sorted by enter after FinalizeTimeline
   std::vector<DeviceOp> ops;   // sorted by start after FinalizeTimeline
+  // Read, then released by FinalizeTimeline once ops are joined to calls.
   std::vector<trace::CorrelationRecord> correlations;
   std::vector<NvtxEvent> nvtx;
   std::vector<NvtxRange> ranges;  // sorted by start
