@@ -2,6 +2,10 @@
 // in every idle_by_cause object, zeros included.
 #include "analyzer/report_json.h"
 
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+
 namespace stallscope::analyzer {
 namespace {
 
@@ -31,14 +35,15 @@ Json TotalsJson(const Totals& t) {
               {"syncs", t.syncs}};
 }
 
-}  // namespace
-
-Json ReportToJson(const Report& r) {
+// With `with_steps` false the steps array is left empty (RenderJson writes
+// it itself); everything else, per-step rates included, is the same.
+Json ToJson(const Report& r, bool with_steps) {
   Json j;
   j["schema"] = kReportSchema;
   j["step_source"] = r.step_source;
   Json steps = Json::array();
   for (const StepStats& s : r.steps) {
+    if (!with_steps) break;
     steps.push_back(Json{{"index", s.index},
                          {"device", s.device},
                          {"start_ns", s.start_ns},
@@ -118,8 +123,60 @@ Json ReportToJson(const Report& r) {
   return j;
 }
 
+}  // namespace
+
+Json ReportToJson(const Report& r) { return ToJson(r, true); }
+
+namespace {
+
+// The steps array exactly as nlohmann's dump(2) writes it at this depth
+// (integers only, fixed keys), without building a JSON object per step:
+// reports of long runs have hundreds of thousands of steps.
+void AppendSteps(const std::vector<StepStats>& steps, std::string* out) {
+  if (steps.empty()) {
+    out->append("[]");
+    return;
+  }
+  out->append("[\n");
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const StepStats& s = steps[k];
+    absl::StrAppend(out, "    {\n      \"index\": ", s.index, ",\n      \"device\": ", s.device,
+                    ",\n      \"start_ns\": ", s.start_ns, ",\n      \"end_ns\": ", s.end_ns,
+                    ",\n      \"host_start_ns\": ", s.host_start_ns,
+                    ",\n      \"host_end_ns\": ", s.host_end_ns,
+                    ",\n      \"gpu_busy_ns\": ", s.gpu_busy_ns,
+                    ",\n      \"gpu_idle_ns\": ", s.gpu_idle_ns,
+                    ",\n      \"idle_by_cause\": {\n");
+    for (int c = 0; c < kNumCauses; ++c) {
+      absl::StrAppend(out, "        \"", CauseName(CauseAt(c)), "\": ", s.idle_by_cause[c],
+                      c + 1 < kNumCauses ? ",\n" : "\n");
+    }
+    absl::StrAppend(out, "      },\n      \"busy_by_kind\": {\n        \"compute\": ",
+                    s.busy_by_kind.compute, ",\n        \"copy\": ", s.busy_by_kind.copy,
+                    ",\n        \"comm\": ", s.busy_by_kind.comm,
+                    "\n      },\n      \"sync_count\": ", s.sync_count,
+                    ",\n      \"launches\": ", s.launches,
+                    k + 1 < steps.size() ? "\n    },\n" : "\n    }\n");
+  }
+  out->append("  ]");
+}
+
+}  // namespace
+
 std::string RenderJson(const Report& report) {
-  return ReportToJson(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  // Everything but the steps through the JSON library; the steps array is
+  // written directly into its place (byte-identical to the library's).
+  const std::string doc = ToJson(report, false).dump(2, ' ', false,
+                                                     nlohmann::json::error_handler_t::replace);
+  constexpr std::string_view kEmptySteps = "\n  \"steps\": [],\n";
+  const size_t at = doc.find(kEmptySteps);  // the third key: always there
+  std::string out;
+  out.reserve(doc.size() + report.steps.size() * 560 + 1);
+  out.append(doc, 0, at + kEmptySteps.size() - 4);  // up to and including `"steps": `
+  AppendSteps(report.steps, &out);
+  out.append(doc, at + kEmptySteps.size() - 2, std::string::npos);  // `,\n` onwards
+  out.append("\n");
+  return out;
 }
 
 }  // namespace stallscope::analyzer

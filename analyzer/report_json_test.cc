@@ -36,6 +36,24 @@ void CheckCauses(const nlohmann::ordered_json& j) {
   CHECK(j.size() == 7);
 }
 
+// Guards RenderJson's directly written steps array: byte-identical to the
+// JSON library's rendering of the whole report, with steps and without.
+TEST_CASE("json steps written directly match the library", "[report]") {
+  Report r = Sample();
+  REQUIRE(r.steps.size() == 4);
+  r.steps[1].idle_by_cause[2] = -7;  // any integer, negative included
+  r.steps[3].busy_by_kind.comm = int64_t{1} << 60;
+  const auto library = [](const Report& x) {
+    return ReportToJson(x).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  };
+  CHECK(RenderJson(r) == library(r));
+  r.steps.resize(1);
+  CHECK(RenderJson(r) == library(r));
+  r.steps.clear();
+  CHECK(RenderJson(r) == library(r));
+  CHECK(nlohmann::json::parse(RenderJson(Sample()))["steps"].size() == 4);
+}
+
 // Guards the report contract read by scripts (design.md).
 TEST_CASE("json report has every contract field", "[report]") {
   const auto j = nlohmann::ordered_json::parse(RenderJson(Sample()));
