@@ -336,23 +336,35 @@ def case_needed(build, work):
 CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
 
 
+# Most checks depend on the simulated device keeping time with the host
+# (real-time sleeps and spins on a shared two-core machine): a failure gets
+# one more run, and both runs' failures are printed (a real bug fails both).
+ATTEMPTS = 2
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     ap.add_argument("--case", required=True, choices=sorted(CASES))
     args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix=f"stallscope-e2e-{args.case}-")
-    try:
-        if CASES[args.case](os.path.abspath(args.build), work) == SKIP:
-            print(f"skipped {args.case}: not built")
-            shutil.rmtree(work, ignore_errors=True)
-            return SKIP
-    except Failure as e:
-        print(f"FAIL {args.case}: {e}\n(kept {work})")
-        return 1
-    shutil.rmtree(work, ignore_errors=True)
-    print(f"ok {args.case}")
-    return 0
+    attempts = ATTEMPTS
+    for attempt in range(1, attempts + 1):
+        work = tempfile.mkdtemp(prefix=f"stallscope-e2e-{args.case}-")
+        try:
+            if CASES[args.case](os.path.abspath(args.build), work) == SKIP:
+                print(f"skipped {args.case}: not built")
+                shutil.rmtree(work, ignore_errors=True)
+                return SKIP
+        except Failure as e:
+            print(f"FAIL {args.case}: {e}\n(kept {work})")
+            if attempt < attempts:
+                print(f"retrying {args.case} (attempt {attempt + 1} of {attempts})")
+                continue
+            return 1
+        shutil.rmtree(work, ignore_errors=True)
+        print(f"ok {args.case}")
+        return 0
+    return 1
 
 
 if __name__ == "__main__":
