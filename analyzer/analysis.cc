@@ -205,7 +205,13 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   std::vector<ProcessSummary> processes;
   for (const std::string& path : *paths) {
     PhaseTimer timer;
-    auto timeline = ReadTraceFile(path);
+    ReadProgress progress;
+    if (options.progress) {
+      progress = [&options, &path](uint64_t done, uint64_t total) {
+        options.progress(path, done, total);
+      };
+    }
+    auto timeline = ReadTraceFile(path, progress);
     if (!timeline.ok()) return timeline.status();
     timer.Mark("read");
     ProcessAnalysis details;

@@ -2,6 +2,8 @@
 // questions, for one process or for every trace in a folder.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,9 @@ namespace stallscope::analyzer {
 struct AnalysisOptions {
   std::string step_pattern = kDefaultStepPattern;
   AttributionOptions attribution;
+  // Called while each file is read (see ReadTraceFile): path, bytes read,
+  // file size.
+  std::function<void(const std::string& path, uint64_t done, uint64_t total)> progress;
 };
 
 // What the report is made from, kept for the writers that draw the

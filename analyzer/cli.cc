@@ -1,6 +1,8 @@
 // Subcommand table, option parsing and help (see cli.h).
 #include "analyzer/cli.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -15,6 +17,7 @@
 #include "analyzer/report_text.h"
 #include "analyzer/run_command.h"
 #include "analyzer/steps.h"
+#include "analyzer/symbolizer.h"
 #include "analyzer/trace_reader.h"
 
 namespace stallscope::analyzer {
@@ -42,6 +45,7 @@ constexpr Subcommand kSubcommands[] = {
      "  --out DIR   trace folder (default: a new stallscope-YYYYMMDD-HHMMSS in the current\n"
      "              folder, mode 0750); an empty folder left at the end is removed\n"
      "  --sim       use the simulated GPU libraries (machines without a GPU)\n"
+     "  -q, --quiet no summary after the command (errors only)\n"
      "  --          end of options; CMD follows\n"
      "Environment: STALLSCOPE_LIBDIR overrides where libstallscope.so is found\n"
      "(default: <dir of this program>/../lib).\n",
@@ -52,7 +56,10 @@ constexpr Subcommand kSubcommands[] = {
      "  --format F         text (default) or json (schema stallscope.report/1)\n"
      "  -o OUT             write to OUT (a new file, never overwritten, mode 0640)\n"
      "  --step-pattern RE  NVTX range names that mark steps\n"
-     "                     (default: (?i)step|iter|ProfilerStep; a leading (?i) ignores case)\n",
+     "                     (default: (?i)step|iter|ProfilerStep; a leading (?i) ignores case)\n"
+     "  --color WHEN       colour the text output: auto (default: on a terminal, unless\n"
+     "                     NO_COLOR is set), always or never\n"
+     "  -q, --quiet        no progress on stderr (errors only)\n",
      ReportCmd},
     {"compare",
      "stallscope compare BASE OTHER [--format text|json] [-o OUT] [--step-pattern RE]",
@@ -61,7 +68,8 @@ constexpr Subcommand kSubcommands[] = {
      "vanished, a verdict, and q2.",
      "  --format F         text (default) or json (schema stallscope.compare/1)\n"
      "  -o OUT             write to OUT (a new file, never overwritten, mode 0640)\n"
-     "  --step-pattern RE  NVTX range names that mark steps (as for report)\n",
+     "  --step-pattern RE  NVTX range names that mark steps (as for report)\n"
+     "  -q, --quiet        no progress on stderr (errors only)\n",
      CompareCmd},
     {"dump", "stallscope dump FILE",
      "Print one trace's calls, device ops and NVTX ranges in time order, one per line (for "
@@ -141,6 +149,8 @@ int RunCmd(const std::vector<std::string>& args) {
       }
     } else if (a == "--sim") {
       o.sim = true;
+    } else if (a == "-q" || a == "--quiet") {
+      o.quiet = true;
     } else if (std::string_view(a).starts_with("-")) {
       return Usage(self, absl::StrFormat("unknown option %s", a));
     } else {
@@ -158,7 +168,31 @@ int RunCmd(const std::vector<std::string>& args) {
 struct ReportArgs {
   std::vector<std::string> inputs;
   std::string format = "text", out, pattern = kDefaultStepPattern;
+  bool quiet = false;
+  std::string color = "auto";  // auto | always | never
 };
+
+// Progress on stderr while a large file is read, only on a terminal.
+void ShowProgress(const std::string& path, uint64_t done, uint64_t total) {
+  constexpr uint64_t kMinBytes = uint64_t{64} << 20;
+  if (total < kMinBytes) return;
+  if (done >= total) {
+    fputs("\r\033[K", stderr);
+  } else {
+    fprintf(stderr, "\rstallscope: reading %s %3d%% (%d of %d MB)", BaseName(path).c_str(),
+            static_cast<int>(100 * done / total), static_cast<int>(done >> 20),
+            static_cast<int>(total >> 20));
+  }
+  fflush(stderr);
+}
+
+// Options common to report and compare: progress and colour.
+void ApplyCommon(const ReportArgs& r, AnalysisOptions* options, bool* color) {
+  if (!r.quiet && isatty(STDERR_FILENO)) options->progress = ShowProgress;
+  const char* no_color = getenv("NO_COLOR");
+  *color = r.color == "always" ||
+           (r.color == "auto" && isatty(STDOUT_FILENO) && (no_color == nullptr || *no_color == '\0'));
+}
 
 std::optional<int> ParseReportArgs(const Subcommand& self, const std::vector<std::string>& args,
                                    ReportArgs* r) {
@@ -184,6 +218,13 @@ std::optional<int> ParseReportArgs(const Subcommand& self, const std::vector<std
     } else if (Matches(a, "--step-pattern")) {
       if (!TakeValue(args, &i, "--step-pattern", &r->pattern)) {
         return Usage(self, "--step-pattern needs a regular expression");
+      }
+    } else if (a == "-q" || a == "--quiet") {
+      r->quiet = true;
+    } else if (Matches(a, "--color")) {
+      if (!TakeValue(args, &i, "--color", &r->color) ||
+          (r->color != "auto" && r->color != "always" && r->color != "never")) {
+        return Usage(self, "--color needs auto, always or never");
       }
     } else {
       return Usage(self, absl::StrFormat("unknown option %s", a));
@@ -228,7 +269,7 @@ int ReportCmd(const std::vector<std::string>& args) {
   const Subcommand& self = *Find("report");
   ReportArgs parsed;
   if (auto code = ParseReportArgs(self, args, &parsed)) return *code;
-  auto& [inputs, format, out, pattern] = parsed;
+  auto& [inputs, format, out, pattern, quiet, color_when] = parsed;
   if (inputs.empty()) return Usage(self, "no trace folder or file given");
   const ReportFormat* fmt = FindFormat(format);
   if (fmt == nullptr) {
@@ -242,13 +283,18 @@ int ReportCmd(const std::vector<std::string>& args) {
   }
   AnalysisOptions options;
   options.step_pattern = pattern;
+  bool color = false;
+  ApplyCommon(parsed, &options, &color);
+  if (!out.empty() && color_when != "always") color = false;
   ProcessAnalysis analysis;
   auto report = AnalyzePaths(inputs, options, fmt->needs_timeline ? &analysis : nullptr);
   if (!report.ok()) {
     fprintf(stderr, "stallscope: %s\n", std::string(report.status().message()).c_str());
     return kExitBadTrace;
   }
-  auto rendered = fmt->render(*report, analysis);
+  auto rendered = std::string_view(fmt->name) == "text" && color
+                      ? absl::StatusOr<std::string>(RenderText(*report, {.color = true}))
+                      : fmt->render(*report, analysis);
   if (!rendered.ok()) {
     fprintf(stderr, "stallscope: %s\n", std::string(rendered.status().message()).c_str());
     return kExitUsage;
@@ -269,7 +315,7 @@ int CompareCmd(const std::vector<std::string>& args) {
   const Subcommand& self = *Find("compare");
   ReportArgs parsed;
   if (auto code = ParseReportArgs(self, args, &parsed)) return *code;
-  auto& [inputs, format, out, pattern] = parsed;
+  auto& [inputs, format, out, pattern, quiet, color_when] = parsed;
   if (inputs.size() != 2) return Usage(self, "two runs: BASE and OTHER (folders or files)");
   if (format != "text" && format != "json") {
     return Usage(self, absl::StrFormat("unknown format %s (text or json)", format));
@@ -279,6 +325,8 @@ int CompareCmd(const std::vector<std::string>& args) {
   }
   AnalysisOptions options;
   options.step_pattern = pattern;
+  bool color = false;  // the comparison's text has no colours yet
+  ApplyCommon(parsed, &options, &color);
   auto base = AnalyzePaths({inputs[0]}, options);
   if (!base.ok()) {
     fprintf(stderr, "stallscope: %s\n", std::string(base.status().message()).c_str());

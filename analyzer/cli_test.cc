@@ -145,6 +145,26 @@ TEST_CASE("run prints a summary when traces were written", "[cli]") {
   CHECK((st.st_mode & 0777) == 0750);
 }
 
+// Guards colour and quiet: colour only when asked (stdout here is a pipe, so
+// auto means none), a bad --color is a usage error, --quiet silences the
+// run summary.
+TEST_CASE("colour only on request, and quiet", "[cli]") {
+  Sandbox box;
+  const std::string trace = WriteSampleTrace(box.root() + "/sample.sstrace");
+  Result plain = box.Run("report " + trace);
+  CHECK(plain.code == 0);
+  CHECK(plain.out.find('\033') == std::string::npos);
+  Result colored = box.Run("report --color always " + trace);
+  CHECK(colored.code == 0);
+  CHECK(colored.out.find("\033[1mstallscope report\033[0m") != std::string::npos);
+  Result never = box.Run("report --color=never " + trace);
+  CHECK(never.out == plain.out);
+  CHECK(box.Run("report --color sometimes " + trace).code == 1);
+  Result quiet = box.Run("run -q --out traces -- sh -c 'cp " + trace + " \"$STALLSCOPE_OUT\"/'");
+  CHECK(quiet.code == 0);
+  CHECK(quiet.err.empty());
+}
+
 // Guards report errors: exit 2 and exactly one line saying what and where.
 TEST_CASE("report of missing or corrupt traces exits 2 with one line", "[cli]") {
   Sandbox box;

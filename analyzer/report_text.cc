@@ -2,6 +2,7 @@
 #include "analyzer/report_text.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -26,6 +27,35 @@ std::string Site(const Frame& f) {
   if (f.file.empty()) return f.function;
   return absl::StrFormat("%s:%d (%s)", f.file, f.line, f.function);
 }
+
+// Wraps already padded text in an SGR colour when colouring.
+class Painter {
+ public:
+  explicit Painter(bool on) : on_(on) {}
+  std::string Paint(const std::string& text, const char* sgr) const {
+    if (!on_) return text;
+    return absl::StrCat("\033[", sgr, "m", text, "\033[0m");
+  }
+  std::string Heading(const std::string& text) const { return Paint(text, "1"); }
+  // yes: yellow (a problem found), no: green, unknown: dim.
+  std::string Answer(const std::string& answer) const {
+    const std::string padded = absl::StrFormat("%-7s", answer);
+    if (answer == "yes") return Paint(padded, "1;33");
+    if (answer == "no") return Paint(padded, "32");
+    return Paint(padded, "2");
+  }
+  std::string Sev(Severity s) const {
+    const std::string padded = absl::StrFormat("%-7s", SeverityName(s));
+    switch (s) {
+      case Severity::kError: return Paint(padded, "1;31");
+      case Severity::kWarning: return Paint(padded, "33");
+      default: return padded;
+    }
+  }
+
+ private:
+  bool on_;
+};
 
 }  // namespace
 
@@ -52,9 +82,10 @@ std::string RenderSummary(const Report& r) {
   return s;
 }
 
-std::string RenderText(const Report& r) {
+std::string RenderText(const Report& r, const TextStyle& style) {
+  const Painter paint(style.color);
   const Totals& t = r.totals;
-  std::string out = "stallscope report\n=================\n";
+  std::string out = paint.Heading("stallscope report") + "\n=================\n";
   for (const ProcessSummary& p : r.processes) {
     absl::StrAppendFormat(&out, "%s pid %d on %s: %d device ops%s\n", p.file, p.pid,
                           p.host.empty() ? "?" : p.host, p.device_ops,
@@ -68,7 +99,8 @@ std::string RenderText(const Report& r) {
                         FormatDuration(t.busy_by_kind.compute), FormatDuration(t.busy_by_kind.copy),
                         FormatDuration(t.busy_by_kind.comm), t.launches, t.syncs);
 
-  absl::StrAppend(&out, "\nSteps (device timeline; times relative to the first step)\n");
+  absl::StrAppend(&out, "\n",
+                  paint.Heading("Steps (device timeline; times relative to the first step)"), "\n");
   absl::StrAppendFormat(&out, "  %5s %12s %12s %12s %12s %6s %5s %8s  %s\n", "step", "start",
                         "time", "busy", "idle", "idle%", "syncs", "launches", "top cause");
   const int64_t origin = r.steps.empty() ? 0 : r.steps.front().start_ns;
@@ -86,13 +118,13 @@ std::string RenderText(const Report& r) {
                           r.steps.size() - kTextMaxSteps);
   }
 
-  absl::StrAppend(&out, "\nGPU idle by cause\n");
+  absl::StrAppend(&out, "\n", paint.Heading("GPU idle by cause"), "\n");
   for (int i = 0; i < kNumCauses; ++i) {
     absl::StrAppendFormat(&out, "  %-16s %12s %6.1f%%\n", CauseName(CauseAt(i)),
                           FormatDuration(t.idle_by_cause[i]), Pct(t.idle_by_cause[i], t.gpu_idle_ns));
   }
 
-  absl::StrAppend(&out, "\nForced-sync hotspots\n");
+  absl::StrAppend(&out, "\n", paint.Heading("Forced-sync hotspots"), "\n");
   if (r.hotspots.empty()) {
     absl::StrAppend(&out, "  none: no synchronizing call blocked the host\n");
   } else {
@@ -121,7 +153,7 @@ std::string RenderText(const Report& r) {
     }
   }
 
-  absl::StrAppend(&out, "\nQuestions\n");
+  absl::StrAppend(&out, "\n", paint.Heading("Questions"), "\n");
   static constexpr const char* kTitles[] = {
       "Does step time move with the utilization dips?",
       "Do idle gaps shrink with synthetic or cached input?",
@@ -131,17 +163,18 @@ std::string RenderText(const Report& r) {
       "Does the workload lack work per step?"};
   for (size_t i = 0; i < r.questions.size(); ++i) {
     const Question& q = r.questions[i];
-    absl::StrAppendFormat(&out, "  %s %-7s %s\n         %s\n", q.id, q.answer,
+    absl::StrAppendFormat(&out, "  %s %s %s\n         %s\n", q.id, paint.Answer(q.answer),
                           i < 6 ? kTitles[i] : "", q.evidence);
   }
 
-  absl::StrAppend(&out, "\nDiagnostics\n");
+  absl::StrAppend(&out, "\n", paint.Heading("Diagnostics"), "\n");
   for (const Diagnostic& d : r.diagnostics) {
     if (d.message.empty()) {
-      absl::StrAppendFormat(&out, "  %-7s %-26s %s (count %d)\n", SeverityName(DiagSeverity(d.id)),
-                            DiagName(d.id), DiagDescription(d.id), d.count);
+      absl::StrAppendFormat(&out, "  %s %-26s %s (count %d)\n",
+                            paint.Sev(DiagSeverity(d.id)), DiagName(d.id), DiagDescription(d.id),
+                            d.count);
     } else {
-      absl::StrAppendFormat(&out, "  %-7s %-26s %s\n", SeverityName(DiagSeverity(d.id)),
+      absl::StrAppendFormat(&out, "  %s %-26s %s\n", paint.Sev(DiagSeverity(d.id)),
                             DiagName(d.id), d.message);
     }
   }

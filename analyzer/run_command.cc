@@ -189,10 +189,12 @@ int RunUnderStallscope(const RunOptions& o) {
 
   if (IsEmptyDir(dir)) {
     if (created) rmdir(dir.c_str());  // only removes an empty folder
+    if (o.quiet) return code;
     fprintf(stderr, "stallscope: no CUDA activity recorded%s\n",
             o.sim ? "" : " (on a machine without a GPU driver, try `stallscope run --sim`)");
     return code;
   }
+  if (o.quiet) return code;
   AnalysisOptions ao;
   if (!o.step_pattern.empty()) ao.step_pattern = o.step_pattern;
   auto report = AnalyzePaths({dir}, ao);

@@ -12,6 +12,7 @@ struct RunOptions {
   std::string out_dir;  // empty: stallscope-YYYYMMDD-HHMMSS in the cwd
   bool sim = false;     // put <libdir>/simgpu first on LD_LIBRARY_PATH
   std::string step_pattern;  // for the summary; empty: default
+  bool quiet = false;        // no summary: only errors on stderr
   std::vector<std::string> command;
 };
 

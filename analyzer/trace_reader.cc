@@ -250,7 +250,8 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
   return {};
 }
 
-absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::string& name) {
+absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::string& name,
+                              const ReadProgress& progress = nullptr) {
   Timeline t;
   t.path = name;
   t.file_size = size;
@@ -312,6 +313,8 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
   std::vector<uint64_t> buffer;  // 8-byte aligned payload buffer, reused
   uint64_t off = fh.header_bytes;
   bool truncated = off > size;
+  constexpr uint64_t kProgressBytes = uint64_t{32} << 20;
+  uint64_t reported = 0;
   while (!truncated && off < size) {
     ChunkHeader ch;
     if (size - off < sizeof(ch)) {
@@ -357,7 +360,12 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
     }
     off = end;
     t.bytes_used = off;
+    if (progress && off - reported >= kProgressBytes) {
+      progress(off, size);
+      reported = off;
+    }
   }
+  if (progress) progress(off, size);
   if (t.bytes_used == 0) t.bytes_used = std::min<uint64_t>(fh.header_bytes, size);
   if (truncated) {
     AddDiagnostic(&t.diagnostics, DiagId::kTruncatedTrace, 1,
@@ -380,7 +388,7 @@ absl::StatusOr<Timeline> ReadTraceBytes(std::string_view bytes, const std::strin
   return Read(read, bytes.size(), name);
 }
 
-absl::StatusOr<Timeline> ReadTraceFile(const std::string& path) {
+absl::StatusOr<Timeline> ReadTraceFile(const std::string& path, const ReadProgress& progress) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return absl::NotFoundError(absl::StrFormat("%s: %s", path, strerror(errno)));
@@ -402,7 +410,7 @@ absl::StatusOr<Timeline> ReadTraceFile(const std::string& path) {
     }
     return true;
   };
-  auto result = Read(read, static_cast<uint64_t>(st.st_size), path);
+  auto result = Read(read, static_cast<uint64_t>(st.st_size), path, progress);
   close(fd);
   return result;
 }

@@ -4,6 +4,8 @@
 // middle with a one-line error naming the file and byte offset.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -15,9 +17,14 @@ namespace stallscope::analyzer {
 // Largest chunk payload accepted; larger sizes are treated as corruption.
 inline constexpr uint32_t kMaxChunkPayload = 1u << 30;
 
+// Called now and then while a file is read: bytes read so far, file size.
+using ReadProgress = std::function<void(uint64_t done, uint64_t total)>;
+
 // Reads `path` with one read per chunk (no whole-file buffer) and finalizes
-// the timeline (ticks → ns, join, NVTX ranges).
-absl::StatusOr<Timeline> ReadTraceFile(const std::string& path);
+// the timeline (ticks → ns, join, NVTX ranges). `progress`, when set, is
+// called about every 32 MB and once at the end.
+absl::StatusOr<Timeline> ReadTraceFile(const std::string& path,
+                                       const ReadProgress& progress = nullptr);
 
 // The same over bytes in memory; `name` names the input in messages.
 absl::StatusOr<Timeline> ReadTraceBytes(std::string_view bytes,
