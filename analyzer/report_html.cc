@@ -154,12 +154,16 @@ std::string Swatch(const char* color, std::string_view name) {
                          E(name));
 }
 
-std::string CauseLegend(bool busy_kinds, bool outside) {
+// What green stands for in a legend: the busy kinds apart, any op, or (the
+// scatter) a step that was never idle.
+enum class BusyKey { kKinds, kAny, kNeverIdle };
+
+std::string CauseLegend(BusyKey busy, bool outside) {
   std::string s = "<div class=\"legend\">";
-  if (busy_kinds) {
+  if (busy == BusyKey::kKinds) {
     for (int i = 0; i < 3; ++i) absl::StrAppend(&s, Swatch(kBusyColor[i], kBusyName[i]));
   } else {
-    absl::StrAppend(&s, Swatch(kBusyColor[0], "busy (any op)"));
+    absl::StrAppend(&s, Swatch(kBusyColor[0], busy == BusyKey::kAny ? "busy (any op)" : "never idle"));
   }
   for (int i = 0; i < kNumCauses; ++i) {
     absl::StrAppend(&s, Swatch(kCauseColor[i], absl::StrCat("idle: ", CauseName(CauseAt(i)))));
@@ -360,7 +364,7 @@ void RenderUtilization(std::string* out, const Report& r, const ProcessAnalysis&
                         kLeft - 6, strip_top + strip_h / 2 + 4, pa.plan.device);
   RenderStrip(out, pa, span, strip_top, strip_h);
   XTimeAxis(out, a, strip_top + strip_h);
-  absl::StrAppend(out, "</svg>", CauseLegend(false, true));
+  absl::StrAppend(out, "</svg>", CauseLegend(BusyKey::kAny, true));
   // The step spans, when few enough to name.
   if (!r.steps.empty()) {
     absl::StrAppendFormat(out,
@@ -472,7 +476,7 @@ void RenderStepBars(std::string* out, const Report& r, size_t* bars) {
   }
   absl::StrAppendFormat(out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">step</text>",
                         a.left + a.width / 2, a.top + a.height + 31);
-  absl::StrAppend(out, "</svg>", CauseLegend(true, false), "</section>");
+  absl::StrAppend(out, "</svg>", CauseLegend(BusyKey::kKinds, false), "</section>");
 }
 
 // ---- (c) step time versus idle ----------------------------------------------
@@ -540,7 +544,7 @@ void RenderScatter(std::string* out, const Report& r, size_t* points) {
                           a.Y(static_cast<double>(s.end_ns - s.start_ns)), color, s.index,
                           E(FormatDuration(s.end_ns - s.start_ns)), E(FormatDuration(s.gpu_idle_ns)));
   }
-  absl::StrAppend(out, "</svg>", CauseLegend(false, false), "</section>");
+  absl::StrAppend(out, "</svg>", CauseLegend(BusyKey::kNeverIdle, false), "</section>");
 }
 
 // ---- Tables -----------------------------------------------------------------
@@ -573,7 +577,7 @@ void RenderHotspots(std::string* out, const Report& r) {
     std::vector<const Frame*> py, native;
     for (const Frame& f : h.stack) (f.module == "python" ? py : native).push_back(&f);
     absl::StrAppendFormat(out,
-                          "<tr><td>%d</td><td><code>%s</code></td><td>%s</td><td class=\"num\">%d"
+                          "<tr><td>%d</td><td class=\"api\"><code>%s</code></td><td>%s</td><td class=\"num\">%d"
                           "</td><td class=\"num\">%s</td><td class=\"num\">%s</td><td>"
                           "<code>%s</code><details><summary>stacks: %d Python, %d native frame%s"
                           "</summary>",
@@ -810,7 +814,7 @@ svg .grid{stroke:#e6e6e6}svg .tick{stroke:#999}svg .band{fill:#0b5394;fill-opaci
 border:1px solid #0002}.note,.empty{color:#555}.figure{font-weight:600}
 details summary{cursor:pointer;color:#0b5394}.stack ol{margin:2px 0 6px;padding-left:22px}
 tr.skip td{color:#777;text-align:center}.sev-error{color:#9b1c1c}.sev-warning{color:#8a5a00}
-footer{margin-top:28px;color:#666;font-size:12px}
+td.api code{overflow-wrap:normal}footer{margin-top:28px;color:#666;font-size:12px}
 )";
 
 }  // namespace
