@@ -118,13 +118,14 @@ std::string TimeLabel(double ns, double step) {
 }
 
 void XTimeAxis(std::string* out, const Axes& a, double y) {
-  const double step = NiceStep(a.x1 - a.x0, 8);
-  for (double v = std::ceil(a.x0 / step) * step; v <= a.x1 + step * 1e-9; v += step) {
-    const double x = a.X(v);
+  // Ticks at round offsets from the axis's start, labelled with the offset.
+  const double range = a.x1 - a.x0, step = NiceStep(range, 8);
+  for (double o = 0; o <= range + step * 1e-9; o += step) {
+    const double x = a.X(a.x0 + o);
     absl::StrAppendFormat(out, "<line class=\"tick\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>",
                           x, y, x, y + 4);
     absl::StrAppendFormat(out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>", x,
-                          y + 16, E(TimeLabel(v - a.x0, step)));
+                          y + 16, E(TimeLabel(o, step)));
   }
 }
 

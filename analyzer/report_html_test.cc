@@ -204,9 +204,11 @@ TEST_CASE("utilization per 1/6 s window", "[html]") {
 }
 
 // Guards the figures the page states for the curve: 12 windows each half
-// busy give mean, p5 and p95 of 50%.
+// busy give mean, p5 and p95 of 50%; the time axis counts from the run's
+// start.
 TEST_CASE("html utilization figures", "[html]") {
-  auto w = [](int64_t k) { return k * 1'000'000'000 / 6; };
+  constexpr int64_t kT0 = 1'234'567'891;  // the run's first call
+  auto w = [](int64_t k) { return kT0 + k * 1'000'000'000 / 6; };
   TraceBuilder b;
   auto api = testing::AddStandardApis(&b);
   for (int k = 0; k < 12; ++k) {
@@ -217,6 +219,11 @@ TEST_CASE("html utilization figures", "[html]") {
   CheckStructure(r.html);
   CHECK(r.html.find("12 windows of 1/6 s: mean 50.0%, p5 50.0%, p95 50.0%") != std::string::npos);
   CHECK(r.html.find("A short run") == std::string::npos);
+  // Ticks every 200 ms from the start, labelled from 0.
+  for (int ms = 0; ms <= 2000; ms += 200) {
+    INFO(ms);
+    CHECK(r.html.find(absl::StrCat(">", ms, " ms</text>")) != std::string::npos);
+  }
 }
 
 // Guards the bounds: thousands of steps become at most kHtmlMaxBars bars,
