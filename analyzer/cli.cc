@@ -13,6 +13,7 @@
 #include "analyzer/analysis.h"
 #include "analyzer/compare.h"
 #include "analyzer/output_file.h"
+#include "analyzer/report_html.h"
 #include "analyzer/report_json.h"
 #include "analyzer/report_text.h"
 #include "analyzer/run_command.h"
@@ -50,10 +51,14 @@ constexpr Subcommand kSubcommands[] = {
      "Environment: STALLSCOPE_LIBDIR overrides where libstallscope.so is found\n"
      "(default: <dir of this program>/../lib).\n",
      RunCmd},
-    {"report", "stallscope report DIR|FILE... [--format text|json] [-o OUT] [--step-pattern RE]",
+    {"report",
+     "stallscope report DIR|FILE... [--format text|json|html] [-o OUT] [--step-pattern RE]",
      "Analyze traces (every *.sstrace in a folder) and print the report: steps, GPU idle by "
      "cause, forced-sync hotspots, questions, diagnostics.",
-     "  --format F         text (default) or json (schema stallscope.report/1)\n"
+     "  --format F         text (default), json (schema stallscope.report/1) or html (one\n"
+     "                     self-contained page, no script, no network: verdict, questions,\n"
+     "                     nvidia-smi utilization curve over a busy/idle strip by cause,\n"
+     "                     per-step bars, step time vs idle, hotspots with stacks, tables)\n"
      "  -o OUT             write to OUT (a new file, never overwritten, mode 0640)\n"
      "  --step-pattern RE  NVTX range names that mark steps\n"
      "                     (default: (?i)step|iter|ProfilerStep; a leading (?i) ignores case)\n"
@@ -249,6 +254,10 @@ constexpr ReportFormat kFormats[] = {
     {"json", false, false,
      [](const Report& r, const ProcessAnalysis&) -> absl::StatusOr<std::string> {
        return RenderJson(r);
+     }},
+    {"html", true, false,
+     [](const Report& r, const ProcessAnalysis& a) -> absl::StatusOr<std::string> {
+       return RenderHtml(r, a);
      }},
 };
 

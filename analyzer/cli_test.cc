@@ -208,6 +208,26 @@ TEST_CASE("report -o writes a new file and never overwrites", "[cli]") {
   CHECK(text.out.find("Forced-sync hotspots") != std::string::npos);
 }
 
+// Guards --format html: the page goes to stdout or to a new -o file, the
+// same bytes.
+TEST_CASE("report --format html", "[cli][html]") {
+  Sandbox box;
+  const std::string trace = WriteSampleTrace(box.root() + "/sample.sstrace");
+  const std::string out = box.root() + "/report.html";
+  Result r = box.Run("report '" + trace + "' --format html -o '" + out + "'");
+  REQUIRE(r.code == 0);
+  struct stat st;
+  REQUIRE(stat(out.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0640);
+  const std::string page = Slurp(out);
+  CHECK(page.rfind("<!DOCTYPE html>", 0) == 0);
+  CHECK(page.find("id=\"utilization\"") != std::string::npos);
+  Result stdout_page = box.Run("report '" + trace + "' --format=html");
+  CHECK(stdout_page.code == 0);
+  CHECK(stdout_page.out == page);
+  CHECK(box.Run("report '" + trace + "' --format html -o '" + out + "'").code == 1);
+}
+
 // Guards the debugging dump: one line per call, op and range.
 TEST_CASE("dump lists records in time order", "[cli]") {
   Sandbox box;
@@ -234,7 +254,7 @@ TEST_CASE("help and usage", "[cli]") {
   CHECK(box.Run("").code == 1);
   CHECK(box.Run("frobnicate").code == 1);
   CHECK(box.Run("report").code == 1);
-  CHECK(box.Run("report x --format html").code == 1);
+  CHECK(box.Run("report x --format nosuch").code == 1);
   CHECK(box.Run("report x --step-pattern '('").code == 1);
 }
 

@@ -1,6 +1,8 @@
 // Writes a synthetic .sstrace of N steps of launches, syncs and copies with
 // the test trace builder: input for benchmarking `stallscope report` and a
-// seed corpus for fuzzing. Usage: stallscope_gen_trace OUT.sstrace [STEPS]
+// seed corpus for fuzzing. Usage: stallscope_gen_trace OUT.sstrace [STEPS [KERNEL_NAME]]
+// (KERNEL_NAME, default "kernel", names every kernel: e.g. markup for the
+// HTML report's escaping test).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -10,10 +12,11 @@
 int main(int argc, char** argv) {
   using namespace stallscope::testing;
   if (argc < 2) {
-    fprintf(stderr, "usage: %s OUT.sstrace [STEPS]\n", argv[0]);
+    fprintf(stderr, "usage: %s OUT.sstrace [STEPS [KERNEL_NAME]]\n", argv[0]);
     return 1;
   }
   const int steps = argc > 2 ? atoi(argv[2]) : 1000;
+  const std::string kernel = argc > 3 ? argv[3] : "kernel";
   TraceBuilder b;
   b.SetChunkRecords(4096);
   auto api = AddStandardApis(&b);
@@ -25,7 +28,8 @@ int main(int argc, char** argv) {
     int64_t d = t + 10 * kUs;
     for (int i = 0; i < 100; ++i) {
       const int64_t start = std::max(d, t + 10 * kUs);
-      b.Submit(1, api.launch, t, t + 4 * kUs, start, start + 20 * kUs);
+      b.Submit(1, api.launch, t, t + 4 * kUs, start, start + 20 * kUs,
+               stallscope::trace::DeviceOpKind::kKernel, kernel);
       d = start + 20 * kUs;
       t += 6 * kUs;
     }

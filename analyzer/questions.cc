@@ -178,6 +178,20 @@ std::string FormatDuration(int64_t ns) {
   return absl::StrFormat("%d ns", ns);
 }
 
+const char* QuestionTitle(std::string_view id) {
+  static constexpr const char* kTitles[][2] = {
+      {"q1", "Does step time move with the utilization dips?"},
+      {"q2", "Do idle gaps shrink with synthetic or cached input?"},
+      {"q3", "Is there a host-side stall before kernel launches?"},
+      {"q4", "Is input access uneven from step to step?"},
+      {"q5", "Does distributed synchronization dominate?"},
+      {"q6", "Does the workload lack work per step?"}};
+  for (const auto& [qid, title] : kTitles) {
+    if (id == qid) return title;
+  }
+  return "";
+}
+
 std::vector<Question> AnswerQuestions(const std::vector<StepStats>& steps,
                                       const Totals& totals, const QuestionInputs& in) {
   return {Q1(steps),

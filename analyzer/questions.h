@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "analyzer/report.h"
@@ -44,6 +45,10 @@ struct QuestionInputs {
   int64_t nccl_ops = 0;
   bool cpu_samples = false;  // the trace has thread CPU-time samples (q3's split)
 };
+
+// The question itself ("Does step time move with the utilization dips?") for
+// q1..q6; "" for any other id.
+const char* QuestionTitle(std::string_view id);
 
 std::vector<Question> AnswerQuestions(const std::vector<StepStats>& steps,
                                       const Totals& totals, const QuestionInputs& in);

@@ -154,17 +154,9 @@ std::string RenderText(const Report& r, const TextStyle& style) {
   }
 
   absl::StrAppend(&out, "\n", paint.Heading("Questions"), "\n");
-  static constexpr const char* kTitles[] = {
-      "Does step time move with the utilization dips?",
-      "Do idle gaps shrink with synthetic or cached input?",
-      "Is there a host-side stall before kernel launches?",
-      "Is input access uneven from step to step?",
-      "Does distributed synchronization dominate?",
-      "Does the workload lack work per step?"};
-  for (size_t i = 0; i < r.questions.size(); ++i) {
-    const Question& q = r.questions[i];
+  for (const Question& q : r.questions) {
     absl::StrAppendFormat(&out, "  %s %s %s\n         %s\n", q.id, paint.Answer(q.answer),
-                          i < 6 ? kTitles[i] : "", q.evidence);
+                          QuestionTitle(q.id), q.evidence);
   }
 
   absl::StrAppend(&out, "\n", paint.Heading("Diagnostics"), "\n");
