@@ -12,6 +12,7 @@
 #include "analyzer/compare.h"
 #include "analyzer/output_file.h"
 #include "analyzer/report_json.h"
+#include "analyzer/report_perfetto.h"
 #include "analyzer/report_text.h"
 #include "analyzer/run_command.h"
 #include "analyzer/steps.h"
@@ -46,10 +47,14 @@ constexpr Subcommand kSubcommands[] = {
      "Environment: STALLSCOPE_LIBDIR overrides where libstallscope.so is found\n"
      "(default: <dir of this program>/../lib).\n",
      RunCmd},
-    {"report", "stallscope report DIR|FILE... [--format text|json] [-o OUT] [--step-pattern RE]",
+    {"report",
+     "stallscope report DIR|FILE... [--format text|json|perfetto] [-o OUT] [--step-pattern RE]",
      "Analyze traces (every *.sstrace in a folder) and print the report: steps, GPU idle by "
      "cause, forced-sync hotspots, questions, diagnostics.",
-     "  --format F         text (default) or json (schema stallscope.report/1)\n"
+     "  --format F         text (default), json (schema stallscope.report/1) or perfetto\n"
+     "                     (Chrome trace JSON of the analyzed process in PyTorch/Kineto's\n"
+     "                     shape: open in ui.perfetto.dev or chrome://tracing, or load with\n"
+     "                     Holistic Trace Analysis; name it *.json)\n"
      "  -o OUT             write to OUT (a new file, never overwritten, mode 0640)\n"
      "  --step-pattern RE  NVTX range names that mark steps\n"
      "                     (default: (?i)step|iter|ProfilerStep; a leading (?i) ignores case)\n",
@@ -209,6 +214,7 @@ constexpr ReportFormat kFormats[] = {
      [](const Report& r, const ProcessAnalysis&) -> absl::StatusOr<std::string> {
        return RenderJson(r);
      }},
+    {"perfetto", true, false, RenderPerfetto},
 };
 
 const ReportFormat* FindFormat(std::string_view name) {
