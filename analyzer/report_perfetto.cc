@@ -239,14 +239,13 @@ class Writer {
   }
   void End(bool args) { out_.append(args ? "}}" : "}"); }
 
-  void Meta(const char* name, int64_t pid, int64_t tid, const char* key, std::string_view value,
-            int64_t sort_index) {
-    Begin("M", "__metadata", name, pid, tid, base_);
+  // A process's or thread's name and sort index.
+  void Meta(bool process, int64_t pid, int64_t tid, std::string_view name, int64_t sort_index) {
+    Begin("M", "__metadata", process ? "process_name" : "thread_name", pid, tid, base_);
     OpenArgs();
-    ArgStr(key, value);
+    ArgStr("name", name);
     End(true);
-    Begin("M", "__metadata", name[0] == 'p' ? "process_sort_index" : "thread_sort_index", pid, tid,
-          base_);
+    Begin("M", "__metadata", process ? "process_sort_index" : "thread_sort_index", pid, tid, base_);
     OpenArgs();
     Arg("sort_index", sort_index);
     End(true);
@@ -302,10 +301,12 @@ class Writer {
   }
 
   void Metadata() {
-    Meta("process_name", Pid(), 0, "name",
-         absl::StrCat("pid ", Pid(), t_.host.empty() ? "" : " on ", t_.host), 0);
+    Meta(true, Pid(), 0, absl::StrCat("pid ", Pid(), t_.host.empty() ? "" : " on ", t_.host), 0);
     std::vector<uint32_t> tids;
-    for (const ApiCall& c : t_.calls) tids.push_back(c.tid);
+    // (Consecutive duplicates skipped before the sort: one thread makes most calls.)
+    for (const ApiCall& c : t_.calls) {
+      if (tids.empty() || tids.back() != c.tid) tids.push_back(c.tid);
+    }
     for (const NvtxRange& r : t_.ranges) tids.push_back(r.tid);
     tids.push_back(a_.plan.main_tid);
     std::sort(tids.begin(), tids.end());
@@ -316,19 +317,23 @@ class Writer {
                              ? absl::StrCat(it->second, " (", tid, ")")
                              : absl::StrCat("thread ", tid);
       if (tid == a_.plan.main_tid) absl::StrAppend(&name, " [launching thread]");
-      Meta("thread_name", Pid(), tid, "name", name, tid == a_.plan.main_tid ? 0 : 1);
+      Meta(false, Pid(), tid, name, tid == a_.plan.main_tid ? 0 : 1);
     }
     std::vector<std::pair<uint32_t, uint32_t>> streams;  // (device, stream)
-    for (const DeviceOp& op : t_.ops) streams.emplace_back(op.device, op.stream);
+    for (const DeviceOp& op : t_.ops) {
+      if (streams.empty() || streams.back() != std::make_pair(op.device, op.stream)) {
+        streams.emplace_back(op.device, op.stream);
+      }
+    }
     std::sort(streams.begin(), streams.end());
     streams.erase(std::unique(streams.begin(), streams.end()), streams.end());
     for (uint32_t d : Devices()) {
-      Meta("process_name", d, 0, "name", absl::StrCat("GPU ", d), 0x1000000 + d);
+      Meta(true, d, 0, absl::StrCat("GPU ", d), 0x1000000 + d);
     }
     for (const auto& [d, s] : streams) {
-      Meta("thread_name", d, s, "name", absl::StrCat("stream ", s), s);
+      Meta(false, d, s, absl::StrCat("stream ", s), s);
     }
-    Meta("thread_name", a_.plan.device, kIdleTrackTid, "name", "GPU idle (cause)", -1);
+    Meta(false, a_.plan.device, kIdleTrackTid, "GPU idle (cause)", -1);
   }
 
   // ProfilerStep#k on the launching thread (its host range), and per stream
