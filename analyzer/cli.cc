@@ -15,6 +15,7 @@
 #include "analyzer/output_file.h"
 #include "analyzer/report_html.h"
 #include "analyzer/report_json.h"
+#include "analyzer/report_perfetto.h"
 #include "analyzer/report_text.h"
 #include "analyzer/run_command.h"
 #include "analyzer/steps.h"
@@ -52,13 +53,17 @@ constexpr Subcommand kSubcommands[] = {
      "(default: <dir of this program>/../lib).\n",
      RunCmd},
     {"report",
-     "stallscope report DIR|FILE... [--format text|json|html] [-o OUT] [--step-pattern RE]",
+     "stallscope report DIR|FILE... [--format text|json|html|perfetto] [-o OUT] "
+     "[--step-pattern RE]",
      "Analyze traces (every *.sstrace in a folder) and print the report: steps, GPU idle by "
      "cause, forced-sync hotspots, questions, diagnostics.",
-     "  --format F         text (default), json (schema stallscope.report/1) or html (one\n"
-     "                     self-contained page, no script, no network: verdict, questions,\n"
-     "                     nvidia-smi utilization curve over a busy/idle strip by cause,\n"
-     "                     per-step bars, step time vs idle, hotspots with stacks, tables)\n"
+     "  --format F         text (default), json (schema stallscope.report/1), html or perfetto\n"
+     "                     html: one self-contained page, no script, no network: verdict,\n"
+     "                     questions, nvidia-smi utilization curve over a busy/idle strip by\n"
+     "                     cause, per-step bars, step time vs idle, hotspots with stacks\n"
+     "                     perfetto: Chrome trace JSON of the analyzed process in\n"
+     "                     PyTorch/Kineto's shape: open in ui.perfetto.dev or\n"
+     "                     chrome://tracing, or load with Holistic Trace Analysis (*.json)\n"
      "  -o OUT             write to OUT (a new file, never overwritten, mode 0640)\n"
      "  --step-pattern RE  NVTX range names that mark steps\n"
      "                     (default: (?i)step|iter|ProfilerStep; a leading (?i) ignores case)\n"
@@ -259,6 +264,7 @@ constexpr ReportFormat kFormats[] = {
      [](const Report& r, const ProcessAnalysis& a) -> absl::StatusOr<std::string> {
        return RenderHtml(r, a);
      }},
+    {"perfetto", true, false, RenderPerfetto},
 };
 
 const ReportFormat* FindFormat(std::string_view name) {

@@ -228,6 +228,24 @@ TEST_CASE("report --format html", "[cli][html]") {
   CHECK(box.Run("report '" + trace + "' --format html -o '" + out + "'").code == 1);
 }
 
+// Guards `report --format perfetto`: the table row reaches the timeline
+// writer, and -o makes a new 0640 file holding the Chrome trace.
+TEST_CASE("report --format perfetto writes the timeline export", "[cli][perfetto]") {
+  Sandbox box;
+  const std::string trace = WriteSampleTrace(box.root() + "/sample.sstrace");
+  const std::string out = box.root() + "/rank-0.json";
+  Result r = box.Run("report '" + trace + "' --format perfetto -o '" + out + "'");
+  REQUIRE(r.code == 0);
+  struct stat st;
+  REQUIRE(stat(out.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0640);
+  const auto j = nlohmann::json::parse(Slurp(out));
+  CHECK(j["schemaVersion"] == 1);
+  CHECK(j["distributedInfo"]["rank"] == 0);
+  CHECK_FALSE(j["traceEvents"].empty());
+  CHECK(box.Run("report --help").out.find("perfetto") != std::string::npos);
+}
+
 // Guards the debugging dump: one line per call, op and range.
 TEST_CASE("dump lists records in time order", "[cli]") {
   Sandbox box;
