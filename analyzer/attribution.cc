@@ -109,6 +109,7 @@ class Attributor {
     int64_t active[3] = {0, 0, 0};  // compute, copy, comm
     int64_t cur = w0;
     size_t si = 0, ei = 0;
+    int32_t last_ended = -1;  // the op whose end drained the device before an idle gap
     while (si < starts.size() || ei < ends.size()) {
       int64_t et;
       int32_t op;
@@ -128,13 +129,14 @@ class Attributor {
         if (active[0] + active[1] + active[2] > 0) {
           Busy(cur, tt, active);
         } else {
-          ChargeIdle(cur, tt, (delta > 0 && et == tt) ? op : -1);
+          ChargeIdle(cur, tt, (delta > 0 && et == tt) ? op : -1, last_ended);
         }
         cur = tt;
       }
       active[KindIndex(t_.ops[op].kind)] += delta;
+      if (delta < 0) last_ended = op;
     }
-    if (cur < w1) ChargeIdle(cur, w1, -1);
+    if (cur < w1) ChargeIdle(cur, w1, -1, last_ended);
   }
 
  private:
@@ -222,22 +224,25 @@ class Attributor {
   }
 
   // The synchronizing call the thread was blocked in when the device drained
-  // at `a`: one entered before `a` and still inside at `a`, or the call just
-  // before `a` whose own device op (a synchronous copy or set) ended at or
-  // after `a`; -1 when none.
-  int32_t BlockedAtDrain(const std::vector<Activity>& acts, int64_t a) const {
+  // at `a` (the end of op `drained`), and how long before `a` it began
+  // waiting for device work: a call entered before `a` and still inside at
+  // `a` (waiting since its enter), or the call just before `a` that
+  // submitted `drained` itself (a synchronous copy or set that returned
+  // once its op started: waiting from its enter until its op started).
+  // {-1, 0} when none.
+  std::pair<int32_t, int64_t> BlockedAtDrain(const std::vector<Activity>& acts, int64_t a,
+                                             int32_t drained) const {
     const size_t i = FirstEndingAfter(acts, a);
     if (i < acts.size() && acts[i].enter < a) {
-      return classes_[acts[i].call] == CallClass::kSync ? acts[i].call : -1;
+      if (classes_[acts[i].call] != CallClass::kSync) return {-1, 0};
+      return {acts[i].call, a - t_.calls[acts[i].call].enter_ns};
     }
-    if (i == 0) return -1;
+    if (i == 0 || drained < 0) return {-1, 0};
     const int32_t prev = acts[i - 1].call;
+    const DeviceOp& op = t_.ops[drained];
+    if (classes_[prev] != CallClass::kSync || op.call != prev || op.end_ns < a) return {-1, 0};
     const ApiCall& pc = t_.calls[prev];
-    if (classes_[prev] == CallClass::kSync && pc.op_count > 0 && pc.enter_ns < a &&
-        pc.last_op_end_ns >= a) {
-      return prev;
-    }
-    return -1;
+    return {prev, std::max<int64_t>(0, std::min(op.start_ns, pc.exit_ns) - pc.enter_ns)};
   }
 
   // The estimated on-CPU ns of thread `tid` in its gap [e, s) between two
@@ -302,7 +307,7 @@ class Attributor {
     }
   }
 
-  void ChargeIdle(int64_t a, int64_t b, int32_t next_op) {
+  void ChargeIdle(int64_t a, int64_t b, int32_t next_op, int32_t drained) {
     const int32_t c = next_op >= 0 ? t_.ops[next_op].call : -1;
     const uint32_t tid = c >= 0 ? t_.calls[c].tid : plan_.main_tid;
     const std::vector<Activity>* acts = ActivityOf(tid);
@@ -310,13 +315,15 @@ class Attributor {
     // Rule 1: the thread was blocked in a synchronizing call B when the
     // device drained, and the op ending the gap was not already submitted
     // before B (then removing B would not have started it earlier: a
-    // cross-stream or other device-side wait). B counts as blocked until
-    // its own device op ended: a synchronous copy from pageable memory
-    // returns once its copy has started, after waiting for the queue.
+    // cross-stream or other device-side wait). The first min(b - a, the
+    // time B waited for earlier work) ns are B's. A synchronous copy from
+    // pageable memory returns once its copy has started, after waiting for
+    // the queue: it counts when its own op drained the device.
     if (acts != nullptr) {
-      const int32_t blocker = BlockedAtDrain(*acts, a);
-      if (blocker >= 0 && !(c >= 0 && t_.calls[c].enter_ns < t_.calls[blocker].enter_ns)) {
-        const int64_t x = std::min(b - a, a - t_.calls[blocker].enter_ns);
+      const auto [blocker, waited] = BlockedAtDrain(*acts, a, drained);
+      if (blocker >= 0 && waited > 0 &&
+          !(c >= 0 && t_.calls[c].enter_ns < t_.calls[blocker].enter_ns)) {
+        const int64_t x = std::min(b - a, waited);
         Add(a, a + x, Cause::kSync, blocker);
         out_->idle_caused[blocker] += x;
         cur = a + x;

@@ -114,6 +114,23 @@ TEST_CASE("rule 1 holds a synchronous copy until its own op ends", "[attribution
   CheckInvariants(r);
 }
 
+// Guards the other side: a synchronous copy made when the device was
+// already idle waited for nothing, so the idle after it is not its doing.
+TEST_CASE("rule 1 gives nothing to a copy into an empty queue", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 500 * kUs);
+  b.Submit(1, api.memcpy, 600 * kUs, 605 * kUs, 600 * kUs, 640 * kUs,
+           tf::DeviceOpKind::kMemcpy, "");
+  b.Submit(1, api.launch, 1500 * kUs, 1505 * kUs, 1510 * kUs, 1600 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  const StepStats& s = r.steps[0];
+  CHECK(CauseOf(s.idle_by_cause, Cause::kSync) == 0);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostWait) > 800 * kUs);
+  for (const Hotspot& h : r.hotspots) CHECK(h.idle_caused_ns == 0);
+  CheckInvariants(r);
+}
+
 // Guards rule 1's precondition: an op submitted before the host entered the
 // synchronizing call, and started late by a device-side dependency, is not
 // the sync's doing: device_wait, and the sync caused no idle.
