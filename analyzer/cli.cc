@@ -12,6 +12,7 @@
 #include "analyzer/compare.h"
 #include "analyzer/output_file.h"
 #include "analyzer/report_json.h"
+#include "analyzer/report_sqlite.h"
 #include "analyzer/report_text.h"
 #include "analyzer/run_command.h"
 #include "analyzer/steps.h"
@@ -46,10 +47,13 @@ constexpr Subcommand kSubcommands[] = {
      "Environment: STALLSCOPE_LIBDIR overrides where libstallscope.so is found\n"
      "(default: <dir of this program>/../lib).\n",
      RunCmd},
-    {"report", "stallscope report DIR|FILE... [--format text|json] [-o OUT] [--step-pattern RE]",
+    {"report",
+     "stallscope report DIR|FILE... [--format text|json|sqlite] [-o OUT] [--step-pattern RE]",
      "Analyze traces (every *.sstrace in a folder) and print the report: steps, GPU idle by "
      "cause, forced-sync hotspots, questions, diagnostics.",
-     "  --format F         text (default) or json (schema stallscope.report/1)\n"
+     "  --format F         text (default), json (schema stallscope.report/1) or sqlite (a\n"
+     "                     SQLite database of the report and the analyzed process's calls,\n"
+     "                     device ops and idle gaps; schema stallscope.sqlite/1; needs -o)\n"
      "  -o OUT             write to OUT (a new file, never overwritten, mode 0640)\n"
      "  --step-pattern RE  NVTX range names that mark steps\n"
      "                     (default: (?i)step|iter|ProfilerStep; a leading (?i) ignores case)\n",
@@ -209,6 +213,7 @@ constexpr ReportFormat kFormats[] = {
      [](const Report& r, const ProcessAnalysis&) -> absl::StatusOr<std::string> {
        return RenderJson(r);
      }},
+    {"sqlite", true, true, RenderSqlite},
 };
 
 const ReportFormat* FindFormat(std::string_view name) {

@@ -299,6 +299,147 @@ def case_compare(build, work):
     check(t.returncode == 0 and "Verdict:" in t.stdout, f"text compare: {t.returncode} {t.stdout[-500:]}")
 
 
+DOC = os.path.join(ROOT, "docs", "analyzer.md")
+
+
+def documented_queries():
+    """The example queries of docs/analyzer.md's "SQLite export" section:
+    (name, sql) for every ```sql block, named by its `-- name:` line."""
+    with open(DOC) as f:
+        text = f.read()
+    start = text.index("\n## SQLite export\n")
+    end = text.find("\n## ", start + 1)
+    section = text[start:end if end >= 0 else len(text)]
+    out = []
+    for block in re.findall(r"```sql\n(.*?)```", section, re.S):
+        m = re.search(r"^-- name: (\w+)", block, re.M)
+        check(m, f"a documented query has no '-- name:' line:\n{block}")
+        out.append((m.group(1), block))
+    return out
+
+
+def case_sqlite(build, work):
+    """--format sqlite on a real trace (read-backs, logging syncs, input
+    waits, tiny kernels): every example query of docs/analyzer.md runs on
+    the database, and its numbers equal the JSON report's (idle by cause
+    per step and in total, busy, launches, syncs, hotspot counts and idle
+    caused, q6's short kernels, steps over 30% idle). Also: -o is required
+    and never overwrites."""
+    import sqlite3
+    # Tiny kernels of (nominally) 0 us: shorter than their launch calls.
+    report, _ = run_traced(build, work, [os.path.join(build, "bin", "train_loop"), "--steps", str(STEPS),
+                                         "--readback", "--sync-log", "--input-us", "2000", "--tiny", "40"],
+                           {"SIMGPU_KERNEL_US": "*tiny_elementwise*=0," + KERNELS})
+    check_marker_steps(report)
+    exe = os.path.join(build, "bin", "stallscope")
+    trace = os.path.join(work, "trace")
+    db_path = os.path.join(work, "run.db")
+    p = subprocess.run([exe, "report", trace, "--format", "sqlite"], capture_output=True, text=True, timeout=300)
+    check(p.returncode == 1 and "-o" in p.stderr, f"sqlite without -o: exit {p.returncode} {p.stderr!r}")
+    p = subprocess.run([exe, "report", trace, "--format", "sqlite", "-o", db_path], capture_output=True,
+                       text=True, timeout=300)
+    check(p.returncode == 0, f"sqlite export exited {p.returncode}: {p.stderr[-2000:]}")
+    check(os.stat(db_path).st_mode & 0o777 == 0o640, f"mode {oct(os.stat(db_path).st_mode)}")
+    size = os.path.getsize(db_path)
+    p = subprocess.run([exe, "report", trace, "--format", "sqlite", "-o", db_path], capture_output=True,
+                       text=True, timeout=300)
+    check(p.returncode == 1 and os.path.getsize(db_path) == size, f"overwrite: exit {p.returncode}")
+
+    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    check(db.execute("PRAGMA integrity_check").fetchone()[0] == "ok", "integrity check failed")
+    meta = dict(db.execute("SELECT key, value FROM meta"))
+    check(meta["schema"] == "stallscope.sqlite/1", f"meta {meta}")
+    check(meta["step_source"] == report["step_source"], f"step_source {meta['step_source']}")
+    steps = {s["index"]: s for s in report["steps"]}
+    tot = report["totals"]
+    hotspots = {h["fingerprint"]: h for h in report["hotspots"]}
+    check(hotspots, "the run has no hotspots")
+
+    def idle_by_cause_per_step(rows):
+        got = {}
+        for step, cause, ns in rows:
+            got[(step, cause)] = ns
+        for i, st in steps.items():
+            for cause, ns in st["idle_by_cause"].items():
+                check(got.get((i, cause), 0) == ns, f"step {i} {cause}: {got.get((i, cause), 0)} != {ns}")
+        check(len(got) == sum(1 for st in steps.values() for ns in st["idle_by_cause"].values() if ns),
+              "rows for causes without idle")
+
+    def idle_by_cause(rows):
+        got = {cause: ns for cause, ns, _ in rows}
+        for cause, ns in tot["idle_by_cause"].items():
+            check(got.get(cause, 0) == ns, f"{cause}: {got.get(cause, 0)} != {ns}")
+        check(abs(sum(pct for _, _, pct in rows) - 100) < 1, "shares do not sum to 100%")
+
+    def busy_per_step(rows):
+        check(len(rows) == len(steps), f"{len(rows)} rows for {len(steps)} steps")
+        for step, step_ns, busy_ns, _ in rows:
+            st = steps[step]
+            check(step_ns == st["end_ns"] - st["start_ns"], f"step {step} span")
+            check(busy_ns == st["gpu_busy_ns"], f"step {step}: busy {busy_ns} != {st['gpu_busy_ns']}")
+        check(sum(r[2] for r in rows) == tot["gpu_busy_ns"], "busy total")
+
+    def launches_and_syncs_per_step(rows):
+        got = {step: (launches, syncs) for step, launches, syncs in rows}
+        for i, st in steps.items():
+            check(got.get(i, (0, 0)) == (st["launches"], st["sync_count"]),
+                  f"step {i}: {got.get(i)} != {(st['launches'], st['sync_count'])}")
+        check(sum(v[0] for v in got.values()) == tot["launches"], "launches total")
+        check(sum(v[1] for v in got.values()) == tot["syncs"], "syncs total")
+
+    def top_sync_sites(rows):
+        check(len(rows) == min(10, len(hotspots)), f"{len(rows)} sites for {len(hotspots)} hotspots")
+        idle = [r[7] for r in rows]
+        check(idle == sorted(idle, reverse=True), "not sorted by idle caused")
+        for file, line, function, api, kind, calls, blocked, caused, fp in rows:
+            h = hotspots[fp]
+            check((h["site"]["file"], h["site"]["line"], h["site"]["function"], h["api"], h["kind"]) ==
+                  (file, line, function, api, kind), f"site of {fp}")
+            check((calls, blocked, caused) == (h["count"], h["blocked_ns"], h["idle_caused_ns"]),
+                  f"{fp}: {(calls, blocked, caused)} != {(h['count'], h['blocked_ns'], h['idle_caused_ns'])}")
+        top = sorted(report["hotspots"], key=lambda h: -h["idle_caused_ns"])[:10]
+        check({r[8] for r in rows} == {h["fingerprint"] for h in top} or len(hotspots) > 10, "top sites")
+        line = marker_line("STALL:readback")
+        check(any(os.path.basename(r[0]) == "train_loop.cc" and r[1] == line for r in rows),
+              f"the read-back at train_loop.cc:{line} is not among the top sites")
+
+    def short_kernels(rows):
+        q6 = next(q for q in report["questions"] if q["id"] == "q6")
+        m = re.search(r"(\d+) of (\d+) kernels", q6["evidence"])
+        check(m, f"q6 evidence: {q6['evidence']}")
+        check(sum(r[1] for r in rows) == int(m.group(1)), f"short kernels {sum(r[1] for r in rows)}: {q6}")
+        check(int(m.group(1)) >= STEPS * 20, f"the tiny kernels were not shorter than their launches: {q6}")
+        check(any("tiny_elementwise" in (r[0] or "") for r in rows), f"no tiny kernel: {rows[:5]}")
+
+    def idle_steps(rows):
+        want = {i for i, st in steps.items() if st["gpu_idle_ns"] * 10 > (st["end_ns"] - st["start_ns"]) * 3}
+        check({r[0] for r in rows} == want, f"steps over 30% idle {sorted(r[0] for r in rows)} != {sorted(want)}")
+        check(want, "no step over 30% idle")
+
+    def ops_behind_top_hotspot(rows):
+        check(rows, "nothing ran on the GPU during the top hotspot's calls")
+        for call_id, enter, exit_, _, _, start, end in rows:
+            check(start < exit_ and end > enter, f"op [{start}, {end}) outside call {call_id}")
+
+    checkers = {f.__name__: f for f in (idle_by_cause_per_step, idle_by_cause, busy_per_step,
+                                         launches_and_syncs_per_step, top_sync_sites, short_kernels,
+                                         idle_steps, ops_behind_top_hotspot)}
+    queries = documented_queries()
+    names = [n for n, _ in queries]
+    check(sorted(names) == sorted(checkers), f"documented queries {names}, checked {sorted(checkers)}")
+    for name, sql in queries:
+        try:
+            rows = db.execute(sql).fetchall()
+        except sqlite3.Error as e:
+            raise Failure(f"query {name}: {e}")
+        try:
+            checkers[name](rows)
+        except Failure as e:
+            raise Failure(f"query {name}: {e}")
+    check(db.execute("SELECT COUNT(*) FROM api_calls").fetchone()[0] > STEPS * 40, "too few calls")
+    db.close()
+
+
 def case_no_cuda(build, work):
     out = os.path.join(work, "trace")
     p = subprocess.run([os.path.join(build, "bin", "stallscope"), "run", "--sim", "--out", out, "--", "/bin/true"],
