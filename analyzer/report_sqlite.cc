@@ -126,7 +126,8 @@ std::string Schema() {
       "  hotspot_id INTEGER NOT NULL REFERENCES hotspots(id), depth INTEGER NOT NULL,\n"
       "  function TEXT NOT NULL, file TEXT NOT NULL, line INTEGER NOT NULL,\n"
       "  module TEXT NOT NULL, PRIMARY KEY (hotspot_id, depth)) WITHOUT ROWID;\n"
-      "CREATE TABLE questions (id TEXT PRIMARY KEY, answer TEXT NOT NULL, evidence TEXT NOT NULL);\n"
+      "CREATE TABLE questions (\n"
+      "  id TEXT PRIMARY KEY, answer TEXT NOT NULL, evidence TEXT NOT NULL);\n"
       "CREATE TABLE diagnostics (\n"
       "  name TEXT NOT NULL, severity TEXT NOT NULL, count INTEGER NOT NULL,\n"
       "  message TEXT NOT NULL);\n");
@@ -211,11 +212,11 @@ absl::Status Exec(sqlite3* db, const std::string& sql) {
   return absl::OkStatus();
 }
 
-#define RETURN_IF_ERROR(expr)                  \
-  do {                                         \
+#define RETURN_IF_ERROR(expr)                   \
+  do {                                          \
     if (absl::Status _st = (expr); !_st.ok()) { \
-      return _st;                              \
-    }                                          \
+      return _st;                               \
+    }                                           \
   } while (0)
 
 // The step whose host range a call entered in, as the report counts
@@ -249,9 +250,7 @@ std::optional<int> DeviceStep(const StepPlan& plan, const DeviceOp& op) {
   return static_cast<int>(it - s.begin());
 }
 
-std::optional<int64_t> Index(int64_t i) {
-  return i < 0 ? std::nullopt : std::optional<int64_t>(i);
-}
+std::optional<int64_t> Index(int64_t i) { return i < 0 ? std::nullopt : std::optional<int64_t>(i); }
 
 absl::Status InsertMeta(sqlite3* db, const Report& r, const ProcessAnalysis& a) {
   Statement st(db, "INSERT INTO meta VALUES (?1, ?2)");
@@ -333,19 +332,18 @@ absl::Status InsertCalls(sqlite3* db, const Report& r, const ProcessAnalysis& a)
     const CallClass cls = i < a.classes.size() ? a.classes[i] : CallClass::kNonBlocking;
     const int64_t hotspot = i < a.hotspot_of_call.size() ? a.hotspot_of_call[i] : -1;
     const int64_t idle = i < a.idle_caused.size() ? a.idle_caused[i] : 0;
-    RETURN_IF_ERROR(st.Row(i, c.api, c.enter_ns, c.exit_ns, c.tid, c.stream, c.bytes,
-                           c.correlation, ClassName(cls), step_of(c.enter_ns),
-                           hotspot < static_cast<int64_t>(r.hotspots.size()) ? Index(hotspot)
-                                                                             : std::nullopt,
-                           idle, c.result, c.op_count));
+    RETURN_IF_ERROR(
+        st.Row(i, c.api, c.enter_ns, c.exit_ns, c.tid, c.stream, c.bytes, c.correlation,
+               ClassName(cls), step_of(c.enter_ns),
+               hotspot < static_cast<int64_t>(r.hotspots.size()) ? Index(hotspot) : std::nullopt,
+               idle, c.result, c.op_count));
   }
   return absl::OkStatus();
 }
 
 absl::Status InsertOps(sqlite3* db, const ProcessAnalysis& a) {
   const Timeline& t = a.timeline;
-  Statement st(db,
-               "INSERT INTO device_ops VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)");
+  Statement st(db, "INSERT INTO device_ops VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)");
   absl::flat_hash_set<uint32_t> names;
   for (size_t i = 0; i < t.ops.size(); ++i) {
     const DeviceOp& op = t.ops[i];
@@ -372,10 +370,10 @@ absl::Status InsertSteps(sqlite3* db, const Report& r) {
   Statement st(db, sql.c_str());
   for (const StepStats& s : r.steps) {
     const CauseNs& c = s.idle_by_cause;
-    RETURN_IF_ERROR(st.Row(s.index, s.device, s.start_ns, s.end_ns, s.host_start_ns,
-                           s.host_end_ns, s.gpu_busy_ns, s.gpu_idle_ns, c[0], c[1], c[2], c[3],
-                           c[4], c[5], c[6], s.busy_by_kind.compute, s.busy_by_kind.copy,
-                           s.busy_by_kind.comm, s.sync_count, s.launches));
+    RETURN_IF_ERROR(st.Row(s.index, s.device, s.start_ns, s.end_ns, s.host_start_ns, s.host_end_ns,
+                           s.gpu_busy_ns, s.gpu_idle_ns, c[0], c[1], c[2], c[3], c[4], c[5], c[6],
+                           s.busy_by_kind.compute, s.busy_by_kind.copy, s.busy_by_kind.comm,
+                           s.sync_count, s.launches));
   }
   return absl::OkStatus();
 }
@@ -384,8 +382,7 @@ absl::Status InsertGaps(sqlite3* db, const ProcessAnalysis& a) {
   Statement st(db, "INSERT INTO idle_gaps VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
   for (size_t i = 0; i < a.gaps.size(); ++i) {
     const IdleGap& g = a.gaps[i];
-    RETURN_IF_ERROR(
-        st.Row(i, g.start_ns, g.end_ns, CauseName(g.cause), g.step, Index(g.call)));
+    RETURN_IF_ERROR(st.Row(i, g.start_ns, g.end_ns, CauseName(g.cause), g.step, Index(g.call)));
   }
   return absl::OkStatus();
 }

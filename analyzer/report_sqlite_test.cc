@@ -146,7 +146,8 @@ TEST_CASE("sqlite row counts match the timeline and the analysis", "[sqlite]") {
   CHECK(db.Int("SELECT COUNT(*) FROM threads") == 2);
   CHECK(db.Text("SELECT name FROM threads WHERE main = 1") == "python");
   CHECK(db.Int("SELECT COUNT(*) FROM processes") == 1);
-  CHECK(db.Int("SELECT COUNT(*) FROM questions") == static_cast<int64_t>(s.report.questions.size()));
+  CHECK(db.Int("SELECT COUNT(*) FROM questions") ==
+        static_cast<int64_t>(s.report.questions.size()));
   CHECK(db.Int("SELECT COUNT(*) FROM diagnostics") ==
         static_cast<int64_t>(s.report.diagnostics.size()));
   // Every op with a submitting call joins to it, and to its name.
@@ -202,8 +203,7 @@ TEST_CASE("sqlite sums match the report", "[sqlite]") {
     CHECK(db.Int("SELECT COUNT(*) FROM api_calls WHERE class = 'sync' AND step = ?1", st.index) ==
           st.sync_count);
     CHECK(db.Int("SELECT gpu_busy_ns FROM steps WHERE step = ?1", st.index) == st.gpu_busy_ns);
-    CHECK(db.Int("SELECT (end_ns - start_ns) - gpu_busy_ns FROM steps WHERE step = ?1",
-                 st.index) ==
+    CHECK(db.Int("SELECT (end_ns - start_ns) - gpu_busy_ns FROM steps WHERE step = ?1", st.index) ==
           db.Int("SELECT COALESCE(SUM(end_ns - start_ns), 0) FROM idle_gaps WHERE step = ?1",
                  st.index));
     launches += st.launches;
@@ -244,8 +244,9 @@ TEST_CASE("sqlite call classes follow the analysis", "[sqlite]") {
   CHECK(db.Int("SELECT COUNT(*) FROM api_calls WHERE class = 'nccl'") == n[2]);
   CHECK(n[1] == 4 + 2 + 4);
   const std::set<std::string> sync_apis = [&] {
-    auto v = db.Column("SELECT DISTINCT a.name FROM api_calls c JOIN apis a ON a.id = c.api_id "
-                       "WHERE c.class = 'sync'");
+    auto v = db.Column(
+        "SELECT DISTINCT a.name FROM api_calls c JOIN apis a ON a.id = c.api_id "
+        "WHERE c.class = 'sync'");
     return std::set<std::string>(v.begin(), v.end());
   }();
   CHECK(sync_apis == std::set<std::string>{"cudaMemcpy", "cudaMemset", "cudaStreamSynchronize"});
