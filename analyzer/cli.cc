@@ -10,12 +10,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "analyzer/analysis.h"
+#include "analyzer/audit.h"
 #include "analyzer/compare.h"
 #include "analyzer/output_file.h"
 #include "analyzer/report_html.h"
 #include "analyzer/report_json.h"
 #include "analyzer/report_perfetto.h"
+#include "analyzer/report_sqlite.h"
 #include "analyzer/report_text.h"
 #include "analyzer/run_command.h"
 #include "analyzer/steps.h"
@@ -30,6 +33,7 @@ int ReportCmd(const std::vector<std::string>& args);
 int HelpCmd(const std::vector<std::string>& args);
 int DumpCmd(const std::vector<std::string>& args);
 int CompareCmd(const std::vector<std::string>& args);
+int AuditCmd(const std::vector<std::string>& args);
 
 struct Subcommand {
   const char* name;
@@ -53,17 +57,21 @@ constexpr Subcommand kSubcommands[] = {
      "(default: <dir of this program>/../lib).\n",
      RunCmd},
     {"report",
-     "stallscope report DIR|FILE... [--format text|json|html|perfetto] [-o OUT] "
+     "stallscope report DIR|FILE... [--format text|json|html|perfetto|sqlite] [-o OUT] "
      "[--step-pattern RE]",
      "Analyze traces (every *.sstrace in a folder) and print the report: steps, GPU idle by "
      "cause, forced-sync hotspots, questions, diagnostics.",
-     "  --format F         text (default), json (schema stallscope.report/1), html or perfetto\n"
+     "  --format F         text (default), json (schema stallscope.report/1), html, perfetto\n"
+     "                     or sqlite\n"
      "                     html: one self-contained page, no script, no network: verdict,\n"
      "                     questions, nvidia-smi utilization curve over a busy/idle strip by\n"
      "                     cause, per-step bars, step time vs idle, hotspots with stacks\n"
      "                     perfetto: Chrome trace JSON of the analyzed process in\n"
      "                     PyTorch/Kineto's shape: open in ui.perfetto.dev or\n"
      "                     chrome://tracing, or load with Holistic Trace Analysis (*.json)\n"
+     "                     sqlite: a SQLite database of the report and the analyzed\n"
+     "                     process's calls, device ops and idle gaps (stallscope.sqlite/1;\n"
+     "                     needs -o)\n"
      "  -o OUT             write to OUT (a new file, never overwritten, mode 0640)\n"
      "  --step-pattern RE  NVTX range names that mark steps\n"
      "                     (default: (?i)step|iter|ProfilerStep; a leading (?i) ignores case)\n"
@@ -81,6 +89,22 @@ constexpr Subcommand kSubcommands[] = {
      "  --step-pattern RE  NVTX range names that mark steps (as for report)\n"
      "  -q, --quiet        no progress on stderr (errors only)\n",
      CompareCmd},
+    {"audit",
+     "stallscope audit DIR|FILE... --budget FILE [--baseline DIR] [--junit OUT.xml] "
+     "[--prometheus OUT.prom] [--step-pattern RE]",
+     "Check a run against a budget (limits on syncs per step, GPU idle, idle by cause, step "
+     "time, hotspots) for nightly jobs; exit 3 when it is exceeded.",
+     "  --budget FILE       the limits: TOML (.toml) or JSON (.json); see docs/analyzer.md\n"
+     "                      \"Audits\" (unknown keys are an error)\n"
+     "  --baseline DIR      an earlier run, for no_new_hotspots (hotspots by fingerprint)\n"
+     "  --junit OUT.xml     JUnit XML: one test case per budget check (a new file)\n"
+     "  --prometheus OUT    Prometheus text-format metrics, written atomically for\n"
+     "                      node_exporter's textfile collector (replaces only an earlier\n"
+     "                      stallscope metrics file)\n"
+     "  --step-pattern RE   NVTX range names that mark steps (as for report)\n"
+     "Exit codes: 0 within budget; 3 budget exceeded (each violation on stderr); 2 unreadable\n"
+     "trace; 1 usage or a bad budget file (one line: FILE:LINE: what).\n",
+     AuditCmd},
     {"dump", "stallscope dump FILE",
      "Print one trace's calls, device ops and NVTX ranges in time order, one per line (for "
      "debugging the recorder and the analyzer).",
@@ -104,8 +128,8 @@ std::string MainHelp() {
   absl::StrAppend(&s,
                   "\nRun `stallscope help <command>` or `stallscope <command> --help` for its "
                   "options.\n"
-                  "Exit codes: 0 ok; 1 usage; 2 unreadable or invalid trace; `run` exits with "
-                  "the command's code.\n");
+                  "Exit codes: 0 ok; 1 usage; 2 unreadable or invalid trace; 3 an audit "
+                  "budget was exceeded; `run` exits with the command's code.\n");
   return s;
 }
 
@@ -265,6 +289,7 @@ constexpr ReportFormat kFormats[] = {
        return RenderHtml(r, a);
      }},
     {"perfetto", true, false, RenderPerfetto},
+    {"sqlite", true, true, RenderSqlite},
 };
 
 const ReportFormat* FindFormat(std::string_view name) {
@@ -363,6 +388,98 @@ int CompareCmd(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   return kExitOk;
+}
+
+int AuditCmd(const std::vector<std::string>& args) {
+  const Subcommand& self = *Find("audit");
+  std::vector<std::string> inputs;
+  std::string budget_path, baseline, junit, prometheus, pattern = kDefaultStepPattern;
+  bool only_paths = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (only_paths || a.empty() || a[0] != '-' || a == "-") {
+      inputs.push_back(a);
+    } else if (a == "--") {
+      only_paths = true;
+    } else if (IsHelp(a)) {
+      fputs(CommandHelp(self).c_str(), stdout);
+      return kExitOk;
+    } else if (Matches(a, "--budget")) {
+      if (!TakeValue(args, &i, "--budget", &budget_path) || budget_path.empty()) {
+        return Usage(self, "--budget needs a file");
+      }
+    } else if (Matches(a, "--baseline")) {
+      if (!TakeValue(args, &i, "--baseline", &baseline) || baseline.empty()) {
+        return Usage(self, "--baseline needs a trace folder or file");
+      }
+    } else if (Matches(a, "--junit")) {
+      if (!TakeValue(args, &i, "--junit", &junit) || junit.empty()) {
+        return Usage(self, "--junit needs a file");
+      }
+    } else if (Matches(a, "--prometheus")) {
+      if (!TakeValue(args, &i, "--prometheus", &prometheus) || prometheus.empty()) {
+        return Usage(self, "--prometheus needs a file");
+      }
+    } else if (Matches(a, "--step-pattern")) {
+      if (!TakeValue(args, &i, "--step-pattern", &pattern)) {
+        return Usage(self, "--step-pattern needs a regular expression");
+      }
+    } else {
+      return Usage(self, absl::StrFormat("unknown option %s", a));
+    }
+  }
+  if (inputs.empty()) return Usage(self, "no trace folder or file given");
+  if (budget_path.empty()) return Usage(self, "no budget given (--budget FILE)");
+  if (auto re = CompileStepPattern(pattern); !re.ok()) {
+    return Usage(self, std::string(re.status().message()));
+  }
+  auto budget = LoadBudget(budget_path);
+  if (!budget.ok()) {
+    fprintf(stderr, "stallscope audit: %s\n", std::string(budget.status().message()).c_str());
+    return kExitUsage;
+  }
+  if (budget->no_new_hotspots && baseline.empty()) {
+    return Usage(self, absl::StrFormat("%s sets no_new_hotspots: give --baseline DIR",
+                                       budget_path));
+  }
+  AnalysisOptions options;
+  options.step_pattern = pattern;
+  auto run = AnalyzePaths(inputs, options);
+  if (!run.ok()) {
+    fprintf(stderr, "stallscope: %s\n", std::string(run.status().message()).c_str());
+    return kExitBadTrace;
+  }
+  std::optional<Report> base;
+  if (!baseline.empty()) {
+    auto b = AnalyzePaths({baseline}, options);
+    if (!b.ok()) {
+      fprintf(stderr, "stallscope: %s\n", std::string(b.status().message()).c_str());
+      return kExitBadTrace;
+    }
+    base = std::move(*b);
+  }
+  const AuditResult result = RunAudit(*budget, *run, absl::StrJoin(inputs, " "),
+                                      base ? &*base : nullptr);
+  if (!junit.empty()) {
+    if (auto st = WriteNewFile(junit, RenderJunit(result)); !st.ok()) {
+      fprintf(stderr, "stallscope: %s\n", std::string(st.message()).c_str());
+      return kExitUsage;
+    }
+  }
+  if (!prometheus.empty()) {
+    if (auto st = WriteMetricsFile(prometheus, RenderPrometheus(result)); !st.ok()) {
+      fprintf(stderr, "stallscope: %s\n", std::string(st.message()).c_str());
+      return kExitUsage;
+    }
+  }
+  fputs(RenderAuditText(result).c_str(), stdout);
+  fflush(stdout);
+  for (const AuditCheck& c : result.checks) {
+    for (const std::string& v : c.violations) {
+      fprintf(stderr, "stallscope audit: budget exceeded: %s: %s\n", c.name.c_str(), v.c_str());
+    }
+  }
+  return result.violations() > 0 ? kExitBudget : kExitOk;
 }
 
 int DumpCmd(const std::vector<std::string>& args) {

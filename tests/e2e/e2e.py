@@ -299,6 +299,286 @@ def case_compare(build, work):
     check(t.returncode == 0 and "Verdict:" in t.stdout, f"text compare: {t.returncode} {t.stdout[-500:]}")
 
 
+DOC = os.path.join(ROOT, "docs", "analyzer.md")
+
+
+def documented_queries():
+    """The example queries of docs/analyzer.md's "SQLite export" section:
+    (name, sql) for every ```sql block, named by its `-- name:` line."""
+    with open(DOC) as f:
+        text = f.read()
+    start = text.index("\n## SQLite export\n")
+    end = text.find("\n## ", start + 1)
+    section = text[start:end if end >= 0 else len(text)]
+    out = []
+    for block in re.findall(r"```sql\n(.*?)```", section, re.S):
+        m = re.search(r"^-- name: (\w+)", block, re.M)
+        check(m, f"a documented query has no '-- name:' line:\n{block}")
+        out.append((m.group(1), block))
+    return out
+
+
+def case_sqlite(build, work):
+    """--format sqlite on a real trace (read-backs, logging syncs, input
+    waits, tiny kernels): every example query of docs/analyzer.md runs on
+    the database, and its numbers equal the JSON report's (idle by cause
+    per step and in total, busy, launches, syncs, hotspot counts and idle
+    caused, q6's short kernels, steps over 30% idle). Also: -o is required
+    and never overwrites."""
+    import sqlite3
+    # Tiny kernels of (nominally) 0 us: shorter than their launch calls.
+    report, _ = run_traced(build, work, [os.path.join(build, "bin", "train_loop"), "--steps", str(STEPS),
+                                         "--readback", "--sync-log", "--input-us", "2000", "--tiny", "40"],
+                           {"SIMGPU_KERNEL_US": "*tiny_elementwise*=0," + KERNELS})
+    check_marker_steps(report)
+    exe = os.path.join(build, "bin", "stallscope")
+    trace = os.path.join(work, "trace")
+    db_path = os.path.join(work, "run.db")
+    p = subprocess.run([exe, "report", trace, "--format", "sqlite"], capture_output=True, text=True, timeout=300)
+    check(p.returncode == 1 and "-o" in p.stderr, f"sqlite without -o: exit {p.returncode} {p.stderr!r}")
+    p = subprocess.run([exe, "report", trace, "--format", "sqlite", "-o", db_path], capture_output=True,
+                       text=True, timeout=300)
+    check(p.returncode == 0, f"sqlite export exited {p.returncode}: {p.stderr[-2000:]}")
+    check(os.stat(db_path).st_mode & 0o777 == 0o640, f"mode {oct(os.stat(db_path).st_mode)}")
+    size = os.path.getsize(db_path)
+    p = subprocess.run([exe, "report", trace, "--format", "sqlite", "-o", db_path], capture_output=True,
+                       text=True, timeout=300)
+    check(p.returncode == 1 and os.path.getsize(db_path) == size, f"overwrite: exit {p.returncode}")
+
+    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    check(db.execute("PRAGMA integrity_check").fetchone()[0] == "ok", "integrity check failed")
+    meta = dict(db.execute("SELECT key, value FROM meta"))
+    check(meta["schema"] == "stallscope.sqlite/1", f"meta {meta}")
+    check(meta["step_source"] == report["step_source"], f"step_source {meta['step_source']}")
+    steps = {s["index"]: s for s in report["steps"]}
+    tot = report["totals"]
+    hotspots = {h["fingerprint"]: h for h in report["hotspots"]}
+    check(hotspots, "the run has no hotspots")
+
+    def idle_by_cause_per_step(rows):
+        got = {}
+        for step, cause, ns in rows:
+            got[(step, cause)] = ns
+        for i, st in steps.items():
+            for cause, ns in st["idle_by_cause"].items():
+                check(got.get((i, cause), 0) == ns, f"step {i} {cause}: {got.get((i, cause), 0)} != {ns}")
+        check(len(got) == sum(1 for st in steps.values() for ns in st["idle_by_cause"].values() if ns),
+              "rows for causes without idle")
+
+    def idle_by_cause(rows):
+        got = {cause: ns for cause, ns, _ in rows}
+        for cause, ns in tot["idle_by_cause"].items():
+            check(got.get(cause, 0) == ns, f"{cause}: {got.get(cause, 0)} != {ns}")
+        check(abs(sum(pct for _, _, pct in rows) - 100) < 1, "shares do not sum to 100%")
+
+    def busy_per_step(rows):
+        check(len(rows) == len(steps), f"{len(rows)} rows for {len(steps)} steps")
+        for step, step_ns, busy_ns, _ in rows:
+            st = steps[step]
+            check(step_ns == st["end_ns"] - st["start_ns"], f"step {step} span")
+            check(busy_ns == st["gpu_busy_ns"], f"step {step}: busy {busy_ns} != {st['gpu_busy_ns']}")
+        check(sum(r[2] for r in rows) == tot["gpu_busy_ns"], "busy total")
+
+    def launches_and_syncs_per_step(rows):
+        got = {step: (launches, syncs) for step, launches, syncs in rows}
+        for i, st in steps.items():
+            check(got.get(i, (0, 0)) == (st["launches"], st["sync_count"]),
+                  f"step {i}: {got.get(i)} != {(st['launches'], st['sync_count'])}")
+        check(sum(v[0] for v in got.values()) == tot["launches"], "launches total")
+        check(sum(v[1] for v in got.values()) == tot["syncs"], "syncs total")
+
+    def top_sync_sites(rows):
+        check(len(rows) == min(10, len(hotspots)), f"{len(rows)} sites for {len(hotspots)} hotspots")
+        idle = [r[7] for r in rows]
+        check(idle == sorted(idle, reverse=True), "not sorted by idle caused")
+        for file, line, function, api, kind, calls, blocked, caused, fp in rows:
+            h = hotspots[fp]
+            check((h["site"]["file"], h["site"]["line"], h["site"]["function"], h["api"], h["kind"]) ==
+                  (file, line, function, api, kind), f"site of {fp}")
+            check((calls, blocked, caused) == (h["count"], h["blocked_ns"], h["idle_caused_ns"]),
+                  f"{fp}: {(calls, blocked, caused)} != {(h['count'], h['blocked_ns'], h['idle_caused_ns'])}")
+        top = sorted(report["hotspots"], key=lambda h: -h["idle_caused_ns"])[:10]
+        check({r[8] for r in rows} == {h["fingerprint"] for h in top} or len(hotspots) > 10, "top sites")
+        line = marker_line("STALL:readback")
+        check(any(os.path.basename(r[0]) == "train_loop.cc" and r[1] == line for r in rows),
+              f"the read-back at train_loop.cc:{line} is not among the top sites")
+
+    def short_kernels(rows):
+        q6 = next(q for q in report["questions"] if q["id"] == "q6")
+        m = re.search(r"(\d+) of (\d+) kernels", q6["evidence"])
+        check(m, f"q6 evidence: {q6['evidence']}")
+        check(sum(r[1] for r in rows) == int(m.group(1)), f"short kernels {sum(r[1] for r in rows)}: {q6}")
+        check(int(m.group(1)) >= STEPS * 20, f"the tiny kernels were not shorter than their launches: {q6}")
+        check(any("tiny_elementwise" in (r[0] or "") for r in rows), f"no tiny kernel: {rows[:5]}")
+
+    def idle_steps(rows):
+        want = {i for i, st in steps.items() if st["gpu_idle_ns"] * 10 > (st["end_ns"] - st["start_ns"]) * 3}
+        check({r[0] for r in rows} == want, f"steps over 30% idle {sorted(r[0] for r in rows)} != {sorted(want)}")
+        check(want, "no step over 30% idle")
+
+    def ops_behind_top_hotspot(rows):
+        check(rows, "nothing ran on the GPU during the top hotspot's calls")
+        for call_id, enter, exit_, _, _, start, end in rows:
+            check(start < exit_ and end > enter, f"op [{start}, {end}) outside call {call_id}")
+
+    checkers = {f.__name__: f for f in (idle_by_cause_per_step, idle_by_cause, busy_per_step,
+                                         launches_and_syncs_per_step, top_sync_sites, short_kernels,
+                                         idle_steps, ops_behind_top_hotspot)}
+    queries = documented_queries()
+    names = [n for n, _ in queries]
+    check(sorted(names) == sorted(checkers), f"documented queries {names}, checked {sorted(checkers)}")
+    for name, sql in queries:
+        try:
+            rows = db.execute(sql).fetchall()
+        except sqlite3.Error as e:
+            raise Failure(f"query {name}: {e}")
+        try:
+            checkers[name](rows)
+        except Failure as e:
+            raise Failure(f"query {name}: {e}")
+    check(db.execute("SELECT COUNT(*) FROM api_calls").fetchone()[0] > STEPS * 40, "too few calls")
+    db.close()
+
+
+def prometheus_parser():
+    """prometheus_client's text-format parser (Debian python3-prometheus-client,
+    installed by scripts/setup). Debian installs it for its own python3; an
+    interpreter elsewhere on PATH finds it through Debian's dist-packages,
+    appended last so that nothing else is shadowed. None when absent."""
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+        return text_string_to_metric_families
+    except ImportError:
+        pass
+    debian = "/usr/lib/python3/dist-packages"
+    if os.path.isdir(os.path.join(debian, "prometheus_client")) and debian not in sys.path:
+        sys.path.append(debian)
+        try:
+            from prometheus_client.parser import text_string_to_metric_families
+            return text_string_to_metric_families
+        except ImportError:
+            pass
+    return None
+
+
+def case_audit(build, work):
+    """stallscope audit on real traces: train_loop --readback (a read-back
+    hotspot every step) and a clean run. A budget forbidding the read-back's
+    fingerprint fails (exit 3, the violation on stderr, a JUnit failure
+    naming the hotspot's site and fingerprint, Prometheus metrics equal to
+    the JSON report); the clean run with the read-back run as its
+    "no new hotspot" baseline passes, and the read-back run against the
+    clean baseline fails. A bad budget exits 1 with file:line."""
+    import xml.etree.ElementTree as ET
+    exe = os.path.join(build, "bin", "stallscope")
+    runs, reports = {}, {}
+    for name, extra in (("readback", ["--readback"]), ("clean", [])):
+        sub = os.path.join(work, name)
+        os.makedirs(sub)
+        reports[name], _ = run_traced(build, sub, [os.path.join(build, "bin", "train_loop"),
+                                                   "--steps", str(STEPS)] + extra)
+        runs[name] = os.path.join(sub, "trace")
+    rb = find_hotspot(reports["readback"], marker_line("STALL:readback"))
+    check(not reports["clean"]["hotspots"], f"clean run has hotspots: {reports['clean']['hotspots']}")
+
+    def audit(run, budget, *extra):
+        return subprocess.run([exe, "audit", run, "--budget", budget] + list(extra),
+                              capture_output=True, text=True, timeout=300)
+
+    fail_budget = os.path.join(work, "nightly.toml")
+    with open(fail_budget, "w") as f:
+        f.write(f'# nightly budget\nmin_steps = {STEPS}\nmax_gpu_idle_share = 0.99\n'
+                f'forbidden_fingerprints = ["{rb["fingerprint"]}"]\n'
+                f'[max_idle_share_by_cause]\nsync = 1.0\nother = 1.0\n')
+    junit, prom = os.path.join(work, "audit.xml"), os.path.join(work, "stallscope.prom")
+    p = audit(runs["readback"], fail_budget, "--junit", junit, "--prometheus", prom)
+    check(p.returncode == 3, f"audit over budget exited {p.returncode}: {p.stderr[-2000:]}")
+    err = [l for l in p.stderr.splitlines() if l.strip()]
+    check(len(err) == 1 and rb["fingerprint"] in err[0] and "forbidden_fingerprints" in err[0],
+          f"stderr should name the one violation: {p.stderr!r}")
+    check("budget exceeded" in p.stdout, f"summary: {p.stdout}")
+
+    suite = ET.parse(junit).getroot()
+    check(suite.tag == "testsuite", f"root {suite.tag}")
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    check(sorted(cases) == sorted(["min_steps", "max_gpu_idle_share", "max_idle_share_by_cause.sync",
+                                   "max_idle_share_by_cause.other", "forbidden_fingerprints"]),
+          f"test cases {sorted(cases)}")
+    check(suite.get("tests") == "5" and suite.get("failures") == "1", f"suite {suite.attrib}")
+    failures = [(n, c.find("failure")) for n, c in cases.items() if c.find("failure") is not None]
+    check(len(failures) == 1 and failures[0][0] == "forbidden_fingerprints", f"failures {failures}")
+    msg = failures[0][1].get("message")
+    line = marker_line("STALL:readback")
+    for part in (rb["fingerprint"], f"train_loop.cc:{line}", rb["api"], f"{rb['count']} calls"):
+        check(part in msg, f"JUnit failure message lacks {part!r}: {msg}")
+
+    parse = prometheus_parser()
+    with open(prom) as f:
+        text = f.read()
+    check(os.stat(prom).st_mode & 0o777 == 0o640, f"metrics mode {oct(os.stat(prom).st_mode)}")
+    # Strict line syntax (the exposition format), whatever parser is present.
+    sample = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\.)*",?)*\})? '
+                        r'[-+]?[0-9.eE+-]+$|^[a-zA-Z_:][a-zA-Z0-9_:]* (NaN|[-+]?Inf)$')
+    for l in text.splitlines():
+        check(l.startswith("# HELP ") or l.startswith("# TYPE ") or sample.match(l), f"bad line {l!r}")
+    tot = reports["readback"]["totals"]
+    if parse is not None:
+        fams = {f.name: f for f in parse(text)}
+        val = lambda name, **labels: next(s.value for s in fams[name].samples if s.labels == labels)
+        for name in ("stallscope_gpu_idle_ratio", "stallscope_idle_seconds", "stallscope_syncs_per_step",
+                     "stallscope_hotspot_idle_caused_seconds", "stallscope_budget_violations"):
+            check(name in fams and fams[name].type == "gauge", f"{name} missing or not a gauge")
+        check(val("stallscope_budget_violations") == 1, "violations metric")
+        for cause, ns in tot["idle_by_cause"].items():
+            check(abs(val("stallscope_idle_seconds", cause=cause) - ns / 1e9) < 1e-9, f"idle {cause}")
+        span = tot["gpu_busy_ns"] + tot["gpu_idle_ns"]
+        check(abs(val("stallscope_gpu_idle_ratio") - tot["gpu_idle_ns"] / span) < 1e-9, "idle ratio")
+        check(abs(val("stallscope_syncs_per_step") - tot["syncs"] / STEPS) < 1e-9, "syncs per step")
+        hs = [s for s in fams["stallscope_hotspot_idle_caused_seconds"].samples
+              if s.labels["fingerprint"] == rb["fingerprint"]]
+        check(len(hs) == 1 and abs(hs[0].value - rb["idle_caused_ns"] / 1e9) < 1e-9
+              and f"train_loop.cc:{line}" in hs[0].labels["site"], f"hotspot metric {hs}")
+
+    # The metrics file is replaced by the next audit; a file that is not
+    # stallscope's is never touched.
+    base_budget = os.path.join(work, "no-new.json")
+    with open(base_budget, "w") as f:
+        json.dump({"no_new_hotspots": True, "max_syncs_per_step": 1.5}, f)
+    p = audit(runs["clean"], base_budget, "--baseline", runs["readback"], "--prometheus", prom)
+    check(p.returncode == 0, f"clean run against the read-back baseline exited {p.returncode}: "
+          f"{p.stdout}{p.stderr[-2000:]}")
+    with open(prom) as f:
+        check("stallscope_budget_violations 0\n" in f.read(), "metrics file not replaced")
+    p = audit(runs["readback"], base_budget, "--baseline", runs["clean"])
+    check(p.returncode == 3 and rb["fingerprint"] in p.stderr and "no_new_hotspots" in p.stderr,
+          f"read-back run against the clean baseline: {p.returncode} {p.stderr!r}")
+    other = os.path.join(work, "node.prom")
+    with open(other, "w") as f:
+        f.write("node_x 1\n")
+    p = audit(runs["clean"], base_budget, "--baseline", runs["readback"], "--prometheus", other)
+    check(p.returncode == 1 and open(other).read() == "node_x 1\n", f"foreign metrics file: {p.returncode}")
+
+    # Usage and budget errors: exit 1, one line; unreadable trace: exit 2.
+    p = audit(runs["clean"], base_budget)
+    check(p.returncode == 1 and "--baseline" in p.stderr, f"no_new_hotspots without a baseline: {p.returncode}")
+    bad = os.path.join(work, "bad.toml")
+    with open(bad, "w") as f:
+        f.write("min_steps = 3\nmax_syncs_per_stp = 1\n")
+    p = audit(runs["clean"], bad)
+    check(p.returncode == 1 and f"{bad}:2: unknown key 'max_syncs_per_stp'" in p.stderr
+          and len(p.stderr.strip().splitlines()) == 1, f"unknown key: {p.returncode} {p.stderr!r}")
+    with open(bad, "w") as f:
+        f.write("min_steps = 3\nmax_gpu_idle_share = \n")
+    p = audit(runs["clean"], bad)
+    check(p.returncode == 1 and f"{bad}:2:" in p.stderr, f"syntax error: {p.returncode} {p.stderr!r}")
+    p = audit(os.path.join(work, "missing"), base_budget, "--baseline", runs["clean"])
+    check(p.returncode == 2, f"missing trace: {p.returncode}")
+    if parse is None:
+        print("prometheus_client is not installed (scripts/setup installs python3-prometheus-client): "
+              "the metrics were checked by line syntax only")
+        return SKIP
+
+
 def case_no_cuda(build, work):
     out = os.path.join(work, "trace")
     p = subprocess.run([os.path.join(build, "bin", "stallscope"), "run", "--sim", "--out", out, "--", "/bin/true"],
