@@ -100,8 +100,23 @@ void Dispatch() {
 }
 
 // CPU preprocessing of the batch on the launching thread, before the step's
-// first CUDA call.
-__attribute__((noinline)) void PreprocessBatch(long us) { SpinUs(us); }
+// first CUDA call. The thread's CPU clock says how much of it was really
+// on-CPU (a loaded machine preempts the spin); the share is printed at the
+// end for the tests.
+long long g_spin_cpu_ns = 0, g_spin_wall_ns = 0;
+
+long long ClockNs(clockid_t id) {
+  timespec t;
+  clock_gettime(id, &t);
+  return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+__attribute__((noinline)) void PreprocessBatch(long us) {
+  const long long c0 = ClockNs(CLOCK_THREAD_CPUTIME_ID), w0 = ClockNs(CLOCK_MONOTONIC);
+  SpinUs(us);
+  g_spin_cpu_ns += ClockNs(CLOCK_THREAD_CPUTIME_ID) - c0;
+  g_spin_wall_ns += ClockNs(CLOCK_MONOTONIC) - w0;
+}
 
 void Launch(CUfunction f, CUstream s) {
   Dispatch();
@@ -189,6 +204,9 @@ int main(int argc, char** argv) {
   // Drain the device once at the end, outside every step.
   Check(cuCtxSynchronize(), "cuCtxSynchronize");
   std::printf("train_loop: %d steps, last loss %g\n", o.steps, double(last_loss));
+  if (g_spin_wall_ns > 0) {
+    std::printf("spin_on_cpu_share %.4f\n", double(g_spin_cpu_ns) / double(g_spin_wall_ns));
+  }
   cuMemFree(batch);
   cuMemFree(loss);
   cuMemFreeHost(host_batch);

@@ -56,6 +56,9 @@ def run_traced(build, work, args, extra_env=None):
     if rep.returncode != 0:
         raise Failure(f"report exited {rep.returncode}: {rep.stderr[-2000:]}")
     report = json.loads(rep.stdout)
+    for line in p.stdout.splitlines():
+        if line.startswith("spin_on_cpu_share "):
+            report["_spin_share"] = float(line.split()[1])
     truths = glob.glob(os.path.join(work, "truth-*.jsonl"))
     check(len(truths) == 1, f"expected one ground-truth file, found {truths}")
     with open(truths[0]) as f:
@@ -163,10 +166,19 @@ def case_host_busy(build, work):
     idle_steps = [(st, gap) for st, gap in zip(report["steps"][2:], gaps[2:]) if gap > 0]
     check(len(idle_steps) >= 5, f"the CPU preprocessing left idle in only {len(idle_steps)} steps")
     busy = sum(st["idle_by_cause"]["host_busy"] for st, _ in idle_steps)
+    host = busy + sum(st["idle_by_cause"]["host_wait"] for st, _ in idle_steps)
     injected = sum(gap for _, gap in idle_steps)
-    check(busy >= 0.9 * injected - 20_000 * len(idle_steps),
-          f"host_busy {busy} ns < 90% of the injected idle {injected} ns over {len(idle_steps)} steps "
-          f"(per step: {[(st['index'], st['idle_by_cause']) for st, _ in idle_steps][:4]})")
+    # On a loaded machine the spin is on-CPU only part of its wall time (the
+    # job measures the share with its thread CPU clock); the rest is truly
+    # off-CPU. host_busy gets at least 90% of that share of the injected
+    # idle, host_busy + host_wait at least 90% of all of it.
+    share = report.get("_spin_share", 1.0)
+    per_step = [(st['index'], st['idle_by_cause']) for st, _ in idle_steps][:4]
+    check(busy >= 0.9 * share * injected - 20_000 * len(idle_steps),
+          f"host_busy {busy} ns < 90% of the spin's on-CPU share ({share:.2f}) of the injected idle "
+          f"{injected} ns over {len(idle_steps)} steps (per step: {per_step})")
+    check(host >= 0.9 * injected - 20_000 * len(idle_steps),
+          f"host_busy + host_wait {host} ns < 90% of the injected idle {injected} ns (per step: {per_step})")
     diags = [d["name"] if "name" in d else d.get("id") for d in report.get("diagnostics", [])]
     check("no_cpu_time" not in diags, f"no_cpu_time reported: {diags}")
     q3 = next(q for q in report["questions"] if q["id"] == "q3")
