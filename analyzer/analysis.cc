@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "analyzer/hotspots.h"
 #include "analyzer/questions.h"
@@ -102,6 +103,17 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
   report.hotspots = FindHotspots(t, plan, classes, attribution.idle_caused, ao, &symbolizer,
                                  details != nullptr ? &details->hotspot_of_call : nullptr);
   timer.Mark("hotspots");
+  if (!symbolizer.ChangedModules().empty()) {
+    std::string names;
+    for (const std::string& path : symbolizer.ChangedModules()) {
+      absl::StrAppend(&names, names.empty() ? "" : ", ", BaseName(path));
+    }
+    AddDiagnostic(&report.diagnostics, DiagId::kModuleChanged,
+                  symbolizer.ChangedModules().size(),
+                  absl::StrFormat("%s rebuilt since the trace was recorded (another build id): "
+                                  "its frames are shown as module+offset",
+                                  names));
+  }
 
   Totals& tot = report.totals;
   for (const StepStats& s : report.steps) {

@@ -56,6 +56,9 @@ namespace stallscope::analyzer {
     "share of GPU idle time charged to no specific cause")                    \
   X(kNoCpuTime, "no_cpu_time", kInfo,                                          \
     "no thread CPU-time samples: off-CPU and on-CPU host time are not split") \
+  X(kModuleChanged, "module_changed", kWarning,                                \
+    "a module's build id differs from the recorded one: its frames are "       \
+    "shown as module+offset")                                                  \
   X(kInvalidRecords, "invalid_records", kWarning,                              \
     "records with impossible values (end before start, unknown api) ignored")
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string_view>
 
 #include "absl/strings/str_format.h"
 
@@ -84,6 +85,18 @@ const Frame& Symbolizer::Symbolize(uint64_t pc) {
       state_->handles[index] = dwfl_report_elf(state_->dwfl, f.module.c_str(),
                                                m->path.c_str(), -1, m->base, true);
       dwfl_report_end(state_->dwfl, nullptr, nullptr);
+      // A file rebuilt since the trace was recorded would give wrong lines:
+      // compare build ids when the trace has one.
+      if (state_->handles[index] != nullptr && !m->build_id.empty()) {
+        const unsigned char* bits = nullptr;
+        GElf_Addr vaddr = 0;
+        const int n = dwfl_module_build_id(state_->handles[index], &bits, &vaddr);
+        if (n > 0 && std::string_view(reinterpret_cast<const char*>(bits),
+                                      static_cast<size_t>(n)) != m->build_id) {
+          state_->handles[index] = nullptr;
+          changed_.push_back(m->path);
+        }
+      }
     }
     Dwfl_Module* mod = state_->handles[index];
     if (mod != nullptr) {

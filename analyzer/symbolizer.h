@@ -31,12 +31,16 @@ class Symbolizer {
   const Frame& Symbolize(uint64_t pc);
   // The module containing pc, or nullptr.
   const Module* FindModule(uint64_t pc) const;
+  // Paths of modules whose file on disk has another build id than the one
+  // recorded in the trace (rebuilt since): not used for symbols.
+  const std::vector<std::string>& ChangedModules() const { return changed_; }
 
  private:
   struct State;
   std::vector<Module> modules_;  // sorted by low
   std::unique_ptr<State> state_;
   absl::flat_hash_map<uint64_t, Frame> cache_;
+  std::vector<std::string> changed_;
 };
 
 // Basename of a path.

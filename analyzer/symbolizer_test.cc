@@ -72,5 +72,29 @@ TEST_CASE("symbolization fallbacks", "[symbolizer]") {
   CHECK(s.Symbolize(0x900000).function == "0x900000");
 }
 
+// Guards the build-id check: a module whose file has another build id than
+// the recorded one (rebuilt since) is not used for lines, and is reported;
+// the right build id still symbolizes.
+TEST_CASE("a rebuilt module is not used for symbols", "[symbolizer]") {
+  const uint64_t pc = KnownCaller();
+  std::vector<Module> modules = OwnModules();
+  Module* own = nullptr;
+  for (Module& m : modules) {
+    if (pc >= m.low && pc < m.high) own = &m;
+  }
+  REQUIRE(own != nullptr);
+  own->build_id = std::string(20, '\x5a');  // not this binary's
+  Symbolizer changed(modules);
+  const Frame& f = changed.Symbolize(pc);
+  CHECK(f.file.empty());
+  CHECK(f.function.rfind("analyzer_tests+0x", 0) == 0);
+  REQUIRE(changed.ChangedModules().size() == 1);
+  CHECK(changed.ChangedModules()[0] == own->path);
+  own->build_id.clear();  // unknown: trusted, as before build ids
+  Symbolizer unknown(modules);
+  CHECK(unknown.Symbolize(pc).line == kCallLine);
+  CHECK(unknown.ChangedModules().empty());
+}
+
 }  // namespace
 }  // namespace stallscope::analyzer
