@@ -64,8 +64,8 @@ constexpr Subcommand kSubcommands[] = {
      "  --step-pattern RE  NVTX range names that mark steps (as for report)\n",
      CompareCmd},
     {"dump", "stallscope dump FILE",
-     "Print one trace's calls, device ops and NVTX ranges in time order, one per line (for "
-     "debugging the recorder and the analyzer).",
+     "Print one trace's rank (when set), calls, device ops, NCCL call arguments and NVTX "
+     "ranges in time order, one per line (for debugging the recorder and the analyzer).",
      "", DumpCmd},
     {"help", "stallscope help [COMMAND]", "Show help for stallscope or one of its commands.", "",
      HelpCmd},
@@ -335,6 +335,15 @@ int DumpCmd(const std::vector<std::string>& args) {
                                      op.start_ns, op.end_ns, op.end_ns - op.start_ns, op.device,
                                      op.stream, op.call)});
   }
+  for (const NcclCall& n : t->nccl) {
+    lines.push_back(
+        {n.enter_ns,
+         absl::StrFormat("nccl %s call %d tid %d comm 0x%016x rank %d nranks %d seq %d count %d "
+                         "datatype %d op %d peer %d corr %d group_depth %d flags 0x%x",
+                         NcclKindName(n.kind), n.call, n.tid, n.comm, n.rank, n.nranks, n.seq,
+                         n.count, n.datatype, n.op, n.peer, n.correlation, n.group_depth,
+                         n.flags)});
+  }
   for (const NvtxRange& r : t->ranges) {
     lines.push_back({r.start_ns, absl::StrFormat("range tid %d \"%s\" [%d, %d) depth %d%s", r.tid,
                                                  std::string(t->String(r.name)), r.start_ns,
@@ -343,6 +352,11 @@ int DumpCmd(const std::vector<std::string>& args) {
   }
   std::stable_sort(lines.begin(), lines.end(),
                    [](const Line& a, const Line& b) { return a.t < b.t; });
+  if (t->rank.known) {
+    printf("rank %d local_rank %d world_size %d local_world_size %d host %s source %u\n",
+           t->rank.rank, t->rank.local_rank, t->rank.world_size, t->rank.local_world_size,
+           t->rank.host.c_str(), static_cast<unsigned>(t->rank.source));
+  }
   for (const Line& l : lines) printf("%s\n", l.text.c_str());
   for (const Diagnostic& d : t->diagnostics) {
     printf("diagnostic %s count %llu %s\n", DiagName(d.id),
