@@ -336,12 +336,15 @@ int DumpCmd(const std::vector<std::string>& args) {
                                      op.stream, op.call)});
   }
   for (const NcclCall& n : t->nccl) {
+    const ApiCall* c = n.call >= 0 ? &t->calls[static_cast<size_t>(n.call)] : nullptr;
     lines.push_back(
         {n.enter_ns,
-         absl::StrFormat("nccl %s call %d tid %d comm 0x%016x rank %d nranks %d seq %d count %d "
-                         "datatype %d op %d peer %d corr %d group_depth %d flags 0x%x",
-                         NcclKindName(n.kind), n.call, n.tid, n.comm, n.rank, n.nranks, n.seq,
-                         n.count, n.datatype, n.op, n.peer, n.correlation, n.group_depth,
+         absl::StrFormat("nccl %s call %d api %s tid %d comm 0x%016x rank %d nranks %d seq %d "
+                         "count %d bytes %d datatype %d op %d peer %d stream 0x%x corr %d "
+                         "group_depth %d flags 0x%x",
+                         NcclKindName(n.kind), n.call, c ? t->Api(c->api).name : "?", n.tid,
+                         n.comm, n.rank, n.nranks, n.seq, n.count, c ? c->bytes : 0, n.datatype,
+                         n.op, n.peer, c ? c->stream : 0, n.correlation, n.group_depth,
                          n.flags)});
   }
   for (const NvtxRange& r : t->ranges) {
