@@ -8,6 +8,11 @@
 // wrapper is chosen by the pointer that comes back, so a caller always ends up
 // in the variant the driver would have given it. Unknown names, and lookups the
 // driver makes of itself, pass through untouched.
+//
+// NCCL (nccl_hooks.def): `nccl*` and `pnccl*` wrappers, reached through the
+// PLT or through dlsym on a libnccl handle (matched by name); each forwards to
+// the real `pnccl*` (else `nccl*`) from the next object or the loaded
+// libnccl.so.2, and records the call and its arguments (nccl_state.h).
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 #include <dlfcn.h>
