@@ -106,8 +106,8 @@ constexpr Subcommand kSubcommands[] = {
      "trace; 1 usage or a bad budget file (one line: FILE:LINE: what).\n",
      AuditCmd},
     {"dump", "stallscope dump FILE",
-     "Print one trace's calls, device ops and NVTX ranges in time order, one per line (for "
-     "debugging the recorder and the analyzer).",
+     "Print one trace's rank (when set), calls, device ops, NCCL call arguments and NVTX "
+     "ranges in time order, one per line (for debugging the recorder and the analyzer).",
      "", DumpCmd},
     {"help", "stallscope help [COMMAND]", "Show help for stallscope or one of its commands.", "",
      HelpCmd},
@@ -515,6 +515,18 @@ int DumpCmd(const std::vector<std::string>& args) {
                                      op.start_ns, op.end_ns, op.end_ns - op.start_ns, op.device,
                                      op.stream, op.call)});
   }
+  for (const NcclCall& n : t->nccl) {
+    const ApiCall* c = n.call >= 0 ? &t->calls[static_cast<size_t>(n.call)] : nullptr;
+    lines.push_back(
+        {n.enter_ns,
+         absl::StrFormat("nccl %s call %d api %s tid %d comm 0x%016x rank %d nranks %d seq %d "
+                         "count %d bytes %d datatype %d op %d peer %d stream 0x%x corr %d "
+                         "group_depth %d flags 0x%x",
+                         NcclKindName(n.kind), n.call, c ? t->Api(c->api).name : "?", n.tid,
+                         n.comm, n.rank, n.nranks, n.seq, n.count, c ? c->bytes : 0, n.datatype,
+                         n.op, n.peer, c ? c->stream : 0, n.correlation, n.group_depth,
+                         n.flags)});
+  }
   for (const NvtxRange& r : t->ranges) {
     lines.push_back({r.start_ns, absl::StrFormat("range tid %d \"%s\" [%d, %d) depth %d%s", r.tid,
                                                  std::string(t->String(r.name)), r.start_ns,
@@ -523,6 +535,11 @@ int DumpCmd(const std::vector<std::string>& args) {
   }
   std::stable_sort(lines.begin(), lines.end(),
                    [](const Line& a, const Line& b) { return a.t < b.t; });
+  if (t->rank.known) {
+    printf("rank %d local_rank %d world_size %d local_world_size %d host %s source %u\n",
+           t->rank.rank, t->rank.local_rank, t->rank.world_size, t->rank.local_world_size,
+           t->rank.host.c_str(), static_cast<unsigned>(t->rank.source));
+  }
   for (const Line& l : lines) printf("%s\n", l.text.c_str());
   for (const Diagnostic& d : t->diagnostics) {
     printf("diagnostic %s count %llu %s\n", DiagName(d.id),

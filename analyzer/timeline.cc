@@ -77,6 +77,7 @@ void ConvertTicks(Timeline* t) {
     c.exit_ns = conv.ToNs(static_cast<uint64_t>(c.exit_ns));
   }
   for (NvtxEvent& e : t->nvtx) e.ns = conv.ToNs(static_cast<uint64_t>(e.ns));
+  for (NcclCall& n : t->nccl) n.enter_ns = conv.ToNs(static_cast<uint64_t>(n.enter_ns));
   for (auto& [tid, samples] : t->cpu)
     for (CpuSample& c : samples) c.ns = conv.ToNs(static_cast<uint64_t>(c.ns));
 }
@@ -308,7 +309,47 @@ void MergeModuleMaps(Timeline* t) {
   t->modules = std::move(kept);
 }
 
+// Each NCCL record to its call: same thread, same enter time.
+void JoinNccl(Timeline* t) {
+  if (t->nccl.empty()) return;
+  std::stable_sort(t->nccl.begin(), t->nccl.end(),
+                   [](const NcclCall& a, const NcclCall& b) { return a.enter_ns < b.enter_ns; });
+  absl::flat_hash_map<std::pair<uint32_t, int64_t>, int32_t> by_key;
+  for (size_t i = 0; i < t->calls.size(); ++i) {
+    const ApiCall& c = t->calls[i];
+    if (t->Api(c.api).category == trace::ApiCategory::kNccl)
+      by_key.try_emplace({c.tid, c.enter_ns}, static_cast<int32_t>(i));
+  }
+  for (NcclCall& n : t->nccl) {
+    auto it = by_key.find({n.tid, n.enter_ns});
+    n.call = it == by_key.end() ? -1 : it->second;
+  }
+}
+
 }  // namespace
+
+const char* NcclKindName(trace::NcclKind kind) {
+  using K = trace::NcclKind;
+  switch (kind) {
+    case K::kOther: break;
+    case K::kAllReduce: return "all_reduce";
+    case K::kBroadcast: return "broadcast";
+    case K::kReduce: return "reduce";
+    case K::kAllGather: return "all_gather";
+    case K::kReduceScatter: return "reduce_scatter";
+    case K::kAllToAll: return "all_to_all";
+    case K::kSend: return "send";
+    case K::kRecv: return "recv";
+    case K::kGroupStart: return "group_start";
+    case K::kGroupEnd: return "group_end";
+    case K::kCommInit: return "comm_init";
+    case K::kCommSplit: return "comm_split";
+    case K::kCommDestroy: return "comm_destroy";
+    case K::kCommAbort: return "comm_abort";
+    case K::kCommFinalize: return "comm_finalize";
+  }
+  return "other";
+}
 
 void FinalizeTimeline(Timeline* t) {
   MergeModuleMaps(t);
@@ -338,6 +379,7 @@ void FinalizeTimeline(Timeline* t) {
     }
   }
   for (NvtxEvent& e : t->nvtx) clamp(&e.ns);
+  for (NcclCall& n : t->nccl) clamp(&n.enter_ns);
   for (auto& [tid, samples] : t->cpu) {
     for (CpuSample& c : samples) {
       clamp(&c.ns);
@@ -352,6 +394,7 @@ void FinalizeTimeline(Timeline* t) {
   MergeRuns(&t->calls, by_enter);
   MergeRuns(&t->ops, by_start);
   Join(t);
+  JoinNccl(t);
   BuildRanges(t);
   if (t->ops.empty()) AddDiagnostic(&t->diagnostics, DiagId::kNoDeviceOps, 1);
 }

@@ -82,6 +82,37 @@ struct CpuSample {
   int64_t cpu_ns = 0;  // the thread's CPU time since it started
 };
 
+// The NCCL arguments of one NCCL call (trace kNccl chunk), joined to the
+// ApiCall it belongs to. `enter_ns` is ticks until FinalizeTimeline.
+struct NcclCall {
+  int64_t enter_ns = 0;
+  uint64_t correlation = 0;  // the call's external correlation id; 0 none
+  uint64_t comm = 0;         // communicator id, the same on every rank
+  uint64_t seq = 0;          // collective (or per peer and direction) sequence
+  uint64_t count = 0;
+  uint32_t tid = 0;
+  int32_t rank = -1;
+  int32_t nranks = -1;
+  int32_t peer = -1;  // send/recv peer, broadcast/reduce root
+  int32_t op = -1;    // ncclRedOp_t
+  trace::NcclKind kind = trace::NcclKind::kOther;
+  uint8_t datatype = 255;  // ncclDataType_t; 255 none
+  uint8_t flags = 0;       // trace::NcclFlags
+  uint8_t group_depth = 0;
+  int32_t call = -1;  // index into Timeline::calls; -1 when not found
+};
+
+// The process's place in a distributed job (trace kRank chunk).
+struct RankInfo {
+  bool known = false;
+  int32_t rank = -1;
+  int32_t local_rank = -1;
+  int32_t world_size = -1;
+  int32_t local_world_size = -1;
+  trace::RankSource source = trace::RankSource::kNone;
+  std::string host;
+};
+
 // Where a stack's words live in Timeline::stack_words.
 struct StackRef {
   uint32_t native_offset = 0;
@@ -129,12 +160,19 @@ struct Timeline {
   // CPU-time samples per thread, sorted by time after FinalizeTimeline.
   // Empty for traces written before the recorder took them.
   absl::flat_hash_map<uint32_t, std::vector<CpuSample>> cpu;
+  // NCCL calls' arguments, sorted by enter after FinalizeTimeline (a
+  // ncclCommInitAll call has one entry per communicator it created).
+  std::vector<NcclCall> nccl;
+  RankInfo rank;
   std::vector<Diagnostic> diagnostics;
 
   // "" when unknown.
   std::string_view String(uint32_t id) const;
   const ApiInfo& Api(uint16_t id) const;
 };
+
+// "all_reduce", "send", "comm_init" ...
+const char* NcclKindName(trace::NcclKind kind);
 
 // Every time in a finalized timeline lies in [0, kMaxTimeNs] (about 36 years
 // of CLOCK_MONOTONIC): sums and differences of times never overflow.

@@ -39,6 +39,8 @@ const char* ChunkTypeName(uint16_t type) {
     case ChunkType::kDiagnostic: return "diagnostic";
     case ChunkType::kEnd: return "end";
     case ChunkType::kCpu: return "cpu";
+    case ChunkType::kNccl: return "nccl";
+    case ChunkType::kRank: return "rank";
   }
   return "unknown";
 }
@@ -233,6 +235,43 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
     case ChunkType::kEnd:
       t->ended_cleanly = true;
       return {};
+    case ChunkType::kNccl: {
+      if (!fixed(sizeof(trace::NcclRecord))) return "record count exceeds payload";
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::NcclRecord r;
+        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
+        NcclCall c;
+        c.enter_ns = static_cast<int64_t>(r.enter);
+        c.correlation = r.correlation;
+        c.comm = r.comm;
+        c.seq = r.seq;
+        c.count = r.count;
+        c.tid = r.tid;
+        c.rank = r.rank;
+        c.nranks = r.nranks;
+        c.peer = r.peer;
+        c.op = r.op;
+        c.kind = static_cast<trace::NcclKind>(r.kind);
+        c.datatype = r.datatype;
+        c.flags = r.flags;
+        c.group_depth = r.group_depth;
+        t->nccl.push_back(c);
+      }
+      return {};
+    }
+    case ChunkType::kRank: {
+      if (h.count < 1 || !fixed(sizeof(trace::RankRecord))) return "record count exceeds payload";
+      trace::RankRecord r;
+      std::memcpy(&r, p, sizeof(r));
+      t->rank.known = true;
+      t->rank.rank = r.rank;
+      t->rank.local_rank = r.local_rank;
+      t->rank.world_size = r.world_size;
+      t->rank.local_world_size = r.local_world_size;
+      t->rank.source = static_cast<trace::RankSource>(r.source);
+      t->rank.host = std::string(r.host, strnlen(r.host, sizeof(r.host)));
+      return {};
+    }
     case ChunkType::kCpu: {
       if (!fixed(sizeof(trace::CpuRecord))) return "record count exceeds payload";
       std::vector<CpuSample>& samples = t->cpu[h.tid];

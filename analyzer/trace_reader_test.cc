@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <random>
 
 #include "analyzer/testing/test_util.h"
@@ -344,6 +345,93 @@ TEST_CASE("reads files and reports missing ones", "[reader]") {
   REQUIRE_FALSE(missing.ok());
   CHECK(std::string(missing.status().message()).find(path) == 0);
   rmdir(dir);
+}
+
+
+// kNccl records join their calls by (thread, enter); kRank fills the rank.
+TEST_CASE("NCCL records and the rank chunk", "[reader]") {
+  TraceBuilder b;
+  uint16_t launch = b.Api("cuLaunchKernel", tf::ApiCategory::kLaunch, tf::kApiSubmits);
+  uint16_t all_reduce = b.Api("ncclAllReduce", tf::ApiCategory::kNccl);
+  uint16_t send = b.Api("ncclSend", tf::ApiCategory::kNccl);
+  b.Clock(0, 1000);
+  b.Clock(1'000'000, 1'001'000);
+  b.Call(7, launch, 100, 200);
+  b.Call(7, all_reduce, 300, 400, {.correlation = 55, .stream = 0x10, .bytes = 4096});
+  b.Call(8, send, 300, 420, {.bytes = 40});
+  tf::NcclRecord r{};
+  r.enter = 300;
+  r.tid = 8;  // the send (same enter time as the all-reduce, other thread)
+  r.comm = 0xabc;
+  r.seq = 3;
+  r.count = 10;
+  r.rank = 1;
+  r.nranks = 4;
+  r.peer = 2;
+  r.kind = static_cast<uint8_t>(tf::NcclKind::kSend);
+  r.datatype = 7;
+  r.flags = tf::kNcclP2p | tf::kNcclInGroup;
+  r.group_depth = 1;
+  r.op = -1;
+  b.Nccl(r);
+  r.tid = 7;
+  r.correlation = 55;
+  r.seq = 9;
+  r.count = 1024;
+  r.peer = -1;
+  r.kind = static_cast<uint8_t>(tf::NcclKind::kAllReduce);
+  r.flags = tf::kNcclCollective;
+  r.group_depth = 0;
+  r.op = 0;
+  b.Nccl(r);
+  r.tid = 9;  // no such call
+  b.Nccl(r);
+  tf::RankRecord rank{};
+  rank.rank = 3;
+  rank.local_rank = 1;
+  rank.world_size = 8;
+  rank.local_world_size = 2;
+  rank.source = static_cast<uint32_t>(tf::RankSource::kSlurm);
+  std::strncpy(rank.host, "node-17", sizeof(rank.host) - 1);
+  b.Rank(rank);
+  auto t = ReadTraceBytes(b.Build(), "nccl.sstrace");
+  REQUIRE(t.ok());
+  REQUIRE(t->nccl.size() == 3);
+  int joined = 0;
+  for (const NcclCall& n : t->nccl) {
+    CHECK(n.enter_ns == 300);
+    if (n.tid == 9) {
+      CHECK(n.call == -1);
+      continue;
+    }
+    REQUIRE(n.call >= 0);
+    const ApiCall& c = t->calls[static_cast<size_t>(n.call)];
+    CHECK(c.tid == n.tid);
+    if (n.kind == tf::NcclKind::kSend) {
+      CHECK(t->Api(c.api).name == "ncclSend");
+      CHECK(n.peer == 2);
+      CHECK(n.seq == 3);
+      CHECK(n.group_depth == 1);
+    } else {
+      CHECK(t->Api(c.api).name == "ncclAllReduce");
+      CHECK(c.bytes == 4096);
+      CHECK(n.correlation == 55);
+      CHECK(n.seq == 9);
+      CHECK(n.comm == 0xabc);
+      CHECK(n.rank == 1);
+      CHECK(n.nranks == 4);
+    }
+    ++joined;
+  }
+  CHECK(joined == 2);
+  CHECK(t->rank.known);
+  CHECK(t->rank.rank == 3);
+  CHECK(t->rank.local_rank == 1);
+  CHECK(t->rank.world_size == 8);
+  CHECK(t->rank.local_world_size == 2);
+  CHECK(t->rank.source == tf::RankSource::kSlurm);
+  CHECK(t->rank.host == "node-17");
+  CHECK_FALSE(HasDiag(*t, DiagId::kUnknownChunk));
 }
 
 }  // namespace

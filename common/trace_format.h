@@ -56,6 +56,8 @@ enum class ChunkType : uint16_t {
   kDiagnostic = 11,  // DiagnosticRecord[count]
   kEnd = 12,         // empty: the process finished writing cleanly
   kCpu = 13,         // CpuRecord[count], one thread (tid): CPU-time samples
+  kNccl = 14,        // NcclRecord[count]: the NCCL arguments of kNccl API calls
+  kRank = 15,        // RankRecord[1]: the process's place in a distributed job
 };
 
 struct ChunkHeader {
@@ -219,6 +221,75 @@ struct CpuRecord {
   uint64_t cpu_ns;  // the thread's CPU time since it started
 };
 static_assert(sizeof(CpuRecord) == 16);
+
+// What an NCCL call was (NcclRecord.kind).
+enum class NcclKind : uint8_t {
+  kOther = 0,
+  kAllReduce = 1,
+  kBroadcast = 2,  // ncclBroadcast and ncclBcast
+  kReduce = 3,
+  kAllGather = 4,
+  kReduceScatter = 5,
+  kAllToAll = 6,
+  kSend = 7,
+  kRecv = 8,
+  kGroupStart = 9,
+  kGroupEnd = 10,
+  kCommInit = 11,     // ncclCommInitRank, ...InitRankConfig, ...InitAll
+  kCommSplit = 12,
+  kCommDestroy = 13,  // ncclCommDestroy
+  kCommAbort = 14,
+  kCommFinalize = 15,
+};
+
+enum NcclFlags : uint8_t {
+  kNcclCollective = 1u << 0,  // seq is the communicator's collective sequence
+  kNcclP2p = 1u << 1,         // seq is the (comm, peer, direction) sequence
+  kNcclInGroup = 1u << 2,     // issued between ncclGroupStart and ncclGroupEnd
+  kNcclCommUnknown = 1u << 3, // the communicator was created before tracing
+};
+
+// The NCCL arguments of one hooked NCCL call (one per ApiRecord of category
+// kNccl). Joined to its ApiRecord by (tid, enter). Added to format 1 without
+// a version change (older readers skip the chunk).
+struct NcclRecord {
+  uint64_t enter;        // ticks; equals the ApiRecord's enter
+  uint64_t correlation;  // the ApiRecord's external correlation id; 0 none
+  uint64_t comm;         // communicator id: the same on every rank
+  uint64_t seq;          // see NcclFlags; 0-based
+  uint64_t count;        // elements (per rank, as passed)
+  uint32_t tid;          // the calling thread
+  int32_t rank;          // this process's rank in comm; -1 unknown
+  int32_t nranks;        // -1 unknown
+  int32_t peer;          // send/recv: peer; broadcast/reduce: root; else -1
+  uint8_t kind;          // NcclKind
+  uint8_t datatype;      // ncclDataType_t; 255 none
+  uint8_t flags;         // NcclFlags
+  uint8_t group_depth;   // ncclGroupStart nesting at the call (before it)
+  int32_t op;            // ncclRedOp_t; -1 none
+};
+static_assert(sizeof(NcclRecord) == 64);
+
+// Where the process sits in a distributed job, from the launcher's
+// environment at trace start. -1: not set.
+enum class RankSource : uint32_t {
+  kNone = 0,
+  kTorch = 1,  // RANK / LOCAL_RANK / WORLD_SIZE / LOCAL_WORLD_SIZE
+  kOpenMpi = 2,  // OMPI_COMM_WORLD_RANK / _LOCAL_RANK / _SIZE / _LOCAL_SIZE
+  kPmi = 3,    // PMI_RANK / MPI_LOCALRANKID / PMI_SIZE / MPI_LOCALNRANKS
+  kSlurm = 4,  // SLURM_PROCID / SLURM_LOCALID / SLURM_NTASKS / SLURM_NTASKS_PER_NODE
+};
+
+struct RankRecord {
+  int32_t rank;
+  int32_t local_rank;
+  int32_t world_size;
+  int32_t local_world_size;
+  uint32_t source;  // RankSource
+  uint32_t reserved;
+  char host[64];  // gethostname, NUL-padded (the header's is cut at 31)
+};
+static_assert(sizeof(RankRecord) == 88);
 
 enum class DiagnosticId : uint32_t {
   kDroppedRecords = 1,     // records dropped because the memory budget was full

@@ -8,6 +8,11 @@
 // wrapper is chosen by the pointer that comes back, so a caller always ends up
 // in the variant the driver would have given it. Unknown names, and lookups the
 // driver makes of itself, pass through untouched.
+//
+// NCCL (nccl_hooks.def): `nccl*` and `pnccl*` wrappers, reached through the
+// PLT or through dlsym on a libnccl handle (matched by name); each forwards to
+// the real `pnccl*` (else `nccl*`) from the next object or the loaded
+// libnccl.so.2, and records the call and its arguments (nccl_state.h).
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 #include <dlfcn.h>
@@ -20,6 +25,8 @@
 #include "clock.h"
 #include "cupti_source.h"
 #include "hooks.h"
+#include "nccl_abi.h"
+#include "nccl_state.h"
 #include "python_frames.h"
 #include "recorder.h"
 
@@ -34,12 +41,19 @@ constexpr uint8_t kLaunch = uint8_t(ApiCategory::kLaunch), kCopy = uint8_t(ApiCa
                   kSet = uint8_t(ApiCategory::kSet), kSync = uint8_t(ApiCategory::kSync),
                   kQuery = uint8_t(ApiCategory::kQuery), kFree = uint8_t(ApiCategory::kFree),
                   kWait = uint8_t(ApiCategory::kWait), kEvent = uint8_t(ApiCategory::kEvent),
-                  kGraph = uint8_t(ApiCategory::kGraph), kHostFunc = uint8_t(ApiCategory::kHostFunc);
+                  kGraph = uint8_t(ApiCategory::kGraph), kHostFunc = uint8_t(ApiCategory::kHostFunc),
+                  kNcclCategory = uint8_t(ApiCategory::kNccl);
 
+// CUDA hooks first, then the NCCL ones (each as `nccl*` and `pnccl*`).
 enum HookId : uint16_t {
 #define HOOK(name, ...) k_##name,
 #include "hooks.def"
 #undef HOOK
+  kFirstNcclHook,
+  kBeforeNcclHooks = kFirstNcclHook - 1,
+#define NCCL_HOOK(name, ...) k_##name, k_p##name,
+#include "nccl_hooks.def"
+#undef NCCL_HOOK
   kHookCount
 };
 
@@ -48,6 +62,11 @@ constexpr HookInfo kHooks[] = {
   {#name, #base, version, per_thread != 0, category, uint16_t(flags)},
 #include "hooks.def"
 #undef HOOK
+#define NCCL_HOOK(name, ...)                          \
+  {#name, #name, 0, false, kNcclCategory, 0},         \
+  {"p" #name, #name, 0, false, kNcclCategory, 0},
+#include "nccl_hooks.def"
+#undef NCCL_HOOK
 };
 static_assert(sizeof(kHooks) / sizeof(kHooks[0]) == kHookCount);
 
@@ -127,6 +146,43 @@ inline void* Real(HookId id) {
   return __builtin_expect(p != nullptr, 1) ? p : ResolveReal(id);
 }
 
+// The real NCCL function for hook `id` (`nccl*` or `pnccl*`): `pnccl*` first
+// (the strong definition), then `nccl*`, from the next object, else from an
+// already loaded libnccl.so.2 (one opened RTLD_LOCAL is not in the global
+// scope).
+__attribute__((noinline)) void* ResolveRealNccl(HookId id) {
+  const char* base = kHooks[id].base;  // ncclX
+  char pname[96];
+  size_t len = strlen(base);
+  if (len + 2 > sizeof pname) return nullptr;
+  pname[0] = 'p';
+  memcpy(pname + 1, base, len + 1);
+  void* lib = nullptr;
+  void* p = nullptr;
+  for (int pass = 0; pass < 2 && !p; ++pass) {
+    void* h = RTLD_NEXT;
+    if (pass == 1) {
+      lib = dlopen("libnccl.so.2", RTLD_LAZY | RTLD_NOLOAD);
+      if (!lib) break;
+      h = lib;
+    }
+    for (const char* n : {static_cast<const char*>(pname), base}) {
+      p = RealDlsym(h, n);
+      if (p && IsOurs(p)) p = nullptr;
+      if (p) break;
+    }
+  }
+  if (!p) return nullptr;
+  void* expected = nullptr;
+  g_real[id].compare_exchange_strong(expected, p);
+  return g_real[id].load();
+}
+
+inline void* RealNccl(HookId id) {
+  void* p = g_real[id].load(std::memory_order_acquire);
+  return __builtin_expect(p != nullptr, 1) ? p : ResolveRealNccl(id);
+}
+
 // One hooked call: the guard, the timestamps, the record. Nothing in here
 // allocates, locks or makes a system call unless a buffer is full.
 class CallScope {
@@ -143,10 +199,14 @@ class CallScope {
   bool recording() const { return recording_; }
 
   void Enter(uint64_t stream, uint64_t object, uint64_t bytes) {
+    Enter(stream, object, bytes, (kHooks[id_].flags & trace::kApiSubmits) != 0);
+  }
+  // `submits`: the call launches device work now (gets a correlation id).
+  void Enter(uint64_t stream, uint64_t object, uint64_t bytes, bool submits) {
     stream_ = stream;
     object_ = object;
     bytes_ = bytes;
-    if (kHooks[id_].flags & trace::kApiSubmits) {
+    if (submits) {
       corr_ = (uint64_t(ts_.index) << 40) | ++ts_.next_corr;
       cupti::Push(corr_);
     }
@@ -185,6 +245,11 @@ class CallScope {
     ts_.last_exit = exit;
   }
 
+  uint64_t enter() const { return enter_; }
+  uint64_t correlation() const { return corr_; }
+  uint32_t tid() const { return ts_.tid; }
+  void set_object(uint64_t object) { object_ = object; }
+
  private:
   HookId id_;
   ThreadState& ts_;
@@ -215,6 +280,36 @@ using namespace stallscope;
 #include "hooks.def"
 #undef HOOK
 
+// NCCL wrappers: the call is described (nccl::Call), recorded as an API
+// record of category kNccl (stream, communicator, bytes; a correlation id
+// only when it launches device work now, i.e. outside a group, and for the
+// outermost ncclGroupEnd) plus a trace::NcclRecord with its arguments,
+// communicator id, rank and sequence number.
+#define NCCL_WRAPPER(wname, nkind, params, args, setup)                                \
+  STALLSCOPE_EXPORT ncclResult_t wname params {                                      \
+    using Fn = ncclResult_t(*) params;                                               \
+    auto real = reinterpret_cast<Fn>(RealNccl(k_##wname));                           \
+    if (__builtin_expect(real == nullptr, 0)) return ncclSystemError;                \
+    CallScope scope(k_##wname);                                                      \
+    if (!scope.recording()) return real args;                                        \
+    nccl::Call c;                                                                    \
+    c.kind = trace::NcclKind::nkind;                                                 \
+    setup                                                                            \
+    nccl::Before(&c);                                                                \
+    scope.Enter(ToU64(c.stream), ToU64(c.comm), c.Bytes(), c.submits);               \
+    ncclResult_t r = real args;                                                      \
+    if (c.out && c.out_count > 0 && r == ncclSuccess) scope.set_object(ToU64(*c.out)); \
+    scope.Exit(CUresult(r));                                                         \
+    nccl::After(c, int(r), scope.tid(), scope.enter(), scope.correlation());          \
+    return r;                                                                        \
+  }
+#define NCCL_HOOK(name, nkind, params, args, setup) \
+  NCCL_WRAPPER(name, nkind, params, args, setup)    \
+  NCCL_WRAPPER(p##name, nkind, params, args, setup)
+#include "nccl_hooks.def"
+#undef NCCL_HOOK
+#undef NCCL_WRAPPER
+
 namespace stallscope {
 namespace {
 
@@ -222,6 +317,11 @@ __attribute__((constructor)) void FillWrapperTable() {
 #define HOOK(name, ...) g_wrappers[k_##name] = reinterpret_cast<void*>(&::name);
 #include "hooks.def"
 #undef HOOK
+#define NCCL_HOOK(name, ...)                                        \
+  g_wrappers[k_##name] = reinterpret_cast<void*>(&::name);          \
+  g_wrappers[k_p##name] = reinterpret_cast<void*>(&::p##name);
+#include "nccl_hooks.def"
+#undef NCCL_HOOK
   stallscope_resolve_real_dlsym();
 }
 
@@ -344,7 +444,9 @@ extern "C" __attribute__((visibility("hidden"))) void* stallscope_dlsym_impl(voi
   void* caller = __builtin_return_address(0);
   DlsymFn real = stallscope_resolve_real_dlsym();
   void* p = real(handle, name);
-  if (!p || !name || name[0] != 'c' || name[1] != 'u') return p;
+  if (!p || !name) return p;
+  const bool nccl = strncmp(name, "nccl", 4) == 0 || strncmp(name, "pnccl", 5) == 0;
+  if (!nccl && (name[0] != 'c' || name[1] != 'u')) return p;
   int saved = errno;
   void* result = p;
   if (strcmp(name, "cuGetProcAddress") == 0 || strcmp(name, "cuGetProcAddress_v2") == 0) {

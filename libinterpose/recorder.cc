@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,6 +30,7 @@
 #include "clock.h"
 #include "cupti_source.h"
 #include "hooks.h"
+#include "nccl_state.h"
 #include "python_frames.h"
 
 namespace stallscope {
@@ -157,6 +159,7 @@ struct Pending {
   std::vector<std::pair<uint32_t, trace::NvtxRecord>> nvtx;  // (tid, record)
   std::vector<trace::ThreadRecord> threads;
   std::vector<std::pair<uint32_t, trace::CpuRecord>> cpu;  // (tid, sample)
+  std::vector<trace::NcclRecord> nccl;
 };
 Pending* g_pending = nullptr;
 std::unordered_map<std::string, uint32_t>* g_strings = nullptr;
@@ -406,6 +409,9 @@ bool Drain(bool final, bool after_cupti_flush = false) {
     done = b;
   }
   for (const LiveSlice& s : live) WriteBuffer(s.buffer, s.count, track);
+  if (!pending.nccl.empty())
+    WriteChunk(ChunkType::kNccl, 0, uint32_t(pending.nccl.size()), pending.nccl.data(),
+               pending.nccl.size() * sizeof(trace::NcclRecord));
   if (!pending.cpu.empty()) {
     // One kCpu chunk per thread, samples in the order they were taken.
     std::stable_sort(pending.cpu.begin(), pending.cpu.end(),
@@ -606,14 +612,69 @@ bool TscIsInvariant() {
   return strstr(buf, " constant_tsc") && strstr(buf, " nonstop_tsc");
 }
 
+// A non-negative integer from the environment; -1 when unset or malformed.
+int EnvInt(const char* name) {
+  const char* v = getenv(name);
+  if (!v || !*v) return -1;
+  char* end = nullptr;
+  long x = strtol(v, &end, 10);
+  if (*end != 0 || x < 0 || x > INT32_MAX) return -1;
+  return int(x);
+}
+
+// The process's place in a distributed job, from the first launcher whose
+// rank variable is set: torchrun/torch.distributed, Open MPI, PMI (MPICH,
+// Intel MPI), Slurm. -1 for what that launcher does not say.
+trace::RankRecord ReadRankInfo() {
+  struct Source {
+    trace::RankSource source;
+    const char *rank, *local_rank, *world_size, *local_world_size;
+  };
+  static constexpr Source kSources[] = {
+      {trace::RankSource::kTorch, "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"},
+      {trace::RankSource::kOpenMpi, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+       "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+      {trace::RankSource::kPmi, "PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE", "MPI_LOCALNRANKS"},
+      {trace::RankSource::kSlurm, "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS",
+       "SLURM_NTASKS_PER_NODE"},
+  };
+  trace::RankRecord r{};
+  r.rank = r.local_rank = r.world_size = r.local_world_size = -1;
+  gethostname(r.host, sizeof r.host - 1);
+  for (const Source& s : kSources) {
+    int rank = EnvInt(s.rank);
+    if (rank < 0) continue;
+    r.rank = rank;
+    r.local_rank = EnvInt(s.local_rank);
+    r.world_size = EnvInt(s.world_size);
+    r.local_world_size = EnvInt(s.local_world_size);
+    r.source = uint32_t(s.source);
+    break;
+  }
+  return r;
+}
+
+trace::RankRecord g_rank{};
+
+// <dir>/<host>-<pid>.sstrace, or with a rank
+// <dir>/rank<R>[.<local rank>]-<host>-<pid>.sstrace (rank zero-padded to 5
+// digits so that names sort by rank); "-N" is added if the name exists.
 int OpenTraceFile() {
   const char* dir = getenv("STALLSCOPE_OUT");
   if (!dir || !*dir) dir = ".";
   mkdir(dir, 0750);
   char host[64] = {0};
   gethostname(host, sizeof host - 1);
+  std::string prefix;
+  if (g_rank.rank >= 0) {
+    char buf[48];
+    snprintf(buf, sizeof buf, "rank%05d", g_rank.rank);
+    prefix = buf;
+    if (g_rank.local_rank >= 0) prefix += "." + std::to_string(g_rank.local_rank);
+    prefix += "-";
+  }
   for (int attempt = 0; attempt < 100; ++attempt) {
-    std::string path = std::string(dir) + "/" + host + "-" + std::to_string(g_pid);
+    std::string path = std::string(dir) + "/" + prefix + host + "-" + std::to_string(g_pid);
     if (attempt) path += "-" + std::to_string(attempt);
     path += trace::kFileSuffix;
     int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
@@ -646,6 +707,7 @@ void AtForkChild() {
   if (g_fd >= 0) close(g_fd);
   g_fd = -1;
   cupti::ForgetAfterFork();
+  nccl::ResetAfterFork();
   *g_pending = Pending();
   g_strings->clear();
   g_stacks->clear();
@@ -781,6 +843,7 @@ bool EnsureStarted() {
     g_initialized = true;
   }
   g_pid = uint32_t(getpid());
+  g_rank = ReadRankInfo();
   g_fd = OpenTraceFile();
   if (g_fd < 0) {
     g_state.store(int(State::kDisabled));
@@ -800,6 +863,7 @@ bool EnsureStarted() {
   iovec iov{&h, sizeof h};
   WriteAll(&iov, 1);
   WriteApiTable();
+  if (g_rank.rank >= 0) WriteChunk(ChunkType::kRank, 0, 1, &g_rank, sizeof g_rank);
   trace::ClockRecord clock = ReadClockPair();
   WriteChunk(ChunkType::kClock, 0, 1, &clock, sizeof clock);
   g_cpu_gap_ticks = CalibrateCpuGapTicks();
@@ -918,6 +982,12 @@ void AddNvtx(const trace::NvtxRecord& rec) {
   if (!ts.registered) RegisterThread(ts);
   pthread_mutex_lock(&g_mu);
   g_pending->nvtx.emplace_back(ts.tid, rec);
+  pthread_mutex_unlock(&g_mu);
+}
+
+void AddNccl(const trace::NcclRecord& rec) {
+  pthread_mutex_lock(&g_mu);
+  g_pending->nccl.push_back(rec);
   pthread_mutex_unlock(&g_mu);
 }
 

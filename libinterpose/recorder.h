@@ -112,6 +112,8 @@ uint32_t InternPythonStack(const uint64_t* pairs, size_t frames);
 void AddDeviceRecords(const trace::DeviceRecord* recs, size_t n);
 void AddCorrelations(const trace::CorrelationRecord* recs, size_t n);
 void AddNvtx(const trace::NvtxRecord& rec);
+// Queues the NCCL arguments of a hooked NCCL call (nccl_state.cc).
+void AddNccl(const trace::NcclRecord& rec);
 void CountDiagnostic(trace::DiagnosticId id, uint64_t n = 1);
 
 // Final flush: CUPTI, every thread's buffer, the module map, an end marker.

@@ -190,6 +190,12 @@ class TraceBuilder {
     cpu_[tid].push_back({ticks, cpu_ns});
   }
 
+  // The NCCL arguments of a call (kNccl): joined to the call of thread
+  // `r.tid` entering at `r.enter`.
+  void Nccl(const tf::NcclRecord& r) { nccl_.push_back(r); }
+  // The process's rank (kRank).
+  void Rank(const tf::RankRecord& r) { rank_.push_back(r); }
+
   void Thread(uint32_t tid, const std::string& name) {
     tf::ThreadRecord r{};
     r.tid = tid;
@@ -260,6 +266,8 @@ class TraceBuilder {
     Fixed(&out, tf::ChunkType::kDevice, 0, ops_);
     Fixed(&out, tf::ChunkType::kCorrelation, 0, correlations_);
     Fixed(&out, tf::ChunkType::kDiagnostic, 0, diags_);
+    Fixed(&out, tf::ChunkType::kNccl, 0, nccl_);
+    Fixed(&out, tf::ChunkType::kRank, 0, rank_);
     if (end_) Chunk(&out, tf::ChunkType::kEnd, 0, 0, "");
     return out;
   }
@@ -352,6 +360,8 @@ class TraceBuilder {
   std::vector<tf::ClockRecord> clocks_;
   std::vector<tf::ThreadRecord> threads_;
   std::vector<tf::DiagnosticRecord> diags_;
+  std::vector<tf::NcclRecord> nccl_;
+  std::vector<tf::RankRecord> rank_;
   uint64_t next_external_ = 1000;
   uint32_t next_cupti_ = 1;
 };

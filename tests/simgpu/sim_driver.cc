@@ -1194,3 +1194,26 @@ CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent hStart, CUevent hEnd) {
 }
 
 }  // extern "C"
+
+// The simulated NCCL's way onto a stream (simgpu_hooks.h): an op like a kernel
+// launch whose end the caller decides.
+extern "C" __attribute__((visibility("default"))) int simgpu_submit_external(
+    void* stream, const SimgpuExternalOp* ext) {
+  SIM_CHECK_INIT();
+  if (ext == nullptr || ext->size < sizeof(SimgpuExternalOp) || ext->poll_end == nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(static_cast<CUstream>(stream), false, &s));
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kKernel;
+  op->name = ext->name;
+  op->is_async = true;
+  op->bytes = 0;
+  for (int i = 0; i < 3; ++i) op->grid[i] = op->block[i] = 1;
+  op->external = true;
+  op->ext = *ext;
+  op->correlation = NextCorrelation();
+  Submit(s, op);
+  return CUDA_SUCCESS;
+}

@@ -218,6 +218,12 @@ void Report(const Op& op, const Device* d) {
     r.block[i] = op.block[i];
   }
   r.dynamic_shared_bytes = op.shared_bytes;
+  if (op.external) {
+    r.is_nccl = 1;
+    r.nccl_rank = op.ext.rank;
+    r.nccl_comm = op.ext.comm;
+    r.nccl_seq = op.ext.seq;
+  }
   TraceAppend(r);
   if (const SimgpuObserver* o = G().observer.load(std::memory_order_acquire)) {
     if (o->on_complete) o->on_complete(&r, o->user);
@@ -288,12 +294,14 @@ void DeviceLoop(Device* d) {
     d->kick_flag.store(false, std::memory_order_relaxed);
     uint64_t now = NowNs();
     uint64_t next = UINT64_MAX;
+    uint64_t next_poll = UINT64_MAX;  // an external op's next poll
     bool wake_host = false;
     bool completed_any = false;
     bool progress = true;
     while (progress) {
       progress = false;
       next = UINT64_MAX;
+      next_poll = UINT64_MAX;
       for (Stream* s : d->streams) {
         while (!s->queue.empty()) {
           Op* op = s->queue.front().get();
@@ -302,11 +310,20 @@ void DeviceLoop(Device* d) {
               next = now;
               break;
             }
+            if (op->external && !op->external_end_known) {
+              uint64_t end = op->ext.poll_end(op->ext.user, now);
+              if (end == 0) {
+                next_poll = std::min(next_poll, now + (op->ext.poll_ns ? op->ext.poll_ns : 20000));
+                break;
+              }
+              op->external_end_known = true;
+              op->target_end_ns = std::max(end, op->start_ns);
+            }
             if (op->target_end_ns > now) {
               next = std::min(next, op->target_end_ns);
               break;
             }
-            op->end_ns = now;
+            op->end_ns = op->external ? op->target_end_ns : now;
             op->finished.store(true);
             completed.push_back(std::move(s->queue.front()));
             s->queue.pop_front();
@@ -331,6 +348,7 @@ void DeviceLoop(Device* d) {
           op->started = true;
           op->start_ns = now;
           op->target_end_ns = now + op->duration_ns;
+          if (op->external && op->ext.on_start != nullptr) op->ext.on_start(op->ext.user, now);
           s->not_started--;
           wake_host = true;
           progress = true;
@@ -365,6 +383,16 @@ void DeviceLoop(Device* d) {
       continue;
     }
     if (d->kick) continue;
+    if (next_poll < next) {
+      // Only external ops are due soonest: poll again after a sleep (never
+      // spin for them; a kick from a submission or another device wakes it).
+      now = NowNs();
+      if (next_poll > now) {
+        d->work_cv.wait_for(lk, std::chrono::nanoseconds(next_poll - now),
+                            [d] { return d->kick; });
+      }
+      continue;
+    }
     if (next == UINT64_MAX) {
       d->work_cv.wait(lk, [d] { return d->kick; });
       continue;
@@ -728,7 +756,7 @@ void TraceFlush() {
   char buf[256];
   for (const SimgpuOpRecord& r : batch) {
     out += "{\"kind\":\"";
-    out += KindName(r.kind);
+    out += r.is_nccl ? "nccl" : KindName(r.kind);
     out += "\",\"name\":";
     AppendJsonString(&out, r.name);
     snprintf(buf, sizeof buf,
@@ -740,6 +768,13 @@ void TraceFlush() {
              static_cast<unsigned long long>(r.bytes),
              static_cast<unsigned long long>(r.queued_ns), r.context_id);
     out += buf;
+    if (r.is_nccl) {
+      out.resize(out.size() - 2);  // "}\n"
+      snprintf(buf, sizeof buf, ",\"comm\":%llu,\"seq\":%llu,\"rank\":%d}\n",
+               static_cast<unsigned long long>(r.nccl_comm),
+               static_cast<unsigned long long>(r.nccl_seq), r.nccl_rank);
+      out += buf;
+    }
   }
   WriteAll(t.fd, out);
 }

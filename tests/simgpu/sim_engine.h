@@ -84,7 +84,17 @@ struct Op {
   uint32_t memset_elem = 0;  // 1, 2 or 4
   size_t memset_count = 0;
   void* free_ptr = nullptr;  // cuMemFreeAsync
+  // External end (simgpu_submit_external): see SimgpuExternalOp.
+  bool external = false;
+  bool external_end_known = false;
+  SimgpuExternalOp ext{};
   bool HasAction() const { return dst != nullptr || free_ptr != nullptr; }
+  Op() = default;
+  Op(const Op&) = delete;
+  Op& operator=(const Op&) = delete;
+  ~Op() {
+    if (external && ext.release != nullptr) ext.release(ext.user);
+  }
 };
 using OpPtr = std::shared_ptr<Op>;
 

@@ -55,6 +55,12 @@ typedef struct SimgpuOpRecord {
   int32_t block[3];
   int32_t dynamic_shared_bytes;
   uint32_t reserved;
+  // An op of the simulated NCCL (reported to CUPTI as a kernel; "nccl" in
+  // SIMGPU_TRACE): its communicator id, collective sequence number and rank.
+  uint32_t is_nccl;
+  int32_t nccl_rank;
+  uint64_t nccl_comm;
+  uint64_t nccl_seq;
 } SimgpuOpRecord;
 
 // Callbacks of the (single) observer. on_submit runs on the host thread inside
@@ -76,6 +82,39 @@ int simgpu_set_observer(const SimgpuObserver* observer);
 
 // Exported by libcuda.so.1. Writes every completed op to SIMGPU_TRACE now.
 void simgpu_trace_flush(void);
+
+// An op whose end is decided outside the device (the simulated NCCL's
+// collectives: they end when every rank has reached them). Submitted like a
+// kernel launch (a correlation id, the observer's on_submit, the launch
+// latency, stream order); once the stream reaches it (its start, the rank's
+// "arrival") the device thread calls on_start, then poll_end every poll_ns
+// (sleeping in between, other streams keep running) until it returns a
+// nonzero end time on CLOCK_MONOTONIC. Both run on the device thread with
+// the device lock held: they must not block. release runs once the op is
+// gone. The op's reported end is poll_end's answer (at least its start), even
+// when the device thread noticed it up to poll_ns later; the stream's next
+// op starts after the device thread noticed.
+typedef struct SimgpuExternalOp {
+  uint32_t size;       // sizeof(SimgpuExternalOp)
+  uint32_t reserved;
+  const char* name;    // kernel name, valid for the process lifetime
+  uint64_t bytes;
+  uint64_t poll_ns;    // 0: 20 us
+  uint64_t comm;       // ground truth only
+  uint64_t seq;
+  int32_t rank;
+  int32_t reserved2;
+  void (*on_start)(void* user, uint64_t start_ns);
+  uint64_t (*poll_end)(void* user, uint64_t now_ns);
+  void (*release)(void* user);
+  void* user;
+} SimgpuExternalOp;
+
+// Exported by libcuda.so.1. Enqueues an external op on `stream` (a CUstream;
+// NULL is the current context's legacy stream). Returns a CUresult; on
+// failure release has not been called and the caller keeps `user`.
+typedef int (*SimgpuSubmitExternalFn)(void* stream, const SimgpuExternalOp* op);
+int simgpu_submit_external(void* stream, const SimgpuExternalOp* op);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""Distributed tests on the simulated GPU and NCCL: several processes on one
+machine started by scripts/launch-ranks. One case per invocation:
+nccl_test.py --build DIR --case NAME.
+
+rendezvous  the simulated libnccl.so.2 alone: a late rank makes the others'
+            collectives end when its own ends (ground truth, SIMGPU_TRACE)
+interpose   every NCCL entry point called by tests/distributed/nccl_probe,
+            through the PLT and through dlsym, forwarded and recorded with the
+            right communicator, rank, sequence number and bytes
+ddp         examples/ddp_train with 4 ranks and one slow rank under
+            `stallscope run --sim`: rank-named traces, one NCCL record per
+            collective per rank with equal sequence numbers, and each
+            collective ending at the same time on every rank"""
+import argparse
+import collections
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LAUNCH = os.path.join(ROOT, "scripts", "launch-ranks")
+SKIP = 77
+LATENCY_NS = 10_000  # SIMGPU_NCCL_LATENCY_US default
+GBPS = 10.0          # SIMGPU_NCCL_GBPS default: bytes per ns
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def run(cmd, env, timeout=180):
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise Failure(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stdout[-1500:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+def truth_ops(work):
+    """Ground-truth NCCL ops of every rank: {(comm, seq): {rank: op}}."""
+    files = glob.glob(os.path.join(work, "truth-*.jsonl"))
+    by = collections.defaultdict(dict)
+    for path in files:
+        with open(path) as f:
+            for line in f:
+                op = json.loads(line)
+                if op["kind"] == "nccl":
+                    check(op["rank"] not in by[(op["comm"], op["seq"], op["name"])],
+                          f"two ops of rank {op['rank']} for one instance: {op}")
+                    by[(op["comm"], op["seq"], op["name"])][op["rank"]] = op
+    return files, by
+
+
+def dump(build, path):
+    p = run([os.path.join(build, "bin", "stallscope"), "dump", path], dict(os.environ))
+    rank, nccl, calls = None, [], {}
+    for line in p.stdout.splitlines():
+        if line.startswith("rank "):
+            f = line.split()
+            rank = {f[i]: f[i + 1] for i in range(0, len(f) - 1, 2)}
+        elif line.startswith("nccl "):
+            f = line.split()
+            rec = {"kind": f[1]}
+            rec.update({f[i]: f[i + 1] for i in range(2, len(f) - 1, 2)})
+            nccl.append(rec)
+        elif line.startswith("call "):
+            f = line.split()
+            calls[int(f[1])] = line
+    return rank, nccl, calls
+
+
+# ---- rendezvous ---------------------------------------------------------------
+def case_rendezvous(build, work):
+    probe = os.path.join(build, "bin", "nccl_probe")
+    if not os.path.exists(probe):
+        return SKIP
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.path.join(build, "lib", "simgpu")
+    env["SIMGPU_TRACE"] = os.path.join(work, "truth-%p.jsonl")
+    late_rank, late_us, iters, world = 1, 4000, 4, 3
+    run([sys.executable, LAUNCH, "-n", str(world), "--", probe, "--iters", str(iters),
+         "--late-rank", str(late_rank), "--late-us", str(late_us)], env)
+    files, by = truth_ops(work)
+    check(len(files) == world, f"expected {world} ground-truth files, got {files}")
+    all_reduce = [(k, v) for k, v in by.items() if "AllReduce" in k[2] and len(v) == world]
+    all_reduce.sort(key=lambda kv: min(op["start_ns"] for op in kv[1].values()))
+    check(len(all_reduce) >= iters, f"expected {iters} all-reduces on 3 ranks, got {len(all_reduce)}")
+    waits = []
+    for (comm, seq, name), ops in all_reduce[:iters]:
+        starts = {r: op["start_ns"] for r, op in ops.items()}
+        ends = {op["end_ns"] for op in ops.values()}
+        last = max(starts.values())
+        # Every rank ends at the same instant: the last arrival plus the
+        # transfer time of its bytes.
+        check(len(ends) == 1, f"seq {seq}: end times differ across ranks: {sorted(ends)}")
+        expected = last + LATENCY_NS + int((1 << 20) * 4 / GBPS)
+        check(abs(ends.pop() - expected) <= 1,
+              f"seq {seq}: end {ops[0]['end_ns']} != last arrival + duration {expected}")
+        # The late rank arrives last; the others waited about its delay.
+        check(max(starts, key=starts.get) == late_rank,
+              f"seq {seq}: last arriver {max(starts, key=starts.get)}, expected {late_rank}")
+        waits.append(min(last - s for r, s in starts.items() if r != late_rank))
+    # The first all-reduce's arrivals also carry the skew of start-up; the
+    # later ones are paced by the late rank's sleep.
+    check(min(waits[1:]) >= 0.6 * late_us * 1000,
+          f"the others waited {[w // 1000 for w in waits]} us, expected about {late_us} us")
+    # A ground-truth op's start is its arrival: each rank's op starts after the
+    # previous op on its stream ended (stream order) and its end is not
+    # before its start.
+    for key, ops in by.items():
+        for op in ops.values():
+            check(op["end_ns"] >= op["start_ns"], f"{key}: end before start")
+    # p2p in a group: one SendRecv op per rank, ending together.
+    sendrecv = [v for k, v in by.items() if k[2] == "ncclDevKernel_SendRecv"]
+    check(len(sendrecv) == 1 and len(sendrecv[0]) == world,
+          f"expected one grouped send/recv op per rank, got {sendrecv}")
+    check(len({op["end_ns"] for op in sendrecv[0].values()}) == 1,
+          "grouped send/recv ends differ across ranks")
+    # The split communicators (ranks 0, 2 and rank 1 alone) each ran one all-reduce.
+    split = [v for k, v in by.items() if "AllReduce" in k[2] and len(v) < world]
+    check(sorted(len(v) for v in split) == [1, 2], f"split all-reduces: {split}")
+    return 0
+
+
+# ---- interpose ----------------------------------------------------------------
+EXPECTED_APIS = ["ncclCommInitRank", "pncclCommInitRankConfig", "ncclAllReduce", "ncclBroadcast",
+                 "ncclBcast", "ncclReduce", "ncclAllGather", "ncclReduceScatter", "ncclAlltoAll",
+                 "ncclGroupStart", "ncclSend", "ncclRecv", "ncclGroupEnd", "pncclAllReduce",
+                 "ncclCommSplit", "ncclCommInitAll", "ncclCommDestroy", "ncclCommFinalize",
+                 "ncclCommAbort"]
+N = 1 << 20
+
+
+def interpose_once(build, work, world, mode_args):
+    out = os.path.join(work, "trace")
+    env = dict(os.environ)
+    env["SIMGPU_TRACE"] = os.path.join(work, "truth-%p.jsonl")
+    probe = os.path.join(build, "bin", "nccl_probe")
+    run([os.path.join(build, "bin", "stallscope"), "run", "--sim", "--out", out, "--",
+         sys.executable, LAUNCH, "-n", str(world), "--", probe, "--iters", "2"] + mode_args, env)
+    traces = sorted(glob.glob(os.path.join(out, "*.sstrace")))
+    check(len(traces) == world, f"expected {world} traces, got {traces}")
+    _, truth = truth_ops(work)
+    truth_comms = {k[0] for k in truth}
+    per_rank = {}
+    for path in traces:
+        rank, nccl, calls = dump(build, path)
+        check(rank is not None, f"{path}: no rank record")
+        r = int(rank["rank"])
+        check(re.search(rf"/rank{r:05d}\.{r}-", path), f"{path}: name does not carry rank {r}")
+        check(rank["world_size"] == str(world), f"{path}: world_size {rank['world_size']}")
+        apis = [n["api"] for n in nccl]
+        for name in EXPECTED_APIS:
+            check(name in apis, f"rank {r}: {name} not recorded; recorded {sorted(set(apis))}")
+        for n in nccl:
+            check(n["call"] != "-1", f"rank {r}: NCCL record not joined to a call: {n}")
+        per_rank[r] = nccl
+    # Communicator A (ncclCommInitRank): the same id on every rank, equal to
+    # the simulator's; every collective on it has the same sequence number on
+    # every rank, counted from 0 in call order.
+    size = {"5": 2, "7": 4, "0": 1, "6": 2, "8": 8, "2": 4}
+    for r, nccl in per_rank.items():
+        init = [n for n in nccl if n["api"] == "ncclCommInitRank"][0]
+        check(init["rank"] == str(r) and init["nranks"] == str(world), f"rank {r}: init {init}")
+        comm_a = init["comm"]
+        check(int(comm_a, 16) in truth_comms,
+              f"rank {r}: communicator {comm_a} not in the ground truth's {truth_comms}")
+        coll = [n for n in nccl if n["comm"] == comm_a and int(n["flags"], 16) & 1]
+        check([int(n["seq"]) for n in coll] == list(range(len(coll))),
+              f"rank {r}: sequence numbers on A: {[n['seq'] for n in coll]}")
+        check(len(coll) == 2 + 6, f"rank {r}: {len(coll)} collectives on A, expected 8")
+        for n in coll:
+            check(int(n["bytes"]) == int(n["count"]) * size[n["datatype"]],
+                  f"rank {r}: bytes {n['bytes']} != count x size for {n}")
+            check(n["rank"] == str(r), f"rank {r}: record says rank {n['rank']}")
+        # Grouped p2p: no correlation inside the group, one at its end.
+        send = [n for n in nccl if n["api"] == "ncclSend"][0]
+        recv = [n for n in nccl if n["api"] == "ncclRecv"][0]
+        end = [n for n in nccl if n["api"] == "ncclGroupEnd"][0]
+        check(send["peer"] == str((r + 1) % world) and recv["peer"] == str((r - 1) % world),
+              f"rank {r}: peers {send['peer']} {recv['peer']}")
+        check(send["corr"] == "0" and recv["corr"] == "0" and end["corr"] != "0",
+              f"rank {r}: correlation ids {send['corr']} {recv['corr']} {end['corr']}")
+        check(send["group_depth"] == "1" and int(send["flags"], 16) & 4, f"rank {r}: {send}")
+        split = [n for n in nccl if n["api"] == "ncclCommSplit"][0]
+        check(split["rank"] == str(r // 2) and split["nranks"] == str((world + 1 - r % 2) // 2),
+              f"rank {r}: split gave rank {split['rank']} of {split['nranks']}")
+    # The same collective instance has the same (comm, seq) on every rank.
+    keys = [sorted((n["comm"], n["seq"], n["api"].lstrip("p")) for n in nccl if int(n["flags"], 16) & 1
+                   and n["api"] not in ("ncclCommSplit",) and n["nranks"] == str(world))
+            for nccl in per_rank.values()]
+    check(all(k == keys[0] for k in keys), "collective instances differ across ranks")
+
+
+def case_interpose(build, work):
+    if not os.path.exists(os.path.join(build, "bin", "nccl_probe")):
+        return SKIP
+    for mode in ([], ["--dlsym"]):
+        sub = os.path.join(work, "dlsym" if mode else "plt")
+        os.makedirs(sub)
+        try:
+            interpose_once(build, sub, 3, mode)
+        except Failure as e:
+            raise Failure(f"{'dlsym' if mode else 'PLT'} path: {e}")
+    return 0
+
+
+# ---- ddp -----------------------------------------------------------------------
+def case_ddp(build, work):
+    ddp = os.path.join(build, "bin", "ddp_train")
+    if not os.path.exists(ddp):
+        return SKIP
+    world, steps, buckets, slow_rank, slow_us = 4, 8, 2, 2, 3000
+    out = os.path.join(work, "trace")
+    env = dict(os.environ)
+    env["SIMGPU_TRACE"] = os.path.join(work, "truth-%p.jsonl")
+    env["SIMGPU_KERNEL_US"] = "*gemm_fwd*=400,*gemm_bwd*=300,*=20"
+    run([os.path.join(build, "bin", "stallscope"), "run", "--sim", "--out", out, "--",
+         LAUNCH, "-n", str(world), "--", ddp, "--steps", str(steps), "--buckets", str(buckets),
+         "--grad-bytes", str(2 << 20), "--slow-rank", str(slow_rank), "--slow-us", str(slow_us)],
+        env)
+    traces = sorted(glob.glob(os.path.join(out, "*.sstrace")))
+    check(len(traces) == world, f"expected {world} rank-named traces, got {traces}")
+    instances = {}
+    for path in traces:
+        rank, nccl, _ = dump(build, path)
+        r = int(rank["rank"])
+        check(os.path.basename(path).startswith(f"rank{r:05d}."), f"{path}: not named by rank {r}")
+        coll = [n for n in nccl if int(n["flags"], 16) & 1]
+        # One broadcast, then steps x buckets all-reduces.
+        check(len(coll) == 1 + steps * buckets,
+              f"rank {r}: {len(coll)} collective records, expected {1 + steps * buckets}")
+        instances[r] = [(n["comm"], n["seq"], n["kind"]) for n in coll]
+    check(all(v == instances[0] for v in instances.values()),
+          "ranks disagree on (communicator, sequence number) of their collectives")
+    files, by = truth_ops(work)
+    check(len(files) == world, f"expected {world} ground-truth files, got {len(files)}")
+    check(len(by) == 1 + steps * buckets, f"{len(by)} collective instances in the ground truth")
+    late = collections.Counter()
+    for key, ops in by.items():
+        check(len(ops) == world, f"{key}: ops of ranks {sorted(ops)} only")
+        ends = [op["end_ns"] for op in ops.values()]
+        check(max(ends) - min(ends) <= 1000, f"{key}: end times spread {max(ends) - min(ends)} ns")
+        starts = {r: op["start_ns"] for r, op in ops.items()}
+        late[max(starts, key=starts.get)] += 1
+    # The slow rank's first all-reduce of each step is the one it arrives last at.
+    check(late[slow_rank] >= steps - 1, f"last arrivers {dict(late)}, expected rank {slow_rank}")
+    return 0
+
+
+CASES = {"rendezvous": case_rendezvous, "interpose": case_interpose, "ddp": case_ddp}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--case", required=True, choices=sorted(CASES))
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix=f"stallscope-nccl-{args.case}-")
+    try:
+        if CASES[args.case](os.path.abspath(args.build), work) == SKIP:
+            print(f"skipped {args.case}: not built")
+            shutil.rmtree(work, ignore_errors=True)
+            return SKIP
+    except Failure as e:
+        print(f"FAIL {args.case}: {e}\n(kept {work})")
+        return 1
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"ok {args.case}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
