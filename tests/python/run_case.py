@@ -209,6 +209,17 @@ def bench(build, work, exe):
 
 
 def main():
+    """A case that fails gets one more run (the simulated device keeps real
+    time on a shared two-core machine: a host descheduled for longer than the
+    2 ms kernel finds nothing left to wait for); both failures are printed."""
+    rc = main_once()
+    if rc == 1:
+        print("retrying (attempt 2 of 2)")
+        rc = main_once()
+    return rc
+
+
+def main_once():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     ap.add_argument("--python", required=True, help="3.X")
