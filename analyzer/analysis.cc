@@ -10,13 +10,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <atomic>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "analyzer/hotspots.h"
 #include "analyzer/questions.h"
+#include "analyzer/ranks.h"
 #include "analyzer/symbolizer.h"
 #include "analyzer/trace_reader.h"
 
@@ -208,54 +212,118 @@ absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std:
   return out;
 }
 
+namespace {
+
+// Runs fn(i) for i in [0, n) on up to `jobs` threads (0: one per core).
+template <typename Fn>
+void ParallelFor(size_t n, int jobs, Fn fn) {
+  size_t threads = jobs > 0 ? static_cast<size_t>(jobs) : std::thread::hardware_concurrency();
+  threads = std::clamp<size_t>(threads, 1, n);
+  if (threads <= 1) {
+    for (size_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (size_t k = 0; k < threads; ++k) {
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < n; i = next++) fn(i);
+    });
+  }
+  for (std::thread& t : pool) t.join();
+}
+
+}  // namespace
+
 absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
                                     const AnalysisOptions& options, ProcessAnalysis* primary_out) {
   auto paths = ExpandTracePaths(args);
   if (!paths.ok()) return paths.status();
-  std::optional<Report> primary;
-  int64_t primary_ops = -1;
-  std::vector<ProcessSummary> processes;
-  for (const std::string& path : *paths) {
+  const size_t n = paths->size();
+  if (auto re = CompileStepPattern(options.step_pattern); !re.ok()) return re.status();
+
+  // Read every trace (in parallel threads; progress reports serialized).
+  std::vector<absl::StatusOr<Timeline>> timelines(n, absl::UnknownError("not read"));
+  std::mutex progress_mu;
+  ParallelFor(n, options.jobs, [&](size_t i) {
     PhaseTimer timer;
     ReadProgress progress;
     if (options.progress) {
-      progress = [&options, &path](uint64_t done, uint64_t total) {
-        options.progress(path, done, total);
+      progress = [&, i](uint64_t done, uint64_t total) {
+        std::lock_guard<std::mutex> lock(progress_mu);
+        options.progress((*paths)[i], done, total);
       };
     }
-    auto timeline = ReadTraceFile(path, progress);
-    if (!timeline.ok()) return timeline.status();
+    timelines[i] = ReadTraceFile((*paths)[i], progress);
     timer.Mark("read");
-    ProcessAnalysis details;
-    auto report = AnalyzeTimeline(*timeline, options, primary_out ? &details : nullptr);
-    if (!report.ok()) return report.status();
-    ProcessSummary summary = report->processes.front();
-    summary.analyzed = false;
-    processes.push_back(summary);
-    const auto ops = static_cast<int64_t>(timeline->ops.size());
-    if (ops > primary_ops) {
-      primary_ops = ops;
-      primary = std::move(*report);
-      if (primary_out != nullptr) {
-        *primary_out = std::move(details);
-        primary_out->timeline = std::move(*timeline);
-      }
-      for (ProcessSummary& p : processes) p.analyzed = false;
-      processes.back().analyzed = true;
+  });
+  for (const auto& t : timelines) {
+    if (!t.ok()) return t.status();
+  }
+
+  // A distributed run: two or more traces with NCCL collectives. The
+  // waiting part of each rank's NCCL kernels becomes idle (ranks.h).
+  bool one_host = true;
+  for (const auto& t : timelines) one_host &= t->host == timelines.front()->host;
+  std::vector<RankArrivals> arrivals(n);
+  ParallelFor(n, options.jobs, [&](size_t i) { arrivals[i] = CollectArrivals(*timelines[i], one_host); });
+  size_t with_collectives = 0;
+  for (const RankArrivals& a : arrivals) with_collectives += !a.arrivals.empty();
+  const bool distributed = with_collectives >= 2;
+  LastArrivals last;
+  if (distributed) {
+    last = ReduceArrivals(arrivals);
+    ParallelFor(n, options.jobs, [&](size_t i) { ApplyLastArrivals(&*timelines[i], arrivals[i], last); });
+  }
+
+  // The process whose steps the report shows: rank 0 of a distributed run,
+  // else the one with the most device ops (the first of equals).
+  size_t primary = n;
+  for (size_t i = 0; distributed && i < n && primary == n; ++i) {
+    if (arrivals[i].rank == 0) primary = i;
+  }
+  if (primary == n) {
+    primary = 0;
+    for (size_t i = 1; i < n; ++i) {
+      if (timelines[i]->ops.size() > timelines[primary]->ops.size()) primary = i;
     }
   }
-  Report out = std::move(*primary);
-  if (processes.size() > 1) {
-    const ProcessSummary* chosen = nullptr;
-    for (const ProcessSummary& p : processes) {
-      if (p.analyzed) chosen = &p;
+  std::vector<absl::StatusOr<Report>> reports(n, absl::UnknownError("not analyzed"));
+  ProcessAnalysis details;
+  ParallelFor(n, options.jobs, [&](size_t i) {
+    reports[i] = AnalyzeTimeline(*timelines[i], options,
+                                 i == primary && primary_out != nullptr ? &details : nullptr);
+  });
+  for (const auto& r : reports) {
+    if (!r.ok()) return r.status();
+  }
+  std::vector<ProcessSummary> processes;
+  std::vector<RankSummary> ranks;
+  for (size_t i = 0; i < n; ++i) {
+    ProcessSummary summary = reports[i]->processes.front();
+    summary.analyzed = i == primary;
+    processes.push_back(summary);
+    if (distributed) {
+      ranks.push_back(SummarizeRank(*timelines[i], arrivals[i], last, *reports[i]));
+      ranks.back().analyzed = i == primary;
     }
+  }
+  Report out = std::move(*reports[primary]);
+  if (primary_out != nullptr) {
+    *primary_out = std::move(details);
+    primary_out->timeline = std::move(*timelines[primary]);
+  }
+  if (processes.size() > 1) {
+    const ProcessSummary& chosen = processes[primary];
     AddDiagnostic(&out.diagnostics, DiagId::kMultipleProcesses, processes.size(),
                   absl::StrFormat("%d processes traced: steps, hotspots and questions are "
-                                  "those of pid %d (%s, the most device ops)",
-                                  processes.size(), chosen->pid, chosen->file));
+                                  "those of pid %d (%s, %s)",
+                                  processes.size(), chosen.pid, chosen.file,
+                                  distributed && arrivals[primary].rank == 0 ? "rank 0"
+                                                                              : "the most device ops"));
   }
   out.processes = std::move(processes);
+  if (distributed) ReduceRanks(std::move(ranks), &out);
   return out;
 }
 

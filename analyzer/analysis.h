@@ -21,6 +21,9 @@ struct AnalysisOptions {
   // Called while each file is read (see ReadTraceFile): path, bytes read,
   // file size.
   std::function<void(const std::string& path, uint64_t done, uint64_t total)> progress;
+  // Threads for reading and analyzing the traces of a folder (0: one per
+  // core).
+  int jobs = 0;
 };
 
 // What the report is made from, kept for the writers that draw the
@@ -45,8 +48,11 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
 // as given. NotFound when a path is missing or a folder holds no trace.
 absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std::string>& args);
 
-// Reads and analyzes every trace. With several processes the report's steps,
-// hotspots and questions are those of the process with the most device ops;
+// Reads and analyzes every trace (in parallel threads). Two or more traces
+// with NCCL collectives are the ranks of one distributed run (ranks.h): the
+// report gets ranks[], collectives, stragglers and q5 over all of them, and
+// its steps, hotspots and questions are those of rank 0. Otherwise they are
+// those of the process with the most device ops;
 // `processes` summarizes each. With `primary`, that process's timeline and
 // analysis are kept there.
 absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,

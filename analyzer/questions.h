@@ -26,6 +26,11 @@ inline constexpr int64_t kQ4MinMaxNs = 1'000'000;
 // most kernels are shorter than their launch and idle >= 20% of wall time.
 inline constexpr double kQ6MinLaunchShare = 0.1;
 inline constexpr int kMinStepsForStatistics = 3;
+// q5 (with two or more ranks): communication dominates when NCCL kernels
+// take this share of step time, or the ranks wait this share of step time
+// for the last rank at collectives.
+inline constexpr double kQ5MinCommShare = 0.2;
+inline constexpr double kQ5MinWaitShare = 0.1;
 // XProf's step-time scale (its input-bound verdict): a category below the
 // first share of step time is "not", below the second "moderately", else
 // "highly". Input: 5% / 20%; kernel launch and all other time: 3% / 15%.

@@ -91,6 +91,51 @@ struct ProcessSummary {
   bool analyzed = false;  // the process whose steps the report shows
 };
 
+// One rank of a distributed run (design.md `ranks[]`).
+struct RankRow {
+  int32_t rank = -1;
+  std::string host;
+  uint32_t pid = 0;
+  std::string file;
+  int steps = 0;
+  int64_t start_ns = 0;  // its first step's start, last step's end (its own clock)
+  int64_t end_ns = 0;
+  int64_t wall_ns = 0;
+  int64_t gpu_busy_ns = 0;
+  int64_t gpu_idle_ns = 0;
+  int64_t comm_ns = 0;  // NCCL kernel time inside the steps, waits included
+  CauseNs idle_by_cause{};
+  int64_t waited_ns = 0;   // waiting at collectives for the last rank (in steps)
+  int64_t times_last = 0;  // late arrivals (beyond kStragglerMinLateNs)
+  int64_t wait_caused_ns = 0;
+  bool analyzed = false;
+};
+
+struct CollectivesSummary {
+  int64_t count = 0;        // instances reached by every rank
+  double comm_share = 0;    // communication time ÷ step time (mean over ranks)
+  double overlap = 0;       // compute during communication ÷ communication
+  int64_t skew_p50_ns = 0;  // last − first arrival per instance
+  int64_t skew_p95_ns = 0;
+  int64_t skew_max_ns = 0;
+  double wait_share = 0;    // time waiting for the last rank ÷ step time (mean)
+};
+
+struct Straggler {
+  int32_t rank = -1;
+  int64_t times_last = 0;
+  int64_t wait_caused_ns = 0;
+  // What it was doing while the others waited: its own largest idle cause
+  // and that cause's share of its idle.
+  std::string before_cause;
+  double before_share = 0;
+};
+
+struct ClockAlignment {
+  std::string method;  // "monotonic" (one host) | "realtime"
+  int64_t error_ns = 0;  // estimated bound (0 on one host)
+};
+
 struct Report {
   std::string step_source = "none";  // marker | auto | none
   std::vector<StepStats> steps;
@@ -99,6 +144,11 @@ struct Report {
   std::vector<Question> questions;
   std::vector<Diagnostic> diagnostics;
   std::vector<ProcessSummary> processes;
+  // Distributed runs (two or more ranks with NCCL records); empty otherwise.
+  std::vector<RankRow> ranks;
+  CollectivesSummary collectives;
+  std::vector<Straggler> stragglers;  // by wait_caused_ns, descending
+  ClockAlignment clock;
 };
 
 }  // namespace stallscope::analyzer

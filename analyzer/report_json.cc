@@ -120,6 +120,45 @@ Json ToJson(const Report& r, bool with_steps) {
     processes.push_back(std::move(pj));
   }
   j["processes"] = std::move(processes);
+  if (!r.ranks.empty()) {
+    Json ranks = Json::array();
+    for (const RankRow& k : r.ranks) {
+      ranks.push_back(Json{{"rank", k.rank},
+                           {"host", k.host},
+                           {"pid", k.pid},
+                           {"file", k.file},
+                           {"analyzed", k.analyzed},
+                           {"steps", k.steps},
+                           {"start_ns", k.start_ns},
+                           {"end_ns", k.end_ns},
+                           {"wall_ns", k.wall_ns},
+                           {"gpu_busy_ns", k.gpu_busy_ns},
+                           {"gpu_idle_ns", k.gpu_idle_ns},
+                           {"comm_ns", k.comm_ns},
+                           {"idle_by_cause", Causes(k.idle_by_cause)},
+                           {"waited_ns", k.waited_ns},
+                           {"times_last", k.times_last},
+                           {"wait_caused_ns", k.wait_caused_ns}});
+    }
+    j["ranks"] = std::move(ranks);
+    const CollectivesSummary& c = r.collectives;
+    j["collectives"] = Json{{"count", c.count},
+                            {"comm_share", c.comm_share},
+                            {"overlap", c.overlap},
+                            {"wait_share", c.wait_share},
+                            {"arrival_skew_ns", Json{{"p50", c.skew_p50_ns},
+                                                     {"p95", c.skew_p95_ns},
+                                                     {"max", c.skew_max_ns}}}};
+    Json stragglers = Json::array();
+    for (const Straggler& s : r.stragglers) {
+      stragglers.push_back(Json{{"rank", s.rank},
+                                {"times_last", s.times_last},
+                                {"wait_caused_ns", s.wait_caused_ns},
+                                {"before", Json{{"cause", s.before_cause}, {"share", s.before_share}}}});
+    }
+    j["stragglers"] = std::move(stragglers);
+    j["clock_alignment"] = Json{{"method", r.clock.method}, {"error_ns", r.clock.error_ns}};
+  }
   return j;
 }
 

@@ -153,6 +153,44 @@ std::string RenderText(const Report& r, const TextStyle& style) {
     }
   }
 
+  if (!r.ranks.empty()) {
+    const CollectivesSummary& c = r.collectives;
+    absl::StrAppend(&out, "\n", paint.Heading("Ranks"), "\n");
+    absl::StrAppendFormat(&out,
+                          "  %d collectives on every rank: communication %.1f%% of step time "
+                          "(%.1f%% overlapped with compute), waiting for the last rank %.1f%%; "
+                          "arrival skew p50 %s, p95 %s, max %s; clocks: %s\n",
+                          c.count, 100 * c.comm_share, 100 * c.overlap, 100 * c.wait_share,
+                          FormatDuration(c.skew_p50_ns), FormatDuration(c.skew_p95_ns),
+                          FormatDuration(c.skew_max_ns),
+                          r.clock.method == "monotonic"
+                              ? std::string("one host, one monotonic clock")
+                              : absl::StrFormat("realtime offsets, error up to %s",
+                                                FormatDuration(r.clock.error_ns)));
+    absl::StrAppendFormat(&out, "  %5s %-12s %6s %12s %12s %12s %12s %6s %12s  %s\n", "rank",
+                          "host", "steps", "busy", "idle", "comm", "waited", "last", "caused",
+                          "top idle cause");
+    for (const RankRow& k : r.ranks) {
+      absl::StrAppendFormat(&out, "  %5d %-12s %6d %12s %12s %12s %12s %6d %12s  %s%s\n", k.rank,
+                            k.host.substr(0, 12), k.steps, FormatDuration(k.gpu_busy_ns),
+                            FormatDuration(k.gpu_idle_ns), FormatDuration(k.comm_ns),
+                            FormatDuration(k.waited_ns), k.times_last,
+                            FormatDuration(k.wait_caused_ns),
+                            k.gpu_idle_ns > 0 ? CauseName(CauseAt(TopCause(k.idle_by_cause))) : "-",
+                            k.analyzed ? "  (analyzed above)" : "");
+    }
+    if (r.stragglers.empty()) {
+      absl::StrAppend(&out, "  stragglers: none\n");
+    }
+    for (const Straggler& st : r.stragglers) {
+      absl::StrAppendFormat(&out,
+                            "  straggler: rank %d arrived last at %d collectives, %s of waiting "
+                            "caused; its own idle is mostly %s (%.0f%%)\n",
+                            st.rank, st.times_last, FormatDuration(st.wait_caused_ns),
+                            st.before_cause, 100 * st.before_share);
+    }
+  }
+
   absl::StrAppend(&out, "\n", paint.Heading("Questions"), "\n");
   for (const Question& q : r.questions) {
     absl::StrAppendFormat(&out, "  %s %s %s\n         %s\n", q.id, paint.Answer(q.answer),

@@ -258,7 +258,113 @@ def case_ddp(build, work):
     return 0
 
 
-CASES = {"rendezvous": case_rendezvous, "interpose": case_interpose, "ddp": case_ddp}
+def run_ddp(build, work, world, steps, slow_args):
+    """4 ranks of ddp_train under `stallscope run --sim`; returns the JSON
+    report over the folder and the ground truth's NCCL ops."""
+    ddp = os.path.join(build, "bin", "ddp_train")
+    out = os.path.join(work, "trace")
+    env = dict(os.environ)
+    env["SIMGPU_TRACE"] = os.path.join(work, "truth-%p.jsonl")
+    env["SIMGPU_KERNEL_US"] = "*gemm_fwd*=400,*gemm_bwd*=300,*=20"
+    run([os.path.join(build, "bin", "stallscope"), "run", "--sim", "-q", "--out", out, "--",
+         LAUNCH, "-n", str(world), "--", ddp, "--steps", str(steps), "--buckets", "2",
+         "--grad-bytes", str(2 << 20)] + slow_args, env)
+    rep = run([os.path.join(build, "bin", "stallscope"), "report", out, "--format", "json"], env)
+    report = json.loads(rep.stdout)
+    _, by = truth_ops(work)
+    return report, by
+
+
+def truth_waits(by, ranks):
+    """From the ground truth (a rank's arrival is its NCCL op's start): per
+    rank, late arrivals (the analyzer's rule: 100 us after the second-to-last
+    rank) and the wait they caused, and the time it waited for the last rank
+    inside its steps."""
+    late, caused, waited = collections.Counter(), collections.Counter(), collections.Counter()
+    for ops in by.values():
+        if len(ops) < 2:
+            continue
+        starts = sorted((op["start_ns"], r) for r, op in ops.items())
+        last, who = starts[-1]
+        if last - starts[-2][0] >= 100_000:
+            late[who] += 1
+            caused[who] += sum(last - a for a, _ in starts)
+        for a, r in starts:
+            lo, hi = ranks[r]["start_ns"], ranks[r]["end_ns"]
+            waited[r] += max(0, min(last, hi) - max(a, lo))
+    return late, caused, waited
+
+
+def union_in(intervals, lo, hi):
+    total, cur_lo, cur_hi = 0, None, None
+    for a, b in sorted((max(a, lo), min(b, hi)) for a, b in intervals):
+        if b <= a:
+            continue
+        if cur_hi is None or a > cur_hi:
+            if cur_hi is not None:
+                total += cur_hi - cur_lo
+            cur_lo, cur_hi = a, b
+        else:
+            cur_hi = max(cur_hi, b)
+    return total + (cur_hi - cur_lo if cur_hi is not None else 0)
+
+
+def case_straggler(build, work):
+    """One slow rank (a 3 ms input wait before every step): the analyzer names
+    it the straggler, the wait it caused agrees with the ground truth within
+    5%, and the other ranks' waiting is GPU idle charged to `comm`, not to
+    `sync` or `host_wait`."""
+    if not os.path.exists(os.path.join(build, "bin", "ddp_train")):
+        return SKIP
+    world, steps, slow = 4, 8, 2
+    report, by = run_ddp(build, work, world, steps, ["--slow-rank", str(slow), "--slow-us", "3000"])
+    ranks = {r["rank"]: r for r in report.get("ranks", [])}
+    check(sorted(ranks) == list(range(world)), f"ranks[] {sorted(ranks)}")
+    late, caused, waited = truth_waits(by, ranks)
+    st = report["stragglers"]
+    check(st and st[0]["rank"] == slow, f"stragglers {st}, expected rank {slow} first")
+    check(all(s["rank"] == slow for s in st), f"stragglers {st}: only rank {slow} is slow")
+    truth = caused[slow]
+    check(abs(st[0]["wait_caused_ns"] - truth) <= 0.05 * truth,
+          f"wait caused {st[0]['wait_caused_ns']} ns, ground truth {truth} ns (5%)")
+    check(st[0]["times_last"] == late[slow], f"times last {st[0]['times_last']}, truth {late[slow]}")
+    for r, row in ranks.items():
+        if r == slow:
+            continue
+        c = row["idle_by_cause"]
+        check(abs(c["comm"] - waited[r]) <= 0.05 * waited[r] + 100_000,
+              f"rank {r}: comm idle {c['comm']} ns, waited for the last rank {waited[r]} ns in truth")
+        check(c["sync"] + c["host_wait"] <= 0.1 * c["comm"],
+              f"rank {r}: sync {c['sync']} + host_wait {c['host_wait']} ns against comm {c['comm']} ns")
+    q5 = next(q for q in report["questions"] if q["id"] == "q5")
+    check(q5["answer"] == "yes" and f"rank {slow} arrives last" in q5["evidence"], f"q5 {q5}")
+    print(f"straggler: rank {slow}, wait caused {st[0]['wait_caused_ns']} ns (truth {truth}), "
+          f"comm idle {[ranks[r]['idle_by_cause']['comm'] for r in sorted(ranks)]}")
+    return 0
+
+
+def case_clean_ranks(build, work):
+    """No slow rank: no straggler, and communication's share of step time
+    within 2% of the ground truth's."""
+    if not os.path.exists(os.path.join(build, "bin", "ddp_train")):
+        return SKIP
+    world, steps = 4, 8
+    report, by = run_ddp(build, work, world, steps, [])
+    check(report["stragglers"] == [], f"stragglers {report['stragglers']} in a clean run")
+    ranks = {r["rank"]: r for r in report["ranks"]}
+    comm = sum(union_in([(op["start_ns"], op["end_ns"]) for ops in by.values()
+                         for rr, op in ops.items() if rr == r], row["start_ns"], row["end_ns"])
+               for r, row in ranks.items())
+    step_time = sum(row["end_ns"] - row["start_ns"] for row in ranks.values())
+    truth = comm / step_time
+    got = report["collectives"]["comm_share"]
+    check(abs(got - truth) <= 0.02 * truth, f"comm share {got:.4f}, ground truth {truth:.4f} (2%)")
+    print(f"clean: comm share {got:.4f} (truth {truth:.4f}), no straggler")
+    return 0
+
+
+CASES = {"rendezvous": case_rendezvous, "interpose": case_interpose, "ddp": case_ddp,
+         "straggler": case_straggler, "clean_ranks": case_clean_ranks}
 
 
 def main():

@@ -1,0 +1,528 @@
+// Cross-rank analysis (see ranks.h and docs/analyzer.md "Distributed runs").
+#include "analyzer/ranks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "analyzer/questions.h"
+#include "analyzer/symbolizer.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+using trace::NcclKind;
+
+bool IsCollective(NcclKind k) {
+  switch (k) {
+    case NcclKind::kAllReduce:
+    case NcclKind::kBroadcast:
+    case NcclKind::kReduce:
+    case NcclKind::kAllGather:
+    case NcclKind::kReduceScatter:
+    case NcclKind::kAllToAll:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Length of the union of sorted-by-start intervals.
+int64_t UnionLength(std::vector<std::pair<int64_t, int64_t>> v) {
+  std::sort(v.begin(), v.end());
+  int64_t total = 0, cur_lo = 0, cur_hi = std::numeric_limits<int64_t>::min();
+  for (const auto& [lo, hi] : v) {
+    if (lo > cur_hi) {
+      if (cur_hi > cur_lo) total += cur_hi - cur_lo;
+      cur_lo = lo;
+      cur_hi = hi;
+    } else {
+      cur_hi = std::max(cur_hi, hi);
+    }
+  }
+  if (cur_hi > cur_lo) total += cur_hi - cur_lo;
+  return total;
+}
+
+// Merges sorted intervals into disjoint ones.
+std::vector<std::pair<int64_t, int64_t>> Disjoint(std::vector<std::pair<int64_t, int64_t>> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const auto& iv : v) {
+    if (iv.second <= iv.first) continue;
+    if (!out.empty() && iv.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, iv.second);
+    } else {
+      out.push_back(iv);
+    }
+  }
+  return out;
+}
+
+// Total length of the intersection of two disjoint sorted interval lists.
+int64_t IntersectionLength(const std::vector<std::pair<int64_t, int64_t>>& a,
+                           const std::vector<std::pair<int64_t, int64_t>>& b) {
+  int64_t total = 0;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const int64_t lo = std::max(a[i].first, b[j].first);
+    const int64_t hi = std::min(a[i].second, b[j].second);
+    if (hi > lo) total += hi - lo;
+    (a[i].second < b[j].second) ? ++i : ++j;
+  }
+  return total;
+}
+
+int64_t Percentile(std::vector<int64_t> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, rank > 0 ? rank - 1 : 0)];
+}
+
+double Share(int64_t part, int64_t whole) {
+  return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
+// The collective each call launched: itself, or for the ncclGroupEnd that
+// carries a group's correlation, the group's first collective (the
+// simulated and real NCCL launch a group as one kernel per stream). Groups
+// of point-to-point calls launch no collective instance.
+absl::flat_hash_map<int32_t, const NcclCall*> LaunchedCollectives(const Timeline& t) {
+  absl::flat_hash_map<int32_t, const NcclCall*> launched;
+  absl::flat_hash_map<uint32_t, const NcclCall*> group_first;  // per thread
+  for (const NcclCall& n : t.nccl) {
+    const bool in_group = (n.flags & trace::kNcclInGroup) != 0;
+    if (n.kind == NcclKind::kGroupEnd) {
+      auto it = group_first.find(n.tid);
+      if (n.call >= 0 && it != group_first.end() && it->second != nullptr) {
+        launched[n.call] = it->second;
+      }
+      if (!in_group) group_first.erase(n.tid);  // the outermost end
+      continue;
+    }
+    if (!IsCollective(n.kind) || (n.flags & trace::kNcclCollective) == 0) {
+      if (in_group && (n.kind == NcclKind::kSend || n.kind == NcclKind::kRecv)) {
+        group_first.try_emplace(n.tid, nullptr);
+      }
+      continue;
+    }
+    if (in_group) {
+      group_first.try_emplace(n.tid, &n);
+    } else if (n.call >= 0) {
+      launched[n.call] = &n;
+    }
+  }
+  return launched;
+}
+
+}  // namespace
+
+double BinomialTail(int64_t n, int64_t k, double p) {
+  if (k <= 0) return 1.0;
+  if (k > n) return 0.0;
+  if (p <= 0) return 0.0;
+  if (p >= 1) return 1.0;
+  const double lp = std::log(p), lq = std::log1p(-p);
+  double sum = 0;
+  for (int64_t i = k; i <= n; ++i) {
+    const double log_term = std::lgamma(static_cast<double>(n) + 1) -
+                            std::lgamma(static_cast<double>(i) + 1) -
+                            std::lgamma(static_cast<double>(n - i) + 1) +
+                            static_cast<double>(i) * lp + static_cast<double>(n - i) * lq;
+    sum += std::exp(log_term);
+  }
+  return std::min(1.0, sum);
+}
+
+RankArrivals CollectArrivals(const Timeline& t, bool one_host) {
+  RankArrivals r;
+  r.rank = t.rank.known ? t.rank.rank : -1;
+  r.file = BaseName(t.path);
+  r.host = !t.rank.host.empty() ? t.rank.host : t.host;
+  r.pid = t.header.pid;
+  // The analyzed device: the one with the most NCCL kernels, else ops.
+  {
+    absl::flat_hash_map<uint32_t, int64_t> count;
+    for (const DeviceOp& op : t.ops) count[op.device] += op.kind == trace::DeviceOpKind::kNccl ? 1'000'000 : 1;
+    int64_t best = -1;
+    for (const auto& [device, n] : count) {
+      if (n > best || (n == best && device < r.device)) {
+        best = n;
+        r.device = device;
+      }
+    }
+  }
+  if (!one_host && !t.clocks.empty()) {
+    auto offset = [](const trace::ClockRecord& c) {
+      return static_cast<int64_t>(c.realtime_ns) - static_cast<int64_t>(c.mono_ns);
+    };
+    const auto [lo, hi] = std::minmax_element(
+        t.clocks.begin(), t.clocks.end(),
+        [](const trace::ClockRecord& a, const trace::ClockRecord& b) { return a.mono_ns < b.mono_ns; });
+    r.offset_ns = offset(*lo);
+    r.offset_drift_ns = std::llabs(offset(*hi) - offset(*lo));
+  } else if (!one_host) {
+    r.offset_ns = static_cast<int64_t>(t.header.start_realtime_ns) -
+                  static_cast<int64_t>(t.header.start_mono_ns);
+  }
+
+  const auto launched = LaunchedCollectives(t);
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, size_t> index;
+  for (const DeviceOp& op : t.ops) {
+    if (op.kind != trace::DeviceOpKind::kNccl || op.device != r.device || op.call < 0) continue;
+    auto it = launched.find(op.call);
+    if (it == launched.end()) continue;
+    const NcclCall& n = *it->second;
+    auto [slot, fresh] = index.try_emplace(std::make_pair(n.comm, n.seq), r.arrivals.size());
+    if (fresh) {
+      Arrival a;
+      a.comm = n.comm;
+      a.seq = n.seq;
+      a.arrival_ns = op.start_ns + r.offset_ns;
+      a.end_ns = op.end_ns + r.offset_ns;
+      a.bytes = t.calls[op.call].bytes;
+      a.kind = static_cast<uint8_t>(n.kind);
+      r.arrivals.push_back(a);
+    } else {
+      Arrival& a = r.arrivals[slot->second];
+      a.arrival_ns = std::min(a.arrival_ns, op.start_ns + r.offset_ns);
+      a.end_ns = std::max(a.end_ns, op.end_ns + r.offset_ns);
+    }
+  }
+  std::sort(r.arrivals.begin(), r.arrivals.end(), [](const Arrival& a, const Arrival& b) {
+    return std::tie(a.comm, a.seq) < std::tie(b.comm, b.seq);
+  });
+  return r;
+}
+
+LastArrivals ReduceArrivals(const std::vector<RankArrivals>& ranks) {
+  LastArrivals last;
+  for (const RankArrivals& r : ranks) {
+    for (const Arrival& a : r.arrivals) {
+      auto [it, fresh] = last.try_emplace(std::make_pair(a.comm, a.seq), LastArrival{a.arrival_ns, 0});
+      it->second.last_ns = std::max(it->second.last_ns, a.arrival_ns);
+      ++it->second.ranks;
+    }
+  }
+  return last;
+}
+
+int64_t ApplyLastArrivals(Timeline* t, const RankArrivals& mine, const LastArrivals& last) {
+  if (last.empty()) return 0;
+  const auto launched = LaunchedCollectives(*t);
+  int64_t moved = 0;
+  for (DeviceOp& op : t->ops) {
+    if (op.kind != trace::DeviceOpKind::kNccl || op.device != mine.device || op.call < 0) continue;
+    auto l = launched.find(op.call);
+    if (l == launched.end()) continue;
+    auto it = last.find(std::make_pair(l->second->comm, l->second->seq));
+    if (it == last.end() || it->second.ranks < 2) continue;
+    const int64_t s = std::clamp(it->second.last_ns - mine.offset_ns, op.start_ns, op.end_ns);
+    moved += s - op.start_ns;
+    op.start_ns = s;
+  }
+  if (moved > 0) {
+    std::stable_sort(t->ops.begin(), t->ops.end(),
+                     [](const DeviceOp& a, const DeviceOp& b) { return a.start_ns < b.start_ns; });
+  }
+  return moved;
+}
+
+RankSummary SummarizeRank(const Timeline& t, const RankArrivals& arrivals,
+                          const LastArrivals& last, const Report& report) {
+  RankSummary s;
+  s.arrivals = arrivals;
+  s.totals = report.totals;
+  s.steps = static_cast<int>(report.steps.size());
+  for (const StepStats& st : report.steps) s.step_time_ns += st.end_ns - st.start_ns;
+  if (!report.steps.empty()) {
+    s.start_ns = report.steps.front().start_ns;
+    s.end_ns = report.steps.back().end_ns;
+  }
+  const int64_t w0 = report.steps.empty() ? 0 : report.steps.front().start_ns + arrivals.offset_ns;
+  const int64_t w1 = report.steps.empty() ? 0 : report.steps.back().end_ns + arrivals.offset_ns;
+  std::vector<std::pair<int64_t, int64_t>> comm, compute;
+  for (const Arrival& a : arrivals.arrivals) {
+    auto it = last.find(std::make_pair(a.comm, a.seq));
+    const int64_t waited =
+        it == last.end() ? 0 : std::clamp(it->second.last_ns, a.arrival_ns, a.end_ns) - a.arrival_ns;
+    s.waited_ns.push_back(waited);
+    const int64_t lo = std::max(a.arrival_ns, w0), hi = std::min(a.end_ns, w1);
+    if (hi > lo) {
+      comm.emplace_back(lo, hi);
+      s.waited_in_steps_ns += std::max<int64_t>(0, std::min(a.arrival_ns + waited, hi) - lo);
+    }
+  }
+  for (const DeviceOp& op : t.ops) {
+    if (op.device != arrivals.device || op.kind != trace::DeviceOpKind::kKernel) continue;
+    const int64_t lo = std::max(op.start_ns + arrivals.offset_ns, w0);
+    const int64_t hi = std::min(op.end_ns + arrivals.offset_ns, w1);
+    if (hi > lo) compute.emplace_back(lo, hi);
+  }
+  const auto comm_set = Disjoint(std::move(comm));
+  s.comm_ns = UnionLength(comm_set);
+  s.compute_during_comm_ns = IntersectionLength(comm_set, Disjoint(std::move(compute)));
+  return s;
+}
+
+void ReduceRanks(std::vector<RankSummary> ranks, Report* report) {
+  if (ranks.size() < 2) return;
+  std::sort(ranks.begin(), ranks.end(), [](const RankSummary& a, const RankSummary& b) {
+    return std::tie(a.arrivals.rank, a.arrivals.file) < std::tie(b.arrivals.rank, b.arrivals.file);
+  });
+  // Every instance: who arrived when.
+  struct Instance {
+    std::vector<std::pair<int64_t, size_t>> arrivals;  // (arrival, rank index)
+  };
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, Instance> instances;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (const Arrival& a : ranks[r].arrivals.arrivals) {
+      instances[std::make_pair(a.comm, a.seq)].arrivals.emplace_back(a.arrival_ns, r);
+    }
+  }
+  std::vector<int64_t> times_last(ranks.size(), 0), caused(ranks.size(), 0), skews;
+  int64_t complete = 0;
+  for (auto& [key, inst] : instances) {
+    auto& v = inst.arrivals;
+    if (v.size() < 2) continue;
+    if (v.size() == ranks.size()) ++complete;
+    std::sort(v.begin(), v.end());
+    const int64_t last = v.back().first;
+    skews.push_back(last - v.front().first);
+    int64_t wait = 0;
+    for (const auto& [arrival, r] : v) wait += last - arrival;
+    if (last - v[v.size() - 2].first >= kStragglerMinLateNs) {
+      ++times_last[v.back().second];
+      caused[v.back().second] += wait;
+    }
+  }
+  bool one_host = true;
+  int64_t drift = 0;
+  for (const RankSummary& s : ranks) {
+    one_host &= s.arrivals.host == ranks.front().arrivals.host;
+    drift = std::max(drift, s.arrivals.offset_drift_ns);
+  }
+  report->clock.method = one_host ? "monotonic" : "realtime";
+  report->clock.error_ns = one_host ? 0 : drift;
+
+  int64_t comm = 0, compute_during = 0, step_time = 0, waited = 0, wall = 0;
+  report->ranks.clear();
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const RankSummary& s = ranks[r];
+    RankRow row;
+    row.rank = s.arrivals.rank;
+    row.host = s.arrivals.host;
+    row.pid = s.arrivals.pid;
+    row.file = s.arrivals.file;
+    row.steps = s.steps;
+    row.start_ns = s.start_ns;
+    row.end_ns = s.end_ns;
+    row.wall_ns = s.totals.wall_ns;
+    row.gpu_busy_ns = s.totals.gpu_busy_ns;
+    row.gpu_idle_ns = s.totals.gpu_idle_ns;
+    row.comm_ns = s.comm_ns;
+    row.idle_by_cause = s.totals.idle_by_cause;
+    row.waited_ns = s.waited_in_steps_ns;
+    row.times_last = times_last[r];
+    row.wait_caused_ns = caused[r];
+    row.analyzed = s.analyzed;
+    report->ranks.push_back(row);
+    comm += s.comm_ns;
+    compute_during += s.compute_during_comm_ns;
+    step_time += s.step_time_ns;
+    waited += s.waited_in_steps_ns;
+    wall += s.totals.wall_ns;
+  }
+  CollectivesSummary& c = report->collectives;
+  c.count = complete;
+  c.comm_share = Share(comm, step_time);
+  c.overlap = Share(compute_during, comm);
+  c.skew_p50_ns = Percentile(skews, 50);
+  c.skew_p95_ns = Percentile(skews, 95);
+  c.skew_max_ns = skews.empty() ? 0 : *std::max_element(skews.begin(), skews.end());
+  c.wait_share = Share(waited, step_time);
+
+  report->stragglers.clear();
+  int64_t late_total = 0;
+  for (int64_t t : times_last) late_total += t;
+  const int64_t mean_wall = wall / static_cast<int64_t>(ranks.size());
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (times_last[r] == 0 ||
+        BinomialTail(late_total, times_last[r], 1.0 / static_cast<double>(ranks.size())) >=
+            kStragglerMaxP ||
+        Share(caused[r], mean_wall) < kStragglerMinShare) {
+      continue;
+    }
+    Straggler st;
+    st.rank = ranks[r].arrivals.rank;
+    st.times_last = times_last[r];
+    st.wait_caused_ns = caused[r];
+    const CauseNs& idle = ranks[r].totals.idle_by_cause;
+    int top = 0;
+    for (int k = 1; k < kNumCauses; ++k) {
+      if (idle[k] > idle[top]) top = k;
+    }
+    st.before_cause = CauseName(CauseAt(top));
+    st.before_share = Share(idle[top], ranks[r].totals.gpu_idle_ns);
+    report->stragglers.push_back(st);
+  }
+  std::sort(report->stragglers.begin(), report->stragglers.end(),
+            [](const Straggler& a, const Straggler& b) { return a.wait_caused_ns > b.wait_caused_ns; });
+
+  // q5 with every rank's numbers.
+  for (Question& q : report->questions) {
+    if (q.id != "q5") continue;
+    const bool yes = c.comm_share >= kQ5MinCommShare || c.wait_share >= kQ5MinWaitShare;
+    std::string evidence = absl::StrFormat(
+        "Over %d ranks and %d collectives: communication is %.1f%% of step time, %.1f%% of it "
+        "overlapped with compute; ranks wait %.1f%% of step time for the last arrival (arrival "
+        "skew p50 %s, p95 %s, max %s)",
+        ranks.size(), c.count, 100 * c.comm_share, 100 * c.overlap, 100 * c.wait_share,
+        FormatDuration(c.skew_p50_ns), FormatDuration(c.skew_p95_ns),
+        FormatDuration(c.skew_max_ns));
+    if (!report->stragglers.empty()) {
+      const Straggler& s = report->stragglers.front();
+      absl::StrAppendFormat(&evidence,
+                            "; rank %d arrives last at %d of them, causing %s of waiting, and "
+                            "its own GPU idle is mostly %s (%.0f%%)",
+                            s.rank, s.times_last, FormatDuration(s.wait_caused_ns), s.before_cause,
+                            100 * s.before_share);
+    } else {
+      absl::StrAppend(&evidence, "; no rank is a straggler");
+    }
+    if (report->clock.method == "realtime") {
+      absl::StrAppendFormat(&evidence, " (hosts aligned by realtime offsets, error up to %s)",
+                            FormatDuration(report->clock.error_ns));
+    }
+    q = {"q5", yes ? "yes" : "no", evidence};
+  }
+}
+
+// ---- JSON forms ----
+
+nlohmann::ordered_json ArrivalsToJson(const RankArrivals& a) {
+  nlohmann::ordered_json j;
+  j["schema"] = "stallscope.arrivals/1";
+  j["rank"] = a.rank;
+  j["file"] = a.file;
+  j["host"] = a.host;
+  j["pid"] = a.pid;
+  j["device"] = a.device;
+  j["offset_ns"] = a.offset_ns;
+  j["offset_drift_ns"] = a.offset_drift_ns;
+  auto& v = j["arrivals"] = nlohmann::ordered_json::array();
+  for (const Arrival& x : a.arrivals) {
+    v.push_back({x.comm, x.seq, x.arrival_ns, x.end_ns, x.bytes, x.kind});
+  }
+  return j;
+}
+
+absl::StatusOr<RankArrivals> ArrivalsFromJson(const nlohmann::json& j) {
+  try {
+    if (j.at("schema") != "stallscope.arrivals/1") {
+      return absl::InvalidArgumentError("not a stallscope.arrivals/1 document");
+    }
+    RankArrivals a;
+    a.rank = j.at("rank").get<int32_t>();
+    a.file = j.at("file").get<std::string>();
+    a.host = j.at("host").get<std::string>();
+    a.pid = j.at("pid").get<uint32_t>();
+    a.device = j.at("device").get<uint32_t>();
+    a.offset_ns = j.at("offset_ns").get<int64_t>();
+    a.offset_drift_ns = j.at("offset_drift_ns").get<int64_t>();
+    for (const auto& x : j.at("arrivals")) {
+      a.arrivals.push_back({x.at(0).get<uint64_t>(), x.at(1).get<uint64_t>(),
+                            x.at(2).get<int64_t>(), x.at(3).get<int64_t>(),
+                            x.at(4).get<uint64_t>(), x.at(5).get<uint8_t>()});
+    }
+    return a;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrFormat("bad arrivals document: %s", e.what()));
+  }
+}
+
+nlohmann::ordered_json LastArrivalsToJson(const LastArrivals& last) {
+  std::vector<std::tuple<uint64_t, uint64_t, int64_t, int32_t>> rows;
+  for (const auto& [key, v] : last) rows.emplace_back(key.first, key.second, v.last_ns, v.ranks);
+  std::sort(rows.begin(), rows.end());
+  nlohmann::ordered_json j;
+  j["schema"] = "stallscope.last-arrivals/1";
+  auto& v = j["instances"] = nlohmann::ordered_json::array();
+  for (const auto& [comm, seq, ns, n] : rows) v.push_back({comm, seq, ns, n});
+  return j;
+}
+
+absl::StatusOr<LastArrivals> LastArrivalsFromJson(const nlohmann::json& j) {
+  try {
+    if (j.at("schema") != "stallscope.last-arrivals/1") {
+      return absl::InvalidArgumentError("not a stallscope.last-arrivals/1 document");
+    }
+    LastArrivals last;
+    for (const auto& x : j.at("instances")) {
+      last[std::make_pair(x.at(0).get<uint64_t>(), x.at(1).get<uint64_t>())] = {
+          x.at(2).get<int64_t>(), x.at(3).get<int32_t>()};
+    }
+    return last;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrFormat("bad last-arrivals document: %s", e.what()));
+  }
+}
+
+nlohmann::ordered_json RankSummaryToJson(const RankSummary& s) {
+  nlohmann::ordered_json j;
+  j["schema"] = "stallscope.rank-summary/1";
+  j["arrivals"] = ArrivalsToJson(s.arrivals);
+  const Totals& t = s.totals;
+  j["totals"] = {{"wall_ns", t.wall_ns},       {"gpu_busy_ns", t.gpu_busy_ns},
+                 {"gpu_idle_ns", t.gpu_idle_ns}, {"idle_by_cause", t.idle_by_cause},
+                 {"launches", t.launches},     {"syncs", t.syncs},
+                 {"busy_by_kind", {t.busy_by_kind.compute, t.busy_by_kind.copy, t.busy_by_kind.comm}}};
+  j["steps"] = s.steps;
+  j["step_time_ns"] = s.step_time_ns;
+  j["start_ns"] = s.start_ns;
+  j["end_ns"] = s.end_ns;
+  j["waited_ns"] = s.waited_ns;
+  j["waited_in_steps_ns"] = s.waited_in_steps_ns;
+  j["comm_ns"] = s.comm_ns;
+  j["compute_during_comm_ns"] = s.compute_during_comm_ns;
+  j["analyzed"] = s.analyzed;
+  return j;
+}
+
+absl::StatusOr<RankSummary> RankSummaryFromJson(const nlohmann::json& j) {
+  try {
+    if (j.at("schema") != "stallscope.rank-summary/1") {
+      return absl::InvalidArgumentError("not a stallscope.rank-summary/1 document");
+    }
+    RankSummary s;
+    auto a = ArrivalsFromJson(j.at("arrivals"));
+    if (!a.ok()) return a.status();
+    s.arrivals = std::move(*a);
+    const auto& t = j.at("totals");
+    s.totals.wall_ns = t.at("wall_ns").get<int64_t>();
+    s.totals.gpu_busy_ns = t.at("gpu_busy_ns").get<int64_t>();
+    s.totals.gpu_idle_ns = t.at("gpu_idle_ns").get<int64_t>();
+    s.totals.idle_by_cause = t.at("idle_by_cause").get<CauseNs>();
+    s.totals.launches = t.at("launches").get<int64_t>();
+    s.totals.syncs = t.at("syncs").get<int64_t>();
+    const auto& b = t.at("busy_by_kind");
+    s.totals.busy_by_kind = {b.at(0).get<int64_t>(), b.at(1).get<int64_t>(), b.at(2).get<int64_t>()};
+    s.steps = j.at("steps").get<int>();
+    s.step_time_ns = j.at("step_time_ns").get<int64_t>();
+    s.start_ns = j.at("start_ns").get<int64_t>();
+    s.end_ns = j.at("end_ns").get<int64_t>();
+    s.waited_ns = j.at("waited_ns").get<std::vector<int64_t>>();
+    s.waited_in_steps_ns = j.at("waited_in_steps_ns").get<int64_t>();
+    s.comm_ns = j.at("comm_ns").get<int64_t>();
+    s.compute_during_comm_ns = j.at("compute_during_comm_ns").get<int64_t>();
+    s.analyzed = j.at("analyzed").get<bool>();
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrFormat("bad rank-summary document: %s", e.what()));
+  }
+}
+
+}  // namespace stallscope::analyzer
