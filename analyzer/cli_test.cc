@@ -145,6 +145,23 @@ TEST_CASE("run prints a summary when traces were written", "[cli]") {
   CHECK((st.st_mode & 0777) == 0750);
 }
 
+// Guards `run` inside a launcher: ranks share a folder named after the job,
+// and a rank other than 0 says nothing.
+TEST_CASE("run inside a launcher shares the job's folder", "[cli]") {
+  Sandbox box;
+  Result r = box.Run("run -- sh -c 'echo \"$STALLSCOPE_OUT\"'",
+                     "env -u RANK -u OMPI_COMM_WORLD_RANK -u PMI_RANK SLURM_PROCID=1 "
+                     "SLURM_JOB_ID=77 SLURM_STEP_ID=3");
+  CHECK(r.code == 0);
+  CHECK(r.err.empty());
+  CHECK(r.out == box.cwd() + "/stallscope-slurm-77.3\n");
+  Result zero = box.Run("run -- true", "env -u SLURM_PROCID -u TORCHELASTIC_RUN_ID -u SLURM_JOB_ID "
+                                       "RANK=0 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500");
+  CHECK(zero.code == 0);
+  CHECK(zero.err.find("rank 0 done") != std::string::npos);
+  CHECK(zero.err.find("stallscope-10.0.0.1-29500") != std::string::npos);
+}
+
 // Guards colour and quiet: colour only when asked (stdout here is a pipe, so
 // auto means none), a bad --color is a usage error, --quiet silences the
 // run summary.

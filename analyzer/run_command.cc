@@ -14,6 +14,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "analyzer/analysis.h"
 #include "analyzer/report_text.h"
@@ -41,6 +42,41 @@ std::string DefaultDirName() {
   return buf;
 }
 
+// The rank when a launcher (torchrun, mpirun, srun, any PMI launcher)
+// started this `stallscope run` as one of a job's ranks; -1 otherwise.
+int LauncherRank() {
+  for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* v = getenv(name);
+    if (v != nullptr && *v != '\0') return atoi(v);
+  }
+  return -1;
+}
+
+// The folder every rank of one job shares when none is given: named after
+// the launcher's job id, so that ranks started together agree on it.
+std::string JobDirName() {
+  if (const char* run_id = getenv("TORCHELASTIC_RUN_ID"); run_id && *run_id && strcmp(run_id, "none")) {
+    return absl::StrCat("stallscope-", run_id);
+  }
+  if (const char* job = getenv("SLURM_JOB_ID"); job && *job) {
+    const char* step = getenv("SLURM_STEP_ID");
+    return absl::StrCat("stallscope-slurm-", job, step && *step ? absl::StrCat(".", step) : "");
+  }
+  for (const char* name : {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_JOBID"}) {
+    if (const char* v = getenv(name); v && *v) return absl::StrCat("stallscope-job-", v);
+  }
+  // No job id: the launcher's rendezvous address, else the minute.
+  const char* addr = getenv("MASTER_ADDR");
+  const char* port = getenv("MASTER_PORT");
+  if (addr && *addr && port && *port) return absl::StrCat("stallscope-", addr, "-", port);
+  time_t now = time(nullptr);
+  struct tm tm;
+  localtime_r(&now, &tm);
+  char buf[64];
+  strftime(buf, sizeof(buf), "stallscope-ranks-%Y%m%d-%H%M", &tm);
+  return buf;
+}
+
 bool IsEmptyDir(const std::string& path) {
   auto paths = ExpandTracePaths({path});
   return !paths.ok();
@@ -63,6 +99,11 @@ int RunUnderStallscope(const RunOptions& o) {
   const std::string libdir = LibDir();
   std::string dir = o.out_dir;
   bool created = false;
+  // Inside a launcher every rank runs its own `stallscope run`: they share
+  // one folder (named after the job unless --out says), and only rank 0
+  // speaks, without analyzing (the other ranks may still be writing).
+  const int launcher_rank = LauncherRank();
+  if (dir.empty() && launcher_rank >= 0) dir = JobDirName();
   if (dir.empty()) {
     const std::string base = DefaultDirName();
     dir = base;
@@ -187,6 +228,15 @@ int RunUnderStallscope(const RunOptions& o) {
                    : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
                                          : 1;
 
+  if (launcher_rank >= 0) {
+    if (launcher_rank == 0 && !o.quiet) {
+      fprintf(stderr,
+              "stallscope: rank 0 done; every rank writes its trace into %s; once all have "
+              "finished: stallscope report %s\n",
+              dir.c_str(), dir.c_str());
+    }
+    return code;
+  }
   if (IsEmptyDir(dir)) {
     if (created) rmdir(dir.c_str());  // only removes an empty folder
     if (o.quiet) return code;

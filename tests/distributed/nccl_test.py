@@ -363,8 +363,39 @@ def case_clean_ranks(build, work):
     return 0
 
 
+def case_inside_launcher(build, work):
+    """`stallscope run` inside the launcher's command line (one per rank, as
+    with `torchrun ... stallscope run -- python train.py`): every rank's
+    trace lands in one folder named after the job, only rank 0 speaks, and
+    the folder's report finds the slow rank."""
+    if not os.path.exists(os.path.join(build, "bin", "ddp_train")):
+        return SKIP
+    exe = os.path.join(build, "bin", "stallscope")
+    env = dict(os.environ)
+    env["SIMGPU_KERNEL_US"] = "*gemm_fwd*=400,*gemm_bwd*=300,*=20"
+    p = subprocess.run([LAUNCH, "-n", "3", "--master-port", "29611", "--", exe, "run", "--sim", "--",
+                        os.path.join(build, "bin", "ddp_train"), "--steps", "6", "--slow-rank", "1",
+                        "--slow-us", "3000"], env=env, cwd=work, capture_output=True, text=True,
+                       timeout=180)
+    check(p.returncode == 0, f"launch exited {p.returncode}: {p.stderr[-3000:]}")
+    folders = [d for d in os.listdir(work) if d.startswith("stallscope-")]
+    check(folders == ["stallscope-127.0.0.1-29611"],
+          f"expected one shared folder named after MASTER_ADDR/PORT, found {folders}")
+    out = os.path.join(work, folders[0])
+    traces = glob.glob(os.path.join(out, "rank*.sstrace"))
+    check(len(traces) == 3, f"{len(traces)} rank traces in {out}")
+    said = [l for l in p.stderr.splitlines() if l.startswith("stallscope:")]
+    check(len(said) == 1 and "rank 0 done" in said[0], f"stallscope's lines: {said}")
+    rep = run([exe, "report", out, "--format", "json"], env)
+    st = json.loads(rep.stdout)["stragglers"]
+    check(st and st[0]["rank"] == 1, f"stragglers {st}, expected rank 1")
+    print(f"inside the launcher: one folder {folders[0]}, straggler rank 1")
+    return 0
+
+
 CASES = {"rendezvous": case_rendezvous, "interpose": case_interpose, "ddp": case_ddp,
-         "straggler": case_straggler, "clean_ranks": case_clean_ranks}
+         "straggler": case_straggler, "clean_ranks": case_clean_ranks,
+         "inside_launcher": case_inside_launcher}
 
 
 def main():
