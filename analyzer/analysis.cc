@@ -235,6 +235,55 @@ void ParallelFor(size_t n, int jobs, Fn fn) {
 
 }  // namespace
 
+size_t PrimaryProcess(const std::vector<std::pair<int32_t, int64_t>>& candidates) {
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (candidates[i].first == 0) return i;
+  }
+  size_t best = 0;
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    if (candidates[i].second > candidates[best].second) best = i;
+  }
+  return best;
+}
+
+Report ComposeProcessesReport(Report primary_report, std::vector<ProcessSummary> processes,
+                              size_t primary) {
+  Report out = std::move(primary_report);
+  for (size_t i = 0; i < processes.size(); ++i) processes[i].analyzed = i == primary;
+  if (processes.size() > 1) {
+    const ProcessSummary& chosen = processes[primary];
+    AddDiagnostic(&out.diagnostics, DiagId::kMultipleProcesses, processes.size(),
+                  absl::StrFormat("%d processes traced: steps, hotspots and questions are "
+                                  "those of pid %d (%s, the most device ops)",
+                                  processes.size(), chosen.pid, chosen.file));
+  }
+  out.processes = std::move(processes);
+  return out;
+}
+
+Report ComposeRanksReport(Report primary_report, std::vector<RankSummary> ranks, size_t primary) {
+  Report out = std::move(primary_report);
+  std::vector<ProcessSummary> processes;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    ranks[i].analyzed = i == primary;
+    ProcessSummary p = ranks[i].process;
+    p.analyzed = i == primary;
+    processes.push_back(std::move(p));
+  }
+  if (processes.size() > 1) {
+    const ProcessSummary& chosen = processes[primary];
+    AddDiagnostic(&out.diagnostics, DiagId::kMultipleProcesses, processes.size(),
+                  absl::StrFormat("%d processes traced: steps, hotspots and questions are "
+                                  "those of pid %d (%s, %s)",
+                                  processes.size(), chosen.pid, chosen.file,
+                                  ranks[primary].arrivals.rank == 0 ? "rank 0"
+                                                                    : "the most device ops"));
+  }
+  out.processes = std::move(processes);
+  ReduceRanks(std::move(ranks), &out);
+  return out;
+}
+
 absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
                                     const AnalysisOptions& options, ProcessAnalysis* primary_out) {
   auto paths = ExpandTracePaths(args);
@@ -263,10 +312,8 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
 
   // A distributed run: two or more traces with NCCL collectives. The
   // waiting part of each rank's NCCL kernels becomes idle (ranks.h).
-  bool one_host = true;
-  for (const auto& t : timelines) one_host &= t->host == timelines.front()->host;
   std::vector<RankArrivals> arrivals(n);
-  ParallelFor(n, options.jobs, [&](size_t i) { arrivals[i] = CollectArrivals(*timelines[i], one_host); });
+  ParallelFor(n, options.jobs, [&](size_t i) { arrivals[i] = CollectArrivals(*timelines[i]); });
   size_t with_collectives = 0;
   for (const RankArrivals& a : arrivals) with_collectives += !a.arrivals.empty();
   const bool distributed = with_collectives >= 2;
@@ -278,16 +325,12 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
 
   // The process whose steps the report shows: rank 0 of a distributed run,
   // else the one with the most device ops (the first of equals).
-  size_t primary = n;
-  for (size_t i = 0; distributed && i < n && primary == n; ++i) {
-    if (arrivals[i].rank == 0) primary = i;
+  std::vector<std::pair<int32_t, int64_t>> candidates;  // (rank, device ops)
+  for (size_t i = 0; i < n; ++i) {
+    candidates.emplace_back(distributed ? arrivals[i].rank : -1,
+                            static_cast<int64_t>(timelines[i]->ops.size()));
   }
-  if (primary == n) {
-    primary = 0;
-    for (size_t i = 1; i < n; ++i) {
-      if (timelines[i]->ops.size() > timelines[primary]->ops.size()) primary = i;
-    }
-  }
+  const size_t primary = PrimaryProcess(candidates);
   std::vector<absl::StatusOr<Report>> reports(n, absl::UnknownError("not analyzed"));
   ProcessAnalysis details;
   ParallelFor(n, options.jobs, [&](size_t i) {
@@ -297,33 +340,25 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   for (const auto& r : reports) {
     if (!r.ok()) return r.status();
   }
-  std::vector<ProcessSummary> processes;
-  std::vector<RankSummary> ranks;
-  for (size_t i = 0; i < n; ++i) {
-    ProcessSummary summary = reports[i]->processes.front();
-    summary.analyzed = i == primary;
-    processes.push_back(summary);
-    if (distributed) {
+  if (distributed) {
+    std::vector<RankSummary> ranks;
+    for (size_t i = 0; i < n; ++i) {
       ranks.push_back(SummarizeRank(*timelines[i], arrivals[i], last, *reports[i]));
-      ranks.back().analyzed = i == primary;
     }
+    Report out = ComposeRanksReport(std::move(*reports[primary]), std::move(ranks), primary);
+    if (primary_out != nullptr) {
+      *primary_out = std::move(details);
+      primary_out->timeline = std::move(*timelines[primary]);
+    }
+    return out;
   }
-  Report out = std::move(*reports[primary]);
+  std::vector<ProcessSummary> processes;
+  for (size_t i = 0; i < n; ++i) processes.push_back(reports[i]->processes.front());
+  Report out = ComposeProcessesReport(std::move(*reports[primary]), std::move(processes), primary);
   if (primary_out != nullptr) {
     *primary_out = std::move(details);
     primary_out->timeline = std::move(*timelines[primary]);
   }
-  if (processes.size() > 1) {
-    const ProcessSummary& chosen = processes[primary];
-    AddDiagnostic(&out.diagnostics, DiagId::kMultipleProcesses, processes.size(),
-                  absl::StrFormat("%d processes traced: steps, hotspots and questions are "
-                                  "those of pid %d (%s, %s)",
-                                  processes.size(), chosen.pid, chosen.file,
-                                  distributed && arrivals[primary].rank == 0 ? "rank 0"
-                                                                              : "the most device ops"));
-  }
-  out.processes = std::move(processes);
-  if (distributed) ReduceRanks(std::move(ranks), &out);
   return out;
 }
 

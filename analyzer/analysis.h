@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "analyzer/attribution.h"
+#include "analyzer/ranks.h"
 #include "analyzer/report.h"
 #include "analyzer/steps.h"
 #include "analyzer/timeline.h"
@@ -47,6 +48,23 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
 // Expands folders into their *.sstrace files (sorted by name); files are kept
 // as given. NotFound when a path is missing or a folder holds no trace.
 absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std::string>& args);
+
+// The process a report over several shows: the one of rank 0 when there is
+// one, else the one with the most device ops (the first of equals).
+// `candidates`: (rank or -1, device ops) per process.
+size_t PrimaryProcess(const std::vector<std::pair<int32_t, int64_t>>& candidates);
+
+// The report over several processes that are not ranks of one distributed
+// run: process `primary`'s report with processes[] and the
+// multiple_processes diagnostic.
+Report ComposeProcessesReport(Report primary_report, std::vector<ProcessSummary> processes,
+                              size_t primary);
+
+// The report of a distributed run from rank `primary`'s report (analyzed
+// after ApplyLastArrivals) and every rank's summary: processes[], the
+// multiple_processes diagnostic, ranks[], collectives, stragglers, q5. The
+// serial, threaded and Dask paths all end here.
+Report ComposeRanksReport(Report primary_report, std::vector<RankSummary> ranks, size_t primary);
 
 // Reads and analyzes every trace (in parallel threads). Two or more traces
 // with NCCL collectives are the ranks of one distributed run (ranks.h): the

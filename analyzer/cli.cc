@@ -16,6 +16,7 @@
 #include "analyzer/compare.h"
 #include "analyzer/output_file.h"
 #include "analyzer/report_html.h"
+#include "analyzer/ranks.h"
 #include "analyzer/report_json.h"
 #include "analyzer/report_perfetto.h"
 #include "analyzer/report_sqlite.h"
@@ -34,6 +35,7 @@ int HelpCmd(const std::vector<std::string>& args);
 int DumpCmd(const std::vector<std::string>& args);
 int CompareCmd(const std::vector<std::string>& args);
 int AuditCmd(const std::vector<std::string>& args);
+int FleetCmd(const std::vector<std::string>& args);
 
 struct Subcommand {
   const char* name;
@@ -105,6 +107,24 @@ constexpr Subcommand kSubcommands[] = {
      "Exit codes: 0 within budget; 3 budget exceeded (each violation on stderr); 2 unreadable\n"
      "trace; 1 usage or a bad budget file (one line: FILE:LINE: what).\n",
      AuditCmd},
+    {"fleet",
+     "stallscope fleet arrivals TRACE | last ARRIVALS... | rank TRACE --last LAST | "
+     "report --last LAST SUMMARY... [--format text|json] [-o OUT] [--step-pattern RE]",
+     "The steps of a multi-rank analysis one at a time, for running them on a cluster "
+     "(python/stallscope/fleet.py submits them to Dask): per-rank maps and their reduces, "
+     "exchanging small JSON documents. `report` gives what `stallscope report` gives over "
+     "all the ranks' traces.",
+     "  arrivals TRACE          map 1: the rank's collective arrivals (stallscope.arrivals/1)\n"
+     "  last ARRIVALS...        reduce 1: each collective's last arrival\n"
+     "                          (stallscope.last-arrivals/1)\n"
+     "  rank TRACE --last LAST  map 2: the rank analyzed with the others' arrivals\n"
+     "                          (stallscope.rank-summary/1)\n"
+     "  report --last LAST SUMMARY...\n"
+     "                          reduce 2: the report over every rank (re-reads the shown\n"
+     "                          rank's trace, named in its summary)\n"
+     "  -o OUT                  write to OUT (a new file, never overwritten, mode 0640)\n"
+     "  --step-pattern RE       as for report (give the same to `rank` and `report`)\n",
+     FleetCmd},
     {"dump", "stallscope dump FILE",
      "Print one trace's rank (when set), calls, device ops, NCCL call arguments and NVTX "
      "ranges in time order, one per line (for debugging the recorder and the analyzer).",
@@ -480,6 +500,146 @@ int AuditCmd(const std::vector<std::string>& args) {
     }
   }
   return result.violations() > 0 ? kExitBudget : kExitOk;
+}
+
+// Writes `text` to stdout or a new file; the exit code.
+int Emit(const std::string& out, const std::string& text) {
+  if (out.empty()) {
+    fwrite(text.data(), 1, text.size(), stdout);
+    return fflush(stdout) == 0 ? kExitOk : kExitUsage;
+  }
+  if (auto st = WriteNewFile(out, text); !st.ok()) {
+    fprintf(stderr, "stallscope: %s\n", std::string(st.message()).c_str());
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
+// Reads a JSON document; an error message on failure.
+absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
+  FILE* f = fopen(path.c_str(), "rb");
+  if (f == nullptr) return absl::NotFoundError(absl::StrFormat("%s: %s", path, strerror(errno)));
+  std::string text;
+  char buf[65536];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, got);
+  fclose(f);
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrFormat("%s: not JSON", path));
+  return j;
+}
+
+int FleetCmd(const std::vector<std::string>& args) {
+  const Subcommand& self = *Find("fleet");
+  if (args.empty()) return Usage(self, "arrivals, last, rank or report");
+  if (IsHelp(args[0])) {
+    fputs(CommandHelp(self).c_str(), stdout);
+    return kExitOk;
+  }
+  const std::string step = args[0];
+  std::vector<std::string> inputs;
+  std::string out, last_path, format = "json", pattern = kDefaultStepPattern;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (IsHelp(a)) {
+      fputs(CommandHelp(self).c_str(), stdout);
+      return kExitOk;
+    } else if (a == "-o" && i + 1 < args.size()) {
+      out = args[++i];
+    } else if (Matches(a, "--last")) {
+      if (!TakeValue(args, &i, "--last", &last_path)) return Usage(self, "--last needs a file");
+    } else if (Matches(a, "--format")) {
+      if (!TakeValue(args, &i, "--format", &format)) return Usage(self, "--format needs a value");
+    } else if (Matches(a, "--step-pattern")) {
+      if (!TakeValue(args, &i, "--step-pattern", &pattern)) {
+        return Usage(self, "--step-pattern needs a regular expression");
+      }
+    } else if (!a.empty() && a[0] == '-') {
+      return Usage(self, absl::StrFormat("unknown option %s", a));
+    } else {
+      inputs.push_back(a);
+    }
+  }
+  if (auto re = CompileStepPattern(pattern); !re.ok()) {
+    return Usage(self, std::string(re.status().message()));
+  }
+  AnalysisOptions options;
+  options.step_pattern = pattern;
+  auto fail = [](const absl::Status& st, int code) {
+    fprintf(stderr, "stallscope: %s\n", std::string(st.message()).c_str());
+    return code;
+  };
+  auto load_last = [&]() -> absl::StatusOr<LastArrivals> {
+    auto j = ReadJsonFile(last_path);
+    if (!j.ok()) return j.status();
+    return LastArrivalsFromJson(*j);
+  };
+  if (step == "arrivals") {
+    if (inputs.size() != 1) return Usage(self, "arrivals takes one trace");
+    auto t = ReadTraceFile(inputs[0]);
+    if (!t.ok()) return fail(t.status(), kExitBadTrace);
+    return Emit(out, ArrivalsToJson(CollectArrivals(*t)).dump() + "\n");
+  }
+  if (step == "last") {
+    if (inputs.empty()) return Usage(self, "last takes the ranks' arrivals documents");
+    std::vector<RankArrivals> all;
+    for (const std::string& path : inputs) {
+      auto j = ReadJsonFile(path);
+      if (!j.ok()) return fail(j.status(), kExitBadTrace);
+      auto a = ArrivalsFromJson(*j);
+      if (!a.ok()) return fail(a.status(), kExitBadTrace);
+      all.push_back(std::move(*a));
+    }
+    return Emit(out, LastArrivalsToJson(ReduceArrivals(all)).dump() + "\n");
+  }
+  if (last_path.empty()) return Usage(self, absl::StrFormat("%s needs --last LAST", step));
+  auto last = load_last();
+  if (!last.ok()) return fail(last.status(), kExitBadTrace);
+  if (step == "rank") {
+    if (inputs.size() != 1) return Usage(self, "rank takes one trace");
+    auto t = ReadTraceFile(inputs[0]);
+    if (!t.ok()) return fail(t.status(), kExitBadTrace);
+    const RankArrivals arrivals = CollectArrivals(*t);
+    ApplyLastArrivals(&*t, arrivals, *last);
+    auto report = AnalyzeTimeline(*t, options);
+    if (!report.ok()) return fail(report.status(), kExitUsage);
+    return Emit(out, RankSummaryToJson(SummarizeRank(*t, arrivals, *last, *report)).dump() + "\n");
+  }
+  if (step == "report") {
+    if (inputs.empty()) return Usage(self, "report takes the ranks' summaries");
+    if (format != "json" && format != "text") return Usage(self, "--format text or json");
+    std::vector<RankSummary> ranks;
+    std::vector<std::pair<int32_t, int64_t>> candidates;
+    size_t with_collectives = 0;
+    for (const std::string& path : inputs) {
+      auto j = ReadJsonFile(path);
+      if (!j.ok()) return fail(j.status(), kExitBadTrace);
+      auto s = RankSummaryFromJson(*j);
+      if (!s.ok()) return fail(s.status(), kExitBadTrace);
+      with_collectives += !s->arrivals.arrivals.empty();
+      ranks.push_back(std::move(*s));
+    }
+    const bool distributed = with_collectives >= 2;
+    for (const RankSummary& r : ranks) {
+      candidates.emplace_back(distributed ? r.arrivals.rank : -1, r.process.device_ops);
+    }
+    const size_t primary = PrimaryProcess(candidates);
+    auto t = ReadTraceFile(ranks[primary].path);
+    if (!t.ok()) return fail(t.status(), kExitBadTrace);
+    if (distributed) ApplyLastArrivals(&*t, ranks[primary].arrivals, *last);
+    auto report = AnalyzeTimeline(*t, options);
+    if (!report.ok()) return fail(report.status(), kExitUsage);
+    Report composed;
+    if (distributed) {
+      composed = ComposeRanksReport(std::move(*report), std::move(ranks), primary);
+    } else {
+      std::vector<ProcessSummary> processes;
+      for (const RankSummary& r : ranks) processes.push_back(r.process);
+      composed = ComposeProcessesReport(std::move(*report), std::move(processes), primary);
+    }
+    return Emit(out, format == "json" ? RenderJson(composed) : RenderText(composed));
+  }
+  return Usage(self, absl::StrFormat("unknown step %s (arrivals, last, rank or report)", step));
 }
 
 int DumpCmd(const std::vector<std::string>& args) {

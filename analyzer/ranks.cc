@@ -137,7 +137,14 @@ double BinomialTail(int64_t n, int64_t k, double p) {
   return std::min(1.0, sum);
 }
 
-RankArrivals CollectArrivals(const Timeline& t, bool one_host) {
+bool OneHost(const std::vector<RankArrivals>& ranks) {
+  for (const RankArrivals& r : ranks) {
+    if (r.host != ranks.front().host) return false;
+  }
+  return true;
+}
+
+RankArrivals CollectArrivals(const Timeline& t) {
   RankArrivals r;
   r.rank = t.rank.known ? t.rank.rank : -1;
   r.file = BaseName(t.path);
@@ -155,18 +162,18 @@ RankArrivals CollectArrivals(const Timeline& t, bool one_host) {
       }
     }
   }
-  if (!one_host && !t.clocks.empty()) {
+  if (!t.clocks.empty()) {
     auto offset = [](const trace::ClockRecord& c) {
       return static_cast<int64_t>(c.realtime_ns) - static_cast<int64_t>(c.mono_ns);
     };
     const auto [lo, hi] = std::minmax_element(
         t.clocks.begin(), t.clocks.end(),
         [](const trace::ClockRecord& a, const trace::ClockRecord& b) { return a.mono_ns < b.mono_ns; });
-    r.offset_ns = offset(*lo);
+    r.realtime_offset_ns = offset(*lo);
     r.offset_drift_ns = std::llabs(offset(*hi) - offset(*lo));
-  } else if (!one_host) {
-    r.offset_ns = static_cast<int64_t>(t.header.start_realtime_ns) -
-                  static_cast<int64_t>(t.header.start_mono_ns);
+  } else {
+    r.realtime_offset_ns = static_cast<int64_t>(t.header.start_realtime_ns) -
+                           static_cast<int64_t>(t.header.start_mono_ns);
   }
 
   const auto launched = LaunchedCollectives(t);
@@ -181,15 +188,15 @@ RankArrivals CollectArrivals(const Timeline& t, bool one_host) {
       Arrival a;
       a.comm = n.comm;
       a.seq = n.seq;
-      a.arrival_ns = op.start_ns + r.offset_ns;
-      a.end_ns = op.end_ns + r.offset_ns;
+      a.arrival_ns = op.start_ns;
+      a.end_ns = op.end_ns;
       a.bytes = t.calls[op.call].bytes;
       a.kind = static_cast<uint8_t>(n.kind);
       r.arrivals.push_back(a);
     } else {
       Arrival& a = r.arrivals[slot->second];
-      a.arrival_ns = std::min(a.arrival_ns, op.start_ns + r.offset_ns);
-      a.end_ns = std::max(a.end_ns, op.end_ns + r.offset_ns);
+      a.arrival_ns = std::min(a.arrival_ns, op.start_ns);
+      a.end_ns = std::max(a.end_ns, op.end_ns);
     }
   }
   std::sort(r.arrivals.begin(), r.arrivals.end(), [](const Arrival& a, const Arrival& b) {
@@ -200,10 +207,13 @@ RankArrivals CollectArrivals(const Timeline& t, bool one_host) {
 
 LastArrivals ReduceArrivals(const std::vector<RankArrivals>& ranks) {
   LastArrivals last;
+  last.one_host = OneHost(ranks);
   for (const RankArrivals& r : ranks) {
+    const int64_t offset = CommonOffset(r, last.one_host);
     for (const Arrival& a : r.arrivals) {
-      auto [it, fresh] = last.try_emplace(std::make_pair(a.comm, a.seq), LastArrival{a.arrival_ns, 0});
-      it->second.last_ns = std::max(it->second.last_ns, a.arrival_ns);
+      const int64_t at = a.arrival_ns + offset;
+      auto [it, fresh] = last.instances.try_emplace(std::make_pair(a.comm, a.seq), LastArrival{at, 0});
+      it->second.last_ns = std::max(it->second.last_ns, at);
       ++it->second.ranks;
     }
   }
@@ -211,16 +221,17 @@ LastArrivals ReduceArrivals(const std::vector<RankArrivals>& ranks) {
 }
 
 int64_t ApplyLastArrivals(Timeline* t, const RankArrivals& mine, const LastArrivals& last) {
-  if (last.empty()) return 0;
+  if (last.instances.empty()) return 0;
+  const int64_t offset = CommonOffset(mine, last.one_host);
   const auto launched = LaunchedCollectives(*t);
   int64_t moved = 0;
   for (DeviceOp& op : t->ops) {
     if (op.kind != trace::DeviceOpKind::kNccl || op.device != mine.device || op.call < 0) continue;
     auto l = launched.find(op.call);
     if (l == launched.end()) continue;
-    auto it = last.find(std::make_pair(l->second->comm, l->second->seq));
-    if (it == last.end() || it->second.ranks < 2) continue;
-    const int64_t s = std::clamp(it->second.last_ns - mine.offset_ns, op.start_ns, op.end_ns);
+    auto it = last.instances.find(std::make_pair(l->second->comm, l->second->seq));
+    if (it == last.instances.end() || it->second.ranks < 2) continue;
+    const int64_t s = std::clamp(it->second.last_ns - offset, op.start_ns, op.end_ns);
     moved += s - op.start_ns;
     op.start_ns = s;
   }
@@ -234,6 +245,8 @@ int64_t ApplyLastArrivals(Timeline* t, const RankArrivals& mine, const LastArriv
 RankSummary SummarizeRank(const Timeline& t, const RankArrivals& arrivals,
                           const LastArrivals& last, const Report& report) {
   RankSummary s;
+  s.path = t.path;
+  if (!report.processes.empty()) s.process = report.processes.front();
   s.arrivals = arrivals;
   s.totals = report.totals;
   s.steps = static_cast<int>(report.steps.size());
@@ -242,13 +255,16 @@ RankSummary SummarizeRank(const Timeline& t, const RankArrivals& arrivals,
     s.start_ns = report.steps.front().start_ns;
     s.end_ns = report.steps.back().end_ns;
   }
-  const int64_t w0 = report.steps.empty() ? 0 : report.steps.front().start_ns + arrivals.offset_ns;
-  const int64_t w1 = report.steps.empty() ? 0 : report.steps.back().end_ns + arrivals.offset_ns;
+  const int64_t w0 = report.steps.empty() ? 0 : report.steps.front().start_ns;
+  const int64_t w1 = report.steps.empty() ? 0 : report.steps.back().end_ns;
+  const int64_t offset = CommonOffset(arrivals, last.one_host);
   std::vector<std::pair<int64_t, int64_t>> comm, compute;
   for (const Arrival& a : arrivals.arrivals) {
-    auto it = last.find(std::make_pair(a.comm, a.seq));
+    auto it = last.instances.find(std::make_pair(a.comm, a.seq));
     const int64_t waited =
-        it == last.end() ? 0 : std::clamp(it->second.last_ns, a.arrival_ns, a.end_ns) - a.arrival_ns;
+        it == last.instances.end()
+            ? 0
+            : std::clamp(it->second.last_ns - offset, a.arrival_ns, a.end_ns) - a.arrival_ns;
     s.waited_ns.push_back(waited);
     const int64_t lo = std::max(a.arrival_ns, w0), hi = std::min(a.end_ns, w1);
     if (hi > lo) {
@@ -258,8 +274,8 @@ RankSummary SummarizeRank(const Timeline& t, const RankArrivals& arrivals,
   }
   for (const DeviceOp& op : t.ops) {
     if (op.device != arrivals.device || op.kind != trace::DeviceOpKind::kKernel) continue;
-    const int64_t lo = std::max(op.start_ns + arrivals.offset_ns, w0);
-    const int64_t hi = std::min(op.end_ns + arrivals.offset_ns, w1);
+    const int64_t lo = std::max(op.start_ns, w0);
+    const int64_t hi = std::min(op.end_ns, w1);
     if (hi > lo) compute.emplace_back(lo, hi);
   }
   const auto comm_set = Disjoint(std::move(comm));
@@ -278,9 +294,13 @@ void ReduceRanks(std::vector<RankSummary> ranks, Report* report) {
     std::vector<std::pair<int64_t, size_t>> arrivals;  // (arrival, rank index)
   };
   absl::flat_hash_map<std::pair<uint64_t, uint64_t>, Instance> instances;
+  std::vector<RankArrivals> all;
+  for (const RankSummary& s : ranks) all.push_back(s.arrivals);
+  const bool one_host = OneHost(all);
   for (size_t r = 0; r < ranks.size(); ++r) {
+    const int64_t offset = CommonOffset(ranks[r].arrivals, one_host);
     for (const Arrival& a : ranks[r].arrivals.arrivals) {
-      instances[std::make_pair(a.comm, a.seq)].arrivals.emplace_back(a.arrival_ns, r);
+      instances[std::make_pair(a.comm, a.seq)].arrivals.emplace_back(a.arrival_ns + offset, r);
     }
   }
   std::vector<int64_t> times_last(ranks.size(), 0), caused(ranks.size(), 0), skews;
@@ -299,12 +319,8 @@ void ReduceRanks(std::vector<RankSummary> ranks, Report* report) {
       caused[v.back().second] += wait;
     }
   }
-  bool one_host = true;
   int64_t drift = 0;
-  for (const RankSummary& s : ranks) {
-    one_host &= s.arrivals.host == ranks.front().arrivals.host;
-    drift = std::max(drift, s.arrivals.offset_drift_ns);
-  }
+  for (const RankSummary& s : ranks) drift = std::max(drift, s.arrivals.offset_drift_ns);
   report->clock.method = one_host ? "monotonic" : "realtime";
   report->clock.error_ns = one_host ? 0 : drift;
 
@@ -403,6 +419,31 @@ void ReduceRanks(std::vector<RankSummary> ranks, Report* report) {
 
 // ---- JSON forms ----
 
+namespace {
+
+nlohmann::ordered_json TotalsToJson(const Totals& t) {
+  return {{"wall_ns", t.wall_ns},       {"gpu_busy_ns", t.gpu_busy_ns},
+          {"gpu_idle_ns", t.gpu_idle_ns}, {"idle_by_cause", t.idle_by_cause},
+          {"launches", t.launches},     {"syncs", t.syncs},
+          {"busy_by_kind", {t.busy_by_kind.compute, t.busy_by_kind.copy, t.busy_by_kind.comm}}};
+}
+
+// Throws nlohmann::json::exception on a malformed object.
+Totals TotalsFromJson(const nlohmann::json& t) {
+  Totals out;
+  out.wall_ns = t.at("wall_ns").get<int64_t>();
+  out.gpu_busy_ns = t.at("gpu_busy_ns").get<int64_t>();
+  out.gpu_idle_ns = t.at("gpu_idle_ns").get<int64_t>();
+  out.idle_by_cause = t.at("idle_by_cause").get<CauseNs>();
+  out.launches = t.at("launches").get<int64_t>();
+  out.syncs = t.at("syncs").get<int64_t>();
+  const auto& b = t.at("busy_by_kind");
+  out.busy_by_kind = {b.at(0).get<int64_t>(), b.at(1).get<int64_t>(), b.at(2).get<int64_t>()};
+  return out;
+}
+
+}  // namespace
+
 nlohmann::ordered_json ArrivalsToJson(const RankArrivals& a) {
   nlohmann::ordered_json j;
   j["schema"] = "stallscope.arrivals/1";
@@ -411,7 +452,7 @@ nlohmann::ordered_json ArrivalsToJson(const RankArrivals& a) {
   j["host"] = a.host;
   j["pid"] = a.pid;
   j["device"] = a.device;
-  j["offset_ns"] = a.offset_ns;
+  j["realtime_offset_ns"] = a.realtime_offset_ns;
   j["offset_drift_ns"] = a.offset_drift_ns;
   auto& v = j["arrivals"] = nlohmann::ordered_json::array();
   for (const Arrival& x : a.arrivals) {
@@ -431,7 +472,7 @@ absl::StatusOr<RankArrivals> ArrivalsFromJson(const nlohmann::json& j) {
     a.host = j.at("host").get<std::string>();
     a.pid = j.at("pid").get<uint32_t>();
     a.device = j.at("device").get<uint32_t>();
-    a.offset_ns = j.at("offset_ns").get<int64_t>();
+    a.realtime_offset_ns = j.at("realtime_offset_ns").get<int64_t>();
     a.offset_drift_ns = j.at("offset_drift_ns").get<int64_t>();
     for (const auto& x : j.at("arrivals")) {
       a.arrivals.push_back({x.at(0).get<uint64_t>(), x.at(1).get<uint64_t>(),
@@ -446,10 +487,11 @@ absl::StatusOr<RankArrivals> ArrivalsFromJson(const nlohmann::json& j) {
 
 nlohmann::ordered_json LastArrivalsToJson(const LastArrivals& last) {
   std::vector<std::tuple<uint64_t, uint64_t, int64_t, int32_t>> rows;
-  for (const auto& [key, v] : last) rows.emplace_back(key.first, key.second, v.last_ns, v.ranks);
+  for (const auto& [key, v] : last.instances) rows.emplace_back(key.first, key.second, v.last_ns, v.ranks);
   std::sort(rows.begin(), rows.end());
   nlohmann::ordered_json j;
   j["schema"] = "stallscope.last-arrivals/1";
+  j["one_host"] = last.one_host;
   auto& v = j["instances"] = nlohmann::ordered_json::array();
   for (const auto& [comm, seq, ns, n] : rows) v.push_back({comm, seq, ns, n});
   return j;
@@ -461,8 +503,9 @@ absl::StatusOr<LastArrivals> LastArrivalsFromJson(const nlohmann::json& j) {
       return absl::InvalidArgumentError("not a stallscope.last-arrivals/1 document");
     }
     LastArrivals last;
+    last.one_host = j.at("one_host").get<bool>();
     for (const auto& x : j.at("instances")) {
-      last[std::make_pair(x.at(0).get<uint64_t>(), x.at(1).get<uint64_t>())] = {
+      last.instances[std::make_pair(x.at(0).get<uint64_t>(), x.at(1).get<uint64_t>())] = {
           x.at(2).get<int64_t>(), x.at(3).get<int32_t>()};
     }
     return last;
@@ -474,12 +517,12 @@ absl::StatusOr<LastArrivals> LastArrivalsFromJson(const nlohmann::json& j) {
 nlohmann::ordered_json RankSummaryToJson(const RankSummary& s) {
   nlohmann::ordered_json j;
   j["schema"] = "stallscope.rank-summary/1";
+  j["path"] = s.path;
   j["arrivals"] = ArrivalsToJson(s.arrivals);
-  const Totals& t = s.totals;
-  j["totals"] = {{"wall_ns", t.wall_ns},       {"gpu_busy_ns", t.gpu_busy_ns},
-                 {"gpu_idle_ns", t.gpu_idle_ns}, {"idle_by_cause", t.idle_by_cause},
-                 {"launches", t.launches},     {"syncs", t.syncs},
-                 {"busy_by_kind", {t.busy_by_kind.compute, t.busy_by_kind.copy, t.busy_by_kind.comm}}};
+  j["totals"] = TotalsToJson(s.totals);
+  const ProcessSummary& p = s.process;
+  j["process"] = {{"file", p.file}, {"pid", p.pid}, {"host", p.host}, {"steps", p.steps},
+                  {"device_ops", p.device_ops}, {"totals", TotalsToJson(p.totals)}};
   j["steps"] = s.steps;
   j["step_time_ns"] = s.step_time_ns;
   j["start_ns"] = s.start_ns;
@@ -498,18 +541,18 @@ absl::StatusOr<RankSummary> RankSummaryFromJson(const nlohmann::json& j) {
       return absl::InvalidArgumentError("not a stallscope.rank-summary/1 document");
     }
     RankSummary s;
+    s.path = j.at("path").get<std::string>();
     auto a = ArrivalsFromJson(j.at("arrivals"));
     if (!a.ok()) return a.status();
     s.arrivals = std::move(*a);
-    const auto& t = j.at("totals");
-    s.totals.wall_ns = t.at("wall_ns").get<int64_t>();
-    s.totals.gpu_busy_ns = t.at("gpu_busy_ns").get<int64_t>();
-    s.totals.gpu_idle_ns = t.at("gpu_idle_ns").get<int64_t>();
-    s.totals.idle_by_cause = t.at("idle_by_cause").get<CauseNs>();
-    s.totals.launches = t.at("launches").get<int64_t>();
-    s.totals.syncs = t.at("syncs").get<int64_t>();
-    const auto& b = t.at("busy_by_kind");
-    s.totals.busy_by_kind = {b.at(0).get<int64_t>(), b.at(1).get<int64_t>(), b.at(2).get<int64_t>()};
+    s.totals = TotalsFromJson(j.at("totals"));
+    const auto& p = j.at("process");
+    s.process.file = p.at("file").get<std::string>();
+    s.process.pid = p.at("pid").get<uint32_t>();
+    s.process.host = p.at("host").get<std::string>();
+    s.process.steps = p.at("steps").get<int>();
+    s.process.device_ops = p.at("device_ops").get<int64_t>();
+    s.process.totals = TotalsFromJson(p.at("totals"));
     s.steps = j.at("steps").get<int>();
     s.step_time_ns = j.at("step_time_ns").get<int64_t>();
     s.start_ns = j.at("start_ns").get<int64_t>();

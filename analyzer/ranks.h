@@ -41,18 +41,24 @@ struct RankArrivals {
   std::string host;
   uint32_t pid = 0;
   uint32_t device = 0;  // the analyzed device
-  // common clock = this rank's CLOCK_MONOTONIC + offset_ns. 0 on one host
-  // (one monotonic clock); across hosts, CLOCK_REALTIME − CLOCK_MONOTONIC at
-  // the trace's first clock pair.
-  int64_t offset_ns = 0;
-  // How much that offset moved between the trace's first and last clock
-  // pair: a bound on this rank's alignment error (0 on one host).
+  // CLOCK_REALTIME − CLOCK_MONOTONIC at the trace's first clock pair, and
+  // how much it moved by the last pair (a bound on the alignment error).
+  // The common clock is CLOCK_MONOTONIC when every rank ran on one host,
+  // else CLOCK_REALTIME: common = own + CommonOffset().
+  int64_t realtime_offset_ns = 0;
   int64_t offset_drift_ns = 0;
-  std::vector<Arrival> arrivals;  // collectives only (not point-to-point), by seq
+  std::vector<Arrival> arrivals;  // collectives only (not point-to-point), by
+                                  // (comm, seq); times on this rank's monotonic clock
 };
 
-// Map 1. `one_host`: every rank ran on one host (one monotonic clock).
-RankArrivals CollectArrivals(const Timeline& t, bool one_host);
+// Map 1: needs this rank's trace only.
+RankArrivals CollectArrivals(const Timeline& t);
+
+// True when every rank ran on one host (one monotonic clock).
+bool OneHost(const std::vector<RankArrivals>& ranks);
+inline int64_t CommonOffset(const RankArrivals& r, bool one_host) {
+  return one_host ? 0 : r.realtime_offset_ns;
+}
 
 // (comm, seq) → the last arrival on the common clock, and the number of
 // ranks that reached the instance.
@@ -60,7 +66,10 @@ struct LastArrival {
   int64_t last_ns = 0;
   int32_t ranks = 0;
 };
-using LastArrivals = absl::flat_hash_map<std::pair<uint64_t, uint64_t>, LastArrival>;
+struct LastArrivals {
+  bool one_host = true;  // the common clock: monotonic (true) or realtime
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, LastArrival> instances;
+};
 
 // Reduce 1.
 LastArrivals ReduceArrivals(const std::vector<RankArrivals>& ranks);
@@ -87,6 +96,8 @@ double BinomialTail(int64_t n, int64_t k, double p);
 
 // Map 2's result: what the reduce needs of one rank.
 struct RankSummary {
+  std::string path;        // the trace (for the reduce that re-reads rank 0's)
+  ProcessSummary process;  // for the report's processes[]
   RankArrivals arrivals;
   Totals totals;  // after ApplyLastArrivals (wait for the last rank is idle `comm`)
   int steps = 0;

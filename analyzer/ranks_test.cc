@@ -159,7 +159,7 @@ TEST_CASE("arrivals and summaries survive JSON", "[ranks]") {
   WriteRank(path, 1, 2, 3, 1, 200);
   auto t = ReadTraceFile(path);
   REQUIRE(t.ok());
-  const RankArrivals a = CollectArrivals(*t, true);
+  const RankArrivals a = CollectArrivals(*t);
   CHECK(a.rank == 1);
   REQUIRE(a.arrivals.size() == 3);
   CHECK(a.arrivals[1].seq == 1);
@@ -170,7 +170,8 @@ TEST_CASE("arrivals and summaries survive JSON", "[ranks]") {
   LastArrivals last = ReduceArrivals({a});
   auto last_back = LastArrivalsFromJson(nlohmann::json::parse(LastArrivalsToJson(last).dump()));
   REQUIRE(last_back.ok());
-  CHECK(last_back->size() == 3);
+  CHECK(last_back->instances.size() == 3);
+  CHECK(last_back->one_host);
   CHECK_FALSE(ArrivalsFromJson(nlohmann::json::parse(R"({"schema":"x"})")).ok());
   auto report = AnalyzeTimeline(*t, AnalysisOptions{});
   REQUIRE(report.ok());
