@@ -79,7 +79,9 @@ constexpr Subcommand kSubcommands[] = {
      "                     (default: (?i)step|iter|ProfilerStep; a leading (?i) ignores case)\n"
      "  --color WHEN       colour the text output: auto (default: on a terminal, unless\n"
      "                     NO_COLOR is set), always or never\n"
-     "  -q, --quiet        no progress on stderr (errors only)\n",
+     "  -q, --quiet        no progress on stderr (errors only)\n"
+     "  -j, --jobs N       threads reading and analyzing a folder's traces (default 0:\n"
+     "                     one per core)\n",
      ReportCmd},
     {"compare",
      "stallscope compare BASE OTHER [--format text|json] [-o OUT] [--step-pattern RE]",
@@ -224,6 +226,7 @@ struct ReportArgs {
   std::string format = "text", out, pattern = kDefaultStepPattern;
   bool quiet = false;
   std::string color = "auto";  // auto | always | never
+  int jobs = 0;                // threads over a folder's traces (0: one per core)
 };
 
 // Progress on stderr while a large file is read, only on a terminal.
@@ -242,6 +245,7 @@ void ShowProgress(const std::string& path, uint64_t done, uint64_t total) {
 
 // Options common to report and compare: progress and colour.
 void ApplyCommon(const ReportArgs& r, AnalysisOptions* options, bool* color) {
+  options->jobs = r.jobs;
   if (!r.quiet && isatty(STDERR_FILENO)) options->progress = ShowProgress;
   const char* no_color = getenv("NO_COLOR");
   *color = r.color == "always" ||
@@ -275,6 +279,20 @@ std::optional<int> ParseReportArgs(const Subcommand& self, const std::vector<std
       }
     } else if (a == "-q" || a == "--quiet") {
       r->quiet = true;
+    } else if (Matches(a, "--jobs") || a == "-j") {
+      std::string v;
+      if (a == "-j") {
+        if (i + 1 >= args.size()) return Usage(self, "-j needs a number");
+        v = args[++i];
+      } else if (!TakeValue(args, &i, "--jobs", &v)) {
+        return Usage(self, "--jobs needs a number");
+      }
+      char* end = nullptr;
+      const long n = strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 0 || n > 4096) {
+        return Usage(self, absl::StrFormat("--jobs needs a number from 0 to 4096, not %s", v));
+      }
+      r->jobs = static_cast<int>(n);
     } else if (Matches(a, "--color")) {
       if (!TakeValue(args, &i, "--color", &r->color) ||
           (r->color != "auto" && r->color != "always" && r->color != "never")) {
@@ -329,7 +347,7 @@ int ReportCmd(const std::vector<std::string>& args) {
   const Subcommand& self = *Find("report");
   ReportArgs parsed;
   if (auto code = ParseReportArgs(self, args, &parsed)) return *code;
-  auto& [inputs, format, out, pattern, quiet, color_when] = parsed;
+  auto& [inputs, format, out, pattern, quiet, color_when, jobs] = parsed;
   if (inputs.empty()) return Usage(self, "no trace folder or file given");
   const ReportFormat* fmt = FindFormat(format);
   if (fmt == nullptr) {
@@ -375,7 +393,7 @@ int CompareCmd(const std::vector<std::string>& args) {
   const Subcommand& self = *Find("compare");
   ReportArgs parsed;
   if (auto code = ParseReportArgs(self, args, &parsed)) return *code;
-  auto& [inputs, format, out, pattern, quiet, color_when] = parsed;
+  auto& [inputs, format, out, pattern, quiet, color_when, jobs] = parsed;
   if (inputs.size() != 2) return Usage(self, "two runs: BASE and OTHER (folders or files)");
   if (format != "text" && format != "json") {
     return Usage(self, absl::StrFormat("unknown format %s (text or json)", format));
