@@ -297,12 +297,18 @@ void ReduceRanks(std::vector<RankSummary> ranks, Report* report) {
   std::vector<RankArrivals> all;
   for (const RankSummary& s : ranks) all.push_back(s.arrivals);
   const bool one_host = OneHost(all);
+  // Instances inside the steps only: set-up collectives (the initial
+  // broadcast of the weights) wait for ranks that are still starting.
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, bool> outside;
   for (size_t r = 0; r < ranks.size(); ++r) {
     const int64_t offset = CommonOffset(ranks[r].arrivals, one_host);
     for (const Arrival& a : ranks[r].arrivals.arrivals) {
-      instances[std::make_pair(a.comm, a.seq)].arrivals.emplace_back(a.arrival_ns + offset, r);
+      const auto key = std::make_pair(a.comm, a.seq);
+      instances[key].arrivals.emplace_back(a.arrival_ns + offset, r);
+      if (a.arrival_ns < ranks[r].start_ns || a.arrival_ns >= ranks[r].end_ns) outside[key] = true;
     }
   }
+  for (const auto& [key, out] : outside) instances.erase(key);
   std::vector<int64_t> times_last(ranks.size(), 0), caused(ranks.size(), 0), skews;
   int64_t complete = 0;
   for (auto& [key, inst] : instances) {
@@ -383,6 +389,12 @@ void ReduceRanks(std::vector<RankSummary> ranks, Report* report) {
     }
     st.before_cause = CauseName(CauseAt(top));
     st.before_share = Share(idle[top], ranks[r].totals.gpu_idle_ns);
+    st.busy_share = Share(ranks[r].totals.gpu_busy_ns, ranks[r].totals.wall_ns);
+    double others = 0;
+    for (size_t o = 0; o < ranks.size(); ++o) {
+      if (o != r) others += Share(ranks[o].totals.gpu_busy_ns, ranks[o].totals.wall_ns);
+    }
+    st.others_busy_share = others / static_cast<double>(ranks.size() - 1);
     report->stragglers.push_back(st);
   }
   std::sort(report->stragglers.begin(), report->stragglers.end(),
@@ -402,9 +414,11 @@ void ReduceRanks(std::vector<RankSummary> ranks, Report* report) {
     if (!report->stragglers.empty()) {
       const Straggler& s = report->stragglers.front();
       absl::StrAppendFormat(&evidence,
-                            "; rank %d arrives last at %d of them, causing %s of waiting, and "
-                            "its own GPU idle is mostly %s (%.0f%%)",
-                            s.rank, s.times_last, FormatDuration(s.wait_caused_ns), s.before_cause,
+                            "; rank %d arrives last at %d of them, causing %s of waiting; its "
+                            "GPU is busy %.0f%% of the time (the others %.0f%%) and its own idle "
+                            "is mostly %s (%.0f%%)",
+                            s.rank, s.times_last, FormatDuration(s.wait_caused_ns),
+                            100 * s.busy_share, 100 * s.others_busy_share, s.before_cause,
                             100 * s.before_share);
     } else {
       absl::StrAppend(&evidence, "; no rank is a straggler");

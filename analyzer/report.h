@@ -129,6 +129,10 @@ struct Straggler {
   // and that cause's share of its idle.
   std::string before_cause;
   double before_share = 0;
+  // Its GPU busy time ÷ wall time, and the other ranks' mean: extra work on
+  // the straggler shows as a busier GPU.
+  double busy_share = 0;
+  double others_busy_share = 0;
 };
 
 struct ClockAlignment {

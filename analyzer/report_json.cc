@@ -154,7 +154,9 @@ Json ToJson(const Report& r, bool with_steps) {
       stragglers.push_back(Json{{"rank", s.rank},
                                 {"times_last", s.times_last},
                                 {"wait_caused_ns", s.wait_caused_ns},
-                                {"before", Json{{"cause", s.before_cause}, {"share", s.before_share}}}});
+                                {"before", Json{{"cause", s.before_cause}, {"share", s.before_share}}},
+                                {"busy_share", s.busy_share},
+                                {"others_busy_share", s.others_busy_share}});
     }
     j["stragglers"] = std::move(stragglers);
     j["clock_alignment"] = Json{{"method", r.clock.method}, {"error_ns", r.clock.error_ns}};
