@@ -137,7 +137,7 @@ Question Q5(const Totals& t, const QuestionInputs& in) {
   return {"q5", "unknown",
           absl::StrFormat("Communication kernels are %.1f%% of GPU busy time (%d NCCL ops) "
                           "and comm idle is %s; per-rank arrival skew needs a report over "
-                          "all ranks' traces (not in this version)",
+                          "all ranks' traces (stallscope report on their folders)",
                           100 * Share(t.busy_by_kind.comm, t.gpu_busy_ns), in.nccl_ops,
                           FormatDuration(At(t.idle_by_cause, Cause::kComm)))};
 }
