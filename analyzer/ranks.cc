@@ -125,6 +125,12 @@ double BinomialTail(int64_t n, int64_t k, double p) {
   if (k > n) return 0.0;
   if (p <= 0) return 0.0;
   if (p >= 1) return 1.0;
+  if (n > 20'000) {
+    // Normal approximation with continuity correction (n p (1-p) is large).
+    const double mean = static_cast<double>(n) * p;
+    const double sd = std::sqrt(mean * (1 - p));
+    return 0.5 * std::erfc((static_cast<double>(k) - 0.5 - mean) / (sd * std::sqrt(2.0)));
+  }
   const double lp = std::log(p), lq = std::log1p(-p);
   double sum = 0;
   for (int64_t i = k; i <= n; ++i) {

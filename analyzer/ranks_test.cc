@@ -86,6 +86,9 @@ TEST_CASE("binomial tail", "[ranks]") {
   CHECK(BinomialTail(10, 11, 0.3) == 0.0);
   CHECK(BinomialTail(7, 4, 0.25) == Approx(0.07056).epsilon(0.001));
   CHECK(BinomialTail(20, 20, 0.25) == Approx(std::pow(0.25, 20)));
+  // Large n: the normal approximation agrees with the exact sum near it.
+  CHECK(BinomialTail(20'001, 5'100, 0.25) == Approx(BinomialTail(20'000, 5'100, 0.25)).epsilon(0.05));
+  CHECK(BinomialTail(100'000, 25'000, 0.25) == Approx(0.5).epsilon(0.02));
 }
 
 // Guards the straggler: rank 2 arrives 500 us late at every all-reduce;
