@@ -389,10 +389,7 @@ void ReduceRanks(std::vector<RankSummary> ranks, Report* report) {
     st.times_last = times_last[r];
     st.wait_caused_ns = caused[r];
     const CauseNs& idle = ranks[r].totals.idle_by_cause;
-    int top = 0;
-    for (int k = 1; k < kNumCauses; ++k) {
-      if (idle[k] > idle[top]) top = k;
-    }
+    const int top = TopCause(idle);
     st.before_cause = CauseName(CauseAt(top));
     st.before_share = Share(idle[top], ranks[r].totals.gpu_idle_ns);
     st.busy_share = Share(ranks[r].totals.gpu_busy_ns, ranks[r].totals.wall_ns);

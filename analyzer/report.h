@@ -29,6 +29,20 @@ inline Cause CauseAt(int i) { return static_cast<Cause>(i); }
 
 using CauseNs = std::array<int64_t, kNumCauses>;
 
+// The index of the largest cause (the first of equals).
+inline int TopCause(const CauseNs& c) {
+  int best = 0;
+  for (int i = 1; i < kNumCauses; ++i) {
+    if (c[i] > c[best]) best = i;
+  }
+  return best;
+}
+
+// part ÷ whole in percent; 0 when whole is 0.
+inline double Pct(int64_t part, int64_t whole) {
+  return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
 struct BusyByKind {
   int64_t compute = 0;  // non-NCCL kernels
   int64_t copy = 0;     // memcpy / memset

@@ -31,18 +31,6 @@ constexpr double kSvgWidth = 1000;
 constexpr double kLeft = 70, kRight = 20;
 constexpr double kPlotWidth = kSvgWidth - kLeft - kRight;
 
-double Pct(int64_t part, int64_t whole) {
-  return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
-}
-
-int TopCause(const CauseNs& c) {
-  int best = 0;
-  for (int i = 1; i < kNumCauses; ++i) {
-    if (c[i] > c[best]) best = i;
-  }
-  return best;
-}
-
 // At most `max_bytes` of `s`, cut at a UTF-8 character boundary, with "…".
 std::string Truncate(std::string_view s, size_t max_bytes) {
   if (s.size() <= max_bytes) return std::string(s);

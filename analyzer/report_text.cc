@@ -11,18 +11,6 @@
 namespace stallscope::analyzer {
 namespace {
 
-double Pct(int64_t part, int64_t whole) {
-  return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
-}
-
-int TopCause(const CauseNs& c) {
-  int best = 0;
-  for (int i = 1; i < kNumCauses; ++i) {
-    if (c[i] > c[best]) best = i;
-  }
-  return best;
-}
-
 std::string Site(const Frame& f) {
   if (f.file.empty()) return f.function;
   return absl::StrFormat("%s:%d (%s)", f.file, f.line, f.function);

@@ -33,14 +33,17 @@ void Forward(int sig, siginfo_t* info, void*) {
   if (g_child > 0 && (info == nullptr || info->si_code != SI_KERNEL)) kill(g_child, sig);
 }
 
-std::string DefaultDirName() {
+// The local time now in strftime's `format`.
+std::string Now(const char* format) {
   time_t now = time(nullptr);
   struct tm tm;
   localtime_r(&now, &tm);
   char buf[64];
-  strftime(buf, sizeof(buf), "stallscope-%Y%m%d-%H%M%S", &tm);
+  strftime(buf, sizeof(buf), format, &tm);
   return buf;
 }
+
+std::string DefaultDirName() { return Now("stallscope-%Y%m%d-%H%M%S"); }
 
 // The rank when a launcher (torchrun, mpirun, srun, any PMI launcher)
 // started this `stallscope run` as one of a job's ranks; -1 otherwise.
@@ -69,12 +72,7 @@ std::string JobDirName() {
   const char* addr = getenv("MASTER_ADDR");
   const char* port = getenv("MASTER_PORT");
   if (addr && *addr && port && *port) return absl::StrCat("stallscope-", addr, "-", port);
-  time_t now = time(nullptr);
-  struct tm tm;
-  localtime_r(&now, &tm);
-  char buf[64];
-  strftime(buf, sizeof(buf), "stallscope-ranks-%Y%m%d-%H%M", &tm);
-  return buf;
+  return Now("stallscope-ranks-%Y%m%d-%H%M");
 }
 
 bool IsEmptyDir(const std::string& path) {
