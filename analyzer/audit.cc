@@ -159,6 +159,8 @@ constexpr const char* kKeys[] = {
     "forbidden_fingerprints",
     "allowed_fingerprints",
     "no_new_hotspots",
+    "max_rank_wait_share",
+    "max_stragglers",
 };
 
 bool IsFingerprint(std::string_view s) {
@@ -234,6 +236,16 @@ class BudgetReader {
     }
     if (auto st = Fingerprints("allowed_fingerprints", &b.allowed_fingerprints); !st.ok())
       return st;
+    if (auto st = Number("max_rank_wait_share", 0, 1, &b.max_rank_wait_share); !st.ok()) {
+      return st;
+    }
+    if (r.contains("max_stragglers")) {
+      const Json& v = r["max_stragglers"];
+      if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+        return Error("max_stragglers", "max_stragglers: expected a whole number >= 0");
+      }
+      b.max_stragglers = v.get<int64_t>();
+    }
     if (r.contains("no_new_hotspots")) {
       if (!r["no_new_hotspots"].is_boolean()) {
         return Error("no_new_hotspots", "no_new_hotspots: expected true or false");
@@ -367,6 +379,9 @@ AuditResult RunAudit(const Budget& b, const Report& run, const std::string& run_
   out.run_path = run_path;
   out.budget_path = b.path;
   out.hotspots = run.hotspots;
+  out.ranks = run.ranks;
+  out.collectives = run.collectives;
+  out.stragglers = run.stragglers;
   const RunMetrics m = ComputeMetrics(run);
   out.metrics = m;
   auto add = [&out](std::string name, std::string summary) -> AuditCheck& {
@@ -459,6 +474,33 @@ AuditResult RunAudit(const Budget& b, const Report& run, const std::string& run_
     for (const Hotspot& h : run.hotspots) {
       if (!allowed.contains(h.fingerprint)) {
         c.violations.push_back(absl::StrCat("hotspot not in the allowed list: ", Describe(h)));
+      }
+    }
+  }
+  if (b.max_rank_wait_share) {
+    const double share = run.collectives.wait_share;
+    AuditCheck& c = add("max_rank_wait_share",
+                        absl::StrFormat("ranks waiting for the last one %s of step time (at most %s)",
+                                        Pct(share), Pct(*b.max_rank_wait_share)));
+    if (run.ranks.empty()) {
+      c.violations.push_back("not a distributed run: the report has no ranks");
+    } else if (share > *b.max_rank_wait_share) {
+      c.violations.push_back(absl::StrFormat(
+          "over %d ranks, %s of step time waiting for the last rank at collectives exceeds the "
+          "budget's %s",
+          run.ranks.size(), Pct(share), Pct(*b.max_rank_wait_share)));
+    }
+  }
+  if (b.max_stragglers) {
+    AuditCheck& c = add("max_stragglers", absl::StrFormat("%d straggler ranks (at most %d)",
+                                                          run.stragglers.size(), *b.max_stragglers));
+    if (run.ranks.empty()) {
+      c.violations.push_back("not a distributed run: the report has no ranks");
+    } else if (static_cast<int64_t>(run.stragglers.size()) > *b.max_stragglers) {
+      for (const Straggler& st : run.stragglers) {
+        c.violations.push_back(absl::StrFormat(
+            "straggler rank %d: last at %d collectives, %s of waiting caused (own idle mostly %s)",
+            st.rank, st.times_last, FormatDuration(st.wait_caused_ns), st.before_cause));
       }
     }
   }
@@ -630,6 +672,26 @@ std::string RenderPrometheus(const AuditResult& r) {
         &s, "stallscope_hotspot_calls{fingerprint=\"%s\",site=\"%s\",api=\"%s\"} %d\n",
         PrometheusLabelEscape(h.fingerprint), PrometheusLabelEscape(SiteName(h.site)),
         PrometheusLabelEscape(h.api), h.count);
+  }
+  if (!r.ranks.empty()) {
+    const CollectivesSummary& c = r.collectives;
+    Family(&s, "stallscope_ranks", "Ranks in the report.");
+    absl::StrAppendFormat(&s, "stallscope_ranks %d\n", r.ranks.size());
+    Family(&s, "stallscope_comm_share", "NCCL kernel time over step time (mean over ranks).");
+    absl::StrAppendFormat(&s, "stallscope_comm_share %s\n", Num(c.comm_share));
+    Family(&s, "stallscope_comm_overlap", "Compute during communication over communication.");
+    absl::StrAppendFormat(&s, "stallscope_comm_overlap %s\n", Num(c.overlap));
+    Family(&s, "stallscope_rank_wait_share",
+           "Time ranks wait for the last rank at collectives over step time.");
+    absl::StrAppendFormat(&s, "stallscope_rank_wait_share %s\n", Num(c.wait_share));
+    Family(&s, "stallscope_stragglers", "Straggler ranks.");
+    absl::StrAppendFormat(&s, "stallscope_stragglers %d\n", r.stragglers.size());
+    Family(&s, "stallscope_rank_wait_caused_seconds",
+           "Waiting a rank caused the others by arriving last at collectives.");
+    for (const RankRow& k : r.ranks) {
+      absl::StrAppendFormat(&s, "stallscope_rank_wait_caused_seconds{rank=\"%d\",host=\"%s\"} %s\n",
+                            k.rank, PrometheusLabelEscape(k.host), Num(Seconds(k.wait_caused_ns)));
+    }
   }
   return s;
 }

@@ -32,6 +32,10 @@ struct Budget {
   std::optional<std::vector<std::string>> forbidden_fingerprints;
   std::optional<std::vector<std::string>> allowed_fingerprints;
   bool no_new_hotspots = false;  // needs a baseline run
+  // Distributed runs (a report over several ranks); a run of one process
+  // has no ranks and fails these checks, saying so.
+  std::optional<double> max_rank_wait_share;  // waiting for the last rank ÷ step time
+  std::optional<int64_t> max_stragglers;      // usually 0
 };
 
 enum class BudgetFormat { kToml, kJson };
@@ -71,6 +75,10 @@ struct AuditResult {
   RunMetrics metrics;
   std::vector<AuditCheck> checks;
   std::vector<Hotspot> hotspots;  // the run's
+  // Distributed runs: ranks[], collectives and stragglers of the report.
+  std::vector<RankRow> ranks;
+  CollectivesSummary collectives;
+  std::vector<Straggler> stragglers;
   int64_t violations() const;
 };
 

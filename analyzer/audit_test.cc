@@ -249,6 +249,49 @@ TEST_CASE("audit no_new_hotspots against a baseline", "[audit]") {
   CHECK(none.checks.at(0).violations.at(0).find("--baseline") != std::string::npos);
 }
 
+// Guards the distributed limits: a straggler and the ranks' waiting share
+// against max_stragglers and max_rank_wait_share; a one-process run fails
+// them saying it has no ranks; the metrics carry the ranks.
+TEST_CASE("audit of a distributed run", "[audit]") {
+  const Budget b = Parse("max_stragglers = 0\nmax_rank_wait_share = 0.25\n");
+  REQUIRE(b.max_stragglers == 0);
+  REQUIRE(b.max_rank_wait_share == 0.25);
+  Report run = Run(false);
+  const AuditResult single = RunAudit(b, run, "one", nullptr);
+  REQUIRE(single.violations() == 2);
+  CHECK(single.checks.at(0).violations.at(0).find("not a distributed run") != std::string::npos);
+  for (int r = 0; r < 4; ++r) {
+    RankRow row;
+    row.rank = r;
+    row.host = "node\"" + std::to_string(r);
+    row.wait_caused_ns = r == 2 ? 9'000'000 : 0;
+    run.ranks.push_back(row);
+  }
+  run.collectives.wait_share = 0.2;
+  CHECK(RunAudit(b, run, "clean", nullptr).violations() == 0);
+  run.collectives.wait_share = 0.3;
+  Straggler st;
+  st.rank = 2;
+  st.times_last = 8;
+  st.wait_caused_ns = 9'000'000;
+  st.before_cause = "host_wait";
+  run.stragglers.push_back(st);
+  const AuditResult r = RunAudit(b, run, "slow", nullptr);
+  REQUIRE(r.violations() == 2);
+  bool named = false;
+  for (const AuditCheck& c : r.checks) {
+    for (const std::string& v : c.violations) named |= v.find("straggler rank 2") != std::string::npos;
+  }
+  CHECK(named);
+  const std::string prom = RenderPrometheus(r);
+  CHECK(prom.find("stallscope_stragglers 1\n") != std::string::npos);
+  CHECK(prom.find("stallscope_rank_wait_share 0.3\n") != std::string::npos);
+  CHECK(prom.find("stallscope_rank_wait_caused_seconds{rank=\"2\",host=\"node\\\"2\"} 0.009\n") !=
+        std::string::npos);
+  CHECK(ErrorOf("max_stragglers = -1\n", BudgetFormat::kToml, "b.toml").find("max_stragglers") !=
+        std::string::npos);
+}
+
 // Guards the JUnit rendering: one testcase per check, a failure element per
 // failed check whose message names the violation, and XML escaping.
 TEST_CASE("audit JUnit XML", "[audit]") {

@@ -275,6 +275,17 @@ def run_ddp(build, work, world, steps, slow_args):
     return report, by
 
 
+def audit_stragglers(build, work):
+    """`stallscope audit` of the run's folder against a budget allowing no
+    straggler: (exit code, stdout)."""
+    budget = os.path.join(work, "budget.toml")
+    with open(budget, "w") as f:
+        f.write("max_stragglers = 0\n")
+    p = subprocess.run([os.path.join(build, "bin", "stallscope"), "audit", os.path.join(work, "trace"),
+                        "--budget", budget], capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout + p.stderr
+
+
 def truth_waits(by, ranks):
     """From the ground truth (a rank's arrival is its NCCL op's start): per
     rank, late arrivals (the analyzer's rule: 100 us after the second-to-last
@@ -338,6 +349,8 @@ def case_straggler(build, work):
               f"rank {r}: sync {c['sync']} + host_wait {c['host_wait']} ns against comm {c['comm']} ns")
     q5 = next(q for q in report["questions"] if q["id"] == "q5")
     check(q5["answer"] == "yes" and f"rank {slow} arrives last" in q5["evidence"], f"q5 {q5}")
+    code, text = audit_stragglers(build, work)
+    check(code == 3 and f"straggler rank {slow}" in text, f"audit exited {code}: {text[-1500:]}")
     print(f"straggler: rank {slow}, wait caused {st[0]['wait_caused_ns']} ns (truth {truth}), "
           f"comm idle {[ranks[r]['idle_by_cause']['comm'] for r in sorted(ranks)]}")
     return 0
@@ -359,6 +372,8 @@ def case_clean_ranks(build, work):
     truth = comm / step_time
     got = report["collectives"]["comm_share"]
     check(abs(got - truth) <= 0.02 * truth, f"comm share {got:.4f}, ground truth {truth:.4f} (2%)")
+    code, text = audit_stragglers(build, work)
+    check(code == 0, f"audit of a clean run exited {code}: {text[-1500:]}")
     print(f"clean: comm share {got:.4f} (truth {truth:.4f}), no straggler")
     return 0
 
