@@ -875,6 +875,72 @@ std::string HtmlEscape(std::string_view s) {
   return out;
 }
 
+// Distributed runs: one row per rank with a bar of its step time split into
+// busy, waiting for the last rank, and other idle; the stragglers.
+void RenderRanks(std::string* out, const Report& r) {
+  if (r.ranks.empty()) return;
+  const CollectivesSummary& c = r.collectives;
+  absl::StrAppendFormat(
+      out,
+      "<section id=\"ranks\"><h2>Ranks</h2><p>%d ranks, %d collectives reached by every rank "
+      "inside the steps: communication %.1f%% of step time (%.1f%% of it overlapped with "
+      "compute); ranks wait %.1f%% of step time for the last arrival; arrival skew p50 %s, p95 "
+      "%s, max %s. Clocks: %s.</p>",
+      r.ranks.size(), c.count, 100 * c.comm_share, 100 * c.overlap, 100 * c.wait_share,
+      E(FormatDuration(c.skew_p50_ns)), E(FormatDuration(c.skew_p95_ns)),
+      E(FormatDuration(c.skew_max_ns)),
+      r.clock.method == "monotonic"
+          ? std::string("one host, one monotonic clock")
+          : E(absl::StrFormat("realtime offsets across hosts, error up to %s",
+                              FormatDuration(r.clock.error_ns))));
+  if (r.stragglers.empty()) {
+    absl::StrAppend(out, "<p>No straggler: no rank arrives last more often than chance.</p>");
+  }
+  for (const Straggler& st : r.stragglers) {
+    absl::StrAppend(
+        out, "<p class=\"verdict\">",
+        E(absl::StrFormat("Straggler: rank %d arrived last at %d collectives, causing %s of "
+                          "waiting on the other ranks; its GPU was busy %.0f%% of the time (the "
+                          "others %.0f%%) and its own idle is mostly %s (%.0f%%).",
+                          st.rank, st.times_last, FormatDuration(st.wait_caused_ns),
+                          100 * st.busy_share, 100 * st.others_busy_share, st.before_cause,
+                          100 * st.before_share)),
+        "</p>");
+  }
+  absl::StrAppend(out,
+                  "<table><thead><tr><th>rank</th><th>host</th><th>steps</th><th>busy</th>"
+                  "<th>idle</th><th>comm</th><th>waited for the last</th><th>last at</th>"
+                  "<th>wait caused</th><th>top idle cause</th><th>step time</th></tr></thead>"
+                  "<tbody>");
+  for (const RankRow& k : r.ranks) {
+    const int64_t span = std::max<int64_t>(1, k.gpu_busy_ns + k.gpu_idle_ns);
+    const double busy = 100.0 * static_cast<double>(k.gpu_busy_ns) / static_cast<double>(span);
+    const double waited =
+        100.0 * static_cast<double>(std::min(k.waited_ns, k.gpu_idle_ns)) / static_cast<double>(span);
+    const int top = TopCause(k.idle_by_cause);
+    absl::StrAppendFormat(
+        out,
+        "<tr><td class=\"num\">%d%s</td><td>%s</td><td class=\"num\">%d</td>"
+        "<td class=\"num\">%s</td><td class=\"num\">%s</td><td class=\"num\">%s</td>"
+        "<td class=\"num\">%s</td><td class=\"num\">%d</td><td class=\"num\">%s</td><td>%s</td>"
+        "<td><svg width=\"200\" height=\"12\" role=\"img\" aria-label=\"busy %.0f%%, waiting "
+        "%.0f%%\"><rect x=\"0\" y=\"0\" width=\"%.1f\" height=\"12\" fill=\"%s\"/>"
+        "<rect x=\"%.1f\" y=\"0\" width=\"%.1f\" height=\"12\" fill=\"%s\"/>"
+        "<rect x=\"%.1f\" y=\"0\" width=\"%.1f\" height=\"12\" fill=\"#bbb\"/></svg></td></tr>",
+        k.rank, k.analyzed ? " (shown)" : "", E(k.host), k.steps, E(FormatDuration(k.gpu_busy_ns)),
+        E(FormatDuration(k.gpu_idle_ns)), E(FormatDuration(k.comm_ns)),
+        E(FormatDuration(k.waited_ns)), k.times_last, E(FormatDuration(k.wait_caused_ns)),
+        k.gpu_idle_ns > 0 ? Swatch(kCauseColor[top], CauseName(CauseAt(top))) : std::string("-"),
+        busy, waited, 2 * busy, kBusyColor[0], 2 * busy, 2 * waited,
+        kCauseColor[static_cast<int>(Cause::kComm)], 2 * (busy + waited),
+        std::max(0.0, 200 - 2 * (busy + waited)));
+  }
+  absl::StrAppend(out,
+                  "</tbody></table><p class=\"note\">Bar: the rank's step time, busy (green), "
+                  "waiting for the last rank at collectives (comm idle, blue), other idle (grey).</p>"
+                  "</section>");
+}
+
 std::string RenderHtml(const Report& r, const ProcessAnalysis& pa) {
   std::string out =
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -891,6 +957,7 @@ std::string RenderHtml(const Report& r, const ProcessAnalysis& pa) {
   RenderStepBars(&out, r, &bars);
   RenderScatter(&out, r, &scatter);
   RenderHotspots(&out, r);
+  RenderRanks(&out, r);
   RenderCauses(&out, r);
   RenderKernels(&out, pa);
   RenderStepTable(&out, r);

@@ -131,6 +131,41 @@ TEST_CASE("html has every section and the report's figures", "[html]") {
   CHECK(html.find("the window is 1/6 s") != std::string::npos);
 }
 
+// Guards the ranks section of a distributed run: absent for one process;
+// with ranks, the summary, one row per rank (host escaped) and the
+// straggler sentence.
+TEST_CASE("html ranks section", "[html]") {
+  Rendered r = Render(SyncLoop(4));
+  CHECK(r.html.find("id=\"ranks\"") == std::string::npos);
+  for (int k = 0; k < 3; ++k) {
+    RankRow row;
+    row.rank = k;
+    row.host = "<b>node" + std::to_string(k);
+    row.steps = 4;
+    row.gpu_busy_ns = 3'000'000;
+    row.gpu_idle_ns = 1'000'000;
+    row.waited_ns = k == 1 ? 0 : 800'000;
+    row.idle_by_cause[static_cast<int>(Cause::kComm)] = row.waited_ns;
+    row.analyzed = k == 0;
+    r.report.ranks.push_back(row);
+  }
+  r.report.collectives.count = 4;
+  r.report.clock.method = "monotonic";
+  Straggler st;
+  st.rank = 1;
+  st.times_last = 4;
+  st.wait_caused_ns = 1'600'000;
+  st.before_cause = "host_wait";
+  r.report.stragglers.push_back(st);
+  const std::string html = RenderHtml(r.report, r.analysis);
+  CheckStructure(html);
+  CHECK(html.find("id=\"ranks\"") != std::string::npos);
+  CHECK(html.find("Straggler: rank 1 arrived last at 4 collectives") != std::string::npos);
+  CHECK(Count(html, "&lt;b&gt;node") == 3);
+  CHECK(html.find("<b>node") == std::string::npos);
+  CHECK(html.find("0 (shown)") != std::string::npos);
+}
+
 // Guards the degenerate inputs: no steps, one step, no hotspots, no device
 // ops.
 TEST_CASE("html renders empty and host-only traces", "[html]") {
