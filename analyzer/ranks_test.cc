@@ -8,8 +8,11 @@
 
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <random>
 
 #include "analyzer/analysis.h"
+#include "analyzer/report_json.h"
+#include "analyzer/trace_reader.h"
 #include "analyzer/testing/test_util.h"
 
 namespace stallscope::analyzer {
@@ -24,8 +27,8 @@ constexpr uint64_t kComm = 0xc0ffee;
 // One rank of a data-parallel loop: per step, a 300 us kernel, then an
 // all-reduce whose kernel starts when this rank arrives (`late` us after the
 // others on `slow`) and ends 200 us after the last arrival; NVTX steps.
-void WriteRank(const std::string& path, int rank, int nranks, int steps, int slow, int64_t late,
-               const char* host = "node") {
+TraceBuilder BuildRank(int rank, int nranks, int steps, int slow, int64_t late,
+                       const char* host = "node") {
   TraceBuilder b;
   b.SetPid(100 + rank);
   auto api = testing::AddStandardApis(&b);
@@ -67,7 +70,12 @@ void WriteRank(const std::string& path, int rank, int nranks, int steps, int slo
     b.Nccl(n);
     t += 1000 * kUs + late * kUs;
   }
-  b.WriteTo(path);
+  return b;
+}
+
+void WriteRank(const std::string& path, int rank, int nranks, int steps, int slow, int64_t late,
+               const char* host = "node") {
+  BuildRank(rank, nranks, steps, slow, late, host).WriteTo(path);
 }
 
 struct Folder {
@@ -197,6 +205,62 @@ TEST_CASE("ranks on two hosts are aligned by realtime offsets", "[ranks]") {
   REQUIRE(report->ranks.size() == 2);
   CHECK(report->clock.method == "realtime");
   CHECK(report->ranks[0].host == "node-a");
+}
+
+// Guards "never crash on hostile input" through the whole multi-rank path:
+// a mutated rank trace that still reads is analyzed with an intact one
+// (arrivals, reduce, apply, analysis, summaries, composition, rendering).
+TEST_CASE("mutated rank traces never crash the cross-rank analysis", "[ranks]") {
+  const std::string good = BuildRank(0, 2, 6, 1, 300).Build();
+  const std::string seed = BuildRank(1, 2, 6, 1, 300).Build();
+  auto intact = ReadTraceBytes(good, "rank0");
+  REQUIRE(intact.ok());
+  std::mt19937 rng(777);
+  int analyzed = 0;
+  for (int i = 0; i < 600; ++i) {
+    // Flip payload bytes and fix the checksums, so that the mutations reach
+    // the analysis instead of stopping at the reader.
+    std::string bytes = seed;
+    std::vector<std::pair<size_t, size_t>> payloads;  // (offset, size)
+    tf::FileHeader fh;
+    std::memcpy(&fh, bytes.data(), sizeof fh);
+    for (size_t off = fh.header_bytes; off + sizeof(tf::ChunkHeader) <= bytes.size();) {
+      tf::ChunkHeader ch;
+      std::memcpy(&ch, bytes.data() + off, sizeof ch);
+      payloads.emplace_back(off, ch.payload_bytes);
+      off += sizeof ch + ch.payload_bytes;
+    }
+    const int flips = 1 + static_cast<int>(rng() % 6);
+    for (int k = 0; k < flips; ++k) {
+      const auto& [off, n] = payloads[rng() % payloads.size()];
+      if (n == 0) continue;
+      bytes[off + sizeof(tf::ChunkHeader) + rng() % n] = static_cast<char>(rng());
+    }
+    for (const auto& [off, n] : payloads) {
+      tf::ChunkHeader ch;
+      std::memcpy(&ch, bytes.data() + off, sizeof ch);
+      ch.checksum = tf::Checksum(bytes.data() + off + sizeof ch, n);
+      std::memcpy(bytes.data() + off, &ch, sizeof ch);
+    }
+    auto t = ReadTraceBytes(bytes, "rank1");
+    if (!t.ok()) continue;
+    ++analyzed;
+    std::vector<Timeline> ts = {*intact, std::move(*t)};
+    std::vector<RankArrivals> arrivals = {CollectArrivals(ts[0]), CollectArrivals(ts[1])};
+    const LastArrivals last = ReduceArrivals(arrivals);
+    std::vector<RankSummary> summaries;
+    std::vector<Report> reports;
+    for (size_t r = 0; r < 2; ++r) {
+      ApplyLastArrivals(&ts[r], arrivals[r], last);
+      auto rep = AnalyzeTimeline(ts[r], AnalysisOptions{});
+      REQUIRE(rep.ok());
+      summaries.push_back(SummarizeRank(ts[r], arrivals[r], last, *rep));
+      reports.push_back(std::move(*rep));
+    }
+    Report out = ComposeRanksReport(std::move(reports[0]), std::move(summaries), 0);
+    CHECK(!RenderJson(out).empty());
+  }
+  CHECK(analyzed > 100);
 }
 
 }  // namespace
