@@ -61,18 +61,36 @@ std::vector<std::pair<int64_t, int64_t>> Disjoint(std::vector<std::pair<int64_t,
   return out;
 }
 
-// Total length of the intersection of two disjoint sorted interval lists.
-int64_t IntersectionLength(const std::vector<std::pair<int64_t, int64_t>>& a,
-                           const std::vector<std::pair<int64_t, int64_t>>& b) {
-  int64_t total = 0;
+// The intersection of two disjoint sorted interval lists (disjoint, sorted).
+std::vector<std::pair<int64_t, int64_t>> Intersection(
+    const std::vector<std::pair<int64_t, int64_t>>& a,
+    const std::vector<std::pair<int64_t, int64_t>>& b) {
+  std::vector<std::pair<int64_t, int64_t>> out;
   size_t i = 0, j = 0;
   while (i < a.size() && j < b.size()) {
     const int64_t lo = std::max(a[i].first, b[j].first);
     const int64_t hi = std::min(a[i].second, b[j].second);
-    if (hi > lo) total += hi - lo;
+    if (hi > lo) out.emplace_back(lo, hi);
     (a[i].second < b[j].second) ? ++i : ++j;
   }
-  return total;
+  return out;
+}
+
+// Per step: the length of a disjoint sorted interval list inside each step
+// (steps tile [first start, last end) in order).
+std::vector<int64_t> PerStep(const std::vector<std::pair<int64_t, int64_t>>& set,
+                             const std::vector<StepStats>& steps) {
+  std::vector<int64_t> out(steps.size(), 0);
+  size_t i = 0;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    while (i < set.size() && set[i].second <= steps[k].start_ns) ++i;
+    for (size_t j = i; j < set.size() && set[j].first < steps[k].end_ns; ++j) {
+      const int64_t lo = std::max(set[j].first, steps[k].start_ns);
+      const int64_t hi = std::min(set[j].second, steps[k].end_ns);
+      if (hi > lo) out[k] += hi - lo;
+    }
+  }
+  return out;
 }
 
 int64_t Percentile(std::vector<int64_t> v, double p) {
@@ -264,7 +282,7 @@ RankSummary SummarizeRank(const Timeline& t, const RankArrivals& arrivals,
   const int64_t w0 = report.steps.empty() ? 0 : report.steps.front().start_ns;
   const int64_t w1 = report.steps.empty() ? 0 : report.steps.back().end_ns;
   const int64_t offset = CommonOffset(arrivals, last.one_host);
-  std::vector<std::pair<int64_t, int64_t>> comm, compute;
+  std::vector<std::pair<int64_t, int64_t>> comm, compute, waits;
   for (const Arrival& a : arrivals.arrivals) {
     auto it = last.instances.find(std::make_pair(a.comm, a.seq));
     const int64_t waited =
@@ -276,6 +294,7 @@ RankSummary SummarizeRank(const Timeline& t, const RankArrivals& arrivals,
     if (hi > lo) {
       comm.emplace_back(lo, hi);
       s.waited_in_steps_ns += std::max<int64_t>(0, std::min(a.arrival_ns + waited, hi) - lo);
+      if (waited > 0) waits.emplace_back(lo, std::min(a.arrival_ns + waited, hi));
     }
   }
   for (const DeviceOp& op : t.ops) {
@@ -285,8 +304,13 @@ RankSummary SummarizeRank(const Timeline& t, const RankArrivals& arrivals,
     if (hi > lo) compute.emplace_back(lo, hi);
   }
   const auto comm_set = Disjoint(std::move(comm));
+  const auto overlap_set = Intersection(comm_set, Disjoint(std::move(compute)));
   s.comm_ns = UnionLength(comm_set);
-  s.compute_during_comm_ns = IntersectionLength(comm_set, Disjoint(std::move(compute)));
+  s.compute_during_comm_ns = UnionLength(overlap_set);
+  s.step_comm_ns = PerStep(comm_set, report.steps);
+  s.step_overlap_ns = PerStep(overlap_set, report.steps);
+  s.step_waited_ns = PerStep(Disjoint(std::move(waits)), report.steps);
+  for (const StepStats& st : report.steps) s.step_time_per_step_ns.push_back(st.end_ns - st.start_ns);
   return s;
 }
 
@@ -365,6 +389,31 @@ void ReduceRanks(std::vector<RankSummary> ranks, Report* report) {
     wall += s.totals.wall_ns;
   }
   CollectivesSummary& c = report->collectives;
+  c.per_step.clear();
+  bool same_steps = true;
+  for (const RankSummary& s : ranks) {
+    same_steps &= s.steps == ranks.front().steps &&
+                  s.step_comm_ns.size() == static_cast<size_t>(s.steps) &&
+                  s.step_time_per_step_ns.size() == static_cast<size_t>(s.steps);
+  }
+  for (int k = 0; same_steps && k < ranks.front().steps; ++k) {
+    int64_t comm_k = 0, overlap_k = 0, time_k = 0, wait_k = 0, wait_max = 0;
+    for (const RankSummary& s : ranks) {
+      comm_k += s.step_comm_ns[k];
+      overlap_k += s.step_overlap_ns[k];
+      time_k += s.step_time_per_step_ns[k];
+      wait_k += s.step_waited_ns[k];
+      wait_max = std::max(wait_max, s.step_waited_ns[k]);
+    }
+    StepCollectives sc;
+    sc.index = k;
+    sc.comm_share = Share(comm_k, time_k);
+    sc.overlap = Share(overlap_k, comm_k);
+    sc.wait_mean_ns = wait_k / static_cast<int64_t>(ranks.size());
+    sc.wait_max_ns = wait_max;
+    sc.wait_share = Share(wait_k, time_k);
+    c.per_step.push_back(sc);
+  }
   c.count = complete;
   c.comm_share = Share(comm, step_time);
   c.overlap = Share(compute_during, comm);
@@ -548,6 +597,10 @@ nlohmann::ordered_json RankSummaryToJson(const RankSummary& s) {
   j["waited_in_steps_ns"] = s.waited_in_steps_ns;
   j["comm_ns"] = s.comm_ns;
   j["compute_during_comm_ns"] = s.compute_during_comm_ns;
+  j["per_step"] = {{"time_ns", s.step_time_per_step_ns},
+                   {"comm_ns", s.step_comm_ns},
+                   {"overlap_ns", s.step_overlap_ns},
+                   {"waited_ns", s.step_waited_ns}};
   j["analyzed"] = s.analyzed;
   return j;
 }
@@ -578,6 +631,11 @@ absl::StatusOr<RankSummary> RankSummaryFromJson(const nlohmann::json& j) {
     s.waited_in_steps_ns = j.at("waited_in_steps_ns").get<int64_t>();
     s.comm_ns = j.at("comm_ns").get<int64_t>();
     s.compute_during_comm_ns = j.at("compute_during_comm_ns").get<int64_t>();
+    const auto& ps = j.at("per_step");
+    s.step_time_per_step_ns = ps.at("time_ns").get<std::vector<int64_t>>();
+    s.step_comm_ns = ps.at("comm_ns").get<std::vector<int64_t>>();
+    s.step_overlap_ns = ps.at("overlap_ns").get<std::vector<int64_t>>();
+    s.step_waited_ns = ps.at("waited_ns").get<std::vector<int64_t>>();
     s.analyzed = j.at("analyzed").get<bool>();
     return s;
   } catch (const nlohmann::json::exception& e) {

@@ -112,6 +112,9 @@ struct RankSummary {
   // other ranks included) and of compute kernels while they ran.
   int64_t comm_ns = 0;
   int64_t compute_during_comm_ns = 0;
+  // The same per step of this rank, and each step's time and its waiting
+  // for the last rank.
+  std::vector<int64_t> step_time_per_step_ns, step_comm_ns, step_overlap_ns, step_waited_ns;
   bool analyzed = false;  // the rank whose steps the report shows
 };
 

@@ -119,6 +119,14 @@ TEST_CASE("a late rank is the straggler; the others' wait is comm idle", "[ranks
   CHECK(s.wait_caused_ns == int64_t{kSteps} * (kRanks - 1) * 500 * kUs);
   CHECK(report->collectives.skew_max_ns == 500 * kUs);
   CHECK(report->clock.method == "monotonic");
+  // Per step: three of four ranks wait 500 us for rank 2.
+  REQUIRE(report->collectives.per_step.size() == kSteps);
+  for (const StepCollectives& sc : report->collectives.per_step) {
+    CHECK(sc.wait_max_ns == 500 * kUs);
+    CHECK(sc.wait_mean_ns == 3 * 500 * kUs / 4);
+    CHECK(sc.overlap == 0);
+    CHECK(sc.comm_share > 0);
+  }
   for (const RankRow& row : report->ranks) {
     const int64_t comm = row.idle_by_cause[static_cast<int>(Cause::kComm)];
     if (row.rank == 2) {

@@ -125,6 +125,16 @@ struct RankRow {
   bool analyzed = false;
 };
 
+// One step of a distributed run, over every rank's step of that index.
+struct StepCollectives {
+  int index = 0;
+  double comm_share = 0;   // NCCL kernel time ÷ step time (summed over ranks)
+  double overlap = 0;      // compute during communication ÷ communication
+  double wait_share = 0;   // waiting for the last rank ÷ step time
+  int64_t wait_mean_ns = 0;  // per rank
+  int64_t wait_max_ns = 0;
+};
+
 struct CollectivesSummary {
   int64_t count = 0;        // instances reached by every rank
   double comm_share = 0;    // communication time ÷ step time (mean over ranks)
@@ -133,6 +143,8 @@ struct CollectivesSummary {
   int64_t skew_p95_ns = 0;
   int64_t skew_max_ns = 0;
   double wait_share = 0;    // time waiting for the last rank ÷ step time (mean)
+  // Per step, when every rank has the same number of steps.
+  std::vector<StepCollectives> per_step;
 };
 
 struct Straggler {

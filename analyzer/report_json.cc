@@ -142,13 +142,23 @@ Json ToJson(const Report& r, bool with_steps) {
     }
     j["ranks"] = std::move(ranks);
     const CollectivesSummary& c = r.collectives;
+    Json per_step = Json::array();
+    for (const StepCollectives& sc : c.per_step) {
+      per_step.push_back(Json{{"index", sc.index},
+                              {"comm_share", sc.comm_share},
+                              {"overlap", sc.overlap},
+                              {"wait_share", sc.wait_share},
+                              {"wait_mean_ns", sc.wait_mean_ns},
+                              {"wait_max_ns", sc.wait_max_ns}});
+    }
     j["collectives"] = Json{{"count", c.count},
                             {"comm_share", c.comm_share},
                             {"overlap", c.overlap},
                             {"wait_share", c.wait_share},
                             {"arrival_skew_ns", Json{{"p50", c.skew_p50_ns},
                                                      {"p95", c.skew_p95_ns},
-                                                     {"max", c.skew_max_ns}}}};
+                                                     {"max", c.skew_max_ns}}},
+                            {"per_step", std::move(per_step)}};
     Json stragglers = Json::array();
     for (const Straggler& s : r.stragglers) {
       stragglers.push_back(Json{{"rank", s.rank},

@@ -167,6 +167,20 @@ std::string RenderText(const Report& r, const TextStyle& style) {
                             k.gpu_idle_ns > 0 ? CauseName(CauseAt(TopCause(k.idle_by_cause))) : "-",
                             k.analyzed ? "  (analyzed above)" : "");
     }
+    if (!c.per_step.empty()) {
+      absl::StrAppendFormat(&out, "  %5s %8s %8s %12s %12s  (per step, over the ranks)\n", "step",
+                            "comm%", "overlap%", "wait mean", "wait max");
+      for (size_t i = 0; i < c.per_step.size() && i < kTextMaxSteps; ++i) {
+        const StepCollectives& sc = c.per_step[i];
+        absl::StrAppendFormat(&out, "  %5d %7.1f%% %7.1f%% %12s %12s\n", sc.index,
+                              100 * sc.comm_share, 100 * sc.overlap,
+                              FormatDuration(sc.wait_mean_ns), FormatDuration(sc.wait_max_ns));
+      }
+      if (c.per_step.size() > kTextMaxSteps) {
+        absl::StrAppendFormat(&out, "  ... %d more steps (--format json lists all)\n",
+                              c.per_step.size() - kTextMaxSteps);
+      }
+    }
     if (r.stragglers.empty()) {
       absl::StrAppend(&out, "  stragglers: none\n");
     }
