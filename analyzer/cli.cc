@@ -343,6 +343,19 @@ std::string FormatNames() {
   return s;
 }
 
+// Writes `text` to stdout or a new file; the exit code.
+int Emit(const std::string& out, const std::string& text) {
+  if (out.empty()) {
+    fwrite(text.data(), 1, text.size(), stdout);
+    return fflush(stdout) == 0 ? kExitOk : kExitUsage;
+  }
+  if (auto st = WriteNewFile(out, text); !st.ok()) {
+    fprintf(stderr, "stallscope: %s\n", std::string(st.message()).c_str());
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
 int ReportCmd(const std::vector<std::string>& args) {
   const Subcommand& self = *Find("report");
   ReportArgs parsed;
@@ -377,16 +390,7 @@ int ReportCmd(const std::vector<std::string>& args) {
     fprintf(stderr, "stallscope: %s\n", std::string(rendered.status().message()).c_str());
     return kExitUsage;
   }
-  const std::string& text = *rendered;
-  if (out.empty()) {
-    fwrite(text.data(), 1, text.size(), stdout);
-    return fflush(stdout) == 0 ? kExitOk : kExitUsage;
-  }
-  if (auto st = WriteNewFile(out, text); !st.ok()) {
-    fprintf(stderr, "stallscope: %s\n", std::string(st.message()).c_str());
-    return kExitUsage;
-  }
-  return kExitOk;
+  return Emit(out, *rendered);
 }
 
 int CompareCmd(const std::vector<std::string>& args) {
@@ -416,16 +420,7 @@ int CompareCmd(const std::vector<std::string>& args) {
     return kExitBadTrace;
   }
   const Comparison c = CompareReports(*base, inputs[0], *other, inputs[1]);
-  const std::string text = format == "json" ? RenderCompareJson(c) : RenderCompareText(c);
-  if (out.empty()) {
-    fwrite(text.data(), 1, text.size(), stdout);
-    return fflush(stdout) == 0 ? kExitOk : kExitUsage;
-  }
-  if (auto st = WriteNewFile(out, text); !st.ok()) {
-    fprintf(stderr, "stallscope: %s\n", std::string(st.message()).c_str());
-    return kExitUsage;
-  }
-  return kExitOk;
+  return Emit(out, format == "json" ? RenderCompareJson(c) : RenderCompareText(c));
 }
 
 int AuditCmd(const std::vector<std::string>& args) {
@@ -518,19 +513,6 @@ int AuditCmd(const std::vector<std::string>& args) {
     }
   }
   return result.violations() > 0 ? kExitBudget : kExitOk;
-}
-
-// Writes `text` to stdout or a new file; the exit code.
-int Emit(const std::string& out, const std::string& text) {
-  if (out.empty()) {
-    fwrite(text.data(), 1, text.size(), stdout);
-    return fflush(stdout) == 0 ? kExitOk : kExitUsage;
-  }
-  if (auto st = WriteNewFile(out, text); !st.ok()) {
-    fprintf(stderr, "stallscope: %s\n", std::string(st.message()).c_str());
-    return kExitUsage;
-  }
-  return kExitOk;
 }
 
 // Reads a JSON document; an error message on failure.
