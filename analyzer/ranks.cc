@@ -314,6 +314,13 @@ RankSummary SummarizeRank(const Timeline& t, const RankArrivals& arrivals,
   return s;
 }
 
+std::string StragglerActivity(const Straggler& s) {
+  return absl::StrFormat(
+      "its GPU was busy %.0f%% of the time (the others %.0f%%) and its own idle is mostly %s "
+      "(%.0f%%)",
+      100 * s.busy_share, 100 * s.others_busy_share, s.before_cause, 100 * s.before_share);
+}
+
 void ReduceRanks(std::vector<RankSummary> ranks, Report* report) {
   if (ranks.size() < 2) return;
   std::sort(ranks.begin(), ranks.end(), [](const RankSummary& a, const RankSummary& b) {
@@ -324,9 +331,8 @@ void ReduceRanks(std::vector<RankSummary> ranks, Report* report) {
     std::vector<std::pair<int64_t, size_t>> arrivals;  // (arrival, rank index)
   };
   absl::flat_hash_map<std::pair<uint64_t, uint64_t>, Instance> instances;
-  std::vector<RankArrivals> all;
-  for (const RankSummary& s : ranks) all.push_back(s.arrivals);
-  const bool one_host = OneHost(all);
+  bool one_host = true;
+  for (const RankSummary& s : ranks) one_host &= s.arrivals.host == ranks.front().arrivals.host;
   // Instances inside the steps only: set-up collectives (the initial
   // broadcast of the weights) wait for ranks that are still starting.
   absl::flat_hash_map<std::pair<uint64_t, uint64_t>, bool> outside;
@@ -465,13 +471,10 @@ void ReduceRanks(std::vector<RankSummary> ranks, Report* report) {
         FormatDuration(c.skew_max_ns));
     if (!report->stragglers.empty()) {
       const Straggler& s = report->stragglers.front();
-      absl::StrAppendFormat(&evidence,
-                            "; rank %d arrives last at %d of them, causing %s of waiting; its "
-                            "GPU is busy %.0f%% of the time (the others %.0f%%) and its own idle "
-                            "is mostly %s (%.0f%%)",
+      absl::StrAppendFormat(&evidence, "; rank %d arrives last at %d of them, causing %s of "
+                            "waiting; %s",
                             s.rank, s.times_last, FormatDuration(s.wait_caused_ns),
-                            100 * s.busy_share, 100 * s.others_busy_share, s.before_cause,
-                            100 * s.before_share);
+                            StragglerActivity(s));
     } else {
       absl::StrAppend(&evidence, "; no rank is a straggler");
     }

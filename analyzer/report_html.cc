@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "analyzer/questions.h"
+#include "analyzer/ranks.h"
 #include "analyzer/report_text.h"
 
 namespace stallscope::analyzer {
@@ -900,11 +901,9 @@ void RenderRanks(std::string* out, const Report& r) {
     absl::StrAppend(
         out, "<p class=\"verdict\">",
         E(absl::StrFormat("Straggler: rank %d arrived last at %d collectives, causing %s of "
-                          "waiting on the other ranks; its GPU was busy %.0f%% of the time (the "
-                          "others %.0f%%) and its own idle is mostly %s (%.0f%%).",
+                          "waiting on the other ranks; %s.",
                           st.rank, st.times_last, FormatDuration(st.wait_caused_ns),
-                          100 * st.busy_share, 100 * st.others_busy_share, st.before_cause,
-                          100 * st.before_share)),
+                          StragglerActivity(st))),
         "</p>");
   }
   absl::StrAppend(out,

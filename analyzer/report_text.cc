@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "analyzer/questions.h"
+#include "analyzer/ranks.h"
 
 namespace stallscope::analyzer {
 namespace {
@@ -187,11 +188,9 @@ std::string RenderText(const Report& r, const TextStyle& style) {
     for (const Straggler& st : r.stragglers) {
       absl::StrAppendFormat(&out,
                             "  straggler: rank %d arrived last at %d collectives, %s of waiting "
-                            "caused; its GPU busy %.0f%% of the time (others %.0f%%), its own "
-                            "idle mostly %s (%.0f%%)\n",
+                            "caused; %s\n",
                             st.rank, st.times_last, FormatDuration(st.wait_caused_ns),
-                            100 * st.busy_share, 100 * st.others_busy_share, st.before_cause,
-                            100 * st.before_share);
+                            StragglerActivity(st));
     }
   }
 
