@@ -2,7 +2,10 @@
 #include "analyzer/attribution.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
+#include <queue>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 
@@ -72,6 +75,18 @@ class Attributor {
   Attributor(const Timeline& t, const StepPlan& plan, const std::vector<CallClass>& classes,
              const AttributionOptions& o, Attribution* out)
       : t_(t), plan_(plan), classes_(classes), o_(o), out_(out) {
+    // Sized first (runs of consecutive calls mostly share a thread), so no
+    // list grows by copying.
+    {
+      absl::flat_hash_map<uint32_t, size_t> counts;
+      for (size_t i = 0; i < t.calls.size();) {
+        size_t j = i + 1;
+        while (j < t.calls.size() && t.calls[j].tid == t.calls[i].tid) ++j;
+        counts[t.calls[i].tid] += j - i;
+        i = j;
+      }
+      for (const auto& [tid, n] : counts) activity_[tid].reserve(n);
+    }
     uint32_t tid = 0;
     std::vector<Activity>* list = nullptr;
     for (size_t i = 0; i < t.calls.size(); ++i) {
@@ -93,37 +108,16 @@ class Attributor {
     auto& steps = out_->steps;
     const int64_t w0 = steps.front().start_ns;
     const int64_t w1 = steps.back().end_ns;
-    // Ops are sorted by start; ends are sorted separately and merged in on
-    // the fly. Starts go before ends at equal times: touching ops leave no
+    // One sweep over the device's ops in start order; the ends of the ops
+    // still running wait in a min-heap (by end, then index: a handful at a
+    // time). Starts go before ends at equal times: touching ops leave no
     // gap, and the first op starting at b is the first start event at b.
-    std::vector<int32_t> starts, ends;
-    starts.reserve(t_.ops.size());
-    for (size_t i = 0; i < t_.ops.size(); ++i) {
-      if (t_.ops[i].device == plan_.device) starts.push_back(static_cast<int32_t>(i));
-    }
-    ends = starts;
-    auto by_end = [this](int32_t a, int32_t b) {
-      return t_.ops[a].end_ns != t_.ops[b].end_ns ? t_.ops[a].end_ns < t_.ops[b].end_ns : a < b;
-    };
-    if (!std::is_sorted(ends.begin(), ends.end(), by_end)) std::sort(ends.begin(), ends.end(), by_end);
+    using End = std::pair<int64_t, int32_t>;
+    std::priority_queue<End, std::vector<End>, std::greater<End>> running;
     int64_t active[3] = {0, 0, 0};  // compute, copy, comm
     int64_t cur = w0;
-    size_t si = 0, ei = 0;
     int32_t last_ended = -1;  // the op whose end drained the device before an idle gap
-    while (si < starts.size() || ei < ends.size()) {
-      int64_t et;
-      int32_t op;
-      int32_t delta;  // +1 start, -1 end
-      if (ei == ends.size() ||
-          (si < starts.size() && t_.ops[starts[si]].start_ns <= t_.ops[ends[ei]].end_ns)) {
-        op = starts[si++];
-        et = t_.ops[op].start_ns;
-        delta = +1;
-      } else {
-        op = ends[ei++];
-        et = t_.ops[op].end_ns;
-        delta = -1;
-      }
+    auto event = [&](int64_t et, int32_t op, int32_t delta) {  // delta: +1 start, -1 end
       const int64_t tt = std::clamp(et, w0, w1);
       if (tt > cur) {
         if (active[0] + active[1] + active[2] > 0) {
@@ -135,6 +129,23 @@ class Attributor {
       }
       active[KindIndex(t_.ops[op].kind)] += delta;
       if (delta < 0) last_ended = op;
+    };
+    const auto n = static_cast<int32_t>(t_.ops.size());
+    for (int32_t i = 0; i < n; ++i) {
+      const DeviceOp& op = t_.ops[i];
+      if (op.device != plan_.device) continue;
+      while (!running.empty() && running.top().first < op.start_ns) {
+        const End e = running.top();
+        running.pop();
+        event(e.first, e.second, -1);
+      }
+      event(op.start_ns, i, +1);
+      running.push({op.end_ns, i});
+    }
+    while (!running.empty()) {
+      const End e = running.top();
+      running.pop();
+      event(e.first, e.second, -1);
     }
     if (cur < w1) ChargeIdle(cur, w1, -1, last_ended);
   }
