@@ -54,11 +54,41 @@ class PendingWork {
   std::vector<std::pair<int64_t, int64_t>> entries_;
 };
 
-// One outermost CUDA call of a thread.
-struct Activity {
-  int64_t enter;
-  int64_t exit;
-  int32_t call;
+// A thread's outermost CUDA calls, in order: the calls not nested in an
+// earlier one. Exits strictly increase along the list; a call that began
+// inside the previous one counts from that one's exit, so the activities
+// never overlap. Only call indices are kept (4 bytes each).
+class Activity {
+ public:
+  explicit Activity(const std::vector<ApiCall>& calls) : calls_(&calls) {}
+  void Reserve(size_t n) { idx_.reserve(n); }
+  void Add(int32_t call) {
+    const ApiCall& c = (*calls_)[call];
+    if (!idx_.empty()) {
+      const int64_t prev_exit = exit(idx_.size() - 1);
+      if (c.enter_ns < prev_exit && c.exit_ns <= prev_exit) return;  // nested
+    }
+    idx_.push_back(call);
+  }
+  size_t size() const { return idx_.size(); }
+  bool empty() const { return idx_.empty(); }
+  int32_t call(size_t i) const { return idx_[i]; }
+  int64_t exit(size_t i) const { return (*calls_)[idx_[i]].exit_ns; }
+  int64_t enter(size_t i) const {
+    const int64_t e = (*calls_)[idx_[i]].enter_ns;
+    return i == 0 ? e : std::max(e, exit(i - 1));
+  }
+  // The first activity whose exit is after x.
+  size_t FirstEndingAfter(int64_t x) const {
+    return static_cast<size_t>(
+        std::upper_bound(idx_.begin(), idx_.end(), x,
+                         [this](int64_t v, int32_t c) { return v < (*calls_)[c].exit_ns; }) -
+        idx_.begin());
+  }
+
+ private:
+  const std::vector<ApiCall>* calls_;
+  std::vector<int32_t> idx_;
 };
 
 Cause CauseOf(CallClass c) {
@@ -85,22 +115,19 @@ class Attributor {
         counts[t.calls[i].tid] += j - i;
         i = j;
       }
-      for (const auto& [tid, n] : counts) activity_[tid].reserve(n);
+      for (const auto& [tid, n] : counts) {
+        activity_.try_emplace(tid, t.calls).first->second.Reserve(n);
+      }
     }
     uint32_t tid = 0;
-    std::vector<Activity>* list = nullptr;
+    Activity* list = nullptr;
     for (size_t i = 0; i < t.calls.size(); ++i) {
       const ApiCall& c = t.calls[i];
       if (list == nullptr || c.tid != tid) {  // consecutive calls mostly share a thread
         tid = c.tid;
-        list = &activity_[tid];
+        list = &activity_.find(tid)->second;
       }
-      Activity a{c.enter_ns, c.exit_ns, static_cast<int32_t>(i)};
-      if (!list->empty() && a.enter < list->back().exit) {
-        if (a.exit <= list->back().exit) continue;  // nested in the previous call
-        a.enter = list->back().exit;
-      }
-      list->push_back(a);
+      list->Add(static_cast<int32_t>(i));
     }
   }
 
@@ -221,17 +248,9 @@ class Attributor {
     });
   }
 
-  const std::vector<Activity>* ActivityOf(uint32_t tid) const {
+  const Activity* ActivityOf(uint32_t tid) const {
     auto it = activity_.find(tid);
     return it == activity_.end() ? nullptr : &it->second;
-  }
-
-  // First activity whose exit is after x.
-  static size_t FirstEndingAfter(const std::vector<Activity>& acts, int64_t x) {
-    return static_cast<size_t>(
-        std::upper_bound(acts.begin(), acts.end(), x,
-                         [](int64_t v, const Activity& a) { return v < a.exit; }) -
-        acts.begin());
   }
 
   // The synchronizing call the thread was blocked in when the device drained
@@ -241,15 +260,15 @@ class Attributor {
   // submitted `drained` itself (a synchronous copy or set that returned
   // once its op started: waiting from its enter until its op started).
   // {-1, 0} when none.
-  std::pair<int32_t, int64_t> BlockedAtDrain(const std::vector<Activity>& acts, int64_t a,
+  std::pair<int32_t, int64_t> BlockedAtDrain(const Activity& acts, int64_t a,
                                              int32_t drained) const {
-    const size_t i = FirstEndingAfter(acts, a);
-    if (i < acts.size() && acts[i].enter < a) {
-      if (classes_[acts[i].call] != CallClass::kSync) return {-1, 0};
-      return {acts[i].call, a - t_.calls[acts[i].call].enter_ns};
+    const size_t i = acts.FirstEndingAfter(a);
+    if (i < acts.size() && acts.enter(i) < a) {
+      if (classes_[acts.call(i)] != CallClass::kSync) return {-1, 0};
+      return {acts.call(i), a - t_.calls[acts.call(i)].enter_ns};
     }
     if (i == 0 || drained < 0) return {-1, 0};
-    const int32_t prev = acts[i - 1].call;
+    const int32_t prev = acts.call(i - 1);
     const DeviceOp& op = t_.ops[drained];
     if (classes_[prev] != CallClass::kSync || op.call != prev || op.end_ns < a) return {-1, 0};
     const ApiCall& pc = t_.calls[prev];
@@ -279,24 +298,24 @@ class Attributor {
   }
 
   // Rule 2: charges [from, to) by the thread's activity.
-  void ByThread(uint32_t tid, const std::vector<Activity>* acts, int64_t from, int64_t to) {
+  void ByThread(uint32_t tid, const Activity* acts, int64_t from, int64_t to) {
     if (from >= to) return;
     if (acts == nullptr || acts->empty()) {
       Add(from, to, Cause::kOther);
       return;
     }
     const size_t n = acts->size();
-    size_t i = FirstEndingAfter(*acts, from);
+    size_t i = acts->FirstEndingAfter(from);
     int64_t cur = from;
     while (cur < to) {
-      if (i < n && (*acts)[i].enter <= cur) {
-        int64_t end = std::min((*acts)[i].exit, to);
-        Add(cur, end, CauseOf(classes_[(*acts)[i].call]), (*acts)[i].call);
+      if (i < n && acts->enter(i) <= cur) {
+        int64_t end = std::min(acts->exit(i), to);
+        Add(cur, end, CauseOf(classes_[acts->call(i)]), acts->call(i));
         cur = std::max(cur, end);
         ++i;
       } else {
-        const int64_t next = i < n ? (*acts)[i].enter : kInf;
-        const int64_t gap = (i < n && i > 0) ? next - (*acts)[i - 1].exit : kInf;
+        const int64_t next = i < n ? acts->enter(i) : kInf;
+        const int64_t gap = (i < n && i > 0) ? next - acts->exit(i - 1) : kInf;
         const int64_t end = std::min(next, to);
         if (gap < o_.launch_dispatch_ns) {
           Add(cur, end, Cause::kLaunchOverhead);
@@ -304,7 +323,7 @@ class Attributor {
           // A long stretch outside CUDA calls: its on-CPU share (from T's
           // CPU-time samples) is host_busy, the rest host_wait; without an
           // estimate (no samples, or an unbounded gap) all host_wait.
-          const int64_t prev_exit = i > 0 ? (*acts)[i - 1].exit : -1;
+          const int64_t prev_exit = i > 0 ? acts->exit(i - 1) : -1;
           const int64_t on = gap < kInf ? OnCpuInGap(tid, prev_exit, next) : -1;
           int64_t busy = 0;
           if (on > 0) {
@@ -321,7 +340,7 @@ class Attributor {
   void ChargeIdle(int64_t a, int64_t b, int32_t next_op, int32_t drained) {
     const int32_t c = next_op >= 0 ? t_.ops[next_op].call : -1;
     const uint32_t tid = c >= 0 ? t_.calls[c].tid : plan_.main_tid;
-    const std::vector<Activity>* acts = ActivityOf(tid);
+    const Activity* acts = ActivityOf(tid);
     int64_t cur = a;
     // Rule 1: the thread was blocked in a synchronizing call B when the
     // device drained, and the op ending the gap was not already submitted
@@ -362,7 +381,7 @@ class Attributor {
   const std::vector<CallClass>& classes_;
   const AttributionOptions& o_;
   Attribution* out_;
-  absl::flat_hash_map<uint32_t, std::vector<Activity>> activity_;
+  absl::flat_hash_map<uint32_t, Activity> activity_;
   size_t hint_ = 0;  // ForSteps' last step
 };
 

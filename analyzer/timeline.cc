@@ -23,6 +23,33 @@ const ApiInfo& Timeline::Api(uint16_t id) const {
   return id < apis.size() && !apis[id].name.empty() ? apis[id] : *kUnknown;
 }
 
+void CorrelationMap::Expect(uint64_t expected) {
+  limit_ = std::min<uint64_t>(4 * expected + 1024, uint64_t{1} << 32);
+  dense_.reserve(std::min<uint64_t>(expected + 1024, limit_));
+}
+
+void CorrelationMap::Set(uint32_t correlation, uint64_t external) {
+  ++records_;
+  if (correlation < dense_.size()) {
+    dense_[correlation] = external;
+  } else if (correlation < limit_) {
+    // Grow to the id, at least doubling (no copy while within the
+    // reserved size).
+    const uint64_t want = std::max<uint64_t>(correlation + uint64_t{1},
+                                             std::min<uint64_t>(dense_.capacity(), limit_));
+    dense_.resize(std::min<uint64_t>(std::max<uint64_t>(want, 2 * dense_.size()), limit_), 0);
+    dense_[correlation] = external;
+  } else {
+    sparse_[correlation] = external;
+  }
+}
+
+void CorrelationMap::Clear() {
+  records_ = 0;
+  std::vector<uint64_t>().swap(dense_);
+  absl::flat_hash_map<uint32_t, uint64_t>().swap(sparse_);
+}
+
 TickConverter::TickConverter(std::vector<trace::ClockRecord> pairs,
                              std::vector<Diagnostic>* diags) {
   std::sort(pairs.begin(), pairs.end(),
@@ -135,6 +162,7 @@ class IdMap {
 };
 
 void Join(Timeline* t) {
+  const CorrelationMap& to_external = t->correlations;
   const IdMap<uint64_t, int32_t> by_external(
       t->calls.size(),
       [t](size_t i) -> std::optional<std::pair<uint64_t, int32_t>> {
@@ -143,12 +171,6 @@ void Join(Timeline* t) {
         return std::make_pair(id, static_cast<int32_t>(i));
       },
       -1);
-  const IdMap<uint32_t, uint64_t> to_external(
-      t->correlations.size(),
-      [t](size_t i) -> std::optional<std::pair<uint32_t, uint64_t>> {
-        return std::make_pair(t->correlations[i].correlation, t->correlations[i].external);
-      },
-      0);
   const bool fallback = t->correlations.empty() && !t->ops.empty();
   uint64_t unjoined = 0;
   for (DeviceOp& op : t->ops) {
@@ -167,7 +189,7 @@ void Join(Timeline* t) {
     AddDiagnostic(&t->diagnostics, DiagId::kCorrelationFallback, 1);
   }
   // Joined: the pairs are not needed any more.
-  std::vector<trace::CorrelationRecord>().swap(t->correlations);
+  t->correlations.Clear();
   if (unjoined > 0) {
     AddDiagnostic(&t->diagnostics, DiagId::kUncorrelatedDeviceOps, unjoined,
                   absl::StrFormat("%d of %d device ops have no submitting host "

@@ -132,6 +132,33 @@ struct Module {
   uint32_t generation = 0;  // index of the kModule chunk it came from
 };
 
+// CUPTI correlation id → external id (trace kCorrelation records), filled
+// as the records are read: a flat vector over the ids below a limit (the
+// recorder hands ids out in sequence from 1), a hash map for the rest. A
+// later record for the same id replaces the earlier one.
+class CorrelationMap {
+ public:
+  // `expected` records will come: ids below 4 * expected + 1024 go to the
+  // flat vector.
+  void Expect(uint64_t expected);
+  void Set(uint32_t correlation, uint64_t external);
+  uint64_t Get(uint32_t correlation) const {  // 0 when unknown
+    if (correlation < dense_.size()) return dense_[correlation];
+    if (sparse_.empty()) return 0;
+    auto it = sparse_.find(correlation);
+    return it == sparse_.end() ? 0 : it->second;
+  }
+  bool empty() const { return records_ == 0; }
+  uint64_t records() const { return records_; }
+  void Clear();
+
+ private:
+  uint64_t limit_ = 1024;
+  uint64_t records_ = 0;
+  std::vector<uint64_t> dense_;
+  absl::flat_hash_map<uint32_t, uint64_t> sparse_;
+};
+
 struct Timeline {
   std::string path;
   trace::FileHeader header{};
@@ -144,8 +171,9 @@ struct Timeline {
   std::vector<ApiInfo> apis;  // indexed by api id
   std::vector<ApiCall> calls;  // sorted by enter after FinalizeTimeline
   std::vector<DeviceOp> ops;   // sorted by start after FinalizeTimeline
-  // Read, then released by FinalizeTimeline once ops are joined to calls.
-  std::vector<trace::CorrelationRecord> correlations;
+  // Filled by the reader, released by FinalizeTimeline once ops are joined
+  // to calls.
+  CorrelationMap correlations;
   std::vector<NvtxEvent> nvtx;
   std::vector<NvtxRange> ranges;  // sorted by start
   absl::flat_hash_map<uint32_t, std::string> strings;

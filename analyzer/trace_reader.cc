@@ -96,10 +96,10 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
     }
     case ChunkType::kCorrelation: {
       if (!fixed(sizeof(trace::CorrelationRecord))) return "record count exceeds payload";
-      size_t old = t->correlations.size();
-      t->correlations.resize(old + h.count);
-      if (h.count > 0) {
-        std::memcpy(t->correlations.data() + old, p, h.count * sizeof(trace::CorrelationRecord));
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::CorrelationRecord r;
+        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
+        t->correlations.Set(r.correlation, r.external);
       }
       return {};
     }
@@ -346,7 +346,7 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
     }
     t.calls.reserve(api);
     t.ops.reserve(device);
-    t.correlations.reserve(corr);
+    t.correlations.Expect(corr);
   }
 
   std::vector<uint64_t> buffer;  // 8-byte aligned payload buffer, reused
@@ -382,7 +382,7 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
       return absl::DataLossError(
           absl::StrFormat("%s: read error at byte offset %d", name, off + sizeof(ch)));
     }
-    if (trace::Checksum(buffer.data(), ch.payload_bytes) != ch.checksum) {
+    if (trace::ChunkChecksum(fh.version, buffer.data(), ch.payload_bytes) != ch.checksum) {
       if (end == size) {  // a torn last chunk: the writer died mid-write
         truncated = true;
         break;

@@ -20,14 +20,16 @@ void FixChecksums(std::string* bytes) {
   namespace tf = stallscope::trace;
   if (bytes->size() < sizeof(tf::FileHeader)) return;
   uint32_t header_bytes;
-  std::memcpy(&header_bytes, bytes->data() + 12, 4);
+  uint16_t version;
+  std::memcpy(&header_bytes, bytes->data() + offsetof(tf::FileHeader, header_bytes), 4);
+  std::memcpy(&version, bytes->data() + offsetof(tf::FileHeader, version), 2);
   size_t off = header_bytes;
   while (off + sizeof(tf::ChunkHeader) <= bytes->size()) {
     tf::ChunkHeader h;
     std::memcpy(&h, bytes->data() + off, sizeof(h));
     const size_t end = off + sizeof(h) + h.payload_bytes;
     if (h.payload_bytes % 8 != 0 || end > bytes->size() || end < off) return;
-    h.checksum = tf::Checksum(bytes->data() + off + sizeof(h), h.payload_bytes);
+    h.checksum = tf::ChunkChecksum(version, bytes->data() + off + sizeof(h), h.payload_bytes);
     std::memcpy(bytes->data() + off, &h, sizeof(h));
     off = end;
   }

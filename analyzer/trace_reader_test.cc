@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include "analyzer/testing/test_util.h"
 
@@ -129,11 +131,66 @@ TEST_CASE("newer format versions are refused only when marked so", "[reader]") {
   auto t = ReadTraceBytes(b.Build(), "new.sstrace");
   REQUIRE_FALSE(t.ok());
   CHECK(std::string(t.status().message()) ==
-        "new.sstrace: written by a newer stallscope (format 2, readable from format 2); this "
-        "reader reads up to 1");
+        "new.sstrace: written by a newer stallscope (format 3, readable from format 3); this "
+        "reader reads up to 2");
   b.SetVersion(tf::kVersion + 1, 1);  // newer, but readable by version-1 readers
   auto t2 = ReadTraceBytes(b.Build(), "x.sstrace");
   REQUIRE(t2.ok());
+}
+
+// Guards the checksum per format version: a version-1 file (one FNV lane)
+// still reads; each version's checksum catches a flipped bit and two swapped
+// words; the two checksums differ, so a file is checked with its own.
+TEST_CASE("each format version is checked with its own checksum", "[reader]") {
+  for (uint16_t version : {uint16_t{1}, tf::kVersion}) {
+    CAPTURE(version);
+    TraceBuilder b = FullTrace();
+    b.SetVersion(version, 1);
+    const std::string full = b.Build();
+    auto t = ReadTraceBytes(full, "v.sstrace");
+    REQUIRE(t.ok());
+    CHECK(t->calls.size() == ReadTraceBytes(FullTrace().Build(), "x")->calls.size());
+    const auto offsets = TraceBuilder::ChunkOffsets(full);
+    tf::ChunkHeader h;
+    size_t chunk = 0;  // the first chunk with at least two words of payload
+    for (size_t off : offsets) {
+      std::memcpy(&h, full.data() + off, sizeof h);
+      if (h.payload_bytes >= 16) {
+        chunk = off;
+        break;
+      }
+    }
+    REQUIRE(chunk != 0);
+    const size_t payload = chunk + sizeof(tf::ChunkHeader);
+    std::string flipped = full;
+    flipped[payload + 9] ^= 0x40;
+    CHECK_FALSE(ReadTraceBytes(flipped, "f").ok());
+    std::string swapped = full;
+    std::swap_ranges(swapped.begin() + static_cast<std::ptrdiff_t>(payload),
+                     swapped.begin() + static_cast<std::ptrdiff_t>(payload + 8),
+                     swapped.begin() + static_cast<std::ptrdiff_t>(payload + 8));
+    if (swapped != full) CHECK_FALSE(ReadTraceBytes(swapped, "s").ok());
+    std::memcpy(&h, full.data() + chunk, sizeof h);
+    const uint32_t v1 = tf::ChecksumV1(full.data() + payload, h.payload_bytes);
+    const uint32_t v2 = tf::Checksum(full.data() + payload, h.payload_bytes);
+    CHECK(v1 != v2);
+    CHECK(h.checksum == (version == 1 ? v1 : v2));
+  }
+}
+
+// Guards the lanes: payloads of every length up to a few lane rounds give
+// distinct sums for one changed word in any position.
+TEST_CASE("the four-lane checksum sees every word", "[reader]") {
+  for (size_t words = 1; words <= 13; ++words) {
+    std::vector<uint64_t> v(words);
+    for (size_t k = 0; k < words; ++k) v[k] = 0x9e3779b97f4a7c15ull * (k + 1);
+    const uint32_t base = tf::Checksum(v.data(), words * 8);
+    for (size_t k = 0; k < words; ++k) {
+      std::vector<uint64_t> w = v;
+      w[k] ^= 1;
+      CHECK(tf::Checksum(w.data(), words * 8) != base);
+    }
+  }
 }
 
 // Guards the not-a-trace cases: short file, bad magic.

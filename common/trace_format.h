@@ -13,10 +13,14 @@
 namespace stallscope::trace {
 
 inline constexpr char kMagic[8] = {'S', 'T', 'L', 'S', 'C', 'O', 'P', 'E'};
-inline constexpr uint16_t kVersion = 1;
+// Version 2: chunk checksums in four lanes (ChunkChecksum); version 1 files
+// (one lane) are still read.
+inline constexpr uint16_t kVersion = 2;
 // A writer sets `oldest_reader` to the oldest reader version able to read its
-// files. A reader accepts a file when `oldest_reader <= kVersion` and
+// files (kWriterOldestReader: a version-1 reader would reject every chunk's
+// checksum). A reader accepts a file when `oldest_reader <= kVersion` and
 // `version >= kOldestSupported` (files older than that it no longer reads).
+inline constexpr uint16_t kWriterOldestReader = 2;
 inline constexpr uint16_t kOldestSupported = 1;
 inline constexpr uint32_t kChunkMagic = 0x4b4e4843;  // "CHNK" little-endian
 inline constexpr const char* kFileSuffix = ".sstrace";
@@ -312,10 +316,10 @@ static_assert(sizeof(DiagnosticRecord) == 16);
 
 inline constexpr size_t PadTo8(size_t n) { return (n + 7) & ~size_t{7}; }
 
-// FNV-1a over 64-bit words of the payload (payloads are padded to 8 bytes),
-// folded to 32 bits: cheap enough for the analyzer's throughput target, and
-// enough to reject a torn chunk.
-inline uint32_t Checksum(const void* data, size_t n) {
+// Version-1 checksum: FNV-1a over the payload's 64-bit words (payloads are
+// padded to 8 bytes), folded to 32 bits. One multiply chain: its latency
+// bounds it to about 2 bytes per cycle.
+inline uint32_t ChecksumV1(const void* data, size_t n) {
   const auto* p = static_cast<const unsigned char*>(data);
   uint64_t h = 14695981039346656037ull;
   size_t i = 0;
@@ -326,6 +330,45 @@ inline uint32_t Checksum(const void* data, size_t n) {
   }
   for (; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
   return static_cast<uint32_t>(h ^ (h >> 32));
+}
+
+// Version-2 checksum: the same FNV-1a step in four independent lanes (word
+// k of the payload goes to lane k mod 4, each lane starting from the FNV
+// offset basis xor its number), the lanes then folded in order into lane 0
+// with the same step, and the result folded to 32 bits. The four chains run
+// in parallel: about four times the version-1 speed, and still enough to
+// reject a torn chunk.
+inline uint32_t Checksum(const void* data, size_t n) {
+  constexpr uint64_t kBasis = 14695981039346656037ull;
+  constexpr uint64_t kPrime = 1099511628211ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t h0 = kBasis, h1 = kBasis ^ 1, h2 = kBasis ^ 2, h3 = kBasis ^ 3;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    uint64_t w[4];
+    __builtin_memcpy(w, p + i, 32);
+    h0 = (h0 ^ w[0]) * kPrime;
+    h1 = (h1 ^ w[1]) * kPrime;
+    h2 = (h2 ^ w[2]) * kPrime;
+    h3 = (h3 ^ w[3]) * kPrime;
+  }
+  uint64_t* lanes[4] = {&h0, &h1, &h2, &h3};
+  for (size_t k = 0; i + 8 <= n; i += 8, ++k) {
+    uint64_t w;
+    __builtin_memcpy(&w, p + i, 8);
+    *lanes[k] = (*lanes[k] ^ w) * kPrime;
+  }
+  for (; i < n; ++i) h0 = (h0 ^ p[i]) * kPrime;
+  uint64_t h = h0;
+  h = (h ^ h1) * kPrime;
+  h = (h ^ h2) * kPrime;
+  h = (h ^ h3) * kPrime;
+  return static_cast<uint32_t>(h ^ (h >> 32));
+}
+
+// The checksum a file of format `version` carries in its chunk headers.
+inline uint32_t ChunkChecksum(uint16_t version, const void* data, size_t n) {
+  return version >= 2 ? Checksum(data, n) : ChecksumV1(data, n);
 }
 
 }  // namespace stallscope::trace

@@ -852,7 +852,7 @@ bool EnsureStarted() {
   trace::FileHeader h{};
   memcpy(h.magic, trace::kMagic, sizeof h.magic);
   h.version = trace::kVersion;
-  h.oldest_reader = trace::kOldestSupported;
+  h.oldest_reader = trace::kWriterOldestReader;
   h.header_bytes = sizeof h;
   h.pid = g_pid;
   h.ppid = uint32_t(getppid());

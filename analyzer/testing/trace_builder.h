@@ -43,7 +43,7 @@ class TraceBuilder {
   TraceBuilder() {
     std::memcpy(header_.magic, tf::kMagic, sizeof(header_.magic));
     header_.version = tf::kVersion;
-    header_.oldest_reader = tf::kOldestSupported;
+    header_.oldest_reader = tf::kWriterOldestReader;
     header_.header_bytes = sizeof(tf::FileHeader);
     header_.pid = 4242;
     header_.ppid = 1;
@@ -321,8 +321,8 @@ class TraceBuilder {
   }
   static void Pad(std::string* s) { s->resize(tf::PadTo8(s->size()), '\0'); }
 
-  static void Chunk(std::string* out, tf::ChunkType type, uint32_t tid, size_t count,
-                    std::string payload) {
+  void Chunk(std::string* out, tf::ChunkType type, uint32_t tid, size_t count,
+             std::string payload) const {
     Pad(&payload);
     tf::ChunkHeader h{};
     h.magic = tf::kChunkMagic;
@@ -330,7 +330,7 @@ class TraceBuilder {
     h.tid = tid;
     h.count = static_cast<uint32_t>(count);
     h.payload_bytes = static_cast<uint32_t>(payload.size());
-    h.checksum = tf::Checksum(payload.data(), payload.size());
+    h.checksum = tf::ChunkChecksum(header_.version, payload.data(), payload.size());
     Append(out, &h, sizeof(h));
     *out += payload;
   }
