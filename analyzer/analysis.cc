@@ -72,20 +72,13 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
   Report report;
   report.diagnostics = t.diagnostics;
 
-  const uint32_t device = BusiestDevice(t);
-  {
-    std::vector<uint32_t> devices;
-    for (const DeviceOp& op : t.ops) {
-      if (std::find(devices.begin(), devices.end(), op.device) == devices.end()) {
-        devices.push_back(op.device);
-      }
-    }
-    if (devices.size() > 1) {
-      AddDiagnostic(&report.diagnostics, DiagId::kMultipleDevices, devices.size(),
-                    absl::StrFormat("device ops on %d devices: device %d (the busiest) is "
-                                    "analyzed",
-                                    devices.size(), device));
-    }
+  size_t devices = 0;
+  const uint32_t device = BusiestDevice(t, &devices);
+  if (devices > 1) {
+    AddDiagnostic(&report.diagnostics, DiagId::kMultipleDevices, devices,
+                  absl::StrFormat("device ops on %d devices: device %d (the busiest) is "
+                                  "analyzed",
+                                  devices, device));
   }
   StepPlan plan = FindSteps(t, *pattern, device);
   timer.Mark("steps");

@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "analyzer/questions.h"
+#include "analyzer/steps.h"
 #include "analyzer/symbolizer.h"
 
 namespace stallscope::analyzer {
@@ -176,10 +178,8 @@ RankArrivals CollectArrivals(const Timeline& t) {
   r.pid = t.header.pid;
   // The analyzed device: the one with the most NCCL kernels, else ops.
   {
-    absl::flat_hash_map<uint32_t, int64_t> count;
-    for (const DeviceOp& op : t.ops) count[op.device] += op.kind == trace::DeviceOpKind::kNccl ? 1'000'000 : 1;
     int64_t best = -1;
-    for (const auto& [device, n] : count) {
+    for (const auto& [device, n] : OpsPerDevice(t, 1'000'000)) {
       if (n > best || (n == best && device < r.device)) {
         best = n;
         r.device = device;
@@ -202,7 +202,7 @@ RankArrivals CollectArrivals(const Timeline& t) {
 
   const auto launched = LaunchedCollectives(t);
   absl::flat_hash_map<std::pair<uint64_t, uint64_t>, size_t> index;
-  for (const DeviceOp& op : t.ops) {
+  for (const DeviceOp& op : launched.empty() ? std::span<const DeviceOp>() : std::span(t.ops)) {
     if (op.kind != trace::DeviceOpKind::kNccl || op.device != r.device || op.call < 0) continue;
     auto it = launched.find(op.call);
     if (it == launched.end()) continue;

@@ -26,9 +26,33 @@ absl::StatusOr<std::regex> CompileStepPattern(const std::string& pattern) {
   }
 }
 
-uint32_t BusiestDevice(const Timeline& t) {
-  absl::flat_hash_map<uint32_t, int64_t> counts;
-  for (const DeviceOp& op : t.ops) ++counts[op.device];
+std::vector<std::pair<uint32_t, int64_t>> OpsPerDevice(const Timeline& t, int64_t nccl_weight) {
+  std::vector<std::pair<uint32_t, int64_t>> counts;
+  // Consecutive ops mostly share a device: count runs, then add.
+  auto add = [&counts](uint32_t device, int64_t n) {
+    for (auto& [d, c] : counts) {
+      if (d == device) {
+        c += n;
+        return;
+      }
+    }
+    counts.push_back({device, n});
+  };
+  const size_t n = t.ops.size();
+  for (size_t i = 0; i < n;) {
+    const uint32_t device = t.ops[i].device;
+    int64_t run = 0;
+    for (; i < n && t.ops[i].device == device; ++i) {
+      run += t.ops[i].kind == trace::DeviceOpKind::kNccl ? nccl_weight : 1;
+    }
+    add(device, run);
+  }
+  return counts;
+}
+
+uint32_t BusiestDevice(const Timeline& t, size_t* devices) {
+  const auto counts = OpsPerDevice(t, 1);
+  if (devices != nullptr) *devices = counts.size();
   uint32_t best = 0;
   int64_t best_count = -1;
   for (const auto& [device, count] : counts) {

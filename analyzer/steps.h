@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,8 +36,12 @@ struct StepPlan {
   int64_t ops_outside = 0;  // device ops submitted outside every step
 };
 
-// The device with the most ops (0 when none).
-uint32_t BusiestDevice(const Timeline& t);
+// Each device with its number of ops (NCCL kernels counted `nccl_weight`
+// times), in order of first appearance.
+std::vector<std::pair<uint32_t, int64_t>> OpsPerDevice(const Timeline& t, int64_t nccl_weight);
+// The device with the most ops (0 when none); `devices`, when given, gets
+// the number of devices with ops.
+uint32_t BusiestDevice(const Timeline& t, size_t* devices = nullptr);
 // The thread with the most launches (most calls when none launched).
 uint32_t MainThread(const Timeline& t);
 

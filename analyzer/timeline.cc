@@ -18,9 +18,9 @@ std::string_view Timeline::String(uint32_t id) const {
   return it == strings.end() ? std::string_view() : std::string_view(it->second);
 }
 
-const ApiInfo& Timeline::Api(uint16_t id) const {
+const ApiInfo& Timeline::UnknownApi() {
   static const ApiInfo* const kUnknown = new ApiInfo{"<unknown api>", {}, 0};
-  return id < apis.size() && !apis[id].name.empty() ? apis[id] : *kUnknown;
+  return *kUnknown;
 }
 
 void CorrelationMap::Expect(uint64_t expected) {
@@ -86,7 +86,31 @@ int64_t TickConverter::ToNs(uint64_t ticks) const {
   auto it = std::upper_bound(
       segments_.begin(), segments_.end(), ticks,
       [](uint64_t t, const Segment& s) { return t < s.ticks; });
-  const Segment& s = it == segments_.begin() ? *it : *(it - 1);
+  return Convert(it == segments_.begin() ? *it : *(it - 1), ticks);
+}
+
+int64_t TickConverter::ToNsNear(uint64_t ticks, size_t* hint) const {
+  size_t h = *hint < segments_.size() ? *hint : 0;
+  // Segment h covers [start of h, start of h + 1); the first extends down,
+  // the last up.
+  auto covers = [&](size_t k) {
+    return (k == 0 || segments_[k].ticks <= ticks) &&
+           (k + 1 == segments_.size() || ticks < segments_[k + 1].ticks);
+  };
+  if (!covers(h)) {
+    if (h + 1 < segments_.size() && covers(h + 1)) {
+      ++h;
+    } else {
+      auto it = std::upper_bound(segments_.begin(), segments_.end(), ticks,
+                                 [](uint64_t t, const Segment& s) { return t < s.ticks; });
+      h = it == segments_.begin() ? 0 : static_cast<size_t>(it - segments_.begin()) - 1;
+    }
+  }
+  *hint = h;
+  return Convert(segments_[h], ticks);
+}
+
+int64_t TickConverter::Convert(const Segment& s, uint64_t ticks) const {
   auto delta = static_cast<int64_t>(ticks - s.ticks);
   const double ns = static_cast<double>(s.ns) + static_cast<double>(delta) * s.slope;
   if (!(ns > 0)) return 0;  // also NaN
@@ -96,17 +120,14 @@ int64_t TickConverter::ToNs(uint64_t ticks) const {
 
 namespace {
 
-void ConvertTicks(Timeline* t) {
-  if (t->ticks_are_ns) return;
-  TickConverter conv(t->clocks, &t->diagnostics);
-  for (ApiCall& c : t->calls) {
-    c.enter_ns = conv.ToNs(static_cast<uint64_t>(c.enter_ns));
-    c.exit_ns = conv.ToNs(static_cast<uint64_t>(c.exit_ns));
-  }
-  for (NvtxEvent& e : t->nvtx) e.ns = conv.ToNs(static_cast<uint64_t>(e.ns));
-  for (NcclCall& n : t->nccl) n.enter_ns = conv.ToNs(static_cast<uint64_t>(n.enter_ns));
+// Converts the ticks of NVTX events, NCCL records and CPU samples (calls
+// are converted in FinalizeTimeline's pass over them).
+void ConvertOtherTicks(Timeline* t, const TickConverter& conv) {
+  size_t hint = 0;
+  for (NvtxEvent& e : t->nvtx) e.ns = conv.ToNsNear(static_cast<uint64_t>(e.ns), &hint);
+  for (NcclCall& n : t->nccl) n.enter_ns = conv.ToNsNear(static_cast<uint64_t>(n.enter_ns), &hint);
   for (auto& [tid, samples] : t->cpu)
-    for (CpuSample& c : samples) c.ns = conv.ToNs(static_cast<uint64_t>(c.ns));
+    for (CpuSample& c : samples) c.ns = conv.ToNsNear(static_cast<uint64_t>(c.ns), &hint);
 }
 
 // Maps ids to values: a flat vector when the ids are dense (the recorder
@@ -267,13 +288,10 @@ void BuildRanges(Timeline* t) {
 
 // Sorts a vector made of sorted runs (one per chunk: each thread's records
 // are in order) by merging neighbouring runs: O(n log runs), stable.
+// `bounds` holds the index where each run starts (0 first).
 template <typename T, typename Less>
-void MergeRuns(std::vector<T>* v, Less less) {
-  std::vector<size_t> bounds{0};
-  for (size_t i = 1; i < v->size(); ++i) {
-    if (less((*v)[i], (*v)[i - 1])) bounds.push_back(i);
-  }
-  if (bounds.size() == 1) return;
+void MergeRuns(std::vector<T>* v, std::vector<size_t> bounds, Less less) {
+  if (bounds.size() <= 1) return;
   bounds.push_back(v->size());
   while (bounds.size() > 2) {
     std::vector<size_t> next{0};
@@ -375,7 +393,11 @@ const char* NcclKindName(trace::NcclKind kind) {
 
 void FinalizeTimeline(Timeline* t) {
   MergeModuleMaps(t);
-  ConvertTicks(t);
+  std::optional<TickConverter> conv;
+  if (!t->ticks_are_ns) {
+    conv.emplace(t->clocks, &t->diagnostics);
+    ConvertOtherTicks(t, *conv);
+  }
   uint64_t invalid = 0;
   // Times outside [0, kMaxTimeNs] and ends before starts are clamped.
   auto clamp = [&invalid](int64_t* v) {
@@ -384,20 +406,40 @@ void FinalizeTimeline(Timeline* t) {
       ++invalid;
     }
   };
-  for (ApiCall& c : t->calls) {
-    clamp(&c.enter_ns);
-    clamp(&c.exit_ns);
-    if (c.exit_ns < c.enter_ns) {
-      c.exit_ns = c.enter_ns;
-      ++invalid;
+  // One pass over the calls converts, clamps and finds the sorted runs.
+  std::vector<size_t> call_runs{0};
+  {
+    size_t hint = 0;
+    int64_t prev = 0;
+    for (size_t i = 0; i < t->calls.size(); ++i) {
+      ApiCall& c = t->calls[i];
+      if (conv) {
+        c.enter_ns = conv->ToNsNear(static_cast<uint64_t>(c.enter_ns), &hint);
+        c.exit_ns = conv->ToNsNear(static_cast<uint64_t>(c.exit_ns), &hint);
+      }
+      clamp(&c.enter_ns);
+      clamp(&c.exit_ns);
+      if (c.exit_ns < c.enter_ns) {
+        c.exit_ns = c.enter_ns;
+        ++invalid;
+      }
+      if (i > 0 && c.enter_ns < prev) call_runs.push_back(i);
+      prev = c.enter_ns;
     }
   }
-  for (DeviceOp& op : t->ops) {
-    clamp(&op.start_ns);
-    clamp(&op.end_ns);
-    if (op.end_ns < op.start_ns) {
-      op.end_ns = op.start_ns;
-      ++invalid;
+  std::vector<size_t> op_runs{0};
+  {
+    int64_t prev = 0;
+    for (size_t i = 0; i < t->ops.size(); ++i) {
+      DeviceOp& op = t->ops[i];
+      clamp(&op.start_ns);
+      clamp(&op.end_ns);
+      if (op.end_ns < op.start_ns) {
+        op.end_ns = op.start_ns;
+        ++invalid;
+      }
+      if (i > 0 && op.start_ns < prev) op_runs.push_back(i);
+      prev = op.start_ns;
     }
   }
   for (NvtxEvent& e : t->nvtx) clamp(&e.ns);
@@ -413,8 +455,8 @@ void FinalizeTimeline(Timeline* t) {
   if (invalid > 0) AddDiagnostic(&t->diagnostics, DiagId::kInvalidRecords, invalid);
   auto by_enter = [](const ApiCall& a, const ApiCall& b) { return a.enter_ns < b.enter_ns; };
   auto by_start = [](const DeviceOp& a, const DeviceOp& b) { return a.start_ns < b.start_ns; };
-  MergeRuns(&t->calls, by_enter);
-  MergeRuns(&t->ops, by_start);
+  MergeRuns(&t->calls, std::move(call_runs), by_enter);
+  MergeRuns(&t->ops, std::move(op_runs), by_start);
   Join(t);
   JoinNccl(t);
   BuildRanges(t);

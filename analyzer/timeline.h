@@ -196,7 +196,10 @@ struct Timeline {
 
   // "" when unknown.
   std::string_view String(uint32_t id) const;
-  const ApiInfo& Api(uint16_t id) const;
+  const ApiInfo& Api(uint16_t id) const {
+    return id < apis.size() && !apis[id].name.empty() ? apis[id] : UnknownApi();
+  }
+  static const ApiInfo& UnknownApi();
 };
 
 // "all_reduce", "send", "comm_init" ...
@@ -219,6 +222,9 @@ class TickConverter {
   TickConverter(std::vector<trace::ClockRecord> pairs,
                 std::vector<Diagnostic>* diags);
   int64_t ToNs(uint64_t ticks) const;
+  // The same conversion, faster for ticks that mostly rise: the segment of
+  // the previous call is tried first.
+  int64_t ToNsNear(uint64_t ticks, size_t* hint) const;
 
  private:
   struct Segment {
@@ -226,6 +232,7 @@ class TickConverter {
     int64_t ns;
     double slope;  // ns per tick
   };
+  int64_t Convert(const Segment& s, uint64_t ticks) const;
   std::vector<Segment> segments_;
 };
 

@@ -310,6 +310,26 @@ TEST_CASE("random corruption never crashes", "[reader]") {
   }
 }
 
+// Guards the hinted conversion used for whole arrays: the same answer as the
+// searched one for rising, falling and random ticks, in and outside every
+// segment.
+TEST_CASE("hinted tick conversion equals the searched one", "[reader][clock]") {
+  std::vector<Diagnostic> diags;
+  std::vector<tf::ClockRecord> pairs;
+  for (uint64_t k = 0; k < 40; ++k) pairs.push_back({1000 + k * 997, 5'000'000 + k * 3001, 0});
+  TickConverter conv(pairs, &diags);
+  std::mt19937_64 rng(7);
+  size_t hint = 0;
+  for (uint64_t x = 0; x < 50'000; x += 37) CHECK(conv.ToNsNear(x, &hint) == conv.ToNs(x));
+  for (uint64_t x = 50'020; x >= 41; x -= 41) CHECK(conv.ToNsNear(x, &hint) == conv.ToNs(x));
+  for (int i = 0; i < 5000; ++i) {
+    const uint64_t x = rng() % 60'000;
+    CHECK(conv.ToNsNear(x, &hint) == conv.ToNs(x));
+  }
+  hint = 12345;  // out of range: a fresh search
+  CHECK(conv.ToNsNear(3000, &hint) == conv.ToNs(3000));
+}
+
 // Guards tick → ns conversion: interpolation between pairs and
 // extrapolation with the nearest segment's slope.
 TEST_CASE("tick conversion", "[reader][clock]") {
