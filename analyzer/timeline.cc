@@ -391,6 +391,42 @@ const char* NcclKindName(trace::NcclKind kind) {
   return "other";
 }
 
+namespace {
+
+// A time outside [0, kMaxTimeNs] is clamped into it and counted.
+void ClampTime(int64_t* v, uint64_t* invalid) {
+  if (*v < 0 || *v > kMaxTimeNs) {
+    *v = *v < 0 ? 0 : kMaxTimeNs;
+    ++*invalid;
+  }
+}
+
+// Converts each record's start and end (`convert`), clamps them into
+// [0, kMaxTimeNs] with the end at least the start (counting each fix in
+// `invalid`), and returns where the runs sorted by start begin (0 first).
+template <typename T, typename Convert>
+std::vector<size_t> ClampAndFindRuns(std::vector<T>* v, int64_t T::*start, int64_t T::*end,
+                                     uint64_t* invalid, Convert convert) {
+  std::vector<size_t> runs{0};
+  int64_t prev = 0;
+  for (size_t i = 0; i < v->size(); ++i) {
+    T& r = (*v)[i];
+    convert(&(r.*start));
+    convert(&(r.*end));
+    ClampTime(&(r.*start), invalid);
+    ClampTime(&(r.*end), invalid);
+    if (r.*end < r.*start) {
+      r.*end = r.*start;
+      ++*invalid;
+    }
+    if (i > 0 && r.*start < prev) runs.push_back(i);
+    prev = r.*start;
+  }
+  return runs;
+}
+
+}  // namespace
+
 void FinalizeTimeline(Timeline* t) {
   MergeModuleMaps(t);
   std::optional<TickConverter> conv;
@@ -400,48 +436,16 @@ void FinalizeTimeline(Timeline* t) {
   }
   uint64_t invalid = 0;
   // Times outside [0, kMaxTimeNs] and ends before starts are clamped.
-  auto clamp = [&invalid](int64_t* v) {
-    if (*v < 0 || *v > kMaxTimeNs) {
-      *v = *v < 0 ? 0 : kMaxTimeNs;
-      ++invalid;
-    }
-  };
-  // One pass over the calls converts, clamps and finds the sorted runs.
-  std::vector<size_t> call_runs{0};
-  {
-    size_t hint = 0;
-    int64_t prev = 0;
-    for (size_t i = 0; i < t->calls.size(); ++i) {
-      ApiCall& c = t->calls[i];
-      if (conv) {
-        c.enter_ns = conv->ToNsNear(static_cast<uint64_t>(c.enter_ns), &hint);
-        c.exit_ns = conv->ToNsNear(static_cast<uint64_t>(c.exit_ns), &hint);
-      }
-      clamp(&c.enter_ns);
-      clamp(&c.exit_ns);
-      if (c.exit_ns < c.enter_ns) {
-        c.exit_ns = c.enter_ns;
-        ++invalid;
-      }
-      if (i > 0 && c.enter_ns < prev) call_runs.push_back(i);
-      prev = c.enter_ns;
-    }
-  }
-  std::vector<size_t> op_runs{0};
-  {
-    int64_t prev = 0;
-    for (size_t i = 0; i < t->ops.size(); ++i) {
-      DeviceOp& op = t->ops[i];
-      clamp(&op.start_ns);
-      clamp(&op.end_ns);
-      if (op.end_ns < op.start_ns) {
-        op.end_ns = op.start_ns;
-        ++invalid;
-      }
-      if (i > 0 && op.start_ns < prev) op_runs.push_back(i);
-      prev = op.start_ns;
-    }
-  }
+  auto clamp = [&invalid](int64_t* v) { ClampTime(v, &invalid); };
+  // One pass over the calls (and one over the ops) converts, clamps and
+  // finds the sorted runs.
+  size_t hint = 0;
+  std::vector<size_t> call_runs = ClampAndFindRuns(
+      &t->calls, &ApiCall::enter_ns, &ApiCall::exit_ns, &invalid, [&](int64_t* v) {
+        if (conv) *v = conv->ToNsNear(static_cast<uint64_t>(*v), &hint);
+      });
+  std::vector<size_t> op_runs = ClampAndFindRuns(&t->ops, &DeviceOp::start_ns, &DeviceOp::end_ns,
+                                                 &invalid, [](int64_t*) {});
   for (NvtxEvent& e : t->nvtx) clamp(&e.ns);
   for (NcclCall& n : t->nccl) clamp(&n.enter_ns);
   for (auto& [tid, samples] : t->cpu) {
