@@ -36,7 +36,7 @@ struct ProcessAnalysis {
   StepPlan plan;
   std::vector<CallClass> classes;        // indexed like timeline.calls
   std::vector<IdleGap> gaps;             // in time order
-  std::vector<int64_t> idle_caused;      // rule-1 ns per call
+  IdleCaused idle_caused;                // rule-1 ns per call
   std::vector<int32_t> hotspot_of_call;  // index into Report::hotspots, -1 none
 };
 

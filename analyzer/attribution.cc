@@ -355,7 +355,7 @@ class Attributor {
           !(c >= 0 && t_.calls[c].enter_ns < t_.calls[blocker].enter_ns)) {
         const int64_t x = std::min(b - a, waited);
         Add(a, a + x, Cause::kSync, blocker);
-        out_->idle_caused[blocker] += x;
+        out_->idle_caused.Add(static_cast<size_t>(blocker), x);
         cur = a + x;
       }
     }
@@ -451,7 +451,6 @@ Attribution AttributeIdle(const Timeline& t, const StepPlan& plan,
                           const std::vector<CallClass>& classes,
                           const AttributionOptions& options) {
   Attribution out;
-  out.idle_caused.assign(t.calls.size(), 0);
   for (size_t k = 0; k < plan.steps.size(); ++k) {
     StepStats s;
     s.index = static_cast<int>(k);

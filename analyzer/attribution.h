@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "analyzer/report.h"
 #include "analyzer/steps.h"
 #include "analyzer/timeline.h"
@@ -56,9 +57,24 @@ struct IdleGap {
 
 };
 
+// Rule-1 ns per call (design.md rule 1), kept only for the few calls that
+// caused idle: 0 for every other call.
+class IdleCaused {
+ public:
+  int64_t Get(size_t call) const {
+    auto it = ns_.find(call);
+    return it == ns_.end() ? 0 : it->second;
+  }
+  void Add(size_t call, int64_t ns) { ns_[call] += ns; }
+  size_t calls() const { return ns_.size(); }  // calls with a share
+
+ private:
+  absl::flat_hash_map<size_t, int64_t> ns_;
+};
+
 struct Attribution {
   std::vector<StepStats> steps;       // busy, idle, causes, counts per step
-  std::vector<int64_t> idle_caused;   // rule-1 ns per call (indexed like t.calls)
+  IdleCaused idle_caused;             // rule-1 ns per call (by index into t.calls)
   std::vector<IdleGap> gaps;          // in time order; they sum to the steps' idle
 };
 

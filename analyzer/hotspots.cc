@@ -174,7 +174,7 @@ std::string HotspotSuggestion(std::string_view api, trace::ApiCategory category,
 
 std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
                                   const std::vector<CallClass>& classes,
-                                  const std::vector<int64_t>& idle_caused,
+                                  const IdleCaused& idle_caused,
                                   const AttributionOptions& options,
                                   Symbolizer* symbolizer,
                                   std::vector<int32_t>* hotspot_of_call) {
@@ -198,11 +198,11 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
     if (classes[i] != CallClass::kSync) continue;
     const ApiCall& c = t.calls[i];
     const int64_t blocked = c.exit_ns - c.enter_ns;
-    if (blocked <= options.hotspot_min_blocked_ns && idle_caused[i] == 0) continue;
+    if (blocked <= options.hotspot_min_blocked_ns && idle_caused.Get(i) == 0) continue;
     // With markers: calls between the first step's host start and the last
     // step's host end, or that caused idle inside a step (start-up and
     // teardown synchronizations are left out).
-    if (markers && idle_caused[i] == 0 &&
+    if (markers && idle_caused.Get(i) == 0 &&
         (c.enter_ns < plan.steps.front().host_start_ns ||
          c.enter_ns >= plan.steps.back().host_end_ns)) {
       continue;
@@ -239,7 +239,7 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
     // Calls of several threads may overlap: saturate rather than overflow on
     // absurd (hostile) durations.
     h.blocked_ns = blocked > kMaxTimeNs * 4 - h.blocked_ns ? kMaxTimeNs * 4 : h.blocked_ns + blocked;
-    h.idle_caused_ns += idle_caused[i];
+    h.idle_caused_ns += idle_caused.Get(i);
   }
   // Copies without a direction in their API flags: from their op's CUPTI
   // memcpy kind (1 HtoD, 2 DtoH, 3 HtoA, 4 AtoH), and its bytes.

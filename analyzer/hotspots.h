@@ -46,7 +46,7 @@ std::string HotspotSuggestion(std::string_view api, trace::ApiCategory category,
 // each call's hotspot in the result, -1 for calls in none.
 std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
                                   const std::vector<CallClass>& classes,
-                                  const std::vector<int64_t>& idle_caused,
+                                  const IdleCaused& idle_caused,
                                   const AttributionOptions& options,
                                   Symbolizer* symbolizer,
                                   std::vector<int32_t>* hotspot_of_call = nullptr);

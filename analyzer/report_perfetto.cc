@@ -395,9 +395,7 @@ class Writer {
       if (c.result != 0) Arg("result", c.result);
       if (i < a_.classes.size() && a_.classes[i] == CallClass::kSync) {
         ArgStr("sync", api.category == ApiCategory::kSync ? "explicit" : "implicit");
-        if (i < a_.idle_caused.size() && a_.idle_caused[i] > 0) {
-          Arg("idle_caused_ns", a_.idle_caused[i]);
-        }
+        if (const int64_t idle = a_.idle_caused.Get(i); idle > 0) Arg("idle_caused_ns", idle);
       }
       if (i < a_.hotspot_of_call.size() && a_.hotspot_of_call[i] >= 0 &&
           a_.hotspot_of_call[i] < static_cast<int32_t>(report_.hotspots.size())) {
@@ -405,7 +403,7 @@ class Writer {
         ArgStr("hotspot", h.fingerprint);
         if (std::string site = SiteString(h.site); !site.empty()) ArgStr("site", site);
         ArgStr("suggestion", h.suggestion);
-        if (a_.idle_caused[i] == 0) Arg("idle_caused_ns", 0);
+        if (a_.idle_caused.Get(i) == 0) Arg("idle_caused_ns", 0);
       }
       End(true);
     }

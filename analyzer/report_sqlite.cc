@@ -331,7 +331,7 @@ absl::Status InsertCalls(sqlite3* db, const Report& r, const ProcessAnalysis& a)
     const ApiCall& c = t.calls[i];
     const CallClass cls = i < a.classes.size() ? a.classes[i] : CallClass::kNonBlocking;
     const int64_t hotspot = i < a.hotspot_of_call.size() ? a.hotspot_of_call[i] : -1;
-    const int64_t idle = i < a.idle_caused.size() ? a.idle_caused[i] : 0;
+    const int64_t idle = a.idle_caused.Get(i);
     RETURN_IF_ERROR(
         st.Row(i, c.api, c.enter_ns, c.exit_ns, c.tid, c.stream, c.bytes, c.correlation,
                ClassName(cls), step_of(c.enter_ns),
