@@ -66,7 +66,6 @@ class IdleCaused {
     return it == ns_.end() ? 0 : it->second;
   }
   void Add(size_t call, int64_t ns) { ns_[call] += ns; }
-  size_t calls() const { return ns_.size(); }  // calls with a share
 
  private:
   absl::flat_hash_map<size_t, int64_t> ns_;

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <span>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -201,8 +200,9 @@ RankArrivals CollectArrivals(const Timeline& t) {
   }
 
   const auto launched = LaunchedCollectives(t);
+  if (launched.empty()) return r;  // no collective launched: no arrival
   absl::flat_hash_map<std::pair<uint64_t, uint64_t>, size_t> index;
-  for (const DeviceOp& op : launched.empty() ? std::span<const DeviceOp>() : std::span(t.ops)) {
+  for (const DeviceOp& op : t.ops) {
     if (op.kind != trace::DeviceOpKind::kNccl || op.device != r.device || op.call < 0) continue;
     auto it = launched.find(op.call);
     if (it == launched.end()) continue;

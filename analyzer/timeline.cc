@@ -33,11 +33,10 @@ void CorrelationMap::Set(uint32_t correlation, uint64_t external) {
   if (correlation < dense_.size()) {
     dense_[correlation] = external;
   } else if (correlation < limit_) {
-    // Grow to the id, at least doubling (no copy while within the
-    // reserved size).
-    const uint64_t want = std::max<uint64_t>(correlation + uint64_t{1},
-                                             std::min<uint64_t>(dense_.capacity(), limit_));
-    dense_.resize(std::min<uint64_t>(std::max<uint64_t>(want, 2 * dense_.size()), limit_), 0);
+    // Grow past the id: to the reserved size first (no copy), then doubling.
+    dense_.resize(std::min<uint64_t>(
+        std::max<uint64_t>({correlation + uint64_t{1}, dense_.capacity(), 2 * dense_.size()}),
+        limit_));
     dense_[correlation] = external;
   } else {
     sparse_[correlation] = external;

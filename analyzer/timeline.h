@@ -149,7 +149,6 @@ class CorrelationMap {
     return it == sparse_.end() ? 0 : it->second;
   }
   bool empty() const { return records_ == 0; }
-  uint64_t records() const { return records_; }
   void Clear();
 
  private:
