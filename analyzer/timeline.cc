@@ -2,6 +2,9 @@
 // timeline model (see timeline.h).
 #include "analyzer/timeline.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -23,9 +26,25 @@ const ApiInfo& Timeline::UnknownApi() {
   return *kUnknown;
 }
 
+void PopulatePages(void* data, size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  if (bytes < (size_t{1} << 20)) return;
+  static const auto kPage = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  // Whole pages inside the range only: the pages at its edges may hold
+  // other allocations (writing is harmless, but they are not ours to map).
+  const auto begin = (reinterpret_cast<uintptr_t>(data) + kPage - 1) & ~(kPage - 1);
+  const auto end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kPage - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
+
 void CorrelationMap::Expect(uint64_t expected) {
   limit_ = std::min<uint64_t>(4 * expected + 1024, uint64_t{1} << 32);
   dense_.reserve(std::min<uint64_t>(expected + 1024, limit_));
+  PopulateCapacity(&dense_);
 }
 
 void CorrelationMap::Set(uint32_t correlation, uint64_t external) {

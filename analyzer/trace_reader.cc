@@ -346,6 +346,10 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
     }
     t.calls.reserve(api);
     t.ops.reserve(device);
+    // Mapped now in one call each: the first write to every page would
+    // otherwise take a fault (most of the reading time on large traces).
+    PopulateCapacity(&t.calls);
+    PopulateCapacity(&t.ops);
     t.correlations.Expect(corr);
   }
 
