@@ -437,9 +437,10 @@ std::vector<CallClass> ClassifyCalls(const Timeline& t, uint32_t device,
       // With its device op known, a call synchronized iff it returned only
       // after that op ended. Without one (no CUPTI), a long call made while
       // the device was busy is taken as having waited for it.
+      const CallInfo& info = t.call_info[i];
       const bool synchronized =
-          c.op_count > 0
-              ? c.exit_ns > c.last_op_end_ns
+          info.op_count > 0
+              ? c.exit_ns > info.last_op_end_ns
               : c.exit_ns - c.enter_ns > o.observed_block_ns && pending.At(c.enter_ns);
       if (synchronized) out[i] = CallClass::kSync;
     }

@@ -661,11 +661,13 @@ int DumpCmd(const std::vector<std::string>& args) {
   std::vector<Line> lines;
   for (size_t i = 0; i < t->calls.size(); ++i) {
     const ApiCall& c = t->calls[i];
+    const CallInfo& info = t->call_info[i];
     lines.push_back({c.enter_ns, absl::StrFormat("call %d tid %d %s [%d, %d) %d ns corr %d stream 0x%x "
                                                  "stack %d python_stack %d result %d ops %d",
                                                  i, c.tid, t->Api(c.api).name, c.enter_ns, c.exit_ns,
-                                                 c.exit_ns - c.enter_ns, c.correlation, c.stream,
-                                                 c.stack, c.python_stack, c.result, c.op_count)});
+                                                 c.exit_ns - c.enter_ns, info.correlation, info.stream,
+                                                 info.stack, info.python_stack, info.result,
+                                                 info.op_count)});
   }
   for (size_t i = 0; i < t->ops.size(); ++i) {
     const DeviceOp& op = t->ops[i];
@@ -677,14 +679,15 @@ int DumpCmd(const std::vector<std::string>& args) {
   }
   for (const NcclCall& n : t->nccl) {
     const ApiCall* c = n.call >= 0 ? &t->calls[static_cast<size_t>(n.call)] : nullptr;
+    const CallInfo* info = n.call >= 0 ? &t->call_info[static_cast<size_t>(n.call)] : nullptr;
     lines.push_back(
         {n.enter_ns,
          absl::StrFormat("nccl %s call %d api %s tid %d comm 0x%016x rank %d nranks %d seq %d "
                          "count %d bytes %d datatype %d op %d peer %d stream 0x%x corr %d "
                          "group_depth %d flags 0x%x",
                          NcclKindName(n.kind), n.call, c ? t->Api(c->api).name : "?", n.tid,
-                         n.comm, n.rank, n.nranks, n.seq, n.count, c ? c->bytes : 0, n.datatype,
-                         n.op, n.peer, c ? c->stream : 0, n.correlation, n.group_depth,
+                         n.comm, n.rank, n.nranks, n.seq, n.count, info ? info->bytes : 0, n.datatype,
+                         n.op, n.peer, info ? info->stream : 0, n.correlation, n.group_depth,
                          n.flags)});
   }
   for (const NvtxRange& r : t->ranges) {

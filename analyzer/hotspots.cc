@@ -207,9 +207,10 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
          c.enter_ns >= plan.steps.back().host_end_ns)) {
       continue;
     }
-    auto [sit, inserted] = stacks.try_emplace(std::make_pair(c.stack, c.python_stack));
+    const CallInfo& info = t.call_info[i];
+    auto [sit, inserted] = stacks.try_emplace(std::make_pair(info.stack, info.python_stack));
     if (inserted) {
-      ResolveStack(t, c.stack, c.python_stack, symbolizer, &sit->second.site,
+      ResolveStack(t, info.stack, info.python_stack, symbolizer, &sit->second.site,
                    &sit->second.frames);
     }
     const Resolved& r = sit->second;
@@ -230,8 +231,8 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
     if (hotspot_of_call != nullptr) (*hotspot_of_call)[i] = static_cast<int32_t>(hit->second);
     Hotspot& h = out[hit->second];
     Extra& x = extra[hit->second];
-    x.max_bytes = std::max(x.max_bytes, c.bytes);
-    if (x.direction == 0 && c.op_count > 0 &&
+    x.max_bytes = std::max(x.max_bytes, info.bytes);
+    if (x.direction == 0 && info.op_count > 0 &&
         t.Api(c.api).category == trace::ApiCategory::kCopy) {
       copy_calls.emplace(i, hit->second);
     }

@@ -214,7 +214,7 @@ RankArrivals CollectArrivals(const Timeline& t) {
       a.seq = n.seq;
       a.arrival_ns = op.start_ns;
       a.end_ns = op.end_ns;
-      a.bytes = t.calls[op.call].bytes;
+      a.bytes = t.call_info[op.call].bytes;
       a.kind = static_cast<uint8_t>(n.kind);
       r.arrivals.push_back(a);
     } else {

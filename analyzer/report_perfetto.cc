@@ -387,12 +387,13 @@ class Writer {
             c.tid, c.enter_ns);
       Dur(c.exit_ns - c.enter_ns);
       OpenArgs();
-      if (c.op_count > 0) {
+      const CallInfo& info = t_.call_info[i];
+      if (info.op_count > 0) {
         Arg("correlation", corr[i]);
-        Arg("External id", static_cast<int64_t>(c.correlation));
+        Arg("External id", static_cast<int64_t>(info.correlation));
       }
-      if (c.bytes != 0) Arg("bytes", static_cast<int64_t>(c.bytes));
-      if (c.result != 0) Arg("result", c.result);
+      if (info.bytes != 0) Arg("bytes", static_cast<int64_t>(info.bytes));
+      if (info.result != 0) Arg("result", info.result);
       if (i < a_.classes.size() && a_.classes[i] == CallClass::kSync) {
         ArgStr("sync", api.category == ApiCategory::kSync ? "explicit" : "implicit");
         if (const int64_t idle = a_.idle_caused.Get(i); idle > 0) Arg("idle_caused_ns", idle);
@@ -422,7 +423,7 @@ class Writer {
       Arg("context", op.context);
       Arg("stream", op.stream);
       Arg("correlation", op.correlation);
-      if (op.call >= 0) Arg("External id", static_cast<int64_t>(t_.calls[op.call].correlation));
+      if (op.call >= 0) Arg("External id", static_cast<int64_t>(t_.call_info[op.call].correlation));
       if (op.kind == DeviceOpKind::kMemcpy || op.kind == DeviceOpKind::kMemset) {
         Arg("bytes", static_cast<int64_t>(op.bytes));
       }

@@ -329,14 +329,15 @@ absl::Status InsertCalls(sqlite3* db, const Report& r, const ProcessAnalysis& a)
   const HostStepFinder step_of(a.plan);
   for (size_t i = 0; i < t.calls.size(); ++i) {
     const ApiCall& c = t.calls[i];
+    const CallInfo& info = t.call_info[i];
     const CallClass cls = i < a.classes.size() ? a.classes[i] : CallClass::kNonBlocking;
     const int64_t hotspot = i < a.hotspot_of_call.size() ? a.hotspot_of_call[i] : -1;
     const int64_t idle = a.idle_caused.Get(i);
     RETURN_IF_ERROR(
-        st.Row(i, c.api, c.enter_ns, c.exit_ns, c.tid, c.stream, c.bytes, c.correlation,
+        st.Row(i, c.api, c.enter_ns, c.exit_ns, c.tid, info.stream, info.bytes, info.correlation,
                ClassName(cls), step_of(c.enter_ns),
                hotspot < static_cast<int64_t>(r.hotspots.size()) ? Index(hotspot) : std::nullopt,
-               idle, c.result, c.op_count));
+               idle, info.result, info.op_count));
   }
   return absl::OkStatus();
 }

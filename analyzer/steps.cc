@@ -190,7 +190,7 @@ std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid) {
     const trace::ApiCategory category = t.Api(c.api).category;
     const uint64_t what = op_name[i] != 0                        ? (uint64_t{1} << 63) | op_name[i]
                           : category == trace::ApiCategory::kFree ? 0
-                                                                   : c.object;
+                                                                   : t.call_info[i].object;
     auto [it, fresh] = symbols.try_emplace(std::make_pair(uint64_t{c.api}, what),
                                            static_cast<uint32_t>(symbols.size()));
     seq.push_back(it->second);

@@ -205,7 +205,7 @@ void Join(Timeline* t) {
   const IdMap<uint64_t, int32_t> by_external(
       t->calls.size(),
       [t](size_t i) -> std::optional<std::pair<uint64_t, int32_t>> {
-        const uint64_t id = t->calls[i].correlation;
+        const uint64_t id = t->call_info[i].correlation;
         if (id == 0) return std::nullopt;
         return std::make_pair(id, static_cast<int32_t>(i));
       },
@@ -220,7 +220,7 @@ void Join(Timeline* t) {
       continue;
     }
     op.call = call;
-    ApiCall& c = t->calls[call];
+    CallInfo& c = t->call_info[call];
     ++c.op_count;
     c.last_op_end_ns = std::max(c.last_op_end_ns, op.end_ns);
   }
@@ -322,6 +322,40 @@ void MergeRuns(std::vector<T>* v, std::vector<size_t> bounds, Less less) {
     if (next.back() != v->size()) next.push_back(v->size());
     bounds = std::move(next);
   }
+}
+
+// Puts v in the order `from` gives (v[k] becomes the old v[from[k]]), in
+// place: each cycle of the permutation is walked once.
+template <typename T>
+void Permute(std::vector<T>* v, const std::vector<uint32_t>& from) {
+  std::vector<bool> done(from.size(), false);
+  for (size_t k = 0; k < from.size(); ++k) {
+    if (done[k] || from[k] == k) continue;
+    T first = std::move((*v)[k]);
+    size_t j = k;
+    while (from[j] != k) {
+      (*v)[j] = std::move((*v)[from[j]]);
+      done[j] = true;
+      j = from[j];
+    }
+    (*v)[j] = std::move(first);
+    done[j] = true;
+  }
+}
+
+// Sorts the calls by enter (stable), their CallInfo alongside. The calls
+// are sorted runs (one per chunk) starting at `runs`: already sorted (one
+// run) is the common case and costs nothing.
+void SortCalls(Timeline* t, const std::vector<size_t>& runs) {
+  if (runs.size() <= 1) return;
+  std::vector<std::pair<int64_t, uint32_t>> keys(t->calls.size());
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = {t->calls[i].enter_ns, static_cast<uint32_t>(i)};
+  MergeRuns(&keys, runs, [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<uint32_t> from(keys.size());
+  for (size_t k = 0; k < keys.size(); ++k) from[k] = keys[k].second;
+  std::vector<std::pair<int64_t, uint32_t>>().swap(keys);
+  Permute(&t->calls, from);
+  Permute(&t->call_info, from);
 }
 
 // The recorder rewrites the whole module map when modules change: the last
@@ -475,9 +509,8 @@ void FinalizeTimeline(Timeline* t) {
                      [](const CpuSample& a, const CpuSample& b) { return a.ns < b.ns; });
   }
   if (invalid > 0) AddDiagnostic(&t->diagnostics, DiagId::kInvalidRecords, invalid);
-  auto by_enter = [](const ApiCall& a, const ApiCall& b) { return a.enter_ns < b.enter_ns; };
   auto by_start = [](const DeviceOp& a, const DeviceOp& b) { return a.start_ns < b.start_ns; };
-  MergeRuns(&t->calls, std::move(call_runs), by_enter);
+  SortCalls(t, call_runs);
   MergeRuns(&t->ops, std::move(op_runs), by_start);
   Join(t);
   JoinNccl(t);

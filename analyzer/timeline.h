@@ -22,23 +22,32 @@ struct ApiInfo {
   uint16_t flags = 0;  // trace::ApiFlags
 };
 
-// One hooked host call. Times are ticks until FinalizeTimeline, then ns.
+// One hooked host call: the fields every analysis pass reads (24 bytes, so
+// a pass over millions of calls moves little memory). The rest of the call
+// is in Timeline::call_info at the same index. Times are ticks until
+// FinalizeTimeline, then ns.
 struct ApiCall {
   int64_t enter_ns = 0;
   int64_t exit_ns = 0;
+  uint32_t tid = 0;
+  uint16_t api = 0;
+  uint16_t flags = 0;  // trace::RecordFlags
+};
+
+// The fields of a call that hotspots, step finding and the exporters read
+// for some calls only (Timeline::call_info[i] belongs to Timeline::calls[i]).
+struct CallInfo {
   uint64_t correlation = 0;  // external id; 0 none
   uint64_t stream = 0;
   uint64_t object = 0;
   uint64_t bytes = 0;
+  // Filled by the join: the device ops this call submitted and when the
+  // last of them ended.
+  int64_t last_op_end_ns = 0;
   uint32_t stack = 0;         // native call-site stack id; 0 none
   uint32_t python_stack = 0;  // Python call-site stack id; 0 none
-  uint32_t tid = 0;
-  uint16_t api = 0;
-  uint16_t flags = 0;  // trace::RecordFlags
   int32_t result = 0;
-  // Filled by the join: device ops this call submitted.
   int32_t op_count = 0;
-  int64_t last_op_end_ns = 0;
 };
 
 struct DeviceOp {
@@ -169,6 +178,7 @@ struct Timeline {
 
   std::vector<ApiInfo> apis;  // indexed by api id
   std::vector<ApiCall> calls;  // sorted by enter after FinalizeTimeline
+  std::vector<CallInfo> call_info;  // call_info[i] belongs to calls[i]
   std::vector<DeviceOp> ops;   // sorted by start after FinalizeTimeline
   // Filled by the reader, released by FinalizeTimeline once ops are joined
   // to calls.

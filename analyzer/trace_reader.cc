@@ -60,17 +60,19 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
         ApiCall c;
         c.enter_ns = static_cast<int64_t>(r.enter);
         c.exit_ns = static_cast<int64_t>(r.exit);
-        c.correlation = r.correlation;
-        c.stream = r.stream;
-        c.object = r.object;
-        c.bytes = r.bytes;
-        c.stack = r.stack;
-        c.python_stack = r.python_stack;
         c.tid = h.tid;
         c.api = r.api;
         c.flags = r.flags;
-        c.result = r.result;
         t->calls.push_back(c);
+        CallInfo info;
+        info.correlation = r.correlation;
+        info.stream = r.stream;
+        info.object = r.object;
+        info.bytes = r.bytes;
+        info.stack = r.stack;
+        info.python_stack = r.python_stack;
+        info.result = r.result;
+        t->call_info.push_back(info);
       }
       return {};
     }
@@ -345,10 +347,12 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
       off += sizeof(ch) + ch.payload_bytes;
     }
     t.calls.reserve(api);
+    t.call_info.reserve(api);
     t.ops.reserve(device);
     // Mapped now in one call each: the first write to every page would
     // otherwise take a fault (most of the reading time on large traces).
     PopulateCapacity(&t.calls);
+    PopulateCapacity(&t.call_info);
     PopulateCapacity(&t.ops);
     t.correlations.Expect(corr);
   }

@@ -61,8 +61,8 @@ TEST_CASE("round trip of every chunk type", "[reader]") {
   CHECK(t.Api(t.calls[0].api).name == "cuLaunchKernel");
   CHECK(t.Api(t.calls[1].api).category == tf::ApiCategory::kSync);
   CHECK(t.ops[0].call == 0);
-  CHECK(t.calls[0].op_count == 1);
-  CHECK(t.calls[0].last_op_end_ns == 20 * kUs);
+  CHECK(t.call_info[0].op_count == 1);
+  CHECK(t.call_info[0].last_op_end_ns == 20 * kUs);
   CHECK(t.String(t.ops[0].name) == "gemm");
   CHECK(t.calls[1].tid == 11);
   CHECK(t.calls[2].tid == 12);
@@ -70,12 +70,12 @@ TEST_CASE("round trip of every chunk type", "[reader]") {
   REQUIRE(t.ranges.size() == 1);
   CHECK(t.String(t.ranges[0].name) == "step 0");
   CHECK(t.ranges[0].end_ns == 30 * kUs);
-  CHECK(t.calls[1].stack == 0);
-  const StackRef& py = t.stacks.at(t.calls[1].python_stack);
+  CHECK(t.call_info[1].stack == 0);
+  const StackRef& py = t.stacks.at(t.call_info[1].python_stack);
   REQUIRE(py.python_depth == 2);
   CHECK(t.String(static_cast<uint32_t>(t.stack_words[py.python_offset])) == "train.py\tstep");
   CHECK(t.stack_words[py.python_offset + 1] == 42);
-  const StackRef& native = t.stacks.at(t.calls[2].stack);
+  const StackRef& native = t.stacks.at(t.call_info[2].stack);
   REQUIRE(native.native_depth == 2);
   CHECK(t.stack_words[native.native_offset] == 0x1234);
   REQUIRE(t.modules.size() == 1);
@@ -102,19 +102,32 @@ TEST_CASE("records split across chunks", "[reader]") {
 }
 
 // Guards the ordering of the timeline: calls of several threads (one chunk
-// each) and device ops written out of order come back sorted, stably.
+// each) and device ops written out of order come back sorted, stably, each
+// call's CallInfo moved along with it.
 TEST_CASE("calls and ops are sorted across chunks", "[reader]") {
   TraceBuilder b;
   auto apis = testing::AddStandardApis(&b);
   b.SetChunkRecords(2);
   for (int i = 0; i < 9; ++i) {
     const uint32_t tid = 1 + i % 3;
+    testing::CallOptions o;
+    o.bytes = 100 - i;  // the enter time in µs
+    o.stream = tid;
+    o.stack = 1000 + i;
     b.Submit(tid, apis.launch, (100 - i) * kUs, (100 - i) * kUs + 1, (200 - i) * kUs,
-             (200 - i) * kUs + 5);
+             (200 - i) * kUs + 5, tf::DeviceOpKind::kKernel, "kernel", o);
   }
   Timeline t = testing::ReadOrDie(b);
   REQUIRE(t.calls.size() == 9);
+  REQUIRE(t.call_info.size() == 9);
   for (size_t i = 1; i < t.calls.size(); ++i) CHECK(t.calls[i - 1].enter_ns <= t.calls[i].enter_ns);
+  for (size_t i = 0; i < t.calls.size(); ++i) {
+    const CallInfo& info = t.call_info[i];
+    CHECK(static_cast<int64_t>(info.bytes) * kUs == t.calls[i].enter_ns);
+    CHECK(info.stream == t.calls[i].tid);
+    CHECK(info.stack == 1100 - info.bytes);
+    CHECK(info.op_count == 1);
+  }
   for (size_t i = 1; i < t.ops.size(); ++i) CHECK(t.ops[i - 1].start_ns <= t.ops[i].start_ns);
   for (const DeviceOp& op : t.ops) {
     REQUIRE(op.call >= 0);
@@ -491,7 +504,7 @@ TEST_CASE("NCCL records and the rank chunk", "[reader]") {
       CHECK(n.group_depth == 1);
     } else {
       CHECK(t->Api(c.api).name == "ncclAllReduce");
-      CHECK(c.bytes == 4096);
+      CHECK(t->call_info[static_cast<size_t>(n.call)].bytes == 4096);
       CHECK(n.correlation == 55);
       CHECK(n.seq == 9);
       CHECK(n.comm == 0xabc);
