@@ -68,6 +68,55 @@ void CorrelationMap::Clear() {
   absl::flat_hash_map<uint32_t, uint64_t>().swap(sparse_);
 }
 
+void ExternalIndex::Expect(uint64_t calls) {
+  limit_ = std::min<uint64_t>(4 * calls + 1024, uint64_t{1} << 31);
+  expected_ = calls;
+}
+
+void ExternalIndex::Set(uint64_t external, uint32_t call) {
+  const uint64_t high = external >> kSeqBits;
+  const uint64_t seq = external & kSeqMask;
+  Thread* th = nullptr;
+  for (Thread& x : threads_) {
+    if (x.high == high) {
+      th = &x;
+      break;
+    }
+  }
+  if (th == nullptr && seq < limit_ && threads_.size() < kMaxThreads) {
+    th = &threads_.emplace_back();
+    th->high = high;
+    // Most calls come from one thread: room for all of them there.
+    if (threads_.size() == 1) th->calls.reserve(std::min(expected_ + 1, limit_));
+  }
+  if (th == nullptr || seq >= limit_) {
+    sparse_[external] = static_cast<int32_t>(call);
+    return;
+  }
+  if (seq >= th->calls.size()) {
+    // To the reserved size first (no copy), then doubling.
+    th->calls.resize(std::min<uint64_t>(std::max<uint64_t>({seq + 1, th->calls.capacity(),
+                                                            2 * th->calls.size()}),
+                                        limit_),
+                     -1);
+  }
+  th->calls[seq] = static_cast<int32_t>(call);
+}
+
+void ExternalIndex::Remap(const std::vector<uint32_t>& to) {
+  for (Thread& th : threads_) {
+    for (int32_t& c : th.calls) {
+      if (c >= 0) c = static_cast<int32_t>(to[static_cast<size_t>(c)]);
+    }
+  }
+  for (auto& [external, c] : sparse_) c = static_cast<int32_t>(to[static_cast<size_t>(c)]);
+}
+
+void ExternalIndex::Clear() {
+  std::vector<Thread>().swap(threads_);
+  absl::flat_hash_map<uint64_t, int32_t>().swap(sparse_);
+}
+
 TickConverter::TickConverter(std::vector<trace::ClockRecord> pairs,
                              std::vector<Diagnostic>* diags) {
   std::sort(pairs.begin(), pairs.end(),
@@ -148,68 +197,9 @@ void ConvertOtherTicks(Timeline* t, const TickConverter& conv) {
     for (CpuSample& c : samples) c.ns = conv.ToNsNear(static_cast<uint64_t>(c.ns), &hint);
 }
 
-// Maps ids to values: a flat vector when the ids are dense (the recorder
-// hands them out in sequence), a hash map otherwise.
-template <typename Key, typename Value>
-class IdMap {
- public:
-  // Entries are `entry(i)` for i in [0, n): a (key, value) pair, or
-  // nullopt to skip i.
-  template <typename Entry>
-  IdMap(size_t n, Entry entry, Value missing) : missing_(missing) {
-    bool any = false;
-    Key lo = 0, hi = 0;
-    size_t count = 0;
-    for (size_t i = 0; i < n; ++i) {
-      if (auto e = entry(i)) {
-        lo = any ? std::min(lo, e->first) : e->first;
-        hi = any ? std::max(hi, e->first) : e->first;
-        any = true;
-        ++count;
-      }
-    }
-    if (!any) return;
-    if (hi - lo < 4 * static_cast<uint64_t>(count) + 1024) {
-      base_ = lo;
-      dense_.assign(static_cast<size_t>(hi - lo) + 1, missing);
-      for (size_t i = 0; i < n; ++i) {
-        if (auto e = entry(i)) dense_[static_cast<size_t>(e->first - lo)] = e->second;
-      }
-      use_dense_ = true;
-    } else {
-      sparse_.reserve(count);
-      for (size_t i = 0; i < n; ++i) {
-        if (auto e = entry(i)) sparse_[e->first] = e->second;
-      }
-    }
-  }
-  Value Get(Key k) const {
-    if (use_dense_) {
-      return k >= base_ && k - base_ < dense_.size() ? dense_[static_cast<size_t>(k - base_)]
-                                                     : missing_;
-    }
-    auto it = sparse_.find(k);
-    return it == sparse_.end() ? missing_ : it->second;
-  }
-
- private:
-  Value missing_;
-  bool use_dense_ = false;
-  Key base_ = 0;
-  std::vector<Value> dense_;
-  absl::flat_hash_map<Key, Value> sparse_;
-};
-
 void Join(Timeline* t) {
   const CorrelationMap& to_external = t->correlations;
-  const IdMap<uint64_t, int32_t> by_external(
-      t->calls.size(),
-      [t](size_t i) -> std::optional<std::pair<uint64_t, int32_t>> {
-        const uint64_t id = t->call_info[i].correlation;
-        if (id == 0) return std::nullopt;
-        return std::make_pair(id, static_cast<int32_t>(i));
-      },
-      -1);
+  const ExternalIndex& by_external = t->by_external;
   const bool fallback = t->correlations.empty() && !t->ops.empty();
   uint64_t unjoined = 0;
   for (DeviceOp& op : t->ops) {
@@ -227,8 +217,9 @@ void Join(Timeline* t) {
   if (fallback) {
     AddDiagnostic(&t->diagnostics, DiagId::kCorrelationFallback, 1);
   }
-  // Joined: the pairs are not needed any more.
+  // Joined: the maps are not needed any more.
   t->correlations.Clear();
+  t->by_external.Clear();
   if (unjoined > 0) {
     AddDiagnostic(&t->diagnostics, DiagId::kUncorrelatedDeviceOps, unjoined,
                   absl::StrFormat("%d of %d device ops have no submitting host "
@@ -356,6 +347,9 @@ void SortCalls(Timeline* t, const std::vector<size_t>& runs) {
   std::vector<std::pair<int64_t, uint32_t>>().swap(keys);
   Permute(&t->calls, from);
   Permute(&t->call_info, from);
+  std::vector<uint32_t> to(from.size());  // call i is now call to[i]
+  for (size_t k = 0; k < from.size(); ++k) to[from[k]] = static_cast<uint32_t>(k);
+  t->by_external.Remap(to);
 }
 
 // The recorder rewrites the whole module map when modules change: the last

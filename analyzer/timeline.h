@@ -167,6 +167,46 @@ class CorrelationMap {
   absl::flat_hash_map<uint32_t, uint64_t> sparse_;
 };
 
+// External correlation id → index into Timeline::calls, filled as the API
+// records are read. The recorder's ids are (thread index << 40) | sequence
+// from 1: one flat vector per thread index over the sequence (below
+// 4 * the calls expected + 1024), a hash map for the rest. A later record
+// for the same id replaces the earlier one.
+class ExternalIndex {
+ public:
+  void Expect(uint64_t calls);
+  void Set(uint64_t external, uint32_t call);
+  int32_t Get(uint64_t external) const {  // -1 when unknown
+    const uint64_t high = external >> kSeqBits;
+    const uint64_t seq = external & kSeqMask;
+    for (const Thread& th : threads_) {
+      if (th.high == high) {
+        if (seq < th.calls.size()) return th.calls[seq];
+        break;
+      }
+    }
+    if (sparse_.empty()) return -1;
+    auto it = sparse_.find(external);
+    return it == sparse_.end() ? -1 : it->second;
+  }
+  // The calls were reordered: call i is now call to[i].
+  void Remap(const std::vector<uint32_t>& to);
+  void Clear();
+
+ private:
+  static constexpr int kSeqBits = 40;
+  static constexpr uint64_t kSeqMask = (uint64_t{1} << kSeqBits) - 1;
+  static constexpr size_t kMaxThreads = 16;  // flat vectors; ids of more go to the map
+  struct Thread {
+    uint64_t high = 0;
+    std::vector<int32_t> calls;  // by sequence; -1 none
+  };
+  uint64_t limit_ = 1024;
+  uint64_t expected_ = 0;
+  std::vector<Thread> threads_;
+  absl::flat_hash_map<uint64_t, int32_t> sparse_;
+};
+
 struct Timeline {
   std::string path;
   trace::FileHeader header{};
@@ -183,6 +223,7 @@ struct Timeline {
   // Filled by the reader, released by FinalizeTimeline once ops are joined
   // to calls.
   CorrelationMap correlations;
+  ExternalIndex by_external;  // likewise
   std::vector<NvtxEvent> nvtx;
   std::vector<NvtxRange> ranges;  // sorted by start
   absl::flat_hash_map<uint32_t, std::string> strings;

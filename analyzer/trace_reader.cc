@@ -63,6 +63,9 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
         c.tid = h.tid;
         c.api = r.api;
         c.flags = r.flags;
+        if (r.correlation != 0) {
+          t->by_external.Set(r.correlation, static_cast<uint32_t>(t->calls.size()));
+        }
         t->calls.push_back(c);
         CallInfo info;
         info.correlation = r.correlation;
@@ -355,6 +358,7 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
     PopulateCapacity(&t.call_info);
     PopulateCapacity(&t.ops);
     t.correlations.Expect(corr);
+    t.by_external.Expect(api);
   }
 
   std::vector<uint64_t> buffer;  // 8-byte aligned payload buffer, reused

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -133,6 +134,48 @@ TEST_CASE("calls and ops are sorted across chunks", "[reader]") {
     REQUIRE(op.call >= 0);
     CHECK(op.start_ns - t.calls[op.call].enter_ns == 100 * kUs);
   }
+}
+
+// Guards the join's id index: external ids in the recorder's form (thread
+// index << 40 | sequence) from many threads, ids far past the flat range,
+// and calls reordered by the sort all join to the right call.
+TEST_CASE("device ops join to their calls whatever the external ids", "[reader]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.SetChunkRecords(3);
+  uint32_t cupti = 1;
+  std::map<uint32_t, uint64_t> external_of;  // CUPTI id → external id
+  for (uint64_t thread = 0; thread < 20; ++thread) {  // more than the flat vectors take
+    for (uint64_t seq = 1; seq <= 4; ++seq) {
+      // The last call of each thread has a sequence far past the flat range.
+      const uint64_t external = (thread << 40) | (seq == 4 ? (uint64_t{1} << 39) : seq);
+      // Later threads enter earlier: the sort reorders every call.
+      const uint64_t enter = (1000 - thread * 40 + seq) * kUs;
+      testing::CallOptions o;
+      o.correlation = external;
+      b.Call(static_cast<uint32_t>(100 + thread), apis.launch, enter, enter + 1 * kUs, o);
+      b.Device(enter + 5 * kUs, enter + 6 * kUs, tf::DeviceOpKind::kKernel, "k", cupti);
+      b.Correlate(external, cupti);
+      external_of[cupti++] = external;
+    }
+  }
+  // A device op whose external id no call carries stays unjoined.
+  b.Device(2000 * kUs, 2001 * kUs, tf::DeviceOpKind::kKernel, "k", cupti);
+  b.Correlate((uint64_t{3} << 40) | 99, cupti);
+  Timeline t = testing::ReadOrDie(b);
+  REQUIRE(t.ops.size() == 81);
+  int joined = 0;
+  for (const DeviceOp& op : t.ops) {
+    if (op.call < 0) {
+      CHECK(op.correlation == cupti);
+      continue;
+    }
+    ++joined;
+    CHECK(t.call_info[op.call].correlation == external_of.at(op.correlation));
+    CHECK(op.start_ns - t.calls[op.call].enter_ns == 5 * kUs);
+  }
+  CHECK(joined == 80);
+  for (const CallInfo& info : t.call_info) CHECK(info.op_count == 1);
 }
 
 // Guards the version contract: a file a newer writer marks as unreadable by
