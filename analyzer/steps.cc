@@ -28,6 +28,12 @@ absl::StatusOr<std::regex> CompileStepPattern(const std::string& pattern) {
 
 std::vector<std::pair<uint32_t, int64_t>> OpsPerDevice(const Timeline& t, int64_t nccl_weight) {
   std::vector<std::pair<uint32_t, int64_t>> counts;
+  if (!t.ops_per_device.empty() || t.ops.empty()) {  // counted by FinalizeTimeline
+    for (const DeviceOpCount& d : t.ops_per_device) {
+      counts.push_back({d.device, d.ops + d.nccl * (nccl_weight - 1)});
+    }
+    return counts;
+  }
   // Consecutive ops mostly share a device: count runs, then add.
   auto add = [&counts](uint32_t device, int64_t n) {
     for (auto& [d, c] : counts) {

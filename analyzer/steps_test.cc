@@ -298,5 +298,31 @@ TEST_CASE("auto steps: markers win", "[steps][auto]") {
   CHECK(r.steps.size() == 2);
 }
 
+// Guards the device counts the reader keeps (ops per device, NCCL kernels
+// weighted on request, in order of first op, interleaved devices merged)
+// and the count from the ops of a timeline that was not finalized.
+TEST_CASE("ops are counted per device", "[steps]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  const uint32_t devices[] = {3, 3, 1, 3, 1, 1, 1, 5};
+  uint32_t cupti = 1;
+  for (uint32_t i = 0; i < 8; ++i) {
+    const uint64_t start = (10 + i * 10) * kUs;
+    const auto kind = i % 3 == 0 ? tf::DeviceOpKind::kNccl : tf::DeviceOpKind::kKernel;
+    b.Device(start, start + 5 * kUs, kind, "k", cupti++, 7, devices[i]);
+  }
+  b.Call(1, api.launch, 1 * kUs, 2 * kUs);
+  Timeline t = testing::ReadOrDie(b);
+  // Device 3: ops 0, 1, 3 (NCCL 0, 3); device 1: 2, 4, 5, 6 (NCCL 6); 5: op 7.
+  using Counts = std::vector<std::pair<uint32_t, int64_t>>;
+  CHECK(OpsPerDevice(t, 1) == Counts{{3, 3}, {1, 4}, {5, 1}});
+  CHECK(OpsPerDevice(t, 100) == Counts{{3, 201}, {1, 103}, {5, 1}});
+  size_t n = 0;
+  CHECK(BusiestDevice(t, &n) == 1);
+  CHECK(n == 3);
+  t.ops_per_device.clear();  // as a timeline built by hand
+  CHECK(OpsPerDevice(t, 100) == Counts{{3, 201}, {1, 103}, {5, 1}});
+}
+
 }  // namespace
 }  // namespace stallscope::analyzer

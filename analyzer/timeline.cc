@@ -202,7 +202,21 @@ void Join(Timeline* t) {
   const ExternalIndex& by_external = t->by_external;
   const bool fallback = t->correlations.empty() && !t->ops.empty();
   uint64_t unjoined = 0;
+  // Ops are counted per device in the same pass (consecutive ops mostly
+  // share a device).
+  std::vector<DeviceOpCount>& per_device = t->ops_per_device;
+  per_device.clear();
+  DeviceOpCount* current = nullptr;
   for (DeviceOp& op : t->ops) {
+    if (current == nullptr || current->device != op.device) {
+      current = nullptr;
+      for (DeviceOpCount& d : per_device) {
+        if (d.device == op.device) current = &d;
+      }
+      if (current == nullptr) current = &per_device.emplace_back(DeviceOpCount{op.device, 0, 0});
+    }
+    ++current->ops;
+    current->nccl += op.kind == trace::DeviceOpKind::kNccl;
     const uint64_t external = fallback ? op.correlation : to_external.Get(op.correlation);
     const int32_t call = external != 0 ? by_external.Get(external) : -1;
     if (call < 0) {

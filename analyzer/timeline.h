@@ -207,6 +207,13 @@ class ExternalIndex {
   absl::flat_hash_map<uint64_t, int32_t> sparse_;
 };
 
+// How many device ops one device ran (Timeline::ops_per_device).
+struct DeviceOpCount {
+  uint32_t device = 0;
+  int64_t ops = 0;
+  int64_t nccl = 0;  // of them NCCL kernels
+};
+
 struct Timeline {
   std::string path;
   trace::FileHeader header{};
@@ -220,6 +227,9 @@ struct Timeline {
   std::vector<ApiCall> calls;  // sorted by enter after FinalizeTimeline
   std::vector<CallInfo> call_info;  // call_info[i] belongs to calls[i]
   std::vector<DeviceOp> ops;   // sorted by start after FinalizeTimeline
+  // Counted by FinalizeTimeline: each device with ops, in order of its first
+  // op.
+  std::vector<DeviceOpCount> ops_per_device;
   // Filled by the reader, released by FinalizeTimeline once ops are joined
   // to calls.
   CorrelationMap correlations;

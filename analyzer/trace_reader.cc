@@ -54,20 +54,24 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
   switch (static_cast<ChunkType>(h.type)) {
     case ChunkType::kApi: {
       if (!fixed(sizeof(trace::ApiRecord))) return "record count exceeds payload";
+      // Sized once per chunk and filled in place (no capacity check per
+      // record).
+      const size_t base = t->calls.size();
+      t->calls.resize(base + h.count);
+      t->call_info.resize(base + h.count);
+      ApiCall* calls = t->calls.data() + base;
+      CallInfo* infos = t->call_info.data() + base;
       for (uint32_t i = 0; i < h.count; ++i) {
         trace::ApiRecord r;
         std::memcpy(&r, p + i * sizeof(r), sizeof(r));
-        ApiCall c;
+        ApiCall& c = calls[i];
         c.enter_ns = static_cast<int64_t>(r.enter);
         c.exit_ns = static_cast<int64_t>(r.exit);
         c.tid = h.tid;
         c.api = r.api;
         c.flags = r.flags;
-        if (r.correlation != 0) {
-          t->by_external.Set(r.correlation, static_cast<uint32_t>(t->calls.size()));
-        }
-        t->calls.push_back(c);
-        CallInfo info;
+        if (r.correlation != 0) t->by_external.Set(r.correlation, static_cast<uint32_t>(base + i));
+        CallInfo& info = infos[i];
         info.correlation = r.correlation;
         info.stream = r.stream;
         info.object = r.object;
@@ -75,16 +79,18 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
         info.stack = r.stack;
         info.python_stack = r.python_stack;
         info.result = r.result;
-        t->call_info.push_back(info);
       }
       return {};
     }
     case ChunkType::kDevice: {
       if (!fixed(sizeof(trace::DeviceRecord))) return "record count exceeds payload";
+      const size_t base = t->ops.size();
+      t->ops.resize(base + h.count);
+      DeviceOp* ops = t->ops.data() + base;
       for (uint32_t i = 0; i < h.count; ++i) {
         trace::DeviceRecord r;
         std::memcpy(&r, p + i * sizeof(r), sizeof(r));
-        DeviceOp op;
+        DeviceOp& op = ops[i];
         op.start_ns = static_cast<int64_t>(r.start_ns);
         op.end_ns = static_cast<int64_t>(r.end_ns);
         op.bytes = r.bytes;
@@ -95,7 +101,6 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
         op.context = r.context;
         op.kind = static_cast<trace::DeviceOpKind>(r.kind);
         op.copy_kind = r.copy_kind;
-        t->ops.push_back(op);
       }
       return {};
     }
