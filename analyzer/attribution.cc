@@ -105,19 +105,9 @@ class Attributor {
   Attributor(const Timeline& t, const StepPlan& plan, const std::vector<CallClass>& classes,
              const AttributionOptions& o, Attribution* out)
       : t_(t), plan_(plan), classes_(classes), o_(o), out_(out) {
-    // Sized first (runs of consecutive calls mostly share a thread), so no
-    // list grows by copying.
-    {
-      absl::flat_hash_map<uint32_t, size_t> counts;
-      for (size_t i = 0; i < t.calls.size();) {
-        size_t j = i + 1;
-        while (j < t.calls.size() && t.calls[j].tid == t.calls[i].tid) ++j;
-        counts[t.calls[i].tid] += j - i;
-        i = j;
-      }
-      for (const auto& [tid, n] : counts) {
-        activity_.try_emplace(tid, t.calls).first->second.Reserve(n);
-      }
+    // Sized first (from the reader's counts), so no list grows by copying.
+    for (const ThreadCallCount& c : t.calls_per_thread) {
+      activity_.try_emplace(c.tid, t.calls).first->second.Reserve(static_cast<size_t>(c.calls));
     }
     uint32_t tid = 0;
     Activity* list = nullptr;

@@ -28,30 +28,8 @@ absl::StatusOr<std::regex> CompileStepPattern(const std::string& pattern) {
 
 std::vector<std::pair<uint32_t, int64_t>> OpsPerDevice(const Timeline& t, int64_t nccl_weight) {
   std::vector<std::pair<uint32_t, int64_t>> counts;
-  if (!t.ops_per_device.empty() || t.ops.empty()) {  // counted by FinalizeTimeline
-    for (const DeviceOpCount& d : t.ops_per_device) {
-      counts.push_back({d.device, d.ops + d.nccl * (nccl_weight - 1)});
-    }
-    return counts;
-  }
-  // Consecutive ops mostly share a device: count runs, then add.
-  auto add = [&counts](uint32_t device, int64_t n) {
-    for (auto& [d, c] : counts) {
-      if (d == device) {
-        c += n;
-        return;
-      }
-    }
-    counts.push_back({device, n});
-  };
-  const size_t n = t.ops.size();
-  for (size_t i = 0; i < n;) {
-    const uint32_t device = t.ops[i].device;
-    int64_t run = 0;
-    for (; i < n && t.ops[i].device == device; ++i) {
-      run += t.ops[i].kind == trace::DeviceOpKind::kNccl ? nccl_weight : 1;
-    }
-    add(device, run);
+  for (const DeviceOpCount& d : t.ops_per_device) {  // counted by FinalizeTimeline
+    counts.push_back({d.device, d.ops + d.nccl * (nccl_weight - 1)});
   }
   return counts;
 }
@@ -71,31 +49,12 @@ uint32_t BusiestDevice(const Timeline& t, size_t* devices) {
 }
 
 uint32_t MainThread(const Timeline& t) {
-  absl::flat_hash_map<uint32_t, std::pair<int64_t, int64_t>> counts;  // launches, calls
-  // Consecutive calls mostly come from one thread: count runs, then add.
-  uint32_t run_tid = 0;
-  std::pair<int64_t, int64_t> run{0, 0};
-  auto flush = [&] {
-    if (run.second == 0) return;
-    auto& c = counts[run_tid];
-    c.first += run.first;
-    c.second += run.second;
-    run = {0, 0};
-  };
-  for (const ApiCall& c : t.calls) {
-    if (c.tid != run_tid) {
-      flush();
-      run_tid = c.tid;
-    }
-    ++run.second;
-    if (t.Api(c.api).category == trace::ApiCategory::kLaunch) ++run.first;
-  }
-  flush();
   uint32_t best = 0;
   std::pair<int64_t, int64_t> best_count{-1, -1};
-  for (const auto& [tid, count] : counts) {
-    if (count > best_count || (count == best_count && tid < best)) {
-      best = tid;
+  for (const ThreadCallCount& c : t.calls_per_thread) {  // counted by FinalizeTimeline
+    const std::pair<int64_t, int64_t> count{c.launches, c.calls};
+    if (count > best_count || (count == best_count && c.tid < best)) {
+      best = c.tid;
       best_count = count;
     }
   }
@@ -357,18 +316,17 @@ StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device
   }
   const bool markers = !steps.empty();
 
-  // The extent of the analyzed device's ops.
-  int64_t first_op = std::numeric_limits<int64_t>::max();
-  int64_t last_op = std::numeric_limits<int64_t>::min();
-  int64_t submitted = 0;
-  for (const DeviceOp& op : t.ops) {
-    if (op.device != device) continue;
-    first_op = std::min(first_op, op.start_ns);
-    last_op = std::max(last_op, op.end_ns);
-    submitted += op.call >= 0;
-  }
-
   if (!markers) {
+    // One step: the extent of the analyzed device's ops and of the calls.
+    int64_t first_op = std::numeric_limits<int64_t>::max();
+    int64_t last_op = std::numeric_limits<int64_t>::min();
+    int64_t submitted = 0;
+    for (const DeviceOp& op : t.ops) {
+      if (op.device != device) continue;
+      first_op = std::min(first_op, op.start_ns);
+      last_op = std::max(last_op, op.end_ns);
+      submitted += op.call >= 0;
+    }
     if (t.calls.empty() && submitted == 0 && first_op > last_op) return plan;
     StepSpan s;
     s.host_start_ns = t.calls.empty() ? first_op : t.calls.front().enter_ns;
@@ -380,25 +338,31 @@ StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device
     return plan;
   }
 
-  // Each call's step by its enter time (calls are sorted by enter; host
-  // ranges are sorted and disjoint): one walk, then each op takes its
-  // submitting call's step.
-  std::vector<int32_t> step_of_call(t.calls.size(), -1);
-  {
-    size_t k = 0;
-    for (size_t i = 0; i < t.calls.size(); ++i) {
-      const int64_t e = t.calls[i].enter_ns;
-      while (k < steps.size() && steps[k].host_end_ns <= e) ++k;
-      if (k == steps.size()) break;
-      if (e >= steps[k].host_start_ns) step_of_call[i] = static_cast<int32_t>(k);
+  // Each op takes the step whose host range holds its submitting call's
+  // enter time (host ranges are sorted and disjoint): the first range that
+  // ends after it, if it has begun by then. Ops come in start order, so
+  // their calls mostly do too: the previous op's step is tried first.
+  auto step_of = [&steps](int64_t enter, size_t* hint) -> int32_t {
+    size_t k = *hint;
+    if (!(k < steps.size() && steps[k].host_end_ns > enter &&
+          (k == 0 || steps[k - 1].host_end_ns <= enter))) {
+      k = static_cast<size_t>(
+          std::upper_bound(steps.begin(), steps.end(), enter,
+                           [](int64_t v, const StepSpan& s) { return v < s.host_end_ns; }) -
+          steps.begin());
+      *hint = k;
     }
-  }
+    return k < steps.size() && enter >= steps[k].host_start_ns ? static_cast<int32_t>(k) : -1;
+  };
   std::vector<int64_t> op_start(steps.size(), std::numeric_limits<int64_t>::max());
   std::vector<int64_t> op_end(steps.size(), std::numeric_limits<int64_t>::min());
+  int64_t submitted = 0;
   int64_t assigned = 0;
+  size_t hint = 0;
   for (const DeviceOp& op : t.ops) {
     if (op.device != device || op.call < 0) continue;
-    const int32_t k = step_of_call[op.call];
+    ++submitted;
+    const int32_t k = step_of(t.calls[op.call].enter_ns, &hint);
     if (k < 0) continue;
     ++assigned;
     op_start[k] = std::min(op_start[k], op.start_ns);

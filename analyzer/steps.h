@@ -37,12 +37,13 @@ struct StepPlan {
 };
 
 // Each device with its number of ops (NCCL kernels counted `nccl_weight`
-// times), in order of first appearance.
+// times), in order of first appearance (Timeline::ops_per_device).
 std::vector<std::pair<uint32_t, int64_t>> OpsPerDevice(const Timeline& t, int64_t nccl_weight);
 // The device with the most ops (0 when none); `devices`, when given, gets
 // the number of devices with ops.
 uint32_t BusiestDevice(const Timeline& t, size_t* devices = nullptr);
-// The thread with the most launches (most calls when none launched).
+// The thread with the most launches (most calls when none launched), from
+// Timeline::calls_per_thread.
 uint32_t MainThread(const Timeline& t);
 
 // Automatic step detection (docs/analyzer.md "Steps without markers").

@@ -3,6 +3,8 @@
 // tiling of the device timeline.
 #include "analyzer/steps.h"
 
+#include <map>
+
 #include <catch2/catch.hpp>
 
 #include "analyzer/testing/test_util.h"
@@ -298,10 +300,11 @@ TEST_CASE("auto steps: markers win", "[steps][auto]") {
   CHECK(r.steps.size() == 2);
 }
 
-// Guards the device counts the reader keeps (ops per device, NCCL kernels
-// weighted on request, in order of first op, interleaved devices merged)
-// and the count from the ops of a timeline that was not finalized.
-TEST_CASE("ops are counted per device", "[steps]") {
+// Guards the counts the reader keeps: ops per device (NCCL kernels weighted
+// on request, in order of first op, interleaved devices merged) and calls
+// and launches per thread (the main thread launches most, whatever its
+// number of calls; ties to the lower id).
+TEST_CASE("ops are counted per device and calls per thread", "[steps]") {
   TraceBuilder b;
   auto api = testing::AddStandardApis(&b);
   const uint32_t devices[] = {3, 3, 1, 3, 1, 1, 1, 5};
@@ -311,8 +314,21 @@ TEST_CASE("ops are counted per device", "[steps]") {
     const auto kind = i % 3 == 0 ? tf::DeviceOpKind::kNccl : tf::DeviceOpKind::kKernel;
     b.Device(start, start + 5 * kUs, kind, "k", cupti++, 7, devices[i]);
   }
-  b.Call(1, api.launch, 1 * kUs, 2 * kUs);
+  // Thread 9: 5 calls, 1 launch; thread 4: 2 launches, interleaved with 9.
+  for (int i = 0; i < 5; ++i) b.Call(9, i == 0 ? api.launch : api.other, i * 2 * kUs, (i * 2 + 1) * kUs);
+  b.Call(4, api.launch, 1 * kUs, 2 * kUs);
+  b.Call(4, api.launch, 5 * kUs, 6 * kUs);
   Timeline t = testing::ReadOrDie(b);
+  CHECK(MainThread(t) == 4);
+  std::map<uint32_t, std::pair<int64_t, int64_t>> per_thread;
+  for (const ThreadCallCount& c : t.calls_per_thread) per_thread[c.tid] = {c.calls, c.launches};
+  CHECK(per_thread == std::map<uint32_t, std::pair<int64_t, int64_t>>{{4, {2, 2}}, {9, {5, 1}}});
+  b.Call(7, api.launch, 20 * kUs, 21 * kUs);
+  b.Call(7, api.launch, 22 * kUs, 23 * kUs);  // as many launches as 4, more calls
+  b.Call(7, api.other, 24 * kUs, 25 * kUs);
+  CHECK(MainThread(testing::ReadOrDie(b)) == 7);
+  b.Call(4, api.other, 30 * kUs, 31 * kUs);  // now a tie: the lower id
+  CHECK(MainThread(testing::ReadOrDie(b)) == 4);
   // Device 3: ops 0, 1, 3 (NCCL 0, 3); device 1: 2, 4, 5, 6 (NCCL 6); 5: op 7.
   using Counts = std::vector<std::pair<uint32_t, int64_t>>;
   CHECK(OpsPerDevice(t, 1) == Counts{{3, 3}, {1, 4}, {5, 1}});
@@ -320,8 +336,6 @@ TEST_CASE("ops are counted per device", "[steps]") {
   size_t n = 0;
   CHECK(BusiestDevice(t, &n) == 1);
   CHECK(n == 3);
-  t.ops_per_device.clear();  // as a timeline built by hand
-  CHECK(OpsPerDevice(t, 100) == Counts{{3, 201}, {1, 103}, {5, 1}});
 }
 
 }  // namespace

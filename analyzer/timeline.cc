@@ -73,7 +73,7 @@ void ExternalIndex::Expect(uint64_t calls) {
   expected_ = calls;
 }
 
-void ExternalIndex::Set(uint64_t external, uint32_t call) {
+void ExternalIndex::SetSlow(uint64_t external, uint32_t call) {
   const uint64_t high = external >> kSeqBits;
   const uint64_t seq = external & kSeqMask;
   Thread* th = nullptr;
@@ -101,6 +101,7 @@ void ExternalIndex::Set(uint64_t external, uint32_t call) {
                      -1);
   }
   th->calls[seq] = static_cast<int32_t>(call);
+  last_ = static_cast<size_t>(th - threads_.data());
 }
 
 void ExternalIndex::Remap(const std::vector<uint32_t>& to) {
@@ -114,6 +115,7 @@ void ExternalIndex::Remap(const std::vector<uint32_t>& to) {
 
 void ExternalIndex::Clear() {
   std::vector<Thread>().swap(threads_);
+  last_ = 0;
   absl::flat_hash_map<uint64_t, int32_t>().swap(sparse_);
 }
 
@@ -464,13 +466,14 @@ void ClampTime(int64_t* v, uint64_t* invalid) {
 // Converts each record's start and end (`convert`), clamps them into
 // [0, kMaxTimeNs] with the end at least the start (counting each fix in
 // `invalid`), and returns where the runs sorted by start begin (0 first).
-template <typename T, typename Convert>
+template <typename T, typename Convert, typename Visit>
 std::vector<size_t> ClampAndFindRuns(std::vector<T>* v, int64_t T::*start, int64_t T::*end,
-                                     uint64_t* invalid, Convert convert) {
+                                     uint64_t* invalid, Convert convert, Visit visit) {
   std::vector<size_t> runs{0};
   int64_t prev = 0;
   for (size_t i = 0; i < v->size(); ++i) {
     T& r = (*v)[i];
+    visit(r);
     convert(&(r.*start));
     convert(&(r.*end));
     ClampTime(&(r.*start), invalid);
@@ -500,12 +503,28 @@ void FinalizeTimeline(Timeline* t) {
   // One pass over the calls (and one over the ops) converts, clamps and
   // finds the sorted runs.
   size_t hint = 0;
+  // The same pass counts each thread's calls and launches (consecutive
+  // calls mostly share a thread).
+  std::vector<ThreadCallCount>& per_thread = t->calls_per_thread;
+  per_thread.clear();
+  absl::flat_hash_map<uint32_t, size_t> thread_index;
+  size_t current = 0;
+  auto count = [&](const ApiCall& c) {
+    if (current >= per_thread.size() || per_thread[current].tid != c.tid) {
+      current = thread_index.try_emplace(c.tid, per_thread.size()).first->second;
+      if (current == per_thread.size()) per_thread.push_back({c.tid, 0, 0});
+    }
+    ++per_thread[current].calls;
+    per_thread[current].launches += t->Api(c.api).category == trace::ApiCategory::kLaunch;
+  };
   std::vector<size_t> call_runs = ClampAndFindRuns(
-      &t->calls, &ApiCall::enter_ns, &ApiCall::exit_ns, &invalid, [&](int64_t* v) {
+      &t->calls, &ApiCall::enter_ns, &ApiCall::exit_ns, &invalid,
+      [&](int64_t* v) {
         if (conv) *v = conv->ToNsNear(static_cast<uint64_t>(*v), &hint);
-      });
+      },
+      count);
   std::vector<size_t> op_runs = ClampAndFindRuns(&t->ops, &DeviceOp::start_ns, &DeviceOp::end_ns,
-                                                 &invalid, [](int64_t*) {});
+                                                 &invalid, [](int64_t*) {}, [](const DeviceOp&) {});
   for (NvtxEvent& e : t->nvtx) clamp(&e.ns);
   for (NcclCall& n : t->nccl) clamp(&n.enter_ns);
   for (auto& [tid, samples] : t->cpu) {

@@ -175,7 +175,18 @@ class CorrelationMap {
 class ExternalIndex {
  public:
   void Expect(uint64_t calls);
-  void Set(uint64_t external, uint32_t call);
+  void Set(uint64_t external, uint32_t call) {
+    // Consecutive records mostly come from one thread: its vector first.
+    if (last_ < threads_.size() && threads_[last_].high == external >> kSeqBits) {
+      std::vector<int32_t>& calls = threads_[last_].calls;
+      const uint64_t seq = external & kSeqMask;
+      if (seq < calls.size()) {
+        calls[seq] = static_cast<int32_t>(call);
+        return;
+      }
+    }
+    SetSlow(external, call);
+  }
   int32_t Get(uint64_t external) const {  // -1 when unknown
     const uint64_t high = external >> kSeqBits;
     const uint64_t seq = external & kSeqMask;
@@ -201,9 +212,12 @@ class ExternalIndex {
     uint64_t high = 0;
     std::vector<int32_t> calls;  // by sequence; -1 none
   };
+  void SetSlow(uint64_t external, uint32_t call);
+
   uint64_t limit_ = 1024;
   uint64_t expected_ = 0;
   std::vector<Thread> threads_;
+  size_t last_ = 0;  // the thread of the last Set
   absl::flat_hash_map<uint64_t, int32_t> sparse_;
 };
 
@@ -212,6 +226,13 @@ struct DeviceOpCount {
   uint32_t device = 0;
   int64_t ops = 0;
   int64_t nccl = 0;  // of them NCCL kernels
+};
+
+// How many calls one thread made (Timeline::calls_per_thread).
+struct ThreadCallCount {
+  uint32_t tid = 0;
+  int64_t calls = 0;
+  int64_t launches = 0;  // of them in the launch category
 };
 
 struct Timeline {
@@ -226,6 +247,9 @@ struct Timeline {
   std::vector<ApiInfo> apis;  // indexed by api id
   std::vector<ApiCall> calls;  // sorted by enter after FinalizeTimeline
   std::vector<CallInfo> call_info;  // call_info[i] belongs to calls[i]
+  // Counted by FinalizeTimeline: each thread with calls, in order of its
+  // first record read.
+  std::vector<ThreadCallCount> calls_per_thread;
   std::vector<DeviceOp> ops;   // sorted by start after FinalizeTimeline
   // Counted by FinalizeTimeline: each device with ops, in order of its first
   // op.
