@@ -288,8 +288,8 @@ def audit_stragglers(build, work):
 
 def truth_waits(by, ranks):
     """From the ground truth (a rank's arrival is its NCCL op's start): per
-    rank, late arrivals (the analyzer's rule: 100 us after the second-to-last
-    rank) and the wait they caused, and the time it waited for the last rank
+    rank, late arrivals inside the steps (the analyzer's rule: 100 us after
+    the second-to-last rank) and the wait they caused, and the time it waited for the last rank
     inside its steps."""
     late, caused, waited = collections.Counter(), collections.Counter(), collections.Counter()
     for ops in by.values():
@@ -297,7 +297,10 @@ def truth_waits(by, ranks):
             continue
         starts = sorted((op["start_ns"], r) for r, op in ops.items())
         last, who = starts[-1]
-        if last - starts[-2][0] >= 100_000:
+        # As the analyzer, lateness counts inside every rank's steps only
+        # (set-up collectives wait for ranks that are still starting).
+        inside = all(ranks[r]["start_ns"] <= op["start_ns"] < ranks[r]["end_ns"] for r, op in ops.items())
+        if inside and last - starts[-2][0] >= 100_000:
             late[who] += 1
             caused[who] += sum(last - a for a, _ in starts)
         for a, r in starts:
