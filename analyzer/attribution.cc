@@ -109,6 +109,13 @@ class Attributor {
     for (const ThreadCallCount& c : t.calls_per_thread) {
       activity_.try_emplace(c.tid, t.calls).first->second.Reserve(static_cast<size_t>(c.calls));
     }
+    // One walk over the calls (sorted by enter) builds the lists and counts
+    // launches and synchronizing calls by the host range they entered in.
+    auto& steps = out->steps;
+    // Host ranges are half-open; the single step of an unmarked run holds
+    // every call.
+    const bool unmarked = plan.source == "none";
+    size_t k = 0;
     uint32_t tid = 0;
     Activity* list = nullptr;
     for (size_t i = 0; i < t.calls.size(); ++i) {
@@ -118,6 +125,12 @@ class Attributor {
         list = &activity_.find(tid)->second;
       }
       list->Add(static_cast<int32_t>(i));
+      while (k < steps.size() && steps[k].host_start_ns <= c.enter_ns) ++k;
+      if (k == 0) continue;
+      StepStats& step = steps[k - 1];
+      if (c.enter_ns >= step.host_end_ns && !unmarked) continue;
+      if (t.Api(c.api).category == ApiCategory::kLaunch) ++step.launches;
+      if (classes[i] == CallClass::kSync) ++step.sync_count;
     }
   }
 
@@ -453,20 +466,6 @@ Attribution AttributeIdle(const Timeline& t, const StepPlan& plan,
     out.steps.push_back(s);
   }
   if (out.steps.empty()) return out;
-  // Launches and synchronizing calls by the host range they entered in
-  // (calls are sorted by enter: one walk over the steps).
-  size_t k = 0;
-  for (size_t i = 0; i < t.calls.size(); ++i) {
-    const ApiCall& c = t.calls[i];
-    while (k < out.steps.size() && out.steps[k].host_start_ns <= c.enter_ns) ++k;
-    if (k == 0) continue;
-    auto it = out.steps.begin() + static_cast<std::ptrdiff_t>(k - 1);
-    // Host ranges are half-open; the single step of an unmarked run holds
-    // every call.
-    if (c.enter_ns >= it->host_end_ns && plan.source != "none") continue;
-    if (t.Api(c.api).category == ApiCategory::kLaunch) ++it->launches;
-    if (classes[i] == CallClass::kSync) ++it->sync_count;
-  }
   Attributor(t, plan, classes, options, &out).Run();
   return out;
 }
