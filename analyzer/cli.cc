@@ -671,11 +671,12 @@ int DumpCmd(const std::vector<std::string>& args) {
   }
   for (size_t i = 0; i < t->ops.size(); ++i) {
     const DeviceOp& op = t->ops[i];
+    const OpInfo& info = t->op_info[i];
     lines.push_back({op.start_ns,
                      absl::StrFormat("op %d kind %d %s [%d, %d) %d ns device %d stream %d call %d",
-                                     i, static_cast<int>(op.kind), std::string(t->String(op.name)),
+                                     i, static_cast<int>(op.kind), std::string(t->String(info.name)),
                                      op.start_ns, op.end_ns, op.end_ns - op.start_ns, op.device,
-                                     op.stream, op.call)});
+                                     info.stream, op.call)});
   }
   for (const NcclCall& n : t->nccl) {
     const ApiCall* c = n.call >= 0 ? &t->calls[static_cast<size_t>(n.call)] : nullptr;

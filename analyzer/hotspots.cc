@@ -245,14 +245,15 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
   // Copies without a direction in their API flags: from their op's CUPTI
   // memcpy kind (1 HtoD, 2 DtoH, 3 HtoA, 4 AtoH), and its bytes.
   if (!copy_calls.empty()) {
-    for (const DeviceOp& op : t.ops) {
+    for (size_t i = 0; i < t.ops.size(); ++i) {
+      const DeviceOp& op = t.ops[i];
       if (op.call < 0 || op.kind != trace::DeviceOpKind::kMemcpy) continue;
       auto it = copy_calls.find(static_cast<size_t>(op.call));
       if (it == copy_calls.end()) continue;
       Extra& x = extra[it->second];
       if (op.copy_kind == 1 || op.copy_kind == 3) x.direction |= trace::kApiHostToDev;
       if (op.copy_kind == 2 || op.copy_kind == 4) x.direction |= trace::kApiDevToHost;
-      x.max_bytes = std::max(x.max_bytes, op.bytes);
+      x.max_bytes = std::max(x.max_bytes, t.op_info[i].bytes);
     }
   }
   for (size_t k = 0; k < out.size(); ++k) {

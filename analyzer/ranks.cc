@@ -260,8 +260,7 @@ int64_t ApplyLastArrivals(Timeline* t, const RankArrivals& mine, const LastArriv
     op.start_ns = s;
   }
   if (moved > 0) {
-    std::stable_sort(t->ops.begin(), t->ops.end(),
-                     [](const DeviceOp& a, const DeviceOp& b) { return a.start_ns < b.start_ns; });
+    SortOpsByStart(t);
   }
   return moved;
 }

@@ -613,11 +613,14 @@ void RenderKernels(std::string* out, const ProcessAnalysis& pa) {
   absl::flat_hash_map<uint32_t, size_t> index;
   std::vector<Agg> aggs;
   int64_t all = 0;
-  for (const DeviceOp& op : pa.timeline.ops) {
+  const Timeline& t = pa.timeline;
+  for (size_t i = 0; i < t.ops.size(); ++i) {
+    const DeviceOp& op = t.ops[i];
     if (op.device != pa.plan.device) continue;
     if (op.kind != trace::DeviceOpKind::kKernel && op.kind != trace::DeviceOpKind::kNccl) continue;
-    auto [it, fresh] = index.try_emplace(op.name, aggs.size());
-    if (fresh) aggs.push_back({op.name, op.kind == trace::DeviceOpKind::kNccl});
+    const uint32_t name = t.op_info[i].name;
+    auto [it, fresh] = index.try_emplace(name, aggs.size());
+    if (fresh) aggs.push_back({name, op.kind == trace::DeviceOpKind::kNccl});
     Agg& a = aggs[it->second];
     ++a.count;
     const int64_t d = std::max<int64_t>(0, op.end_ns - op.start_ns);

@@ -132,10 +132,11 @@ const char* OpCategory(const DeviceOp& op) {
   }
 }
 
-std::string OpName(const Timeline& t, const DeviceOp& op) {
+std::string OpName(const Timeline& t, size_t i) {
+  const DeviceOp& op = t.ops[i];
   if (op.kind == DeviceOpKind::kMemcpy) return absl::StrCat("Memcpy ", MemcpyKindName(op.copy_kind));
   if (op.kind == DeviceOpKind::kMemset) return "Memset";
-  std::string_view name = t.String(op.name);
+  std::string_view name = t.String(t.op_info[i].name);
   return name.empty() ? std::string("kernel") : std::string(name);
 }
 
@@ -161,10 +162,11 @@ int StepOfHostTime(const std::vector<StepSpan>& steps, int64_t ns) {
 std::vector<uint32_t> CallCorrelations(const Timeline& t) {
   std::vector<uint32_t> corr(t.calls.size(), 0);
   std::vector<uint8_t> seen(t.calls.size(), 0);
-  for (const DeviceOp& op : t.ops) {
+  for (size_t i = 0; i < t.ops.size(); ++i) {
+    const DeviceOp& op = t.ops[i];
     if (op.call < 0 || seen[op.call]) continue;
     seen[op.call] = 1;
-    corr[op.call] = op.correlation;
+    corr[op.call] = t.op_info[i].correlation;
   }
   return corr;
 }
@@ -320,10 +322,9 @@ class Writer {
       Meta(false, Pid(), tid, name, tid == a_.plan.main_tid ? 0 : 1);
     }
     std::vector<std::pair<uint32_t, uint32_t>> streams;  // (device, stream)
-    for (const DeviceOp& op : t_.ops) {
-      if (streams.empty() || streams.back() != std::make_pair(op.device, op.stream)) {
-        streams.emplace_back(op.device, op.stream);
-      }
+    for (size_t i = 0; i < t_.ops.size(); ++i) {
+      const std::pair<uint32_t, uint32_t> ds{t_.ops[i].device, t_.op_info[i].stream};
+      if (streams.empty() || streams.back() != ds) streams.push_back(ds);
     }
     std::sort(streams.begin(), streams.end());
     streams.erase(std::unique(streams.begin(), streams.end()), streams.end());
@@ -352,11 +353,13 @@ class Writer {
     }
     // (step, device, stream) → first start, last end.
     std::map<std::tuple<int, uint32_t, uint32_t>, std::pair<int64_t, int64_t>> spans;
-    for (const DeviceOp& op : t_.ops) {
+    for (size_t i = 0; i < t_.ops.size(); ++i) {
+      const DeviceOp& op = t_.ops[i];
       if (op.call < 0) continue;
       const int k = StepOfHostTime(steps, t_.calls[op.call].enter_ns);
       if (k < 0) continue;
-      auto [it, fresh] = spans.try_emplace({k, op.device, op.stream}, op.start_ns, op.end_ns);
+      auto [it, fresh] = spans.try_emplace({k, uint32_t{op.device}, t_.op_info[i].stream},
+                                           op.start_ns, op.end_ns);
       if (!fresh) {
         it->second.first = std::min(it->second.first, op.start_ns);
         it->second.second = std::max(it->second.second, op.end_ns);
@@ -415,29 +418,32 @@ class Writer {
   void Ops() {
     const std::vector<uint32_t> corr = CallCorrelations(t_);
     std::vector<uint8_t> flowed(t_.calls.size(), 0);
-    for (const DeviceOp& op : t_.ops) {
-      Begin("X", OpCategory(op), OpName(t_, op), op.device, op.stream, op.start_ns);
+    for (size_t i = 0; i < t_.ops.size(); ++i) {
+      const DeviceOp& op = t_.ops[i];
+      const OpInfo& info = t_.op_info[i];
+      const uint32_t device = op.device;
+      Begin("X", OpCategory(op), OpName(t_, i), device, info.stream, op.start_ns);
       Dur(op.end_ns - op.start_ns);
       OpenArgs();
-      Arg("device", op.device);
-      Arg("context", op.context);
-      Arg("stream", op.stream);
-      Arg("correlation", op.correlation);
+      Arg("device", device);
+      Arg("context", info.context);
+      Arg("stream", info.stream);
+      Arg("correlation", info.correlation);
       if (op.call >= 0) Arg("External id", static_cast<int64_t>(t_.call_info[op.call].correlation));
       if (op.kind == DeviceOpKind::kMemcpy || op.kind == DeviceOpKind::kMemset) {
-        Arg("bytes", static_cast<int64_t>(op.bytes));
+        Arg("bytes", static_cast<int64_t>(info.bytes));
       }
       End(true);
       if (op.call < 0) continue;
       const bool first_of_call = !flowed[op.call];
-      if (!first_of_call && op.correlation == corr[op.call]) continue;
+      if (!first_of_call && info.correlation == corr[op.call]) continue;
       flowed[op.call] = 1;
       const ApiCall& c = t_.calls[op.call];
       Begin("s", "ac2g", "ac2g", Pid(), c.tid, c.enter_ns);
-      absl::StrAppend(&out_, ",\"id\":", op.correlation);
+      absl::StrAppend(&out_, ",\"id\":", info.correlation);
       End(false);
-      Begin("f", "ac2g", "ac2g", op.device, op.stream, op.start_ns);
-      absl::StrAppend(&out_, ",\"id\":", op.correlation, ",\"bp\":\"e\"");
+      Begin("f", "ac2g", "ac2g", device, info.stream, op.start_ns);
+      absl::StrAppend(&out_, ",\"id\":", info.correlation, ",\"bp\":\"e\"");
       End(false);
     }
   }
@@ -532,13 +538,15 @@ std::vector<HtaIdleRow> HtaIdleBreakdown(const ProcessAnalysis& a) {
   // (the call's first op's id; see CallCorrelations).
   const std::vector<uint32_t> corr = CallCorrelations(t);
   std::vector<Op> ops;
-  for (const DeviceOp& op : t.ops) {
-    const bool joined = op.call >= 0 && corr[op.call] == op.correlation;
+  for (size_t i = 0; i < t.ops.size(); ++i) {
+    const DeviceOp& op = t.ops[i];
+    const OpInfo& info = t.op_info[i];
+    const bool joined = op.call >= 0 && corr[op.call] == info.correlation;
     const int64_t call_ts = joined ? start_us(t.calls[op.call].enter_ns)
                                    : std::numeric_limits<int64_t>::min();
     if (filter && (!joined || call_ts > last_end)) continue;
     ops.push_back({start_us(op.start_ns), end_us(op.start_ns, op.end_ns), call_ts, op.start_ns,
-                   op.stream, joined ? step_of(call_ts) : -1});
+                   info.stream, joined ? step_of(call_ts) : -1});
   }
   std::stable_sort(ops.begin(), ops.end(), [](const Op& x, const Op& y) {
     return std::tie(x.stream, x.ts, x.start_ns) < std::tie(y.stream, y.ts, y.start_ns);

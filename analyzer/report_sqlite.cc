@@ -348,13 +348,14 @@ absl::Status InsertOps(sqlite3* db, const ProcessAnalysis& a) {
   absl::flat_hash_set<uint32_t> names;
   for (size_t i = 0; i < t.ops.size(); ++i) {
     const DeviceOp& op = t.ops[i];
+    const OpInfo& info = t.op_info[i];
     std::optional<int64_t> name;
-    if (op.name != 0 && t.strings.contains(op.name)) {
-      name = op.name;
-      names.insert(op.name);
+    if (info.name != 0 && t.strings.contains(info.name)) {
+      name = info.name;
+      names.insert(info.name);
     }
-    RETURN_IF_ERROR(st.Row(i, OpKindName(op.kind), name, op.start_ns, op.end_ns, op.stream,
-                           op.device, op.bytes, op.copy_kind, Index(op.call),
+    RETURN_IF_ERROR(st.Row(i, OpKindName(op.kind), name, op.start_ns, op.end_ns, info.stream,
+                           uint32_t{op.device}, info.bytes, op.copy_kind, Index(op.call),
                            DeviceStep(a.plan, op)));
   }
   std::vector<uint32_t> ids(names.begin(), names.end());

@@ -141,8 +141,9 @@ std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid) {
   // The launch sequence: (API, kernel name) of the main thread's calls that
   // submit or wait for device work; without a joined op, (API, object).
   std::vector<uint32_t> op_name(t.calls.size(), 0);
-  for (const DeviceOp& op : t.ops) {
-    if (op.call >= 0 && op_name[op.call] == 0) op_name[op.call] = op.name;
+  for (size_t i = 0; i < t.ops.size(); ++i) {
+    const int32_t call = t.ops[i].call;
+    if (call >= 0 && op_name[call] == 0) op_name[call] = t.op_info[i].name;
   }
   std::vector<uint32_t> seq_call;
   std::vector<uint32_t> seq;

@@ -209,7 +209,8 @@ void Join(Timeline* t) {
   std::vector<DeviceOpCount>& per_device = t->ops_per_device;
   per_device.clear();
   DeviceOpCount* current = nullptr;
-  for (DeviceOp& op : t->ops) {
+  for (size_t i = 0; i < t->ops.size(); ++i) {
+    DeviceOp& op = t->ops[i];
     if (current == nullptr || current->device != op.device) {
       current = nullptr;
       for (DeviceOpCount& d : per_device) {
@@ -219,7 +220,8 @@ void Join(Timeline* t) {
     }
     ++current->ops;
     current->nccl += op.kind == trace::DeviceOpKind::kNccl;
-    const uint64_t external = fallback ? op.correlation : to_external.Get(op.correlation);
+    const uint32_t correlation = t->op_info[i].correlation;
+    const uint64_t external = fallback ? correlation : to_external.Get(correlation);
     const int32_t call = external != 0 ? by_external.Get(external) : -1;
     if (call < 0) {
       ++unjoined;
@@ -350,22 +352,40 @@ void Permute(std::vector<T>* v, const std::vector<uint32_t>& from) {
   }
 }
 
-// Sorts the calls by enter (stable), their CallInfo alongside. The calls
-// are sorted runs (one per chunk) starting at `runs`: already sorted (one
-// run) is the common case and costs nothing.
-void SortCalls(Timeline* t, const std::vector<size_t>& runs) {
-  if (runs.size() <= 1) return;
-  std::vector<std::pair<int64_t, uint32_t>> keys(t->calls.size());
-  for (size_t i = 0; i < keys.size(); ++i) keys[i] = {t->calls[i].enter_ns, static_cast<uint32_t>(i)};
+// The order that sorts `v` by `key` (stable) when v is sorted runs
+// starting at `runs`: from[k] is the index of the record that goes to k.
+// Empty when already sorted (one run, the common case, costs nothing).
+template <typename T>
+std::vector<uint32_t> SortOrder(const std::vector<T>& v, int64_t T::*key,
+                                const std::vector<size_t>& runs) {
+  if (runs.size() <= 1) return {};
+  std::vector<std::pair<int64_t, uint32_t>> keys(v.size());
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = {v[i].*key, static_cast<uint32_t>(i)};
   MergeRuns(&keys, runs, [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<uint32_t> from(keys.size());
   for (size_t k = 0; k < keys.size(); ++k) from[k] = keys[k].second;
-  std::vector<std::pair<int64_t, uint32_t>>().swap(keys);
+  return from;
+}
+
+// Sorts the calls by enter (stable), their CallInfo alongside; `runs` as
+// for SortOrder.
+void SortCalls(Timeline* t, const std::vector<size_t>& runs) {
+  const std::vector<uint32_t> from = SortOrder(t->calls, &ApiCall::enter_ns, runs);
+  if (from.empty()) return;
   Permute(&t->calls, from);
   Permute(&t->call_info, from);
   std::vector<uint32_t> to(from.size());  // call i is now call to[i]
   for (size_t k = 0; k < from.size(); ++k) to[from[k]] = static_cast<uint32_t>(k);
   t->by_external.Remap(to);
+}
+
+// Sorts the ops by start (stable), their OpInfo alongside; `runs` as for
+// SortOrder.
+void SortOps(Timeline* t, const std::vector<size_t>& runs) {
+  const std::vector<uint32_t> from = SortOrder(t->ops, &DeviceOp::start_ns, runs);
+  if (from.empty()) return;
+  Permute(&t->ops, from);
+  Permute(&t->op_info, from);
 }
 
 // The recorder rewrites the whole module map when modules change: the last
@@ -490,6 +510,14 @@ std::vector<size_t> ClampAndFindRuns(std::vector<T>* v, int64_t T::*start, int64
 
 }  // namespace
 
+void SortOpsByStart(Timeline* t) {
+  std::vector<size_t> runs{0};
+  for (size_t i = 1; i < t->ops.size(); ++i) {
+    if (t->ops[i].start_ns < t->ops[i - 1].start_ns) runs.push_back(i);
+  }
+  SortOps(t, runs);
+}
+
 void FinalizeTimeline(Timeline* t) {
   MergeModuleMaps(t);
   std::optional<TickConverter> conv;
@@ -536,9 +564,8 @@ void FinalizeTimeline(Timeline* t) {
                      [](const CpuSample& a, const CpuSample& b) { return a.ns < b.ns; });
   }
   if (invalid > 0) AddDiagnostic(&t->diagnostics, DiagId::kInvalidRecords, invalid);
-  auto by_start = [](const DeviceOp& a, const DeviceOp& b) { return a.start_ns < b.start_ns; };
   SortCalls(t, call_runs);
-  MergeRuns(&t->ops, std::move(op_runs), by_start);
+  SortOps(t, op_runs);
   Join(t);
   JoinNccl(t);
   BuildRanges(t);

@@ -50,18 +50,28 @@ struct CallInfo {
   int32_t op_count = 0;
 };
 
+// One device op: the fields every analysis pass reads (24 bytes). The rest
+// is in Timeline::op_info at the same index.
 struct DeviceOp {
   int64_t start_ns = 0;
   int64_t end_ns = 0;
+  int32_t call = -1;  // index into Timeline::calls of the submitting call
+  // The device ordinal (ids past kMaxDevice are clamped to it and counted
+  // as invalid records).
+  uint16_t device = 0;
+  trace::DeviceOpKind kind = trace::DeviceOpKind::kKernel;
+  uint8_t copy_kind = 0;
+};
+inline constexpr uint32_t kMaxDevice = 0xffff;
+
+// The fields of a device op that the exporters and hotspots read for some
+// ops only (Timeline::op_info[i] belongs to Timeline::ops[i]).
+struct OpInfo {
   uint64_t bytes = 0;
   uint32_t correlation = 0;  // CUPTI id
   uint32_t name = 0;         // string id
   uint32_t stream = 0;
-  uint32_t device = 0;
   uint32_t context = 0;
-  trace::DeviceOpKind kind = trace::DeviceOpKind::kKernel;
-  uint8_t copy_kind = 0;
-  int32_t call = -1;  // index into Timeline::calls of the submitting call
 };
 
 struct NvtxEvent {
@@ -251,6 +261,7 @@ struct Timeline {
   // first record read.
   std::vector<ThreadCallCount> calls_per_thread;
   std::vector<DeviceOp> ops;   // sorted by start after FinalizeTimeline
+  std::vector<OpInfo> op_info;  // op_info[i] belongs to ops[i]
   // Counted by FinalizeTimeline: each device with ops, in order of its first
   // op.
   std::vector<DeviceOpCount> ops_per_device;
@@ -307,6 +318,10 @@ inline constexpr int64_t kMaxTimeNs = int64_t{1} << 60;
 // identity when the file says ticks are ns), sorts calls and ops, joins each
 // device op to its submitting call, and builds NVTX ranges.
 void FinalizeTimeline(Timeline* t);
+
+// Sorts the ops by start (stable), their OpInfo alongside (after op start
+// times change).
+void SortOpsByStart(Timeline* t);
 
 // Tick → ns conversion through (ticks, mono_ns) pairs: linear interpolation
 // between neighbouring pairs, extrapolation with the nearest segment's slope.

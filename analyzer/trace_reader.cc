@@ -86,22 +86,28 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
       if (!fixed(sizeof(trace::DeviceRecord))) return "record count exceeds payload";
       const size_t base = t->ops.size();
       t->ops.resize(base + h.count);
+      t->op_info.resize(base + h.count);
       DeviceOp* ops = t->ops.data() + base;
+      OpInfo* infos = t->op_info.data() + base;
+      uint64_t bad_devices = 0;
       for (uint32_t i = 0; i < h.count; ++i) {
         trace::DeviceRecord r;
         std::memcpy(&r, p + i * sizeof(r), sizeof(r));
         DeviceOp& op = ops[i];
         op.start_ns = static_cast<int64_t>(r.start_ns);
         op.end_ns = static_cast<int64_t>(r.end_ns);
-        op.bytes = r.bytes;
-        op.correlation = r.correlation;
-        op.name = r.name;
-        op.stream = r.stream;
-        op.device = r.device;
-        op.context = r.context;
+        bad_devices += r.device > kMaxDevice;
+        op.device = static_cast<uint16_t>(std::min(r.device, kMaxDevice));
         op.kind = static_cast<trace::DeviceOpKind>(r.kind);
         op.copy_kind = r.copy_kind;
+        OpInfo& info = infos[i];
+        info.bytes = r.bytes;
+        info.correlation = r.correlation;
+        info.name = r.name;
+        info.stream = r.stream;
+        info.context = r.context;
       }
+      if (bad_devices > 0) AddDiagnostic(&t->diagnostics, DiagId::kInvalidRecords, bad_devices);
       return {};
     }
     case ChunkType::kCorrelation: {
@@ -357,11 +363,13 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
     t.calls.reserve(api);
     t.call_info.reserve(api);
     t.ops.reserve(device);
+    t.op_info.reserve(device);
     // Mapped now in one call each: the first write to every page would
     // otherwise take a fault (most of the reading time on large traces).
     PopulateCapacity(&t.calls);
     PopulateCapacity(&t.call_info);
     PopulateCapacity(&t.ops);
+    PopulateCapacity(&t.op_info);
     t.correlations.Expect(corr);
     t.by_external.Expect(api);
   }

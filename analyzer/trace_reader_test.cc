@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -64,7 +65,7 @@ TEST_CASE("round trip of every chunk type", "[reader]") {
   CHECK(t.ops[0].call == 0);
   CHECK(t.call_info[0].op_count == 1);
   CHECK(t.call_info[0].last_op_end_ns == 20 * kUs);
-  CHECK(t.String(t.ops[0].name) == "gemm");
+  CHECK(t.String(t.op_info[0].name) == "gemm");
   CHECK(t.calls[1].tid == 11);
   CHECK(t.calls[2].tid == 12);
   CHECK(t.thread_names.at(11) == "main");
@@ -116,7 +117,7 @@ TEST_CASE("calls and ops are sorted across chunks", "[reader]") {
     o.stream = tid;
     o.stack = 1000 + i;
     b.Submit(tid, apis.launch, (100 - i) * kUs, (100 - i) * kUs + 1, (200 - i) * kUs,
-             (200 - i) * kUs + 5, tf::DeviceOpKind::kKernel, "kernel", o);
+             (200 - i) * kUs + 5, tf::DeviceOpKind::kKernel, "kernel" + std::to_string(i), o);
   }
   Timeline t = testing::ReadOrDie(b);
   REQUIRE(t.calls.size() == 9);
@@ -129,11 +130,43 @@ TEST_CASE("calls and ops are sorted across chunks", "[reader]") {
     CHECK(info.stack == 1100 - info.bytes);
     CHECK(info.op_count == 1);
   }
+  REQUIRE(t.op_info.size() == 9);
   for (size_t i = 1; i < t.ops.size(); ++i) CHECK(t.ops[i - 1].start_ns <= t.ops[i].start_ns);
-  for (const DeviceOp& op : t.ops) {
+  for (size_t k = 0; k < t.ops.size(); ++k) {
+    const DeviceOp& op = t.ops[k];
     REQUIRE(op.call >= 0);
     CHECK(op.start_ns - t.calls[op.call].enter_ns == 100 * kUs);
+    // Each op keeps its info: op i started at (200 - i) µs.
+    CHECK(t.String(t.op_info[k].name) == "kernel" + std::to_string(200 - op.start_ns / kUs));
   }
+  // Starts moved later (as the rank merge does) and sorted again: the
+  // infos move with their ops.
+  for (DeviceOp& op : t.ops) op.start_ns = 1000 * kUs - op.start_ns;
+  SortOpsByStart(&t);
+  for (size_t k = 0; k < t.ops.size(); ++k) {
+    if (k > 0) CHECK(t.ops[k - 1].start_ns <= t.ops[k].start_ns);
+    CHECK(t.String(t.op_info[k].name) ==
+          "kernel" + std::to_string(200 - (1000 * kUs - t.ops[k].start_ns) / kUs));
+  }
+}
+
+// Guards the device field's range: an id past kMaxDevice is clamped to it
+// and counted as an invalid record; others are kept.
+TEST_CASE("device ids past the range are clamped and counted", "[reader]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.Call(1, apis.launch, 1 * kUs, 2 * kUs);
+  b.Device(3 * kUs, 4 * kUs, tf::DeviceOpKind::kKernel, "k", 1, 7, 70000);
+  b.Device(5 * kUs, 6 * kUs, tf::DeviceOpKind::kKernel, "k", 2, 7, 65534);
+  Timeline t = testing::ReadOrDie(b);
+  REQUIRE(t.ops.size() == 2);
+  CHECK(t.ops[0].device == kMaxDevice);
+  CHECK(t.ops[1].device == 65534);
+  uint64_t invalid = 0;
+  for (const Diagnostic& d : t.diagnostics) {
+    if (d.id == DiagId::kInvalidRecords) invalid += d.count;
+  }
+  CHECK(invalid == 1);
 }
 
 // Guards the join's id index: external ids in the recorder's form (thread
@@ -165,13 +198,15 @@ TEST_CASE("device ops join to their calls whatever the external ids", "[reader]"
   Timeline t = testing::ReadOrDie(b);
   REQUIRE(t.ops.size() == 81);
   int joined = 0;
-  for (const DeviceOp& op : t.ops) {
+  for (size_t k = 0; k < t.ops.size(); ++k) {
+    const DeviceOp& op = t.ops[k];
+    const uint32_t correlation = t.op_info[k].correlation;
     if (op.call < 0) {
-      CHECK(op.correlation == cupti);
+      CHECK(correlation == cupti);
       continue;
     }
     ++joined;
-    CHECK(t.call_info[op.call].correlation == external_of.at(op.correlation));
+    CHECK(t.call_info[op.call].correlation == external_of.at(correlation));
     CHECK(op.start_ns - t.calls[op.call].enter_ns == 5 * kUs);
   }
   CHECK(joined == 80);
