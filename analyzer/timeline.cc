@@ -204,22 +204,20 @@ void Join(Timeline* t) {
   const ExternalIndex& by_external = t->by_external;
   const bool fallback = t->correlations.empty() && !t->ops.empty();
   uint64_t unjoined = 0;
-  // Ops are counted per device in the same pass (consecutive ops mostly
-  // share a device).
+  // Ops are counted per device in the same pass (looked up when the device
+  // changes from the previous op's).
   std::vector<DeviceOpCount>& per_device = t->ops_per_device;
   per_device.clear();
-  DeviceOpCount* current = nullptr;
+  absl::flat_hash_map<uint32_t, size_t> device_index;
+  size_t current = 0;
   for (size_t i = 0; i < t->ops.size(); ++i) {
     DeviceOp& op = t->ops[i];
-    if (current == nullptr || current->device != op.device) {
-      current = nullptr;
-      for (DeviceOpCount& d : per_device) {
-        if (d.device == op.device) current = &d;
-      }
-      if (current == nullptr) current = &per_device.emplace_back(DeviceOpCount{op.device, 0, 0});
+    if (current >= per_device.size() || per_device[current].device != op.device) {
+      current = device_index.try_emplace(op.device, per_device.size()).first->second;
+      if (current == per_device.size()) per_device.push_back({op.device, 0, 0});
     }
-    ++current->ops;
-    current->nccl += op.kind == trace::DeviceOpKind::kNccl;
+    ++per_device[current].ops;
+    per_device[current].nccl += op.kind == trace::DeviceOpKind::kNccl;
     const uint32_t correlation = t->op_info[i].correlation;
     const uint64_t external = fallback ? correlation : to_external.Get(correlation);
     const int32_t call = external != 0 ? by_external.Get(external) : -1;
