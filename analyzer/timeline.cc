@@ -41,6 +41,48 @@ void PopulatePages(void* data, size_t bytes) {
 #endif
 }
 
+namespace {
+
+// Makes a flat id vector long enough to hold `index` (below `limit`): to its
+// reserved size first (no copy), then doubling, never past `limit`; new
+// slots get `fill`.
+template <typename T>
+void GrowToHold(std::vector<T>* v, uint64_t index, uint64_t limit, T fill) {
+  if (index < v->size()) return;
+  v->resize(std::min<uint64_t>(std::max<uint64_t>({index + 1, v->capacity(), 2 * v->size()}), limit),
+            fill);
+}
+
+// Per-key counts in `list`, in order of each key's first appearance: the
+// entry of a key is looked up in a hash index only when the key differs
+// from the previous one (consecutive records mostly share it).
+template <typename Entry>
+class CountsByKey {
+ public:
+  CountsByKey(std::vector<Entry>* list, uint32_t Entry::*key) : list_(list), key_(key) {
+    list_->clear();
+  }
+  Entry& For(uint32_t k) {
+    if (current_ >= list_->size() || (*list_)[current_].*key_ != k) {
+      current_ = index_.try_emplace(k, list_->size()).first->second;
+      if (current_ == list_->size()) {
+        Entry e{};
+        e.*key_ = k;
+        list_->push_back(e);
+      }
+    }
+    return (*list_)[current_];
+  }
+
+ private:
+  std::vector<Entry>* list_;
+  uint32_t Entry::*key_;
+  absl::flat_hash_map<uint32_t, size_t> index_;
+  size_t current_ = 0;
+};
+
+}  // namespace
+
 void CorrelationMap::Expect(uint64_t expected) {
   limit_ = std::min<uint64_t>(4 * expected + 1024, uint64_t{1} << 32);
   dense_.reserve(std::min<uint64_t>(expected + 1024, limit_));
@@ -52,10 +94,7 @@ void CorrelationMap::Set(uint32_t correlation, uint64_t external) {
   if (correlation < dense_.size()) {
     dense_[correlation] = external;
   } else if (correlation < limit_) {
-    // Grow past the id: to the reserved size first (no copy), then doubling.
-    dense_.resize(std::min<uint64_t>(
-        std::max<uint64_t>({correlation + uint64_t{1}, dense_.capacity(), 2 * dense_.size()}),
-        limit_));
+    GrowToHold(&dense_, correlation, limit_, uint64_t{0});
     dense_[correlation] = external;
   } else {
     sparse_[correlation] = external;
@@ -93,13 +132,7 @@ void ExternalIndex::SetSlow(uint64_t external, uint32_t call) {
     sparse_[external] = static_cast<int32_t>(call);
     return;
   }
-  if (seq >= th->calls.size()) {
-    // To the reserved size first (no copy), then doubling.
-    th->calls.resize(std::min<uint64_t>(std::max<uint64_t>({seq + 1, th->calls.capacity(),
-                                                            2 * th->calls.size()}),
-                                        limit_),
-                     -1);
-  }
+  GrowToHold(&th->calls, seq, limit_, -1);
   th->calls[seq] = static_cast<int32_t>(call);
   last_ = static_cast<size_t>(th - threads_.data());
 }
@@ -204,20 +237,13 @@ void Join(Timeline* t) {
   const ExternalIndex& by_external = t->by_external;
   const bool fallback = t->correlations.empty() && !t->ops.empty();
   uint64_t unjoined = 0;
-  // Ops are counted per device in the same pass (looked up when the device
-  // changes from the previous op's).
-  std::vector<DeviceOpCount>& per_device = t->ops_per_device;
-  per_device.clear();
-  absl::flat_hash_map<uint32_t, size_t> device_index;
-  size_t current = 0;
+  // Ops are counted per device in the same pass.
+  CountsByKey<DeviceOpCount> per_device(&t->ops_per_device, &DeviceOpCount::device);
   for (size_t i = 0; i < t->ops.size(); ++i) {
     DeviceOp& op = t->ops[i];
-    if (current >= per_device.size() || per_device[current].device != op.device) {
-      current = device_index.try_emplace(op.device, per_device.size()).first->second;
-      if (current == per_device.size()) per_device.push_back({op.device, 0, 0});
-    }
-    ++per_device[current].ops;
-    per_device[current].nccl += op.kind == trace::DeviceOpKind::kNccl;
+    DeviceOpCount& count = per_device.For(op.device);
+    ++count.ops;
+    count.nccl += op.kind == trace::DeviceOpKind::kNccl;
     const uint32_t correlation = t->op_info[i].correlation;
     const uint64_t external = fallback ? correlation : to_external.Get(correlation);
     const int32_t call = external != 0 ? by_external.Get(external) : -1;
@@ -529,19 +555,12 @@ void FinalizeTimeline(Timeline* t) {
   // One pass over the calls (and one over the ops) converts, clamps and
   // finds the sorted runs.
   size_t hint = 0;
-  // The same pass counts each thread's calls and launches (consecutive
-  // calls mostly share a thread).
-  std::vector<ThreadCallCount>& per_thread = t->calls_per_thread;
-  per_thread.clear();
-  absl::flat_hash_map<uint32_t, size_t> thread_index;
-  size_t current = 0;
+  // The same pass counts each thread's calls and launches.
+  CountsByKey<ThreadCallCount> per_thread(&t->calls_per_thread, &ThreadCallCount::tid);
   auto count = [&](const ApiCall& c) {
-    if (current >= per_thread.size() || per_thread[current].tid != c.tid) {
-      current = thread_index.try_emplace(c.tid, per_thread.size()).first->second;
-      if (current == per_thread.size()) per_thread.push_back({c.tid, 0, 0});
-    }
-    ++per_thread[current].calls;
-    per_thread[current].launches += t->Api(c.api).category == trace::ApiCategory::kLaunch;
+    ThreadCallCount& n = per_thread.For(c.tid);
+    ++n.calls;
+    n.launches += t->Api(c.api).category == trace::ApiCategory::kLaunch;
   };
   std::vector<size_t> call_runs = ClampAndFindRuns(
       &t->calls, &ApiCall::enter_ns, &ApiCall::exit_ns, &invalid,
