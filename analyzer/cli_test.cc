@@ -115,8 +115,9 @@ TEST_CASE("run forwards SIGTERM to the command", "[cli]") {
 }
 
 // Guards the child's environment: preload, NVTX injection, output folder
-// (absolute), simulator path first with --sim; an --out folder is created
-// and removed again when empty.
+// (absolute), the simulated libraries preloaded and their folder first on the
+// library path with --sim; an --out folder is created and removed again when
+// empty.
 TEST_CASE("run sets the environment", "[cli]") {
   Sandbox box;
   const std::string env_file = box.root() + "/env";
@@ -124,8 +125,10 @@ TEST_CASE("run sets the environment", "[cli]") {
                      "$STALLSCOPE_OUT|$LD_LIBRARY_PATH\" > " + env_file + "'",
                      "env -u LD_PRELOAD STALLSCOPE_LIBDIR=/opt/ss LD_LIBRARY_PATH=/usr/x");
   CHECK(r.code == 0);
-  CHECK(Slurp(env_file) == "/opt/ss/libstallscope.so|/opt/ss/libstallscope.so|" + box.cwd() +
-                               "/traces|/opt/ss/simgpu:/usr/x\n");
+  CHECK(Slurp(env_file) ==
+        "/opt/ss/libstallscope.so:/opt/ss/simgpu/libcuda.so.1:/opt/ss/simgpu/libcudart.so.13:"
+        "/opt/ss/simgpu/libcupti.so.13:/opt/ss/simgpu/libnccl.so.2|/opt/ss/libstallscope.so|" +
+            box.cwd() + "/traces|/opt/ss/simgpu:/usr/x\n");
   CHECK(box.CwdEntries() == 0);
   Result pre = box.Run("run -- sh -c 'echo \"$LD_PRELOAD\" > " + env_file + "'",
                        "STALLSCOPE_LIBDIR=/opt/ss LD_PRELOAD=/usr/lib/libother.so");

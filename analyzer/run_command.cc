@@ -80,6 +80,11 @@ bool IsEmptyDir(const std::string& path) {
   return !paths.ok();
 }
 
+// The simulated stack's libraries, preloaded by `run --sim` in this order
+// after libstallscope.so (whose hooks must come first).
+constexpr const char* kSimulatedLibraries[] = {"libcuda.so.1", "libcudart.so.13",
+                                               "libcupti.so.13", "libnccl.so.2"};
+
 }  // namespace
 
 std::string LibDir() {
@@ -135,6 +140,14 @@ int RunUnderStallscope(const RunOptions& o) {
   std::vector<std::string> env;
   std::string preload = lib;
   std::string library_path = libdir + "/simgpu";
+  // --sim: the simulated driver, runtime, CUPTI and NCCL are preloaded, not
+  // only first on the library path. A library's DT_RPATH is searched before
+  // LD_LIBRARY_PATH (torch's point into NVIDIA's wheels), but a DT_NEEDED or
+  // dlopen by soname is satisfied by an object already loaded under that
+  // soname, whatever the search path (docs/frameworks.md).
+  if (o.sim) {
+    for (const char* name : kSimulatedLibraries) preload += ":" + library_path + "/" + name;
+  }
   for (char** e = environ; *e != nullptr; ++e) {
     std::string_view kv(*e);
     if (std::string_view(kv).starts_with("LD_PRELOAD=")) {

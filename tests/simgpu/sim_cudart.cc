@@ -325,10 +325,18 @@ struct Kernel {
   std::atomic<CUfunction> function[kMaxDevices] = {};
 };
 
+// A __device__ or __constant__ variable (__cudaRegisterVar): its storage is
+// simulated device memory, allocated at first use and zero-filled.
+struct Var {
+  size_t size = 0;
+  void* storage = nullptr;
+};
+
 struct Registry {
   std::mutex mu;
   std::unordered_map<const void*, Kernel*> by_stub;
   std::unordered_map<const void*, Kernel*> by_handle;  // cudaKernel_t == Kernel*
+  std::unordered_map<const void*, Var> vars;           // by host shadow address
 };
 
 Registry& Reg() {
@@ -373,6 +381,9 @@ constexpr ErrorText kErrors[] = {
     ERR(cudaErrorInvalidConfiguration, "invalid configuration argument"),
     ERR(cudaErrorInvalidDevicePointer, "invalid device pointer"),
     ERR(cudaErrorInvalidMemcpyDirection, "invalid copy direction for memcpy"),
+    ERR(cudaErrorInvalidPitchValue, "invalid pitch argument"),
+    ERR(cudaErrorInvalidSymbol, "invalid device symbol"),
+    ERR(cudaErrorPeerAccessUnsupported, "peer access is not supported between these two devices"),
     ERR(cudaErrorStubLibrary, "CUDA driver is a stub library"),
     ERR(cudaErrorInsufficientDriver, "CUDA driver version is insufficient for CUDA runtime version"),
     ERR(cudaErrorDevicesUnavailable, "CUDA-capable device(s) is/are busy or unavailable"),
@@ -635,6 +646,12 @@ constexpr int kFatbinWrapperMagic = 0x466243b1;
 // Exported API (cuda_runtime_api.h, CUDA 13.0). The library's version script
 // puts every export under the version node libcudart.so.13.
 extern "C" {
+
+// What every entry point of sim_cudart_unsupported.cc returns (hidden: the
+// version script exports cuda* only).
+__attribute__((visibility("hidden"))) cudaError_t simgpu_cudart_not_supported(void) {
+  return Record(cudaErrorNotSupported);
+}
 
 // ---- version, errors ----
 cudaError_t cudaRuntimeGetVersion(int* v) {
@@ -1009,7 +1026,12 @@ void __cudaRegisterFunction(void** handle, const char* host_fun, char* device_fu
 }
 
 void __cudaRegisterVar(void** handle, char* host_var, char* device_address,
-                       const char* device_name, int ext, size_t size, int constant, int global) {}
+                       const char* device_name, int ext, size_t size, int constant, int global) {
+  if (host_var == nullptr) return;
+  Registry& r = Reg();
+  std::lock_guard<std::mutex> lk(r.mu);
+  r.vars[host_var].size = size;
+}
 
 char __cudaInitModule(void** handle) { return 1; }
 
@@ -1050,6 +1072,358 @@ cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 grid, dim3 block, 
                                     size_t shared_mem, cudaStream_t s) {
   return Record(LaunchImpl(true, reinterpret_cast<Kernel*>(kernel), grid, block, args,
                            shared_mem, s));
+}
+
+
+// ---------------------------------------------------------------------------
+// What PyTorch's libraries import beyond the subset above. Real semantics where
+// torch relies on them; "not supported" (sim_cudart_unsupported.cc) for the
+// rest.
+
+// ---- streams: priorities, capture (never active), host functions ----
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  if (cudaError_t e = Ready()) return Record(e);
+  return Record(Cu(DRV(cuCtxGetStreamPriorityRange, 5050), least, greatest));
+}
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int flags, int priority) {
+  if (s == nullptr) return Record(cudaErrorInvalidValue);
+  if (cudaError_t e = Ready()) return Record(e);
+  return Record(Cu(DRV(cuStreamCreateWithPriority, 5050), reinterpret_cast<CUstream*>(s), flags,
+                   priority));
+}
+
+static cudaError_t StreamGetPriorityImpl(bool pt, cudaStream_t s, int* priority) {
+  if (priority == nullptr) return cudaErrorInvalidValue;
+  if (cudaError_t e = Ready()) return e;
+  return Cu(DRV_PT(pt, cuStreamGetPriority, 5050, 7000), Cs(s), priority);
+}
+cudaError_t cudaStreamGetPriority(cudaStream_t s, int* priority) {
+  return Record(StreamGetPriorityImpl(false, s, priority));
+}
+cudaError_t cudaStreamGetPriority_ptsz(cudaStream_t s, int* priority) {
+  return Record(StreamGetPriorityImpl(true, s, priority));
+}
+
+// Capture is not supported (cudaStreamBeginCapture fails), so no stream is
+// ever capturing.
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
+  if (status == nullptr) return Record(cudaErrorInvalidValue);
+  *status = cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t s, cudaStreamCaptureStatus* status) {
+  return cudaStreamIsCapturing(s, status);
+}
+
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, cudaStreamCaptureStatus* status,
+                                     unsigned long long* id, cudaGraph_t* graph,
+                                     const cudaGraphNode_t** deps, const cudaGraphEdgeData** edges,
+                                     size_t* num_deps) {
+  if (status == nullptr) return Record(cudaErrorInvalidValue);
+  *status = cudaStreamCaptureStatusNone;
+  if (id != nullptr) *id = 0;
+  if (graph != nullptr) *graph = nullptr;
+  if (deps != nullptr) *deps = nullptr;
+  if (edges != nullptr) *edges = nullptr;
+  if (num_deps != nullptr) *num_deps = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamGetCaptureInfo_ptsz(cudaStream_t s, cudaStreamCaptureStatus* status,
+                                          unsigned long long* id, cudaGraph_t* graph,
+                                          const cudaGraphNode_t** deps,
+                                          const cudaGraphEdgeData** edges, size_t* num_deps) {
+  return cudaStreamGetCaptureInfo(s, status, id, graph, deps, edges, num_deps);
+}
+
+static thread_local cudaStreamCaptureMode t_capture_mode = cudaStreamCaptureModeGlobal;
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  if (mode == nullptr) return Record(cudaErrorInvalidValue);
+  cudaStreamCaptureMode old = t_capture_mode;
+  t_capture_mode = *mode;
+  *mode = old;
+  return cudaSuccess;
+}
+
+static cudaError_t LaunchHostFuncImpl(bool pt, cudaStream_t s, cudaHostFn_t fn, void* data) {
+  if (cudaError_t e = Ready()) return e;
+  return Cu(DRV_PT(pt, cuLaunchHostFunc, 10000, 10000), Cs(s), fn, data);
+}
+cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* data) {
+  return Record(LaunchHostFuncImpl(false, s, fn, data));
+}
+cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t s, cudaHostFn_t fn, void* data) {
+  return Record(LaunchHostFuncImpl(true, s, fn, data));
+}
+
+// cudaStreamCallback_t has the driver callback's shape (CUstream, CUresult);
+// the error codes agree for success, the only status a callback gets here.
+static cudaError_t StreamAddCallbackImpl(bool pt, cudaStream_t s, cudaStreamCallback_t cb,
+                                         void* data, unsigned flags) {
+  if (cudaError_t e = Ready()) return e;
+  return Cu(DRV_PT(pt, cuStreamAddCallback, 5000, 7000), Cs(s),
+            reinterpret_cast<CUstreamCallback>(cb), data, flags);
+}
+cudaError_t cudaStreamAddCallback(cudaStream_t s, cudaStreamCallback_t cb, void* data,
+                                  unsigned int flags) {
+  return Record(StreamAddCallbackImpl(false, s, cb, data, flags));
+}
+cudaError_t cudaStreamAddCallback_ptsz(cudaStream_t s, cudaStreamCallback_t cb, void* data,
+                                       unsigned int flags) {
+  return Record(StreamAddCallbackImpl(true, s, cb, data, flags));
+}
+
+// ---- events ----
+static cudaError_t EventRecordWithFlagsImpl(bool pt, cudaEvent_t ev, cudaStream_t s,
+                                            unsigned flags) {
+  if (cudaError_t e = Ready()) return e;
+  return Cu(DRV_PT(pt, cuEventRecordWithFlags, 11010, 11010), Ce(ev), Cs(s), flags);
+}
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t ev, cudaStream_t s, unsigned int flags) {
+  return Record(EventRecordWithFlagsImpl(false, ev, s, flags));
+}
+cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t ev, cudaStream_t s, unsigned int flags) {
+  return Record(EventRecordWithFlagsImpl(true, ev, s, flags));
+}
+
+// ---- memory: info, pointer attributes, registration, managed ----
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+  if (cudaError_t e = Ready()) return Record(e);
+  return Record(Cu(DRV(cuMemGetInfo, 3020), free_bytes, total));
+}
+
+// From the simulator's memory map: cudaMalloc'd memory is device memory,
+// cudaHostAlloc'd and registered memory is pinned host memory (so torch's
+// pin_memory() reports is_pinned), anything else is unregistered.
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* ptr) {
+  if (a == nullptr) return Record(cudaErrorInvalidValue);
+  if (cudaError_t e = Init()) return Record(e);
+  auto get = DRV(cuPointerGetAttributes, 7000);
+  if (get == nullptr) return Record(cudaErrorNotSupported);
+  unsigned type = 0;
+  int ordinal = -1;
+  CUdeviceptr dptr = 0;
+  void* hptr = nullptr;
+  CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+                                 CU_POINTER_ATTRIBUTE_HOST_POINTER};
+  void* out[] = {&type, &ordinal, &dptr, &hptr};
+  if (cudaError_t e = Cu(get, 4u, which, out, Dptr(ptr))) return Record(e);
+  memset(a, 0, sizeof *a);
+  a->type = type == CU_MEMORYTYPE_DEVICE ? cudaMemoryTypeDevice
+            : type == CU_MEMORYTYPE_HOST ? cudaMemoryTypeHost
+                                         : cudaMemoryTypeUnregistered;
+  a->device = a->type == cudaMemoryTypeUnregistered ? -2 : ordinal;
+  a->devicePointer = reinterpret_cast<void*>(dptr);
+  a->hostPointer = a->type == cudaMemoryTypeUnregistered ? const_cast<void*>(ptr) : hptr;
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostRegister(void* p, size_t size, unsigned int flags) {
+  if (cudaError_t e = Ready()) return Record(e);
+  return Record(Cu(DRV(cuMemHostRegister, 6050), p, size, flags));
+}
+
+cudaError_t cudaHostUnregister(void* p) {
+  if (cudaError_t e = Ready()) return Record(e);
+  return Record(Cu(DRV(cuMemHostUnregister, 4000), p));
+}
+
+// Simulated device memory is host memory, so a device allocation is also
+// reachable from the host, as managed memory is.
+cudaError_t cudaMallocManaged(void** p, size_t size, unsigned int flags) {
+  return cudaMalloc(p, size);
+}
+
+// ---- copies: 2D and peer ----
+// A 2D copy is one copy when both sides are contiguous, else one per row
+// (in stream order, as the rows of NVIDIA's copy are).
+static cudaError_t Memcpy2DAsyncImpl(bool pt, void* dst, size_t dpitch, const void* src,
+                                     size_t spitch, size_t width, size_t height,
+                                     cudaMemcpyKind kind, cudaStream_t s) {
+  if (width > dpitch || width > spitch) return cudaErrorInvalidPitchValue;
+  if (dpitch == width && spitch == width) {
+    return MemcpyAsyncImpl(pt, dst, src, width * height, kind, s);
+  }
+  for (size_t row = 0; row < height; ++row) {
+    if (cudaError_t e = MemcpyAsyncImpl(pt, static_cast<char*>(dst) + row * dpitch,
+                                        static_cast<const char*>(src) + row * spitch, width,
+                                        kind, s)) {
+      return e;
+    }
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
+                              size_t width, size_t height, cudaMemcpyKind kind, cudaStream_t s) {
+  return Record(Memcpy2DAsyncImpl(false, dst, dpitch, src, spitch, width, height, kind, s));
+}
+cudaError_t cudaMemcpy2DAsync_ptsz(void* dst, size_t dpitch, const void* src, size_t spitch,
+                                   size_t width, size_t height, cudaMemcpyKind kind,
+                                   cudaStream_t s) {
+  return Record(Memcpy2DAsyncImpl(true, dst, dpitch, src, spitch, width, height, kind, s));
+}
+
+// One address space: a peer copy is a device-to-device copy on the stream.
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
+                                size_t n, cudaStream_t s) {
+  if (cudaError_t e = CheckDevice(dst_device)) return Record(e);
+  if (cudaError_t e = CheckDevice(src_device)) return Record(e);
+  return Record(MemcpyAsyncImpl(false, dst, src, n, cudaMemcpyDeviceToDevice, s));
+}
+cudaError_t cudaMemcpyPeerAsync_ptsz(void* dst, int dst_device, const void* src, int src_device,
+                                     size_t n, cudaStream_t s) {
+  if (cudaError_t e = CheckDevice(dst_device)) return Record(e);
+  if (cudaError_t e = CheckDevice(src_device)) return Record(e);
+  return Record(MemcpyAsyncImpl(true, dst, src, n, cudaMemcpyDeviceToDevice, s));
+}
+
+// ---- devices: peers, PCI id ----
+cudaError_t cudaDeviceCanAccessPeer(int* can, int device, int peer) {
+  if (can == nullptr) return Record(cudaErrorInvalidValue);
+  if (cudaError_t e = CheckDevice(device)) return Record(e);
+  if (cudaError_t e = CheckDevice(peer)) return Record(e);
+  *can = 0;  // no peer access: frameworks copy through the host or with cudaMemcpyPeer
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags) {
+  if (cudaError_t e = CheckDevice(peer)) return Record(e);
+  return Record(cudaErrorPeerAccessUnsupported);
+}
+
+cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int device) {
+  if (id == nullptr || len <= 0) return Record(cudaErrorInvalidValue);
+  int domain = 0, bus = 0, dev = 0;
+  if (cudaError_t e = cudaDeviceGetAttribute(&domain, cudaDevAttrPciDomainId, device)) return e;
+  cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, device);
+  cudaDeviceGetAttribute(&dev, cudaDevAttrPciDeviceId, device);
+  snprintf(id, static_cast<size_t>(len), "%08X:%02X:%02X.0", domain, bus, dev);
+  return cudaSuccess;
+}
+
+// ---- kernels: attributes, occupancy, extended and cooperative launches ----
+static cudaError_t KernelFunction(const void* func, CUfunction* f) {
+  if (cudaError_t e = Ready()) return e;
+  Kernel* k = FindKernel(func);
+  if (k == nullptr) return cudaErrorInvalidDeviceFunction;
+  return FunctionOf(k, f);
+}
+
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void* func) {
+  if (a == nullptr) return Record(cudaErrorInvalidValue);
+  CUfunction f;
+  if (cudaError_t e = KernelFunction(func, &f)) return Record(e);
+  auto get = DRV(cuFuncGetAttribute, 2020);
+  auto attr = [&](CUfunction_attribute which) {
+    int v = 0;
+    Cu(get, &v, which, f);
+    return v;
+  };
+  if (get == nullptr) return Record(cudaErrorNotSupported);
+  memset(a, 0, sizeof *a);
+  a->sharedSizeBytes = size_t(attr(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES));
+  a->constSizeBytes = size_t(attr(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES));
+  a->localSizeBytes = size_t(attr(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES));
+  a->maxThreadsPerBlock = attr(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+  a->numRegs = attr(CU_FUNC_ATTRIBUTE_NUM_REGS);
+  a->ptxVersion = attr(CU_FUNC_ATTRIBUTE_PTX_VERSION);
+  a->binaryVersion = attr(CU_FUNC_ATTRIBUTE_BINARY_VERSION);
+  a->cacheModeCA = attr(CU_FUNC_ATTRIBUTE_CACHE_MODE_CA);
+  a->maxDynamicSharedSizeBytes = attr(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES);
+  a->preferredShmemCarveout = attr(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT);
+  return cudaSuccess;
+}
+
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  CUfunction f;
+  if (cudaError_t e = KernelFunction(func, &f)) return Record(e);
+  // cudaFuncAttribute values are the CUfunction_attribute values.
+  return Record(Cu(DRV(cuFuncSetAttribute, 9000), f, static_cast<CUfunction_attribute>(attr),
+                   value));
+}
+
+cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, cudaFuncAttribute attr,
+                                            int value, int device) {
+  if (cudaError_t e = CheckDevice(device)) return Record(e);
+  return cudaFuncSetAttribute(kernel, attr, value);
+}
+
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* n, const void* func,
+                                                                   int block, size_t smem,
+                                                                   unsigned int flags) {
+  if (n == nullptr) return Record(cudaErrorInvalidValue);
+  CUfunction f;
+  if (cudaError_t e = KernelFunction(func, &f)) return Record(e);
+  return Record(Cu(DRV(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 7000), n, f, block,
+                   smem, flags));
+}
+
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void* func, int block,
+                                                          size_t smem) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(n, func, block, smem, 0);
+}
+
+// Launch attributes (clusters, priorities, programmatic serialization) do not
+// change when a simulated kernel runs: the launch is the plain one.
+cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func, void** args) {
+  if (config == nullptr) return Record(cudaErrorInvalidValue);
+  return Record(LaunchImpl(false, FindKernel(func), config->gridDim, config->blockDim, args,
+                           config->dynamicSmemBytes, config->stream));
+}
+cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t* config, const void* func,
+                                     void** args) {
+  if (config == nullptr) return Record(cudaErrorInvalidValue);
+  return Record(LaunchImpl(true, FindKernel(func), config->gridDim, config->blockDim, args,
+                           config->dynamicSmemBytes, config->stream));
+}
+
+cudaError_t cudaLaunchCooperativeKernel(const void* func, dim3 grid, dim3 block, void** args,
+                                        size_t shared_mem, cudaStream_t s) {
+  return Record(LaunchImpl(false, FindKernel(func), grid, block, args, shared_mem, s));
+}
+cudaError_t cudaLaunchCooperativeKernel_ptsz(const void* func, dim3 grid, dim3 block, void** args,
+                                             size_t shared_mem, cudaStream_t s) {
+  return Record(LaunchImpl(true, FindKernel(func), grid, block, args, shared_mem, s));
+}
+
+// ---- profiler range (nothing to start: stallscope records regardless) ----
+cudaError_t cudaProfilerStart(void) { return cudaSuccess; }
+cudaError_t cudaProfilerStop(void) { return cudaSuccess; }
+
+// ---- device variables ----
+static cudaError_t SymbolAddress(const void* symbol, void** out, size_t* size) {
+  if (cudaError_t e = Ready()) return e;
+  Registry& r = Reg();
+  std::lock_guard<std::mutex> lk(r.mu);
+  auto it = r.vars.find(symbol);
+  if (it == r.vars.end()) return cudaErrorInvalidSymbol;
+  Var& v = it->second;
+  if (v.storage == nullptr) {
+    CUdeviceptr d = 0;
+    if (cudaError_t e = Cu(DRV(cuMemAlloc, 3020), &d, v.size == 0 ? size_t(1) : v.size)) return e;
+    v.storage = reinterpret_cast<void*>(d);
+    memset(v.storage, 0, v.size);  // device memory is host memory in the simulator
+  }
+  *out = v.storage;
+  if (size != nullptr) *size = v.size;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetSymbolAddress(void** p, const void* symbol) {
+  if (p == nullptr) return Record(cudaErrorInvalidValue);
+  return Record(SymbolAddress(symbol, p, nullptr));
+}
+
+cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t n, size_t offset,
+                               cudaMemcpyKind kind) {
+  void* base;
+  size_t size;
+  if (cudaError_t e = SymbolAddress(symbol, &base, &size)) return Record(e);
+  if (offset > size || n > size - offset) return Record(cudaErrorInvalidValue);
+  if (kind == cudaMemcpyDefault) kind = cudaMemcpyHostToDevice;
+  return Record(MemcpyImpl(false, static_cast<char*>(base) + offset, src, n, kind));
 }
 
 }  // extern "C"

@@ -24,6 +24,7 @@
 
 #pragma GCC visibility push(default)
 #include <cupti_activity.h>
+#include <cupti_callbacks.h>
 #include <cupti_result.h>
 #include <cupti_version.h>
 #pragma GCC visibility pop
@@ -478,6 +479,64 @@ CUptiResult CUPTIAPI cuptiActivityPopExternalCorrelationId(CUpti_ExternalCorrela
 
 CUptiResult CUPTIAPI cuptiActivityEnableLatencyTimestamps(uint8_t enable) {
   return CUPTI_SUCCESS;  // queued/submitted are always filled in
+}
+
+// Device-side event timestamps: CUDA events carry the simulated device's
+// times already.
+CUptiResult CUPTIAPI cuptiActivityEnableCudaEventDeviceTimestamps(uint8_t enable) {
+  return CUPTI_SUCCESS;
+}
+
+// Per-callback-id API records (torch.profiler's Kineto asks for them) are not
+// produced: only the activity kinds listed in README.md are.
+CUptiResult CUPTIAPI cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t enable) {
+  return CUPTI_ERROR_NOT_SUPPORTED;
+}
+CUptiResult CUPTIAPI cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t enable) {
+  return CUPTI_ERROR_NOT_SUPPORTED;
+}
+
+// Buffer and pool sizes: accepted and ignored (the simulator's staging area
+// grows as needed; records reach the client only through its buffers).
+CUptiResult CUPTIAPI cuptiActivitySetAttribute(CUpti_ActivityAttribute attr, size_t* valueSize,
+                                               void* value) {
+  if (valueSize == nullptr || value == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  switch (attr) {
+    case CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE:
+    case CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE_CDP:
+    case CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_POOL_LIMIT:
+    case CUPTI_ACTIVITY_ATTR_PROFILING_SEMAPHORE_POOL_SIZE:
+    case CUPTI_ACTIVITY_ATTR_PROFILING_SEMAPHORE_POOL_LIMIT:
+    case CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE:
+      return *valueSize == sizeof(size_t) ? CUPTI_SUCCESS : CUPTI_ERROR_PARAMETER_SIZE_NOT_SUFFICIENT;
+    default:
+      return CUPTI_SUCCESS;  // flags (zeroed buffers, pinned host buffers): nothing to change
+  }
+}
+
+// The callback API is not simulated: a subscriber cannot be made, so every
+// call that needs one is "not supported" (Kineto then records activities
+// only). stallscope itself uses the activity API alone.
+CUptiResult CUPTIAPI cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback,
+                                    void* userdata) {
+  if (subscriber != nullptr) *subscriber = nullptr;
+  return CUPTI_ERROR_NOT_SUPPORTED;
+}
+CUptiResult CUPTIAPI cuptiUnsubscribe(CUpti_SubscriberHandle subscriber) {
+  return CUPTI_ERROR_INVALID_PARAMETER;
+}
+CUptiResult CUPTIAPI cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle subscriber,
+                                         CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  return CUPTI_ERROR_NOT_SUPPORTED;
+}
+CUptiResult CUPTIAPI cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle subscriber,
+                                       CUpti_CallbackDomain domain) {
+  return CUPTI_ERROR_NOT_SUPPORTED;
+}
+CUptiResult CUPTIAPI cuptiGetCallbackName(CUpti_CallbackDomain domain, uint32_t cbid,
+                                          const char** name) {
+  if (name != nullptr) *name = nullptr;
+  return CUPTI_ERROR_NOT_SUPPORTED;
 }
 
 CUptiResult CUPTIAPI cuptiFinalize(void) {

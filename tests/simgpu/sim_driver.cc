@@ -6,8 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "sim_engine.h"
@@ -549,6 +556,200 @@ const ErrorName* FindError(CUresult r) {
     if (e.code == r) return &e;
   }
   return nullptr;
+}
+
+// ---- host functions (cuLaunchHostFunc, cuStreamAddCallback) ----
+// A host function is a marker op on its stream. When the stream reaches it,
+// the device thread hands it to the process's host-function thread (NVIDIA's
+// driver also calls them from a thread of its own), which calls it; the op
+// ends when the call returns, so later work on the stream waits for it.
+struct HostCall {
+  CUhostFn fn = nullptr;
+  void* data = nullptr;
+  Device* dev = nullptr;
+  std::atomic<uint64_t> end_ns{0};
+};
+
+class HostFuncThread {
+ public:
+  void Push(HostCall* c) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (pid_ != getpid()) {  // first use, or a forked child (threads are not inherited)
+      pid_ = getpid();
+      queue_.clear();
+      std::thread([this] { Loop(); }).detach();
+    }
+    queue_.push_back(c);
+    cv_.notify_one();
+  }
+
+ private:
+  void Loop() {
+    pthread_setname_np(pthread_self(), "simgpu-hostfn");
+    for (;;) {
+      HostCall* c;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [this] { return !queue_.empty(); });
+        c = queue_.front();
+        queue_.pop_front();
+      }
+      c->fn(c->data);
+      Device* d = c->dev;  // c may be released once its end is published
+      c->end_ns.store(std::max<uint64_t>(NowNs(), 1), std::memory_order_release);
+      Kick(d);
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<HostCall*> queue_;
+  pid_t pid_ = 0;
+};
+
+HostFuncThread& HostFuncs() {
+  static HostFuncThread* h = new HostFuncThread;  // never destroyed: it may run at exit
+  return *h;
+}
+
+CUresult LaunchHostFuncImpl(CUstream hs, CUhostFn fn, void* data, bool ptsz) {
+  SIM_CHECK_INIT();
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(hs, ptsz, &s));
+  auto* call = new HostCall;
+  call->fn = fn;
+  call->data = data;
+  call->dev = s->dev;
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kMarker;  // not a kernel: no trace line, no CUPTI record
+  op->name = "host_function";
+  op->external = true;
+  op->ext.size = sizeof op->ext;
+  op->ext.name = op->name;
+  op->ext.poll_ns = 20000;
+  op->ext.user = call;
+  op->ext.on_start = [](void* u, uint64_t) { HostFuncs().Push(static_cast<HostCall*>(u)); };
+  op->ext.poll_end = [](void* u, uint64_t) {
+    return static_cast<HostCall*>(u)->end_ns.load(std::memory_order_acquire);
+  };
+  op->ext.release = [](void* u) { delete static_cast<HostCall*>(u); };
+  Submit(s, op);
+  return CUDA_SUCCESS;
+}
+
+struct StreamCallback {
+  CUstreamCallback fn;
+  CUstream stream;
+  void* data;
+};
+
+CUresult StreamAddCallbackImpl(CUstream hs, CUstreamCallback fn, void* data, unsigned flags,
+                               bool ptsz) {
+  if (fn == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  auto* cb = new StreamCallback{fn, hs, data};
+  CUresult r = LaunchHostFuncImpl(
+      hs,
+      [](void* u) {
+        auto* c = static_cast<StreamCallback*>(u);
+        c->fn(c->stream, CUDA_SUCCESS, c->data);
+        delete c;
+      },
+      cb, ptsz);
+  if (r != CUDA_SUCCESS) delete cb;
+  return r;
+}
+
+// ---- function and kernel attributes: plausible values of an sm_90 kernel ----
+CUresult FuncAttributeImpl(int* pi, CUfunction_attribute attrib, const void* h) {
+  SIM_CHECK_INIT();
+  if (pi == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (AsFunction(h) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  switch (attrib) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = 1024; break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = 0; break;
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = 0; break;
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = 0; break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = 32; break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = 90; break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = 90; break;
+    case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA: *pi = 0; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *pi = 49152; break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *pi = -1; break;
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET: *pi = 0; break;
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH: *pi = 0; break;
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: *pi = 1; break;
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: *pi = 0; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+// Resident blocks per SM for a block size: 2048 threads per SM, 32 blocks at
+// most, registers at 32 per thread (64 K per SM) never the limit first.
+int ActiveBlocksPerSm(int block_size) {
+  if (block_size <= 0 || block_size > 1024) return 0;
+  const int warps = (block_size + 31) / 32;
+  return std::min(32, 64 / warps);
+}
+
+// ---- pointer attributes, from the simulator's memory map ----
+CUresult PointerAttributeImpl(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uintptr_t base = 0;
+  size_t size = 0;
+  MemKind kind = MemKind::kPageable;
+  const bool known = FindRange(reinterpret_cast<const void*>(ptr), &base, &size, &kind);
+  Context* ctx = Current();
+  if (ctx == nullptr) ctx = GetDevice(0) != nullptr ? GetDevice(0)->primary : nullptr;
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      if (!known) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<unsigned*>(data) = kind == MemKind::kDevice ? CU_MEMORYTYPE_DEVICE
+                                                                : CU_MEMORYTYPE_HOST;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      if (!known) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<CUcontext*>(data) = reinterpret_cast<CUcontext>(ctx);
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:  // unified addressing: the same address
+      if (!known) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<CUdeviceptr*>(data) = ptr;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      if (!known || kind == MemKind::kDevice) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+      *static_cast<int*>(data) = 0;
+      return known ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+      *static_cast<int*>(data) = known ? 1 : 0;
+      return known ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      if (!known) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<int*>(data) = ctx != nullptr ? ctx->dev->ordinal : 0;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      if (!known) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<CUdeviceptr*>(data) = base;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      if (!known) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<size_t*>(data) = size;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      if (!known) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<unsigned long long*>(data) = base;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+      *static_cast<int*>(data) = 1;
+      return known ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
 }
 
 }  // namespace
@@ -1191,6 +1392,151 @@ CUresult CUDAAPI cuEventElapsedTime_v2(float* ms, CUevent hStart, CUevent hEnd) 
 }
 CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent hStart, CUevent hEnd) {
   return cuEventElapsedTime_v2(ms, hStart, hEnd);
+}
+
+
+// ---- host functions ----
+CUresult CUDAAPI cuLaunchHostFunc(CUstream h, CUhostFn fn, void* data) {
+  return LaunchHostFuncImpl(h, fn, data, false);
+}
+CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream h, CUhostFn fn, void* data) {
+  return LaunchHostFuncImpl(h, fn, data, true);
+}
+CUresult CUDAAPI cuStreamAddCallback(CUstream h, CUstreamCallback fn, void* data,
+                                     unsigned int flags) {
+  return StreamAddCallbackImpl(h, fn, data, flags, false);
+}
+CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream h, CUstreamCallback fn, void* data,
+                                          unsigned int flags) {
+  return StreamAddCallbackImpl(h, fn, data, flags, true);
+}
+
+// ---- function, kernel and library attributes ----
+CUresult CUDAAPI cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction f) {
+  return FuncAttributeImpl(pi, attrib, f);
+}
+CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute attrib, int value) {
+  SIM_CHECK_INIT();
+  return AsFunction(f) != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction f, CUfunc_cache config) {
+  SIM_CHECK_INIT();
+  return AsFunction(f) != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult CUDAAPI cuFuncGetModule(CUmodule* mod, CUfunction f) {
+  SIM_CHECK_INIT();
+  Function* fn = AsFunction(f);
+  if (mod == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *mod = reinterpret_cast<CUmodule>(fn->module);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuKernelGetAttribute(int* pi, CUfunction_attribute attrib, CUkernel k,
+                                      CUdevice dev) {
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  return FuncAttributeImpl(pi, attrib, k);
+}
+CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int value, CUkernel k,
+                                      CUdevice dev) {
+  SIM_CHECK_INIT();
+  if (GetDevice(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  return AsFunction(k) != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel k, CUfunc_cache config, CUdevice dev) {
+  SIM_CHECK_INIT();
+  return AsFunction(k) != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult CUDAAPI cuKernelGetLibrary(CUlibrary* lib, CUkernel k) {
+  SIM_CHECK_INIT();
+  Function* fn = AsFunction(k);
+  if (lib == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *lib = reinterpret_cast<CUlibrary>(fn->module);
+  return CUDA_SUCCESS;
+}
+// A library is loaded as one module (any image is accepted; kernels are made
+// by name on lookup), so its module is itself.
+CUresult CUDAAPI cuLibraryGetModule(CUmodule* mod, CUlibrary lib) {
+  SIM_CHECK_INIT();
+  if (mod == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (AsModule(lib) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *mod = reinterpret_cast<CUmodule>(lib);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuLibraryGetKernelCount(unsigned int* count, CUlibrary lib) {
+  SIM_CHECK_INIT();
+  Module* m = AsModule(lib);
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard<std::mutex> lk(m->mu);
+  *count = static_cast<unsigned>(m->functions.size());  // those looked up so far
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuLibraryEnumerateKernels(CUkernel* kernels, unsigned int n, CUlibrary lib) {
+  SIM_CHECK_INIT();
+  Module* m = AsModule(lib);
+  if (kernels == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard<std::mutex> lk(m->mu);
+  unsigned i = 0;
+  for (const auto& [name, f] : m->functions) {
+    if (i == n) break;
+    kernels[i++] = reinterpret_cast<CUkernel>(f);
+  }
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction f, int block,
+                                                             size_t smem) {
+  SIM_CHECK_INIT();
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (AsFunction(f) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *n = ActiveBlocksPerSm(block);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* n, CUfunction f,
+                                                                      int block, size_t smem,
+                                                                      unsigned int flags) {
+  return cuOccupancyMaxActiveBlocksPerMultiprocessor(n, f, block, smem);
+}
+
+// ---- pointers ----
+CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr p) {
+  SIM_CHECK_INIT();
+  return PointerAttributeImpl(data, attribute, p);
+}
+// As NVIDIA's driver: unknown memory is not an error here; each attribute it
+// has no value for reads as zero (the memory type 0 is "unregistered").
+CUresult CUDAAPI cuPointerGetAttributes(unsigned int n, CUpointer_attribute* attributes,
+                                        void** data, CUdeviceptr p) {
+  SIM_CHECK_INIT();
+  if (attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < n; ++i) {
+    if (data[i] == nullptr) continue;
+    if (PointerAttributeImpl(data[i], attributes[i], p) == CUDA_SUCCESS) continue;
+    switch (attributes[i]) {
+      case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data[i]) = nullptr; break;
+      case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *static_cast<CUdeviceptr*>(data[i]) = 0;
+        break;
+      case CU_POINTER_ATTRIBUTE_HOST_POINTER: *static_cast<void**>(data[i]) = nullptr; break;
+      case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data[i]) = 0; break;
+      case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data[i]) = 0; break;
+      case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data[i]) = -1; break;
+      default: *static_cast<unsigned*>(data[i]) = 0; break;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+// ---- the runtime's private interface ----
+// NVIDIA's runtime (and NVRTC, cuBLAS, cuDNN, which carry it) ask the driver
+// for undocumented export tables by UUID. The simulator has none: a null
+// table and "not supported", which callers that check take as "absent".
+CUresult CUDAAPI cuGetExportTable(const void** table, const CUuuid* id) {
+  if (table == nullptr || id == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *table = nullptr;
+  return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 }  // extern "C"

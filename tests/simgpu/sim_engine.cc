@@ -715,6 +715,30 @@ bool RemoveRange(const void* p, MemKind* kind, size_t* size) {
   return true;
 }
 
+bool FindRange(const void* p, uintptr_t* base, size_t* size, MemKind* kind) {
+  Globals& g = G();
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  std::shared_lock<std::shared_mutex> lk(g.ranges_mu);
+  auto it = g.ranges.upper_bound(a);
+  if (it == g.ranges.begin()) return false;
+  --it;
+  if (a >= it->first + it->second.first) return false;
+  *base = it->first;
+  *size = it->second.first;
+  *kind = it->second.second;
+  return true;
+}
+
+void Kick(Device* d) {
+  {
+    std::lock_guard<std::mutex> lk(d->mu);
+    if (!d->thread_started) return;
+    d->kick = true;
+    d->kick_flag.store(true, std::memory_order_relaxed);
+  }
+  d->work_cv.notify_one();
+}
+
 MemKind Classify(const void* p) {
   Globals& g = G();
   uintptr_t a = reinterpret_cast<uintptr_t>(p);

@@ -198,6 +198,10 @@ inline bool IsPinned(MemKind k) { return k == MemKind::kPinned || k == MemKind::
 void AddRange(const void* p, size_t size, MemKind kind);
 bool RemoveRange(const void* p, MemKind* kind, size_t* size);
 MemKind Classify(const void* p);
+// The range holding p: its start, size and kind; false for pageable memory.
+bool FindRange(const void* p, uintptr_t* base, size_t* size, MemKind* kind);
+// Wakes the device thread (an external op's end became known).
+void Kick(Device* d);
 uint32_t CuptiMemKind(MemKind k);
 
 void TraceFlush();

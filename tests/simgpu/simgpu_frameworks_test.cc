@@ -1,0 +1,215 @@
+// Tests of the driver entry points that frameworks (PyTorch, numba-cuda,
+// cuda-python, NVRTC) call beyond the launch/copy/sync core: host functions
+// in stream order, pointer attributes from the memory map, function and
+// kernel attributes, occupancy, and cuGetExportTable's "not supported".
+// Times come from what the simulator recorded (the trace, the host
+// function's own clock reads), never from nominal durations alone.
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include <atomic>
+#include <vector>
+
+#include "simgpu_test_util.h"
+
+using namespace simgpu_test;
+
+namespace {
+
+constexpr uint64_t kMs = 1000000;
+
+#define FRAMEWORK_FN(name) \
+  decltype(&::name) name = reinterpret_cast<decltype(&::name)>(Sym(LibCuda(), #name))
+
+struct Ext {
+  FRAMEWORK_FN(cuLaunchHostFunc);
+  FRAMEWORK_FN(cuLaunchHostFunc_ptsz);
+  FRAMEWORK_FN(cuStreamAddCallback);
+  FRAMEWORK_FN(cuPointerGetAttribute);
+  FRAMEWORK_FN(cuPointerGetAttributes);
+  FRAMEWORK_FN(cuFuncGetAttribute);
+  FRAMEWORK_FN(cuKernelGetAttribute);
+  FRAMEWORK_FN(cuKernelGetLibrary);
+  FRAMEWORK_FN(cuLibraryGetModule);
+  FRAMEWORK_FN(cuOccupancyMaxActiveBlocksPerMultiprocessor);
+  FRAMEWORK_FN(cuGetExportTable);
+};
+
+struct HostCallLog {
+  std::atomic<uint64_t> start{0}, end{0};
+  std::atomic<int> calls{0};
+  uint64_t sleep_ns = 0;
+};
+
+void CUDA_CB LogHostCall(void* p) {
+  auto* log = static_cast<HostCallLog*>(p);
+  log->start = NowNs();
+  if (log->sleep_ns) usleep(static_cast<useconds_t>(log->sleep_ns / 1000));
+  log->calls++;
+  log->end = NowNs();
+}
+
+}  // namespace
+
+// Guards cuLaunchHostFunc's stream order: the function runs after the kernel
+// before it has ended (trace end), and the kernel after it starts only once
+// the function has returned; a stream synchronize waits for the function.
+TEST_CASE("host function runs in stream order and the stream waits for it", "[driver][hostfn]") {
+  Cu cu;
+  cu.Setup();
+  Ext ext;
+  CUstream s;
+  REQUIRE(cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  HostCallLog log;
+  log.sleep_ns = 3 * kMs;
+  REQUIRE(cu.Launch("long_before_hostfn", s) == CUDA_SUCCESS);  // long*=2000 us
+  REQUIRE(ext.cuLaunchHostFunc(s, LogHostCall, &log) == CUDA_SUCCESS);
+  REQUIRE(cu.Launch("mid_after_hostfn", s) == CUDA_SUCCESS);
+  REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
+  const uint64_t sync_returned = NowNs();
+  REQUIRE(log.calls == 1);
+  std::vector<TraceOp> ops = FlushAndReadTrace(cu);
+  const TraceOp* before = FindOp(ops, "long_before_hostfn");
+  const TraceOp* after = FindOp(ops, "mid_after_hostfn");
+  REQUIRE(before != nullptr);
+  REQUIRE(after != nullptr);
+  CHECK(log.start >= before->end_ns);
+  CHECK(after->start_ns >= log.end);
+  CHECK(sync_returned >= after->end_ns);
+  // A host function is no device op: it leaves no line in the ground truth.
+  CHECK(FindOp(ops, "host_function") == nullptr);
+}
+
+// Guards the legacy stream and the per-thread form: a host function on the
+// NULL stream through cuLaunchHostFunc_ptsz, and cuStreamAddCallback's
+// callback (same thread, stream order) get called exactly once each.
+TEST_CASE("per-thread host function and stream callback are called once", "[driver][hostfn]") {
+  Cu cu;
+  cu.Setup();
+  Ext ext;
+  HostCallLog a, b;
+  REQUIRE(ext.cuLaunchHostFunc_ptsz(nullptr, LogHostCall, &a) == CUDA_SUCCESS);
+  struct Cb {
+    static void CUDA_CB Call(CUstream, CUresult status, void* p) {
+      if (status == CUDA_SUCCESS) LogHostCall(p);
+    }
+  };
+  CUstream s;
+  REQUIRE(cu.cuStreamCreate(&s, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
+  REQUIRE(cu.Launch("gemm_cb", s) == CUDA_SUCCESS);
+  REQUIRE(ext.cuStreamAddCallback(s, Cb::Call, &b, 0) == CUDA_SUCCESS);
+  CHECK(ext.cuStreamAddCallback(s, Cb::Call, &b, 1) == CUDA_ERROR_INVALID_VALUE);
+  REQUIRE(cu.cuCtxSynchronize() == CUDA_SUCCESS);
+  CHECK(a.calls == 1);
+  CHECK(b.calls == 1);
+  CHECK(ext.cuLaunchHostFunc(s, nullptr, nullptr) == CUDA_ERROR_INVALID_VALUE);
+}
+
+// Guards pointer attributes from the simulator's memory map (what torch's
+// is_pinned() and copy paths read): device and pinned allocations, an
+// interior pointer's range, and pageable memory (an error alone, zeros in
+// the multi-attribute form).
+TEST_CASE("pointer attributes follow the memory map", "[driver][pointer]") {
+  Cu cu;
+  cu.Setup();
+  Ext ext;
+  CUdeviceptr d = 0;
+  REQUIRE(cu.cuMemAlloc_v2(&d, 4096) == CUDA_SUCCESS);
+  void* pinned = nullptr;
+  REQUIRE(cu.cuMemAllocHost_v2(&pinned, 1024) == CUDA_SUCCESS);
+  static char pageable[64];
+
+  unsigned type = 0;
+  REQUIRE(ext.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d + 100) ==
+          CUDA_SUCCESS);
+  CHECK(type == CU_MEMORYTYPE_DEVICE);
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  REQUIRE(ext.cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, d + 100) ==
+          CUDA_SUCCESS);
+  REQUIRE(ext.cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, d + 100) ==
+          CUDA_SUCCESS);
+  CHECK(start == d);
+  CHECK(size == 4096);
+  REQUIRE(ext.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                    reinterpret_cast<CUdeviceptr>(pinned)) == CUDA_SUCCESS);
+  CHECK(type == CU_MEMORYTYPE_HOST);
+  CHECK(ext.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                  reinterpret_cast<CUdeviceptr>(pageable)) ==
+        CUDA_ERROR_INVALID_VALUE);
+
+  CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+  unsigned t2 = 99;
+  int ordinal = 99;
+  void* out[] = {&t2, &ordinal};
+  REQUIRE(ext.cuPointerGetAttributes(2, which, out, reinterpret_cast<CUdeviceptr>(pageable)) ==
+          CUDA_SUCCESS);
+  CHECK(t2 == 0);
+  CHECK(ordinal == -1);
+  REQUIRE(ext.cuPointerGetAttributes(2, which, out, reinterpret_cast<CUdeviceptr>(pinned)) ==
+          CUDA_SUCCESS);
+  CHECK(t2 == CU_MEMORYTYPE_HOST);
+  CHECK(ordinal == 0);
+  REQUIRE(cu.cuMemFreeHost(pinned) == CUDA_SUCCESS);
+  CHECK(ext.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                  reinterpret_cast<CUdeviceptr>(pinned)) ==
+        CUDA_ERROR_INVALID_VALUE);
+  REQUIRE(cu.cuMemFree_v2(d) == CUDA_SUCCESS);
+}
+
+// Guards function and kernel attributes (numba-cuda asks cuKernelGetAttribute
+// before it launches), a kernel's library and module, occupancy, and a bad
+// handle.
+TEST_CASE("function and kernel attributes are plausible", "[driver][function]") {
+  Cu cu;
+  cu.Setup();
+  Ext ext;
+  CUfunction f = cu.Kernel("attr_kernel");
+  int v = 0;
+  REQUIRE(ext.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f) == CUDA_SUCCESS);
+  CHECK(v == 1024);
+  REQUIRE(ext.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_NUM_REGS, f) == CUDA_SUCCESS);
+  CHECK(v > 0);
+  CUlibrary lib;
+  static const char kImage[] = "library image";
+  REQUIRE(cu.cuLibraryLoadData(&lib, kImage, nullptr, nullptr, 0, nullptr, nullptr, 0) ==
+          CUDA_SUCCESS);
+  CUkernel k;
+  REQUIRE(cu.cuLibraryGetKernel(&k, lib, "lib_kernel") == CUDA_SUCCESS);
+  REQUIRE(ext.cuKernelGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k, 0) ==
+          CUDA_SUCCESS);
+  CHECK(v == 49152);
+  CHECK(ext.cuKernelGetAttribute(&v, CU_FUNC_ATTRIBUTE_NUM_REGS, k, 7) ==
+        CUDA_ERROR_INVALID_DEVICE);
+  CUlibrary owner = nullptr;
+  REQUIRE(ext.cuKernelGetLibrary(&owner, k) == CUDA_SUCCESS);
+  CHECK(owner == lib);
+  CUmodule mod = nullptr;
+  REQUIRE(ext.cuLibraryGetModule(&mod, lib) == CUDA_SUCCESS);
+  CHECK(mod != nullptr);
+  int blocks = 0;
+  REQUIRE(ext.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 256, 0) == CUDA_SUCCESS);
+  CHECK(blocks == 8);  // 2048 threads per SM
+  REQUIRE(ext.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 2048, 0) == CUDA_SUCCESS);
+  CHECK(blocks == 0);
+  int bogus = 0;
+  CHECK(ext.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_NUM_REGS,
+                               reinterpret_cast<CUfunction>(&bogus)) == CUDA_ERROR_INVALID_HANDLE);
+}
+
+// Guards cuGetExportTable (NVRTC calls it without a null check on the
+// pointer it gets from dlsym): exported, reachable through cuGetProcAddress,
+// and "not supported" with a null table.
+TEST_CASE("cuGetExportTable answers not supported with a null table", "[driver][export]") {
+  Cu cu;
+  Ext ext;
+  const void* table = &table;
+  CUuuid id{};
+  CHECK(ext.cuGetExportTable(&table, &id) == CUDA_ERROR_NOT_SUPPORTED);
+  CHECK(table == nullptr);
+  void* p = nullptr;
+  CUdriverProcAddressQueryResult status;
+  REQUIRE(cu.cuGetProcAddress_v2("cuGetExportTable", &p, 13000, 0, &status) == CUDA_SUCCESS);
+  CHECK(p == reinterpret_cast<void*>(ext.cuGetExportTable));
+}
