@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -15,6 +16,15 @@
 #include "analyzer/timeline.h"
 
 namespace stallscope::analyzer {
+
+// Which frames are user code, for a hotspot's site (hotspots.h): fnmatch
+// globs over a Python frame's file, or a native frame's source file or module
+// path. A frame matching `user_code` is user code; else one matching
+// `not_user_code` is not; else the default rule decides.
+struct SiteRule {
+  std::vector<std::string> user_code;
+  std::vector<std::string> not_user_code;
+};
 
 struct AttributionOptions {
   // Host gaps between CUDA calls shorter than this are launch dispatch
@@ -29,6 +39,8 @@ struct AttributionOptions {
   // Synchronizing calls shorter than this that caused no idle are not
   // hotspots.
   int64_t hotspot_min_blocked_ns = 5'000;
+  // A hotspot's site: the innermost frame of user code.
+  SiteRule site;
 };
 
 enum class CallClass : uint8_t {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "analyzer/analysis.h"
 #include "analyzer/audit.h"
 #include "analyzer/compare.h"
@@ -77,6 +78,11 @@ constexpr Subcommand kSubcommands[] = {
      "  -o OUT             write to OUT (a new file, never overwritten, mode 0640)\n"
      "  --step-pattern RE  NVTX range names that mark steps\n"
      "                     (default: (?i)step|iter|ProfilerStep; a leading (?i) ignores case)\n"
+     "  --user-code GLOB   frames whose file (or native module) matches are user code, for a\n"
+     "                     hotspot's site (repeatable; e.g. '*/site-packages/mylib/*')\n"
+     "  --not-user-code GLOB\n"
+     "                     frames that match are not (repeatable); by default the standard\n"
+     "                     library, site-packages, dist-packages and stallscope are not\n"
      "  --color WHEN       colour the text output: auto (default: on a terminal, unless\n"
      "                     NO_COLOR is set), always or never\n"
      "  -q, --quiet        no progress on stderr (errors only)\n"
@@ -91,6 +97,8 @@ constexpr Subcommand kSubcommands[] = {
      "  --format F         text (default) or json (schema stallscope.compare/1)\n"
      "  -o OUT             write to OUT (a new file, never overwritten, mode 0640)\n"
      "  --step-pattern RE  NVTX range names that mark steps (as for report)\n"
+     "  --user-code GLOB, --not-user-code GLOB\n"
+     "                     which frames are user code (as for report)\n"
      "  -q, --quiet        no progress on stderr (errors only)\n",
      CompareCmd},
     {"audit",
@@ -227,6 +235,7 @@ struct ReportArgs {
   bool quiet = false;
   std::string color = "auto";  // auto | always | never
   int jobs = 0;                // threads over a folder's traces (0: one per core)
+  SiteRule site;               // --user-code / --not-user-code
 };
 
 // Progress on stderr while a large file is read, only on a terminal.
@@ -243,9 +252,22 @@ void ShowProgress(const std::string& path, uint64_t done, uint64_t total) {
   fflush(stderr);
 }
 
-// Options common to report and compare: progress and colour.
+// STALLSCOPE_USER_CODE / STALLSCOPE_NOT_USER_CODE: ':'-separated globs for
+// every command, after the command line's own.
+void ApplySiteEnvironment(SiteRule* site) {
+  for (auto [name, out] : {std::pair{"STALLSCOPE_USER_CODE", &site->user_code},
+                           std::pair{"STALLSCOPE_NOT_USER_CODE", &site->not_user_code}}) {
+    const char* v = getenv(name);
+    if (v == nullptr) continue;
+    for (absl::string_view g : absl::StrSplit(v, ':', absl::SkipEmpty())) out->emplace_back(g);
+  }
+}
+
+// Options common to report and compare: progress, colour, the user-code rule.
 void ApplyCommon(const ReportArgs& r, AnalysisOptions* options, bool* color) {
   options->jobs = r.jobs;
+  options->attribution.site = r.site;
+  ApplySiteEnvironment(&options->attribution.site);
   if (!r.quiet && isatty(STDERR_FILENO)) options->progress = ShowProgress;
   const char* no_color = getenv("NO_COLOR");
   *color = r.color == "always" ||
@@ -277,6 +299,14 @@ std::optional<int> ParseReportArgs(const Subcommand& self, const std::vector<std
       if (!TakeValue(args, &i, "--step-pattern", &r->pattern)) {
         return Usage(self, "--step-pattern needs a regular expression");
       }
+    } else if (Matches(a, "--user-code") || Matches(a, "--not-user-code")) {
+      const bool user = Matches(a, "--user-code");
+      const char* flag = user ? "--user-code" : "--not-user-code";
+      std::string glob;
+      if (!TakeValue(args, &i, flag, &glob) || glob.empty()) {
+        return Usage(self, absl::StrCat(flag, " needs a glob (e.g. '*/site-packages/mylib/*')"));
+      }
+      (user ? r->site.user_code : r->site.not_user_code).push_back(glob);
     } else if (a == "-q" || a == "--quiet") {
       r->quiet = true;
     } else if (Matches(a, "--jobs") || a == "-j") {
@@ -360,7 +390,7 @@ int ReportCmd(const std::vector<std::string>& args) {
   const Subcommand& self = *Find("report");
   ReportArgs parsed;
   if (auto code = ParseReportArgs(self, args, &parsed)) return *code;
-  auto& [inputs, format, out, pattern, quiet, color_when, jobs] = parsed;
+  auto& [inputs, format, out, pattern, quiet, color_when, jobs, site] = parsed;
   if (inputs.empty()) return Usage(self, "no trace folder or file given");
   const ReportFormat* fmt = FindFormat(format);
   if (fmt == nullptr) {
@@ -397,7 +427,7 @@ int CompareCmd(const std::vector<std::string>& args) {
   const Subcommand& self = *Find("compare");
   ReportArgs parsed;
   if (auto code = ParseReportArgs(self, args, &parsed)) return *code;
-  auto& [inputs, format, out, pattern, quiet, color_when, jobs] = parsed;
+  auto& [inputs, format, out, pattern, quiet, color_when, jobs, site] = parsed;
   if (inputs.size() != 2) return Usage(self, "two runs: BASE and OTHER (folders or files)");
   if (format != "text" && format != "json") {
     return Usage(self, absl::StrFormat("unknown format %s (text or json)", format));
@@ -477,6 +507,7 @@ int AuditCmd(const std::vector<std::string>& args) {
   }
   AnalysisOptions options;
   options.step_pattern = pattern;
+  ApplySiteEnvironment(&options.attribution.site);
   auto run = AnalyzePaths(inputs, options);
   if (!run.ok()) {
     fprintf(stderr, "stallscope: %s\n", std::string(run.status().message()).c_str());
@@ -565,6 +596,7 @@ int FleetCmd(const std::vector<std::string>& args) {
   }
   AnalysisOptions options;
   options.step_pattern = pattern;
+  ApplySiteEnvironment(&options.attribution.site);
   auto fail = [](const absl::Status& st, int code) {
     fprintf(stderr, "stallscope: %s\n", std::string(st.message()).c_str());
     return code;

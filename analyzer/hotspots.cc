@@ -1,34 +1,28 @@
 // Hotspot grouping and call-site resolution (see hotspots.h).
 #include "analyzer/hotspots.h"
 
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace stallscope::analyzer {
-
-bool IsRuntimeModule(std::string_view path) {
-  if ((std::string_view(path).find("/simgpu/") != std::string_view::npos)) return true;
-  size_t slash = path.rfind('/');
-  std::string_view base = slash == std::string_view::npos ? path : path.substr(slash + 1);
-  static constexpr std::string_view kPrefixes[] = {
-      "libstallscope", "libcuda",  "libcupti", "libnccl",   "libc.",
-      "libc-",         "libm.",    "libm-",    "libstdc++", "libgcc_s",
-      "ld-linux",      "libpthread"};
-  for (std::string_view p : kPrefixes) {
-    if (std::string_view(base).starts_with(p)) return true;
-  }
-  return false;
-}
 
 namespace {
 
 std::string_view Basename(std::string_view path) {
   size_t slash = path.rfind('/');
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+bool InPackages(std::string_view path) {
+  return path.find("/site-packages/") != std::string_view::npos ||
+         path.find("/dist-packages/") != std::string_view::npos;
 }
 
 bool IsStallscopeModule(std::string_view path) {
@@ -41,10 +35,77 @@ bool IsInterpreterModule(std::string_view path) {
   return base.starts_with("libpython") || base.starts_with("python");
 }
 
+// A file of the interpreter's standard library: under .../lib/python3.X/ or
+// .../lib64/python3.X/ (outside site-packages, checked before), or frozen.
+bool IsStandardLibrary(std::string_view file) {
+  if (file.starts_with("<frozen ")) return true;
+  for (std::string_view root : {std::string_view("/lib/python3."), std::string_view("/lib64/python3.")}) {
+    for (size_t at = file.find(root); at != std::string_view::npos; at = file.find(root, at + 1)) {
+      size_t i = at + root.size();
+      while (i < file.size() && file[i] >= '0' && file[i] <= '9') ++i;
+      if (i > at + root.size() && i < file.size() && file[i] == '/') return true;
+    }
+  }
+  return false;
+}
+
+// stallscope's own Python package (python/stallscope/, or installed).
+bool IsStallscopePackage(std::string_view file) {
+  size_t slash = file.rfind('/');
+  if (slash == std::string_view::npos) return false;
+  return Basename(file.substr(0, slash)) == "stallscope";
+}
+
+bool MatchesAny(const std::vector<std::string>& globs, std::string_view text) {
+  if (text.empty()) return false;
+  const std::string s(text);
+  for (const std::string& g : globs) {
+    if (fnmatch(g.c_str(), s.c_str(), 0) == 0) return true;
+  }
+  return false;
+}
+
+// The configured patterns first (user code, then not user code), then the
+// default.
+bool Decide(const SiteRule& rule, std::string_view a, std::string_view b, bool by_default) {
+  if (MatchesAny(rule.user_code, a) || MatchesAny(rule.user_code, b)) return true;
+  if (MatchesAny(rule.not_user_code, a) || MatchesAny(rule.not_user_code, b)) return false;
+  return by_default;
+}
+
 }  // namespace
 
+bool IsRuntimeModule(std::string_view path) {
+  if ((std::string_view(path).find("/simgpu/") != std::string_view::npos)) return true;
+  if (InPackages(path)) return true;
+  std::string_view base = Basename(path);
+  static constexpr std::string_view kPrefixes[] = {
+      // stallscope, the CUDA driver and its libraries, NCCL
+      "libstallscope", "libcuda", "libcupti", "libnccl", "libcublas", "libcudnn", "libnvrtc",
+      "libnvJitLink", "libcufft", "libcusparse", "libcusolver", "libcurand", "libcufile",
+      "libnvshmem",
+      // frameworks
+      "libtorch", "libc10", "libcaffe2", "libshm", "libgomp", "libffi", "libpython",
+      // the C and C++ runtime
+      "libc.", "libc-", "libm.", "libm-", "libstdc++", "libgcc_s", "ld-linux", "libpthread"};
+  for (std::string_view p : kPrefixes) {
+    if (std::string_view(base).starts_with(p)) return true;
+  }
+  return false;
+}
+
+bool IsUserPythonFile(std::string_view file, const SiteRule& rule) {
+  const bool library = InPackages(file) || IsStandardLibrary(file) || IsStallscopePackage(file);
+  return Decide(rule, file, {}, !library);
+}
+
+bool IsUserNativeFrame(const Frame& f, std::string_view module_path, const SiteRule& rule) {
+  return Decide(rule, f.file, module_path, !IsRuntimeModule(module_path));
+}
+
 void ResolveStack(const Timeline& t, uint32_t native_id, uint32_t python_id,
-                  Symbolizer* symbolizer, Frame* site, std::vector<Frame>* frames) {
+                  Symbolizer* symbolizer, const SiteRule& rule, Frame* site,
+                  std::vector<Frame>* frames) {
   *site = Frame{"<unknown>", "", 0, ""};
   // Either id may name a native or a Python stack (or both): take the native
   // part of the first that has one, and likewise the Python part.
@@ -64,9 +125,14 @@ void ResolveStack(const Timeline& t, uint32_t native_id, uint32_t python_id,
   // Frames innermost first, outermost last: the native frames below the
   // interpreter (driver, libffi, extension code), then the Python frames, then
   // — only without Python frames — the rest of the native stack. stallscope's
-  // own frames (the capture and the hook wrapper) are not shown.
+  // own frames (the capture and the hook wrapper) are not shown. The site is
+  // the innermost frame of user code (see hotspots.h); with none, the
+  // innermost Python frame, else the innermost native frame outside
+  // stallscope.
   bool have_site = false;
   bool in_interpreter = false;
+  Frame fallback;
+  bool have_fallback = false;
   for (uint32_t i = 0; i < ref.native_depth && !in_interpreter; ++i) {
     const uint64_t pc = t.stack_words[ref.native_offset + i];
     const Module* m = symbolizer->FindModule(pc);
@@ -77,9 +143,13 @@ void ResolveStack(const Timeline& t, uint32_t native_id, uint32_t python_id,
     }
     const Frame& f = symbolizer->Symbolize(pc);
     frames->push_back(f);
-    if (!have_site && ref.python_depth == 0 && m != nullptr && !IsRuntimeModule(m->path)) {
+    if (ref.python_depth > 0 || have_site || m == nullptr) continue;
+    if (IsUserNativeFrame(f, m->path, rule)) {
       *site = f;
       have_site = true;
+    } else if (!have_fallback) {
+      fallback = f;
+      have_fallback = true;
     }
   }
   for (uint32_t i = 0; i < ref.python_depth; ++i) {
@@ -93,11 +163,16 @@ void ResolveStack(const Timeline& t, uint32_t native_id, uint32_t python_id,
     f.line = static_cast<int>(line);
     f.module = "python";
     if (i == 0) {
+      fallback = f;
+      have_fallback = true;
+    }
+    if (!have_site && IsUserPythonFile(f.file, rule)) {
       *site = f;
       have_site = true;
     }
     frames->push_back(std::move(f));
   }
+  if (!have_site && have_fallback) *site = fallback;
 }
 
 std::string HotspotFingerprint(std::string_view api, bool explicit_sync, const Frame& site) {
@@ -172,6 +247,52 @@ std::string HotspotSuggestion(std::string_view api, trace::ApiCategory category,
   }
 }
 
+absl::flat_hash_map<size_t, size_t> FindReadBackSyncs(const Timeline& t,
+                                                      const std::vector<CallClass>& classes) {
+  absl::flat_hash_map<size_t, size_t> out;
+  // Copy calls whose API names no direction (cuMemcpy, cuMemcpyAsync): their
+  // op's CUPTI copy kind says (2 DtoH, 4 AtoH). Found once, when needed.
+  absl::flat_hash_set<int32_t> d2h_by_op;
+  bool d2h_by_op_done = false;
+  auto is_d2h = [&](size_t i, const ApiInfo& api) {
+    if ((api.flags & trace::kApiDevToHost) != 0) return true;
+    if ((api.flags & trace::kApiHostToDev) != 0 || t.call_info[i].op_count == 0) return false;
+    if (!d2h_by_op_done) {
+      d2h_by_op_done = true;
+      for (const DeviceOp& op : t.ops) {
+        if (op.call >= 0 && op.kind == trace::DeviceOpKind::kMemcpy &&
+            (op.copy_kind == 2 || op.copy_kind == 4)) {
+          d2h_by_op.insert(op.call);
+        }
+      }
+    }
+    return d2h_by_op.contains(static_cast<int32_t>(i));
+  };
+  absl::flat_hash_map<uint32_t, int64_t> last_copy;  // per thread: a pending read-back's copy
+  for (size_t i = 0; i < t.calls.size(); ++i) {
+    const ApiCall& c = t.calls[i];
+    const ApiInfo& api = t.Api(c.api);
+    if (api.category == trace::ApiCategory::kCopy && is_d2h(i, api)) {
+      last_copy[c.tid] = static_cast<int64_t>(i);
+      continue;
+    }
+    if (classes[i] != CallClass::kSync) continue;
+    auto it = last_copy.find(c.tid);
+    if (it == last_copy.end() || it->second < 0) continue;
+    const size_t copy = static_cast<size_t>(it->second);
+    it->second = -1;
+    if (api.category != trace::ApiCategory::kSync) continue;
+    const CallInfo& ci = t.call_info[copy];
+    const CallInfo& si = t.call_info[i];
+    const bool whole_context = NameHas(api.name, "Ctx");
+    if (si.python_stack != 0 && si.python_stack == ci.python_stack &&
+        (whole_context || si.stream == ci.stream)) {
+      out.emplace(i, copy);
+    }
+  }
+  return out;
+}
+
 std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
                                   const std::vector<CallClass>& classes,
                                   const IdleCaused& idle_caused,
@@ -184,12 +305,14 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
     std::vector<Frame> frames;
   };
   absl::flat_hash_map<std::pair<uint32_t, uint32_t>, Resolved> stacks;
-  absl::flat_hash_map<std::tuple<uint16_t, std::string, int, std::string>, size_t> index;
+  absl::flat_hash_map<std::tuple<uint16_t, bool, std::string, int, std::string>, size_t> index;
   std::vector<Hotspot> out;
   struct Extra {
     uint16_t direction = 0;  // kApiHostToDev / kApiDevToHost
     uint64_t max_bytes = 0;
+    int32_t readback_copy = -1;  // a read-back's copy call (one of them)
   };
+  const absl::flat_hash_map<size_t, size_t> readback = FindReadBackSyncs(t, classes);
   std::vector<Extra> extra;
   // The hotspot of each grouped call (for the copy direction of its op).
   absl::flat_hash_map<size_t, size_t> copy_calls;
@@ -210,23 +333,30 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
     const CallInfo& info = t.call_info[i];
     auto [sit, inserted] = stacks.try_emplace(std::make_pair(info.stack, info.python_stack));
     if (inserted) {
-      ResolveStack(t, info.stack, info.python_stack, symbolizer, &sit->second.site,
+      ResolveStack(t, info.stack, info.python_stack, symbolizer, options.site, &sit->second.site,
                    &sit->second.frames);
     }
     const Resolved& r = sit->second;
-    auto key = std::make_tuple(c.api, r.site.file, r.site.line, r.site.function);
+    const auto rb = readback.find(i);
+    const bool explicit_sync =
+        t.Api(c.api).category == trace::ApiCategory::kSync && rb == readback.end();
+    auto key = std::make_tuple(c.api, explicit_sync, r.site.file, r.site.line, r.site.function);
     auto [hit, fresh] = index.try_emplace(key, out.size());
     if (fresh) {
       Hotspot h;
       const ApiInfo& api = t.Api(c.api);
       h.api = api.name;
-      h.explicit_sync = api.category == trace::ApiCategory::kSync;
+      h.explicit_sync = explicit_sync;
       h.site = r.site;
       h.stack = r.frames;
       out.push_back(std::move(h));
       extra.push_back({static_cast<uint16_t>(api.flags & (trace::kApiHostToDev |
                                                           trace::kApiDevToHost)),
-                       0});
+                       0, rb == readback.end() ? -1 : static_cast<int32_t>(rb->second)});
+    }
+    if (rb != readback.end()) {
+      extra[hit->second].max_bytes =
+          std::max(extra[hit->second].max_bytes, t.call_info[rb->second].bytes);
     }
     if (hotspot_of_call != nullptr) (*hotspot_of_call)[i] = static_cast<int32_t>(hit->second);
     Hotspot& h = out[hit->second];
@@ -265,6 +395,15 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
         info = &a;
         break;
       }
+    }
+    if (extra[k].readback_copy >= 0) {
+      // The synchronization completes a device-to-host read-back: the fix is
+      // the read-back's.
+      const ApiInfo& copy = t.Api(t.calls[extra[k].readback_copy].api);
+      h.suggestion = HotspotSuggestion(copy.name, trace::ApiCategory::kCopy,
+                                       copy.flags | trace::kApiAsync, trace::kApiDevToHost,
+                                       extra[k].max_bytes);
+      continue;
     }
     h.suggestion = HotspotSuggestion(h.api, info ? info->category : trace::ApiCategory::kOther,
                                      info ? info->flags : 0, extra[k].direction,

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "analyzer/attribution.h"
 #include "analyzer/report.h"
 #include "analyzer/steps.h"
@@ -16,15 +17,29 @@
 
 namespace stallscope::analyzer {
 
-// True for objects that are never a user call site (libstallscope, libcuda*,
-// libcupti, libnccl, libc, libm, libstdc++, libgcc_s, ld-linux, libpthread,
-// anything under a `simgpu` directory).
+// True for objects that are never a user call site: stallscope, the CUDA
+// driver and libraries (cudart, CUPTI, cuBLAS, cuDNN, NVRTC, ...), NCCL, the
+// frameworks' native libraries (libtorch*, libc10*, ...), anything under
+// site-packages/dist-packages or a `simgpu` directory, and the C/C++ runtime.
 bool IsRuntimeModule(std::string_view path);
 
+// Whether a Python frame's file is user code: not the interpreter's standard
+// library (.../lib/python3.X/, frozen modules), not site-packages or
+// dist-packages (PyTorch, numba, cuda-python ...), not stallscope's own
+// package; SiteRule's patterns decide first.
+bool IsUserPythonFile(std::string_view file, const SiteRule& rule);
+// Whether a native frame is user code: its module is not IsRuntimeModule;
+// SiteRule's patterns (on the source file or the module path) decide first.
+bool IsUserNativeFrame(const Frame& f, std::string_view module_path, const SiteRule& rule);
+
 // Resolves a call's native and Python stacks to frames (innermost first:
-// native, then Python) and its user-code site.
+// native, then Python) and its site: the innermost frame of user code (a
+// Python frame when the call came from Python, else a native one); without
+// one, the innermost Python frame, else the innermost native frame outside
+// stallscope.
 void ResolveStack(const Timeline& t, uint32_t native_id, uint32_t python_id,
-                  Symbolizer* symbolizer, Frame* site, std::vector<Frame>* frames);
+                  Symbolizer* symbolizer, const SiteRule& rule, Frame* site,
+                  std::vector<Frame>* frames);
 
 // A device-to-host copy of at most this many bytes is a scalar read-back.
 inline constexpr uint64_t kScalarReadBytes = 64;
@@ -38,6 +53,17 @@ std::string HotspotFingerprint(std::string_view api, bool explicit_sync, const F
 // kApiDevToHost, 0 unknown) and its largest transfer: the one-line fix.
 std::string HotspotSuggestion(std::string_view api, trace::ApiCategory category, uint16_t flags,
                               uint16_t direction, uint64_t max_bytes);
+
+// Synchronizations that complete a read-back (indexed like t.calls; value:
+// the copy's call): an explicit stream or context synchronize whose thread's
+// previous copy-or-synchronizing call was a device-to-host copy made from
+// the same Python line (and stream). torch's `.item()`, `.cpu()`,
+// `.tolist()`, `print` of a tensor, `if tensor:` and data-dependent sizes
+// (`nonzero`) copy into pinned memory and then synchronize the stream: what
+// the user wrote is the read-back, so such a hotspot is implicit, with the
+// read-back's fix. torch.cuda.synchronize() stays explicit.
+absl::flat_hash_map<size_t, size_t> FindReadBackSyncs(const Timeline& t,
+                                                      const std::vector<CallClass>& classes);
 
 // With step markers, calls count when they entered between the first step's
 // host start and the last step's host end, or caused idle inside a step;

@@ -100,6 +100,103 @@ TEST_CASE("runtime modules", "[hotspots]") {
   CHECK_FALSE(IsRuntimeModule("/usr/lib/libcrypto.so.3"));
   CHECK_FALSE(IsRuntimeModule("/home/u/train"));
   CHECK_FALSE(IsRuntimeModule("/usr/lib/python3.11/libmagic.so"));
+  // frameworks' native libraries and anything installed as a Python package
+  CHECK(IsRuntimeModule("/venv/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so"));
+  CHECK(IsRuntimeModule("/opt/torch/lib/libc10_cuda.so"));
+  CHECK(IsRuntimeModule("/usr/lib/python3/dist-packages/numba/_helperlib.so"));
+  CHECK(IsRuntimeModule("/x/libcublasLt.so.13"));
+}
+
+// Guards the Python user-code rule: the standard library (a pyenv or Debian
+// interpreter's lib/python3.X, frozen modules), site-packages and
+// dist-packages and stallscope's own package are not user code; scripts,
+// `-c` code and a project's modules are; the patterns decide first.
+TEST_CASE("python user-code rule", "[hotspots]") {
+  SiteRule none;
+  CHECK(IsUserPythonFile("/home/u/proj/train.py", none));
+  CHECK(IsUserPythonFile("train.py", none));
+  CHECK(IsUserPythonFile("<string>", none));
+  CHECK(IsUserPythonFile("/home/u/lib/python3/tools.py", none));  // not lib/python3.X/
+  CHECK_FALSE(IsUserPythonFile("/usr/lib/python3.11/threading.py", none));
+  CHECK_FALSE(IsUserPythonFile("/root/.pyenv/versions/3.11.7/lib/python3.11/json/__init__.py", none));
+  CHECK_FALSE(IsUserPythonFile("/usr/lib64/python3.12/contextlib.py", none));
+  CHECK_FALSE(IsUserPythonFile("<frozen importlib._bootstrap>", none));
+  CHECK_FALSE(IsUserPythonFile("/venv/lib/python3.11/site-packages/torch/cuda/__init__.py", none));
+  CHECK_FALSE(IsUserPythonFile("/usr/lib/python3/dist-packages/numba/cuda/cudadrv/driver.py", none));
+  CHECK_FALSE(IsUserPythonFile("/work/stallscope/python/stallscope/__init__.py", none));
+  SiteRule rule;
+  rule.user_code = {"*/site-packages/mylib/*"};
+  rule.not_user_code = {"*/proj/wrappers.py", "*/site-packages/*"};
+  CHECK(IsUserPythonFile("/venv/lib/python3.11/site-packages/mylib/step.py", rule));
+  CHECK_FALSE(IsUserPythonFile("/home/u/proj/wrappers.py", rule));
+  CHECK(IsUserPythonFile("/home/u/proj/train.py", rule));
+}
+
+// Guards the site of a call made through framework and standard-library
+// frames (torch.cuda.synchronize(), numba's safe_cuda_api_call, a context
+// manager): the innermost user frame, with the whole stack kept; with no
+// user frame at all, the innermost Python frame; configured patterns move it.
+TEST_CASE("python sites skip library frames", "[hotspots]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  const uint32_t through_libs = b.PythonStack(
+      {{"/venv/lib/python3.11/site-packages/torch/cuda/__init__.py", "synchronize", 1371},
+       {"/usr/lib/python3.11/contextlib.py", "__exit__", 144},
+       {"/home/u/proj/wrappers.py", "timed", 8},
+       {"/home/u/proj/train.py", "train_step", 42},
+       {"/home/u/proj/train.py", "<module>", 90}});
+  const uint32_t only_libs = b.PythonStack(
+      {{"/venv/lib/python3.11/site-packages/numba/cuda/cudadrv/driver.py", "safe_cuda_api_call", 324},
+       {"/venv/lib/python3.11/site-packages/numba/cuda/cudadrv/devicearray.py", "copy_to_host", 900}});
+  for (int k = 0; k < 2; ++k) {
+    const int64_t t0 = k * 1000 * kUs;
+    b.Submit(1, api.launch, t0, t0 + 5 * kUs, t0 + 10 * kUs, t0 + 500 * kUs);
+    b.Call(1, api.sync, t0 + 400 * kUs, t0 + 505 * kUs, {.python_stack = through_libs});
+    b.Submit(1, api.launch, t0 + 600 * kUs, t0 + 605 * kUs, t0 + 610 * kUs, t0 + 800 * kUs);
+    b.Call(1, api.sync, t0 + 700 * kUs, t0 + 805 * kUs, {.python_stack = only_libs});
+  }
+  Report r = testing::AnalyzeOrDie(b);
+  REQUIRE(r.hotspots.size() == 2);
+  const Hotspot* user = nullptr;
+  const Hotspot* lib = nullptr;
+  for (const Hotspot& h : r.hotspots) (h.stack.size() == 5 ? user : lib) = &h;
+  REQUIRE(user != nullptr);
+  REQUIRE(lib != nullptr);
+  CHECK(user->site.file == "/home/u/proj/wrappers.py");
+  CHECK(user->site.line == 8);
+  CHECK(user->stack[0].function == "synchronize");  // the whole stack stays
+  CHECK(lib->site.function == "safe_cuda_api_call");
+  CHECK(lib->stack.size() == 2);
+
+  AnalysisOptions o;
+  o.attribution.site.not_user_code = {"*/wrappers.py"};
+  Report moved = testing::AnalyzeOrDie(b, o);
+  bool found = false;
+  for (const Hotspot& h : moved.hotspots) {
+    if (h.stack.size() != 5) continue;
+    found = true;
+    CHECK(h.site.function == "train_step");
+    CHECK(h.site.line == 42);
+  }
+  CHECK(found);
+}
+
+// Guards the native rule for frameworks: frames in libtorch_cuda.so (and
+// anything under site-packages) are skipped for the first user frame.
+TEST_CASE("native sites skip framework libraries", "[hotspots]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Module(0x10000, 0x10000, 0x20000, "/venv/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so");
+  b.Module(0x20000, 0x20000, 0x30000, "/venv/lib/python3.11/site-packages/torch/lib/libc10_cuda.so");
+  b.Module(0x30000, 0x30000, 0x40000, "/nonexistent/train_bin");
+  const uint32_t stack = b.NativeStack({0x10010, 0x20020, 0x30030});
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 500 * kUs);
+  b.Call(1, api.sync, 20 * kUs, 505 * kUs, {.stack = stack});
+  b.Submit(1, api.launch, 506 * kUs, 510 * kUs, 515 * kUs, 600 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  REQUIRE(r.hotspots.size() == 1);
+  CHECK(r.hotspots[0].site.function == "train_bin+0x30");
+  CHECK(r.hotspots[0].stack.size() == 3);
 }
 
 }  // namespace
@@ -248,6 +345,78 @@ TEST_CASE("hotspot suggestion from the op's copy kind", "[hotspots]") {
   Report r = testing::AnalyzeOrDie(b);
   REQUIRE(r.hotspots.size() == 1);
   CHECK(r.hotspots[0].suggestion.find("scalar read-back") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace stallscope::analyzer
+
+namespace stallscope::analyzer {
+namespace {
+
+// Guards "the kind is what the user wrote": torch's `.item()` copies into
+// pinned memory (an async copy that returns at once) and then synchronizes
+// the stream, both from the user's line. That synchronize is implicit, with
+// the read-back's fix; a stream synchronize from another line after the copy
+// (torch.cuda.synchronize(), an explicit wait) stays explicit, and so does
+// one with a launch's sync in between on another stream.
+TEST_CASE("a synchronize completing a read-back from the same line is implicit", "[hotspots]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  const uint32_t item = b.PythonStack({{"/home/u/train.py", "train_step", 42}});
+  const uint32_t sync = b.PythonStack({{"/home/u/train.py", "train_step", 50}});
+  for (int k = 0; k < 3; ++k) {
+    const int64_t t0 = k * 2000 * kUs;
+    b.Submit(1, api.launch, t0, t0 + 5 * kUs, t0 + 10 * kUs, t0 + 500 * kUs);
+    // loss.item(): cudaMemcpyAsync DtoH of 4 bytes (CUPTI copy kind 2), then the sync.
+    const uint64_t ext = 1000 + k;
+    b.Call(1, api.memcpy_async, t0 + 20 * kUs, t0 + 22 * kUs,
+           {.correlation = ext, .stream = 7, .python_stack = item, .bytes = 4});
+    b.Device(t0 + 500 * kUs, t0 + 503 * kUs, tf::DeviceOpKind::kMemcpy, "", 500 + k, 7, 0, 4, 2);
+    b.Correlate(ext, 500 + k);
+    b.Call(1, api.sync, t0 + 25 * kUs, t0 + 505 * kUs, {.stream = 7, .python_stack = item});
+    // An explicit synchronize from another line.
+    b.Submit(1, api.launch, t0 + 600 * kUs, t0 + 605 * kUs, t0 + 610 * kUs, t0 + 1000 * kUs);
+    b.Call(1, api.sync, t0 + 620 * kUs, t0 + 1005 * kUs, {.stream = 7, .python_stack = sync});
+  }
+  Report r = testing::AnalyzeOrDie(b);
+  REQUIRE(r.hotspots.size() == 2);
+  const Hotspot* read = nullptr;
+  const Hotspot* expl = nullptr;
+  for (const Hotspot& h : r.hotspots) (h.site.line == 42 ? read : expl) = &h;
+  REQUIRE(read != nullptr);
+  REQUIRE(expl != nullptr);
+  CHECK(read->api == "cudaStreamSynchronize");
+  CHECK_FALSE(read->explicit_sync);
+  CHECK(read->count == 3);
+  CHECK(read->suggestion.find("scalar read-back") != std::string::npos);
+  CHECK(expl->explicit_sync);
+  CHECK(expl->count == 3);
+  CHECK(expl->suggestion.find("explicit sync") != std::string::npos);
+}
+
+// Guards the rule's limits: the copy and the synchronize on different
+// streams, or a host-to-device copy before the synchronize, are no read-back.
+TEST_CASE("no read-back across streams or after a host-to-device copy", "[hotspots]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  const uint32_t line = b.PythonStack({{"/home/u/train.py", "step", 7}});
+  for (int k = 0; k < 2; ++k) {
+    const int64_t t0 = k * 2000 * kUs;
+    b.Submit(1, api.launch, t0, t0 + 5 * kUs, t0 + 10 * kUs, t0 + 500 * kUs);
+    const uint64_t ext = 1000 + k;
+    b.Call(1, api.memcpy_async, t0 + 20 * kUs, t0 + 22 * kUs,
+           {.correlation = ext, .stream = 9, .python_stack = line, .bytes = 4});
+    b.Device(t0 + 30 * kUs, t0 + 33 * kUs, tf::DeviceOpKind::kMemcpy, "", 500 + k, 9, 0, 4,
+             k == 0 ? 2 : 1);
+    b.Correlate(ext, 500 + k);
+    // k == 0: DtoH on stream 9, sync of stream 7; k == 1: HtoD, same stream.
+    b.Call(1, api.sync, t0 + 40 * kUs, t0 + 505 * kUs,
+           {.stream = k == 0 ? 7u : 9u, .python_stack = line});
+  }
+  Report r = testing::AnalyzeOrDie(b);
+  REQUIRE(r.hotspots.size() == 1);
+  CHECK(r.hotspots[0].explicit_sync);
+  CHECK(r.hotspots[0].count == 2);
 }
 
 }  // namespace
