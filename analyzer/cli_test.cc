@@ -127,7 +127,8 @@ TEST_CASE("run sets the environment", "[cli]") {
   CHECK(r.code == 0);
   CHECK(Slurp(env_file) ==
         "/opt/ss/libstallscope.so:/opt/ss/simgpu/libcuda.so.1:/opt/ss/simgpu/libcudart.so.13:"
-        "/opt/ss/simgpu/libcupti.so.13:/opt/ss/simgpu/libnccl.so.2|/opt/ss/libstallscope.so|" +
+        "/opt/ss/simgpu/libcupti.so.13:/opt/ss/simgpu/libnccl.so.2:/opt/ss/simgpu/libcublas.so.13:"
+        "/opt/ss/simgpu/libcublasLt.so.13|/opt/ss/libstallscope.so|" +
             box.cwd() + "/traces|/opt/ss/simgpu:/usr/x\n");
   CHECK(box.CwdEntries() == 0);
   Result pre = box.Run("run -- sh -c 'echo \"$LD_PRELOAD\" > " + env_file + "'",

@@ -82,8 +82,9 @@ bool IsEmptyDir(const std::string& path) {
 
 // The simulated stack's libraries, preloaded by `run --sim` in this order
 // after libstallscope.so (whose hooks must come first).
-constexpr const char* kSimulatedLibraries[] = {"libcuda.so.1", "libcudart.so.13",
-                                               "libcupti.so.13", "libnccl.so.2"};
+constexpr const char* kSimulatedLibraries[] = {"libcuda.so.1",       "libcudart.so.13",
+                                               "libcupti.so.13",     "libnccl.so.2",
+                                               "libcublas.so.13",    "libcublasLt.so.13"};
 
 }  // namespace
 
@@ -140,7 +141,7 @@ int RunUnderStallscope(const RunOptions& o) {
   std::vector<std::string> env;
   std::string preload = lib;
   std::string library_path = libdir + "/simgpu";
-  // --sim: the simulated driver, runtime, CUPTI and NCCL are preloaded, not
+  // --sim: the simulated driver, runtime, CUPTI, NCCL and cuBLAS are preloaded, not
   // only first on the library path. A library's DT_RPATH is searched before
   // LD_LIBRARY_PATH (torch's point into NVIDIA's wheels), but a DT_NEEDED or
   // dlopen by soname is satisfied by an object already loaded under that

@@ -97,7 +97,7 @@ CUresult LaunchImpl(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigne
   auto op = std::make_shared<Op>();
   op->kind = OpKind::kKernel;
   op->name = fn->name.c_str();
-  op->duration_ns = fn->duration_ns;
+  op->duration_ns = fn->duration_ns.load(std::memory_order_relaxed);
   op->is_async = true;
   op->grid[0] = static_cast<int32_t>(gx);
   op->grid[1] = static_cast<int32_t>(gy);
@@ -1540,6 +1540,16 @@ CUresult CUDAAPI cuGetExportTable(const void** table, const CUuuid* id) {
 }
 
 }  // extern "C"
+
+// The simulated cuBLAS's GEMM time (simgpu_hooks.h): later launches of the
+// function take this long.
+extern "C" __attribute__((visibility("default"))) int simgpu_set_function_duration(
+    void* function, uint64_t ns) {
+  Function* f = AsFunction(function);
+  if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  f->duration_ns.store(ns, std::memory_order_relaxed);
+  return CUDA_SUCCESS;
+}
 
 // The simulated NCCL's way onto a stream (simgpu_hooks.h): an op like a kernel
 // launch whose end the caller decides.

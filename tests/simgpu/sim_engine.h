@@ -160,7 +160,9 @@ struct Module;
 struct Function {
   uint32_t magic = kFunctionMagic;
   std::string name;  // never freed: CUPTI records point at it
-  uint64_t duration_ns = 0;
+  // From SIMGPU_KERNEL_US at creation; simgpu_set_function_duration (the
+  // simulated cuBLAS) may set it later, from another thread.
+  std::atomic<uint64_t> duration_ns{0};
   Module* module = nullptr;
 };
 

@@ -5,6 +5,7 @@
 // Times come from what the simulator recorded (the trace, the host
 // function's own clock reads), never from nominal durations alone.
 #include <catch2/catch.hpp>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -212,4 +213,72 @@ TEST_CASE("cuGetExportTable answers not supported with a null table", "[driver][
   CUdriverProcAddressQueryResult status;
   REQUIRE(cu.cuGetProcAddress_v2("cuGetExportTable", &p, 13000, 0, &status) == CUDA_SUCCESS);
   CHECK(p == reinterpret_cast<void*>(ext.cuGetExportTable));
+}
+
+// Guards the simulated cuBLAS and cuBLASLt: a GEMM is one kernel on the
+// handle's stream named after its shape, lasting 3 us + 2mnk / 50 TFLOP/s
+// (the ground truth's duration, within the simulator's timing slack);
+// cublasLtMatmul takes m, n from D's layout and k from A's (transposed);
+// routines it does not provide say "not supported".
+TEST_CASE("simulated cuBLAS GEMMs are kernels whose time grows with m*n*k", "[cublas]") {
+  Cu cu;
+  cu.Setup();
+  void* blas = dlopen(SIMGPU_DIR "/libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
+  void* lt = dlopen(SIMGPU_DIR "/libcublasLt.so.13", RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(blas != nullptr);
+  REQUIRE(lt != nullptr);
+  using Status = int;
+  using Handle = void*;
+  auto create = reinterpret_cast<Status (*)(Handle*)>(Sym(blas, "cublasCreate_v2"));
+  auto set_stream = reinterpret_cast<Status (*)(Handle, CUstream)>(Sym(blas, "cublasSetStream_v2"));
+  auto sgemm = reinterpret_cast<Status (*)(Handle, int, int, int, int, int, const float*,
+                                           const float*, int, const float*, int, const float*,
+                                           float*, int)>(Sym(blas, "cublasSgemm_v2"));
+  auto dgeqrf = reinterpret_cast<Status (*)()>(Sym(blas, "cublasDgeqrfBatched"));
+  Handle h = nullptr;
+  REQUIRE(create(&h) == 0);
+  CUstream s;
+  REQUIRE(cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  REQUIRE(set_stream(h, s) == 0);
+  const float one = 1;
+  // 2 * 2048^3 = 17.2 GFLOP: 343.6 us at 50 TFLOP/s, + 3 us.
+  REQUIRE(sgemm(h, 0, 1, 2048, 2048, 2048, &one, nullptr, 2048, nullptr, 2048, &one, nullptr,
+                2048) == 0);
+  CHECK(dgeqrf() == 15);  // CUBLAS_STATUS_NOT_SUPPORTED
+
+  // cublasLtMatmul: D 256 x 1024, op(A) = A^T with A stored 512 x 256 -> k = 512.
+  auto lt_create = reinterpret_cast<Status (*)(Handle*)>(Sym(lt, "cublasLtCreate"));
+  auto desc_create = reinterpret_cast<Status (*)(void**, int, int)>(Sym(lt, "cublasLtMatmulDescCreate"));
+  auto desc_set = reinterpret_cast<Status (*)(void*, int, const void*, size_t)>(
+      Sym(lt, "cublasLtMatmulDescSetAttribute"));
+  auto layout = reinterpret_cast<Status (*)(void**, int, uint64_t, uint64_t, int64_t)>(
+      Sym(lt, "cublasLtMatrixLayoutCreate"));
+  auto matmul = reinterpret_cast<Status (*)(Handle, void*, const void*, const void*, void*,
+                                            const void*, void*, const void*, const void*, void*,
+                                            void*, void*, const void*, void*, size_t, CUstream)>(
+      Sym(lt, "cublasLtMatmul"));
+  Handle lh = nullptr;
+  REQUIRE(lt_create(&lh) == 0);
+  void* desc = nullptr;
+  REQUIRE(desc_create(&desc, 68 /* CUBLAS_COMPUTE_32F */, 0 /* CUDA_R_32F */) == 0);
+  const int32_t transpose = 1;  // CUBLAS_OP_T
+  REQUIRE(desc_set(desc, 3 /* CUBLASLT_MATMUL_DESC_TRANSA */, &transpose, sizeof transpose) == 0);
+  void *a = nullptr, *b = nullptr, *d = nullptr;
+  REQUIRE(layout(&a, 0, 512, 256, 512) == 0);
+  REQUIRE(layout(&b, 0, 512, 1024, 512) == 0);
+  REQUIRE(layout(&d, 0, 256, 1024, 256) == 0);
+  REQUIRE(matmul(lh, desc, &one, nullptr, a, nullptr, b, &one, nullptr, d, nullptr, d, nullptr,
+                 nullptr, 0, s) == 0);
+  REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
+
+  std::vector<TraceOp> ops = FlushAndReadTrace(cu);
+  const TraceOp* big = FindOp(ops, "cublas_sgemm_nt_m2048_n2048_k2048");
+  REQUIRE(big != nullptr);
+  CHECK(big->stream == cu.StreamId(s));
+  const double nominal = 3000 + 2.0 * 2048 * 2048 * 2048 / 50e3;
+  CHECK(big->end_ns - big->start_ns >= 0.95 * nominal);
+  CHECK(big->end_ns - big->start_ns < 2 * nominal);
+  const TraceOp* ltop = FindOp(ops, "cublasLt_sgemm_tn_m256_n1024_k512");
+  REQUIRE(ltop != nullptr);
+  CHECK(ltop->start_ns >= big->end_ns);  // stream order
 }

@@ -116,6 +116,12 @@ typedef struct SimgpuExternalOp {
 typedef int (*SimgpuSubmitExternalFn)(void* stream, const SimgpuExternalOp* op);
 int simgpu_submit_external(void* stream, const SimgpuExternalOp* op);
 
+// Exported by libcuda.so.1, used by the simulated cuBLAS: every later launch
+// of `function` (a CUfunction) takes `ns` (its GEMM's time from m·n·k).
+// Returns a CUresult.
+typedef int (*SimgpuSetFunctionDurationFn)(void* function, uint64_t ns);
+int simgpu_set_function_duration(void* function, uint64_t ns);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif
