@@ -247,6 +247,17 @@ std::string HotspotSuggestion(std::string_view api, trace::ApiCategory category,
   }
 }
 
+int32_t StepOfHostTime(const StepPlan& plan, int64_t ns, size_t* hint) {
+  const std::vector<StepSpan>& steps = plan.steps;
+  if (steps.empty()) return -1;
+  size_t i = *hint < steps.size() ? *hint : 0;
+  if (ns < steps[i].host_start_ns) i = 0;
+  while (i < steps.size() && ns >= steps[i].host_end_ns) ++i;
+  if (i == steps.size() || ns < steps[i].host_start_ns) return -1;
+  *hint = i;
+  return static_cast<int32_t>(i);
+}
+
 absl::flat_hash_map<size_t, size_t> FindReadBackSyncs(const Timeline& t,
                                                       const std::vector<CallClass>& classes) {
   absl::flat_hash_map<size_t, size_t> out;
@@ -310,9 +321,11 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
   struct Extra {
     uint16_t direction = 0;  // kApiHostToDev / kApiDevToHost
     uint64_t max_bytes = 0;
-    int32_t readback_copy = -1;  // a read-back's copy call (one of them)
+    bool readback = false;  // holds synchronizes that completed a read-back
+    int32_t last_step = -1;
   };
   const absl::flat_hash_map<size_t, size_t> readback = FindReadBackSyncs(t, classes);
+  size_t step_hint = 0;
   std::vector<Extra> extra;
   // The hotspot of each grouped call (for the copy direction of its op).
   absl::flat_hash_map<size_t, size_t> copy_calls;
@@ -337,14 +350,17 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
                    &sit->second.frames);
     }
     const Resolved& r = sit->second;
+    // A synchronize completing a read-back joins its copy's hotspot: what the
+    // user wrote is the read-back (the copy blocks when it goes to pageable
+    // memory, the synchronize when it goes to pinned memory).
     const auto rb = readback.find(i);
-    const bool explicit_sync =
-        t.Api(c.api).category == trace::ApiCategory::kSync && rb == readback.end();
-    auto key = std::make_tuple(c.api, explicit_sync, r.site.file, r.site.line, r.site.function);
+    const uint16_t api_id = rb == readback.end() ? c.api : t.calls[rb->second].api;
+    const bool explicit_sync = t.Api(api_id).category == trace::ApiCategory::kSync;
+    auto key = std::make_tuple(api_id, explicit_sync, r.site.file, r.site.line, r.site.function);
     auto [hit, fresh] = index.try_emplace(key, out.size());
     if (fresh) {
       Hotspot h;
-      const ApiInfo& api = t.Api(c.api);
+      const ApiInfo& api = t.Api(api_id);
       h.api = api.name;
       h.explicit_sync = explicit_sync;
       h.site = r.site;
@@ -352,11 +368,20 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
       out.push_back(std::move(h));
       extra.push_back({static_cast<uint16_t>(api.flags & (trace::kApiHostToDev |
                                                           trace::kApiDevToHost)),
-                       0, rb == readback.end() ? -1 : static_cast<int32_t>(rb->second)});
+                       0, false, -1});
     }
     if (rb != readback.end()) {
+      extra[hit->second].readback = true;
+      extra[hit->second].direction |= trace::kApiDevToHost;
       extra[hit->second].max_bytes =
           std::max(extra[hit->second].max_bytes, t.call_info[rb->second].bytes);
+    }
+    // The steps it hit: calls come in time order, so a step is new when it
+    // differs from the last one counted.
+    const int32_t step = StepOfHostTime(plan, c.enter_ns, &step_hint);
+    if (step >= 0 && step != extra[hit->second].last_step) {
+      extra[hit->second].last_step = step;
+      ++out[hit->second].steps;
     }
     if (hotspot_of_call != nullptr) (*hotspot_of_call)[i] = static_cast<int32_t>(hit->second);
     Hotspot& h = out[hit->second];
@@ -396,13 +421,10 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
         break;
       }
     }
-    if (extra[k].readback_copy >= 0) {
-      // The synchronization completes a device-to-host read-back: the fix is
-      // the read-back's.
-      const ApiInfo& copy = t.Api(t.calls[extra[k].readback_copy].api);
-      h.suggestion = HotspotSuggestion(copy.name, trace::ApiCategory::kCopy,
-                                       copy.flags | trace::kApiAsync, trace::kApiDevToHost,
-                                       extra[k].max_bytes);
+    if (extra[k].readback && extra[k].max_bytes > kScalarReadBytes) {
+      h.suggestion =
+          "device-to-host read-back waits for the device: keep the result on the GPU, or copy it "
+          "with non_blocking=True into pinned memory and read it a step later (after an event)";
       continue;
     }
     h.suggestion = HotspotSuggestion(h.api, info ? info->category : trace::ApiCategory::kOther,

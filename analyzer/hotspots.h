@@ -61,9 +61,14 @@ std::string HotspotSuggestion(std::string_view api, trace::ApiCategory category,
 // `.tolist()`, `print` of a tensor, `if tensor:` and data-dependent sizes
 // (`nonzero`) copy into pinned memory and then synchronize the stream: what
 // the user wrote is the read-back, so such a hotspot is implicit, with the
-// read-back's fix. torch.cuda.synchronize() stays explicit.
+// read-back's fix; its hotspot is the copy's (same API, site and kind).
+// torch.cuda.synchronize() stays explicit.
 absl::flat_hash_map<size_t, size_t> FindReadBackSyncs(const Timeline& t,
                                                       const std::vector<CallClass>& classes);
+
+// The step whose host range holds `ns` (-1: none); `hint` (start at 0)
+// makes a walk in time order linear.
+int32_t StepOfHostTime(const StepPlan& plan, int64_t ns, size_t* hint);
 
 // With step markers, calls count when they entered between the first step's
 // host start and the last step's host end, or caused idle inside a step;

@@ -356,7 +356,7 @@ namespace {
 // Guards "the kind is what the user wrote": torch's `.item()` copies into
 // pinned memory (an async copy that returns at once) and then synchronizes
 // the stream, both from the user's line. That synchronize is implicit, with
-// the read-back's fix; a stream synchronize from another line after the copy
+// the read-back's fix, and counts in the copy's hotspot; a stream synchronize from another line after the copy
 // (torch.cuda.synchronize(), an explicit wait) stays explicit, and so does
 // one with a launch's sync in between on another stream.
 TEST_CASE("a synchronize completing a read-back from the same line is implicit", "[hotspots]") {
@@ -385,9 +385,10 @@ TEST_CASE("a synchronize completing a read-back from the same line is implicit",
   for (const Hotspot& h : r.hotspots) (h.site.line == 42 ? read : expl) = &h;
   REQUIRE(read != nullptr);
   REQUIRE(expl != nullptr);
-  CHECK(read->api == "cudaStreamSynchronize");
+  CHECK(read->api == "cudaMemcpyAsync");  // the read-back's hotspot is its copy's
   CHECK_FALSE(read->explicit_sync);
   CHECK(read->count == 3);
+  CHECK(read->blocked_ns == 3 * 480 * kUs);  // the synchronizes' wait
   CHECK(read->suggestion.find("scalar read-back") != std::string::npos);
   CHECK(expl->explicit_sync);
   CHECK(expl->count == 3);
@@ -417,6 +418,51 @@ TEST_CASE("no read-back across streams or after a host-to-device copy", "[hotspo
   REQUIRE(r.hotspots.size() == 1);
   CHECK(r.hotspots[0].explicit_sync);
   CHECK(r.hotspots[0].count == 2);
+}
+
+}  // namespace
+}  // namespace stallscope::analyzer
+
+namespace stallscope::analyzer {
+namespace {
+
+// Guards one hotspot per read-back line: the first `.item()` copies into
+// pageable memory and the copy itself blocks; later ones copy into pinned
+// memory and their synchronize blocks. Both count in one hotspot (the
+// copy's API), hit in every step; `steps` counts the steps it hit.
+TEST_CASE("a read-back line is one hotspot whichever call blocked", "[hotspots]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  const uint16_t d2h = b.Api("cuMemcpyDtoHAsync_v2", tf::ApiCategory::kCopy,
+                             tf::kApiSubmits | tf::kApiAsync | tf::kApiMayBlock | tf::kApiDevToHost);
+  const uint32_t item = b.PythonStack({{"/home/u/train.py", "train_step", 42}});
+  constexpr int kSteps = 4;
+  for (int k = 0; k < kSteps; ++k) {
+    const int64_t t0 = k * 2000 * kUs;
+    b.Range(1, t0, t0 + 2000 * kUs, "step");
+    b.Submit(1, api.launch, t0, t0 + 5 * kUs, t0 + 10 * kUs, t0 + 500 * kUs);
+    const uint64_t ext = 1000 + k;
+    if (k == 0) {  // into pageable memory: the copy waits
+      b.Call(1, d2h, t0 + 20 * kUs, t0 + 505 * kUs,
+             {.correlation = ext, .stream = 7, .python_stack = item, .bytes = 4});
+    } else {
+      b.Call(1, d2h, t0 + 20 * kUs, t0 + 22 * kUs,
+             {.correlation = ext, .stream = 7, .python_stack = item, .bytes = 4});
+    }
+    b.Device(t0 + 500 * kUs, t0 + 503 * kUs, tf::DeviceOpKind::kMemcpy, "", 500 + k, 7, 0, 4, 2);
+    b.Correlate(ext, 500 + k);
+    b.Call(1, api.sync, k == 0 ? t0 + 510 * kUs : t0 + 25 * kUs,
+           k == 0 ? t0 + 511 * kUs : t0 + 505 * kUs, {.stream = 7, .python_stack = item});
+    b.Submit(1, api.launch, t0 + 1500 * kUs, t0 + 1505 * kUs, t0 + 1510 * kUs, t0 + 1900 * kUs);
+  }
+  Report r = testing::AnalyzeOrDie(b);
+  REQUIRE(r.hotspots.size() == 1);
+  const Hotspot& h = r.hotspots[0];
+  CHECK(h.api == "cuMemcpyDtoHAsync_v2");
+  CHECK_FALSE(h.explicit_sync);
+  CHECK(h.count == kSteps);
+  CHECK(h.steps == kSteps);
+  CHECK(h.suggestion.find("scalar read-back") != std::string::npos);
 }
 
 }  // namespace

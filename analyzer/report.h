@@ -70,6 +70,7 @@ struct Hotspot {
   Frame site;
   std::vector<Frame> stack;  // innermost first (outermost last)
   int64_t count = 0;
+  int64_t steps = 0;  // steps (host ranges) in which it was called at least once
   int64_t blocked_ns = 0;
   int64_t idle_caused_ns = 0;
   // Stable across runs of the same code: hex FNV-1a of api, kind and the

@@ -69,6 +69,7 @@ Json ToJson(const Report& r, bool with_steps) {
         {"site", Json{{"file", h.site.file}, {"line", h.site.line}, {"function", h.site.function}}},
         {"stack", std::move(stack)},
         {"count", h.count},
+        {"steps", h.steps},
         {"blocked_ns", h.blocked_ns},
         {"idle_caused_ns", h.idle_caused_ns},
         {"per_step",
