@@ -437,14 +437,23 @@ std::vector<CallClass> ClassifyCalls(const Timeline& t, uint32_t device,
         break;
     }
     if (observed_check) {
-      // With its device op known, a call synchronized iff it returned only
-      // after that op ended. Without one (no CUPTI), a long call made while
-      // the device was busy is taken as having waited for it.
+      // An async copy whose op's host memory is known is synchronizing iff
+      // it reads into (or from) pageable host memory: NVIDIA's driver then
+      // copies synchronously ("API synchronization behavior"); into pinned
+      // memory it never waits, however long the call took. Otherwise, with
+      // its device op known, a call synchronized iff it returned only after
+      // that op ended; without one (no CUPTI), a long call made while the
+      // device was busy is taken as having waited for it.
       const CallInfo& info = t.call_info[i];
-      const bool synchronized =
-          info.op_count > 0
-              ? c.exit_ns > info.last_op_end_ns
-              : c.exit_ns - c.enter_ns > o.observed_block_ns && pending.At(c.enter_ns);
+      bool synchronized;
+      if (api.category == ApiCategory::kCopy && async && info.op_count > 0 &&
+          t.copy_memory_kinds) {
+        synchronized = t.pageable_copy_calls.contains(static_cast<int32_t>(i));
+      } else {
+        synchronized = info.op_count > 0
+                           ? c.exit_ns > info.last_op_end_ns
+                           : c.exit_ns - c.enter_ns > o.observed_block_ns && pending.At(c.enter_ns);
+      }
       if (synchronized) out[i] = CallClass::kSync;
     }
   }

@@ -32,6 +32,33 @@ void CheckInvariants(const Report& r) {
 // the thread's activity: a sync entered 110 us before the device drained
 // gets 110 us of the 500 us gap; the host's long pause after it is
 // host_wait; the next launch and its latency are launch_overhead.
+// Guards the memory-kind rule for async copies: with the copies' host
+// memory recorded, an async read-back into pinned memory is not
+// synchronizing even when the call outlasted its small op (a slow first
+// call, the interposer's own cost), and one into pageable memory is, even
+// when it returned quickly; without memory kinds the timing rule decides.
+TEST_CASE("async copies synchronize by their host memory when it is known", "[attribution]") {
+  for (const bool kinds : {true, false}) {
+    TraceBuilder b;
+    auto api = testing::AddStandardApis(&b);
+    // Pinned: the call [0, 14) outlasts its op [5, 10).
+    b.Call(1, api.memcpy_async, 0, 14 * kUs, {.correlation = 1, .bytes = 4});
+    b.Device(5 * kUs, 10 * kUs, tf::DeviceOpKind::kMemcpy, "", 101, 7, 0, 4, 2, kinds ? 3 : 0,
+             kinds ? 2 : 0);
+    b.Correlate(1, 101);
+    // Pageable: the call [100, 103) returns before its op ends at 110.
+    b.Call(1, api.memcpy_async, 100 * kUs, 103 * kUs, {.correlation = 2, .bytes = 4});
+    b.Device(104 * kUs, 110 * kUs, tf::DeviceOpKind::kMemcpy, "", 102, 7, 0, 4, 2, kinds ? 3 : 0,
+             kinds ? 1 : 0);
+    b.Correlate(2, 102);
+    const Timeline t = testing::ReadOrDie(b);
+    const std::vector<CallClass> c = ClassifyCalls(t, 0, AttributionOptions{});
+    REQUIRE(c.size() == 2);
+    CHECK(c[0] == (kinds ? CallClass::kNonBlocking : CallClass::kSync));
+    CHECK(c[1] == (kinds ? CallClass::kSync : CallClass::kNonBlocking));
+  }
+}
+
 TEST_CASE("sync rule 1 then remainder by thread activity", "[attribution]") {
   TraceBuilder b;
   auto api = testing::AddStandardApis(&b);

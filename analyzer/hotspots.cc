@@ -258,32 +258,33 @@ int32_t StepOfHostTime(const StepPlan& plan, int64_t ns, size_t* hint) {
   return static_cast<int32_t>(i);
 }
 
-absl::flat_hash_map<size_t, size_t> FindReadBackSyncs(const Timeline& t,
-                                                      const std::vector<CallClass>& classes) {
+absl::flat_hash_map<size_t, size_t> FindCopySyncs(const Timeline& t,
+                                                  const std::vector<CallClass>& classes) {
   absl::flat_hash_map<size_t, size_t> out;
   // Copy calls whose API names no direction (cuMemcpy, cuMemcpyAsync): their
-  // op's CUPTI copy kind says (2 DtoH, 4 AtoH). Found once, when needed.
-  absl::flat_hash_set<int32_t> d2h_by_op;
-  bool d2h_by_op_done = false;
-  auto is_d2h = [&](size_t i, const ApiInfo& api) {
-    if ((api.flags & trace::kApiDevToHost) != 0) return true;
-    if ((api.flags & trace::kApiHostToDev) != 0 || t.call_info[i].op_count == 0) return false;
-    if (!d2h_by_op_done) {
-      d2h_by_op_done = true;
+  // op's CUPTI copy kind says (1 HtoD, 2 DtoH, 3 HtoA, 4 AtoH). Found once,
+  // when needed.
+  absl::flat_hash_set<int32_t> host_copy_by_op;
+  bool by_op_done = false;
+  auto is_host_copy = [&](size_t i, const ApiInfo& api) {
+    if ((api.flags & (trace::kApiDevToHost | trace::kApiHostToDev)) != 0) return true;
+    if (t.call_info[i].op_count == 0) return false;
+    if (!by_op_done) {
+      by_op_done = true;
       for (const DeviceOp& op : t.ops) {
-        if (op.call >= 0 && op.kind == trace::DeviceOpKind::kMemcpy &&
-            (op.copy_kind == 2 || op.copy_kind == 4)) {
-          d2h_by_op.insert(op.call);
+        if (op.call >= 0 && op.kind == trace::DeviceOpKind::kMemcpy && op.copy_kind >= 1 &&
+            op.copy_kind <= 4) {
+          host_copy_by_op.insert(op.call);
         }
       }
     }
-    return d2h_by_op.contains(static_cast<int32_t>(i));
+    return host_copy_by_op.contains(static_cast<int32_t>(i));
   };
-  absl::flat_hash_map<uint32_t, int64_t> last_copy;  // per thread: a pending read-back's copy
+  absl::flat_hash_map<uint32_t, int64_t> last_copy;  // per thread: a pending copy
   for (size_t i = 0; i < t.calls.size(); ++i) {
     const ApiCall& c = t.calls[i];
     const ApiInfo& api = t.Api(c.api);
-    if (api.category == trace::ApiCategory::kCopy && is_d2h(i, api)) {
+    if (api.category == trace::ApiCategory::kCopy && is_host_copy(i, api)) {
       last_copy[c.tid] = static_cast<int64_t>(i);
       continue;
     }
@@ -324,8 +325,9 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
     bool readback = false;  // holds synchronizes that completed a read-back
     int32_t last_step = -1;
   };
-  const absl::flat_hash_map<size_t, size_t> readback = FindReadBackSyncs(t, classes);
+  const absl::flat_hash_map<size_t, size_t> readback = FindCopySyncs(t, classes);
   size_t step_hint = 0;
+  absl::flat_hash_set<size_t> counted_copies;  // copies counted as hits
   std::vector<Extra> extra;
   // The hotspot of each grouped call (for the copy direction of its op).
   absl::flat_hash_map<size_t, size_t> copy_calls;
@@ -371,10 +373,13 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
                        0, false, -1});
     }
     if (rb != readback.end()) {
+      // The copy's direction: from its API, else from its op (below).
       extra[hit->second].readback = true;
-      extra[hit->second].direction |= trace::kApiDevToHost;
       extra[hit->second].max_bytes =
           std::max(extra[hit->second].max_bytes, t.call_info[rb->second].bytes);
+      if (extra[hit->second].direction == 0 && t.call_info[rb->second].op_count > 0) {
+        copy_calls.emplace(rb->second, hit->second);
+      }
     }
     // The steps it hit: calls come in time order, so a step is new when it
     // differs from the last one counted.
@@ -385,13 +390,17 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
     }
     if (hotspot_of_call != nullptr) (*hotspot_of_call)[i] = static_cast<int32_t>(hit->second);
     Hotspot& h = out[hit->second];
+    // A read-back is its copy and the synchronize completing it: one hit,
+    // whichever of them (or both) blocked.
+    const bool same_read_back = rb != readback.end() && counted_copies.contains(rb->second);
+    if (t.Api(c.api).category == trace::ApiCategory::kCopy) counted_copies.insert(i);
     Extra& x = extra[hit->second];
     x.max_bytes = std::max(x.max_bytes, info.bytes);
     if (x.direction == 0 && info.op_count > 0 &&
         t.Api(c.api).category == trace::ApiCategory::kCopy) {
       copy_calls.emplace(i, hit->second);
     }
-    ++h.count;
+    if (!same_read_back) ++h.count;
     // Calls of several threads may overlap: saturate rather than overflow on
     // absurd (hostile) durations.
     h.blocked_ns = blocked > kMaxTimeNs * 4 - h.blocked_ns ? kMaxTimeNs * 4 : h.blocked_ns + blocked;
@@ -421,7 +430,8 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
         break;
       }
     }
-    if (extra[k].readback && extra[k].max_bytes > kScalarReadBytes) {
+    if (extra[k].readback && (extra[k].direction & trace::kApiDevToHost) != 0 &&
+        extra[k].max_bytes > kScalarReadBytes) {
       h.suggestion =
           "device-to-host read-back waits for the device: keep the result on the GPU, or copy it "
           "with non_blocking=True into pinned memory and read it a step later (after an event)";

@@ -54,17 +54,18 @@ std::string HotspotFingerprint(std::string_view api, bool explicit_sync, const F
 std::string HotspotSuggestion(std::string_view api, trace::ApiCategory category, uint16_t flags,
                               uint16_t direction, uint64_t max_bytes);
 
-// Synchronizations that complete a read-back (indexed like t.calls; value:
-// the copy's call): an explicit stream or context synchronize whose thread's
-// previous copy-or-synchronizing call was a device-to-host copy made from
-// the same Python line (and stream). torch's `.item()`, `.cpu()`,
-// `.tolist()`, `print` of a tensor, `if tensor:` and data-dependent sizes
-// (`nonzero`) copy into pinned memory and then synchronize the stream: what
-// the user wrote is the read-back, so such a hotspot is implicit, with the
-// read-back's fix; its hotspot is the copy's (same API, site and kind).
+// Synchronizations that complete a copy (indexed like t.calls; value: the
+// copy's call): an explicit stream or context synchronize whose thread's
+// previous copy-or-synchronizing call was a copy between host and device
+// made from the same Python line (and stream). torch's `.item()`, `.cpu()`,
+// `.tolist()`, `print` of a tensor, `if tensor:`, data-dependent sizes
+// (`nonzero`) copy into pinned memory and then synchronize the stream, and
+// `x.to(device)` from pageable memory uploads and synchronizes: what the
+// user wrote is the copy, so such a hotspot is implicit, with the copy's
+// fix; it is the copy's hotspot (same API, site and kind).
 // torch.cuda.synchronize() stays explicit.
-absl::flat_hash_map<size_t, size_t> FindReadBackSyncs(const Timeline& t,
-                                                      const std::vector<CallClass>& classes);
+absl::flat_hash_map<size_t, size_t> FindCopySyncs(const Timeline& t,
+                                                  const std::vector<CallClass>& classes);
 
 // The step whose host range holds `ns` (-1: none); `hint` (start at 0)
 // makes a walk in time order linear.

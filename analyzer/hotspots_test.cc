@@ -395,29 +395,49 @@ TEST_CASE("a synchronize completing a read-back from the same line is implicit",
   CHECK(expl->suggestion.find("explicit sync") != std::string::npos);
 }
 
-// Guards the rule's limits: the copy and the synchronize on different
-// streams, or a host-to-device copy before the synchronize, are no read-back.
-TEST_CASE("no read-back across streams or after a host-to-device copy", "[hotspots]") {
+// Guards the rule's limits and its upload side: a copy and a synchronize on
+// different streams are no completion (the synchronize stays explicit); an
+// upload from pageable memory followed by its stream's synchronize
+// (torch's blocking `x.to(device)`) is implicit, in the copy's hotspot, with
+// the upload's fix.
+TEST_CASE("copy completions: not across streams; uploads too", "[hotspots]") {
   TraceBuilder b;
   auto api = testing::AddStandardApis(&b);
-  const uint32_t line = b.PythonStack({{"/home/u/train.py", "step", 7}});
+  const uint32_t other_stream = b.PythonStack({{"/home/u/train.py", "step", 7}});
+  const uint32_t upload = b.PythonStack({{"/home/u/train.py", "step", 9}});
   for (int k = 0; k < 2; ++k) {
     const int64_t t0 = k * 2000 * kUs;
     b.Submit(1, api.launch, t0, t0 + 5 * kUs, t0 + 10 * kUs, t0 + 500 * kUs);
     const uint64_t ext = 1000 + k;
     b.Call(1, api.memcpy_async, t0 + 20 * kUs, t0 + 22 * kUs,
-           {.correlation = ext, .stream = 9, .python_stack = line, .bytes = 4});
-    b.Device(t0 + 30 * kUs, t0 + 33 * kUs, tf::DeviceOpKind::kMemcpy, "", 500 + k, 9, 0, 4,
-             k == 0 ? 2 : 1);
+           {.correlation = ext, .stream = 9, .python_stack = other_stream, .bytes = 4});
+    b.Device(t0 + 30 * kUs, t0 + 33 * kUs, tf::DeviceOpKind::kMemcpy, "", 500 + k, 9, 0, 4, 2);
     b.Correlate(ext, 500 + k);
-    // k == 0: DtoH on stream 9, sync of stream 7; k == 1: HtoD, same stream.
-    b.Call(1, api.sync, t0 + 40 * kUs, t0 + 505 * kUs,
-           {.stream = k == 0 ? 7u : 9u, .python_stack = line});
+    b.Call(1, api.sync, t0 + 40 * kUs, t0 + 505 * kUs, {.stream = 7, .python_stack = other_stream});
+    // The upload: HtoD (copy kind 1) on stream 7, then stream 7's synchronize.
+    b.Submit(1, api.launch, t0 + 600 * kUs, t0 + 605 * kUs, t0 + 610 * kUs, t0 + 1000 * kUs);
+    const uint64_t up = 2000 + k;
+    b.Call(1, api.memcpy_async, t0 + 620 * kUs, t0 + 622 * kUs,
+           {.correlation = up, .stream = 7, .python_stack = upload, .bytes = 1 << 20});
+    b.Device(t0 + 1000 * kUs, t0 + 1040 * kUs, tf::DeviceOpKind::kMemcpy, "", 600 + k, 7, 0,
+             1 << 20, 1);
+    b.Correlate(up, 600 + k);
+    b.Call(1, api.sync, t0 + 625 * kUs, t0 + 1045 * kUs, {.stream = 7, .python_stack = upload});
   }
   Report r = testing::AnalyzeOrDie(b);
-  REQUIRE(r.hotspots.size() == 1);
-  CHECK(r.hotspots[0].explicit_sync);
-  CHECK(r.hotspots[0].count == 2);
+  REQUIRE(r.hotspots.size() == 2);
+  const Hotspot* cross = nullptr;
+  const Hotspot* up = nullptr;
+  for (const Hotspot& h : r.hotspots) (h.site.line == 7 ? cross : up) = &h;
+  REQUIRE(cross != nullptr);
+  REQUIRE(up != nullptr);
+  CHECK(cross->explicit_sync);
+  CHECK(cross->api == "cudaStreamSynchronize");
+  CHECK(cross->count == 2);
+  CHECK_FALSE(up->explicit_sync);
+  CHECK(up->api == "cudaMemcpyAsync");
+  CHECK(up->count == 2);
+  CHECK(up->suggestion.find("host-to-device") != std::string::npos);
 }
 
 }  // namespace
@@ -451,8 +471,10 @@ TEST_CASE("a read-back line is one hotspot whichever call blocked", "[hotspots]"
     }
     b.Device(t0 + 500 * kUs, t0 + 503 * kUs, tf::DeviceOpKind::kMemcpy, "", 500 + k, 7, 0, 4, 2);
     b.Correlate(ext, 500 + k);
+    // k == 0: the synchronize after the blocking copy still takes 10 us (the
+    // call's own cost): the same read-back, not a second hit.
     b.Call(1, api.sync, k == 0 ? t0 + 510 * kUs : t0 + 25 * kUs,
-           k == 0 ? t0 + 511 * kUs : t0 + 505 * kUs, {.stream = 7, .python_stack = item});
+           k == 0 ? t0 + 520 * kUs : t0 + 505 * kUs, {.stream = 7, .python_stack = item});
     b.Submit(1, api.launch, t0 + 1500 * kUs, t0 + 1505 * kUs, t0 + 1510 * kUs, t0 + 1900 * kUs);
   }
   Report r = testing::AnalyzeOrDie(b);

@@ -255,7 +255,12 @@ void Join(Timeline* t) {
     CallInfo& c = t->call_info[call];
     ++c.op_count;
     c.last_op_end_ns = std::max(c.last_op_end_ns, op.end_ns);
+    if (!t->pageable_copy_ops.empty() && op.kind == trace::DeviceOpKind::kMemcpy &&
+        t->pageable_copy_ops.contains(correlation)) {
+      t->pageable_copy_calls.insert(call);
+    }
   }
+  t->pageable_copy_ops.clear();
   if (fallback) {
     AddDiagnostic(&t->diagnostics, DiagId::kCorrelationFallback, 1);
   }

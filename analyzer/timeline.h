@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "analyzer/diagnostics.h"
 #include "trace_format.h"
 
@@ -265,6 +266,14 @@ struct Timeline {
   // Counted by FinalizeTimeline: each device with ops, in order of its first
   // op.
   std::vector<DeviceOpCount> ops_per_device;
+  // Copies' host memory (trace::DeviceRecord src_kind/dst_kind): whether the
+  // recorder wrote memory kinds at all, and the CUPTI correlation ids of the
+  // copies that read into (or from) pageable host memory, which NVIDIA's
+  // driver performs synchronously even in their async forms; then, after
+  // FinalizeTimeline's join, the calls that made them.
+  bool copy_memory_kinds = false;
+  absl::flat_hash_set<uint32_t> pageable_copy_ops;
+  absl::flat_hash_set<int32_t> pageable_copy_calls;
   // Filled by the reader, released by FinalizeTimeline once ops are joined
   // to calls.
   CorrelationMap correlations;

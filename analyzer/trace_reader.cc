@@ -100,6 +100,19 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
         op.device = static_cast<uint16_t>(std::min(r.device, kMaxDevice));
         op.kind = static_cast<trace::DeviceOpKind>(r.kind);
         op.copy_kind = r.copy_kind;
+        if (r.src_kind != 0 || r.dst_kind != 0) {
+          // A pageable host side: DtoH/AtoH into pageable memory, or HtoH
+          // with either side pageable (CUpti_ActivityMemoryKind 1; copy
+          // kinds 2, 4 and 9).
+          t->copy_memory_kinds = true;
+          constexpr uint8_t kPageable = 1;
+          const bool to_host = r.copy_kind == 2 || r.copy_kind == 4;
+          const bool host_to_host = r.copy_kind == 9;
+          if ((to_host && r.dst_kind == kPageable) ||
+              (host_to_host && (r.src_kind == kPageable || r.dst_kind == kPageable))) {
+            t->pageable_copy_ops.insert(r.correlation);
+          }
+        }
         OpInfo& info = infos[i];
         info.bytes = r.bytes;
         info.correlation = r.correlation;

@@ -153,7 +153,11 @@ struct DeviceRecord {
   uint32_t context;
   uint8_t kind;       // DeviceOpKind
   uint8_t copy_kind;  // CUpti_ActivityMemcpyKind for copies
-  uint16_t reserved;
+  // Copies: CUpti_ActivityMemoryKind of the source and the destination
+  // (1 pageable, 2 pinned, 3 device ...); 0 unknown (other ops, and recorders
+  // older than these fields, which wrote a zero u16 here).
+  uint8_t src_kind;
+  uint8_t dst_kind;
 };
 static_assert(sizeof(DeviceRecord) == 48);
 

@@ -89,6 +89,8 @@ def parse_args():
     p.add_argument("--collate-ms", type=float, default=6.0, help="--stall dataloader: the collate_fn's time")
     p.add_argument("--workers", type=int, default=2, help="--stall dataloader: loader workers")
     p.add_argument("--markers", default="none", choices=["none", "nvtx", "profiler"])
+    p.add_argument("--log-waits", help="append each input wait's CLOCK_MONOTONIC [start, end) ns to this "
+                                       "file, one JSON object a line (what the wait really took)")
     # scripts/gpu-validate's flags
     p.add_argument("--item", action="store_true")
     p.add_argument("--print-tensor", action="store_true")
@@ -161,16 +163,26 @@ def main():
         prof.start()
 
     step_times, logged = [], None
+    waits = open(a.log_waits, "a") if a.log_waits else None
+
+    def waited(t0):
+        if waits:
+            waits.write(json.dumps({"start_ns": t0, "end_ns": time.monotonic_ns()}) + "\n")
+
     for step in range(total):
         t0 = time.perf_counter()
         if a.markers == "nvtx":
             torch.cuda.nvtx.range_push(f"step {step}")
         if loader is not None:
+            w0 = time.monotonic_ns()
             x, y = next(loader)  # the workers' slow collate_fn: the wait is here
+            waited(w0)
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
         else:
             if a.input_ms > 0:
+                w0 = time.monotonic_ns()
                 time.sleep(a.input_ms / 1000.0)  # waiting for the next batch
+                waited(w0)
             x, y = host_batches[step % len(host_batches)]
             if a.stall == "pageable":
                 x, y = x.to(dev), y.to(dev)  # STALL:pageable
@@ -180,7 +192,7 @@ def main():
         loss = loss_fn(out, y)
         if a.stall == "tiny":
             for _ in range(60):
-                loss = loss * 1.0 + 0.0  # STALL:tiny
+                loss = torch.sin(loss) + loss  # STALL:tiny
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if a.stall == "clip_norm":
@@ -209,6 +221,8 @@ def main():
             prof.step()
         step_times.append(time.perf_counter() - t0)
     torch.cuda.synchronize()
+    if waits:
+        waits.close()
     if prof:
         prof.stop()
         if a.profile:

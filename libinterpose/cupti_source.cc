@@ -93,6 +93,8 @@ void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size
         trace::DeviceRecord d = FromActivity(*m, trace::DeviceOpKind::kMemcpy);
         d.bytes = m->bytes;
         d.copy_kind = m->copyKind;
+        d.src_kind = m->srcKind;
+        d.dst_kind = m->dstKind;
         device.push_back(d);
         break;
       }

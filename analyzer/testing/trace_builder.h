@@ -118,7 +118,8 @@ class TraceBuilder {
 
   void Device(uint64_t start, uint64_t end, tf::DeviceOpKind kind, const std::string& name,
               uint32_t cupti_correlation, uint32_t stream = 7, uint32_t device = 0,
-              uint64_t bytes = 0, uint8_t copy_kind = 0) {
+              uint64_t bytes = 0, uint8_t copy_kind = 0, uint8_t src_kind = 0,
+              uint8_t dst_kind = 0) {
     tf::DeviceRecord r{};
     r.start_ns = start;
     r.end_ns = end;
@@ -129,6 +130,8 @@ class TraceBuilder {
     r.device = device;
     r.kind = static_cast<uint8_t>(kind);
     r.copy_kind = copy_kind;
+    r.src_kind = src_kind;
+    r.dst_kind = dst_kind;
     ops_.push_back(r);
   }
 

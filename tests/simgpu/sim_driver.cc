@@ -192,9 +192,11 @@ CUresult CopyImpl(void* dst, const void* src, size_t n, Dir dir, CUstream h, boo
       break;
   }
   op->correlation = NextCorrelation();
+  const uint64_t t0 = wait != kNoWait ? NowNs() : 0;
   Submit(s, op);
   if (wait == kWaitStart) WaitStarted(s->dev, op);
   if (wait == kWaitDone) WaitDone(s->dev, {op});
+  if (wait != kNoWait) SyncTrace(async ? "cuMemcpyAsync" : "cuMemcpy", t0, NowNs());
   return CUDA_SUCCESS;
 }
 
@@ -224,7 +226,11 @@ CUresult MemsetImpl(CUdeviceptr dst, uint32_t value, uint32_t elem, size_t count
   Submit(s, op);
   // Synchronous sets are asynchronous for device memory, synchronous for
   // pinned (and any other host) memory.
-  if (!async && k != MemKind::kDevice) WaitDone(s->dev, {op});
+  if (!async && k != MemKind::kDevice) {
+    const uint64_t t0 = NowNs();
+    WaitDone(s->dev, {op});
+    SyncTrace("cuMemset", t0, NowNs());
+  }
   return CUDA_SUCCESS;
 }
 
@@ -272,7 +278,9 @@ CUresult StreamSyncImpl(CUstream h, bool ptsz) {
   SIM_CHECK_INIT();
   Stream* s;
   SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
+  const uint64_t t0 = NowNs();
   SyncStream(s);
+  SyncTrace("cuStreamSynchronize", t0, NowNs());
   return CUDA_SUCCESS;
 }
 
@@ -390,7 +398,9 @@ CUresult CtxSyncImpl(CUcontext h) {
     if (!ValidContext(h)) return CUDA_ERROR_INVALID_CONTEXT;
     c = reinterpret_cast<Context*>(h);
   }
+  const uint64_t t0 = NowNs();
   SyncDevice(c->dev);
+  SyncTrace("cuCtxSynchronize", t0, NowNs());
   return CUDA_SUCCESS;
 }
 
@@ -1085,7 +1095,9 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   if (dptr == 0) return CUDA_SUCCESS;
   void* p = reinterpret_cast<void*>(dptr);
   if (Classify(p) != MemKind::kDevice) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t t0 = NowNs();
   SyncAllDevices();  // cuMemFree synchronizes the device
+  SyncTrace("cuMemFree", t0, NowNs());
   MemKind kind;
   size_t size;
   if (!RemoveRange(p, &kind, &size)) return CUDA_ERROR_INVALID_VALUE;
@@ -1119,7 +1131,9 @@ CUresult CUDAAPI cuMemFreeHost(void* p) {
   SIM_CHECK_INIT();
   if (p == nullptr) return CUDA_SUCCESS;
   if (Classify(p) != MemKind::kPinned) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t t0 = NowNs();
   SyncAllDevices();  // like the real driver, freeing pinned memory synchronizes
+  SyncTrace("cuMemFreeHost", t0, NowNs());
   MemKind kind;
   size_t size;
   if (!RemoveRange(p, &kind, &size)) return CUDA_ERROR_INVALID_VALUE;
@@ -1370,7 +1384,9 @@ CUresult CUDAAPI cuEventSynchronize(CUevent h) {
   SIM_RETURN_IF_ERROR(ValidEvent(h, &e));
   Device* d;
   OpPtr rec = EventRecordOf(e, &d);
+  const uint64_t t0 = NowNs();
   if (rec) WaitDone(d, {rec});
+  SyncTrace("cuEventSynchronize", t0, NowNs());
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuEventElapsedTime_v2(float* ms, CUevent hStart, CUevent hEnd) {

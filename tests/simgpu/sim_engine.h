@@ -207,6 +207,9 @@ void Kick(Device* d);
 uint32_t CuptiMemKind(MemKind k);
 
 void TraceFlush();
+// SIMGPU_SYNC_TRACE: a driver call `api` that synchronized with the device
+// from start_ns to end_ns (sim_sync_trace.cc).
+void SyncTrace(const char* api, uint64_t start_ns, uint64_t end_ns);
 void NotifySubmit(uint64_t correlation);
 
 }  // namespace simgpu

@@ -6,9 +6,13 @@
 // function's own clock reads), never from nominal durations alone.
 #include <catch2/catch.hpp>
 #include <dlfcn.h>
+#include <glob.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "simgpu_test_util.h"
@@ -281,4 +285,54 @@ TEST_CASE("simulated cuBLAS GEMMs are kernels whose time grows with m*n*k", "[cu
   const TraceOp* ltop = FindOp(ops, "cublasLt_sgemm_tn_m256_n1024_k512");
   REQUIRE(ltop != nullptr);
   CHECK(ltop->start_ns >= big->end_ns);  // stream order
+}
+
+TEST_CASE("sync trace child", "[.][sync_trace_child]") {
+  Cu cu;
+  cu.Setup();
+  CUstream s;
+  REQUIRE(cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  CUdeviceptr d = 0;
+  REQUIRE(cu.cuMemAlloc_v2(&d, 4096) == CUDA_SUCCESS);
+  void* pinned = nullptr;
+  REQUIRE(cu.cuMemAllocHost_v2(&pinned, 4096) == CUDA_SUCCESS);
+  static char pageable[4096];
+  REQUIRE(cu.Launch("mid_sync_trace", s) == CUDA_SUCCESS);
+  // Not synchronizing: a pinned async read-back, an async upload.
+  REQUIRE(cu.cuMemcpyDtoHAsync_v2(pinned, d, 64, s) == CUDA_SUCCESS);
+  REQUIRE(cu.cuMemcpyHtoDAsync_v2(d, pageable, 64, s) == CUDA_SUCCESS);
+  // Synchronizing: the stream sync, a pageable async read-back, a sync copy,
+  // the context sync, the free.
+  REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
+  REQUIRE(cu.cuMemcpyDtoHAsync_v2(pageable, d, 64, s) == CUDA_SUCCESS);
+  REQUIRE(cu.cuMemcpyDtoH_v2(pageable, d, 64) == CUDA_SUCCESS);
+  REQUIRE(cu.cuCtxSynchronize() == CUDA_SUCCESS);
+  REQUIRE(cu.cuMemFree_v2(d) == CUDA_SUCCESS);
+}
+
+// Guards SIMGPU_SYNC_TRACE, the ground truth for synchronizing calls: one
+// line per call that synchronized under the simulator's rules, none for the
+// asynchronous ones.
+TEST_CASE("the sync trace holds exactly the synchronizing calls", "[driver][sync_trace]") {
+  char dir[] = "/tmp/simgpu-sync-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string path = std::string(dir) + "/sync-%p.jsonl";
+  REQUIRE(RunSelf({"SIMGPU_SYNC_TRACE=" + path}, "[sync_trace_child]") == 0);
+  std::vector<std::string> apis;
+  glob_t g{};
+  REQUIRE(glob((std::string(dir) + "/sync-*.jsonl").c_str(), 0, nullptr, &g) == 0);
+  REQUIRE(g.gl_pathc == 1);
+  const std::string file = g.gl_pathv[0];
+  globfree(&g);
+  REQUIRE(!file.empty());
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find("\"api\":\"");
+    REQUIRE(at != std::string::npos);
+    apis.push_back(line.substr(at + 7, line.find('"', at + 7) - at - 7));
+  }
+  CHECK(apis == std::vector<std::string>{"cuStreamSynchronize", "cuMemcpyAsync", "cuMemcpy",
+                                         "cuCtxSynchronize", "cuMemFree"});
+  std::remove(file.c_str());
+  rmdir(dir);
 }

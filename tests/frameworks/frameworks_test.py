@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""Framework tests: real, unmodified PyTorch code (examples/torch_train.py) on
+the simulated GPU under `stallscope run --sim`, the report checked against
+the simulator's ground truth: SIMGPU_TRACE (device ops) and
+SIMGPU_SYNC_TRACE (the driver calls that synchronized with the device).
+
+  frameworks_test.py --build DIR --case NAME
+
+Needs the framework environment (scripts/setup-frameworks makes
+build/frameworks-venv; STALLSCOPE_FRAMEWORKS_VENV overrides): without it,
+or when its Python cannot import torch under the simulator, the case exits
+77 (CTest: skipped) and prints why.
+
+Checks of a stall case (`torch_<stall>`, NVTX step markers):
+- exactly the loop's steps;
+- per-step GPU idle within 2% (or 100 us) of the ground truth, the causes
+  summing to it;
+- per step, the launches equal the kernels the ground truth saw queued in
+  the step's host range, and the synchronizing calls equal the calls the
+  simulator says synchronized (SIMGPU_SYNC_TRACE);
+- the hotspot at the `# STALL:<name>` line of torch_train.py: its kind, its
+  fix, hit in every step; no hotspot anywhere at a library frame;
+- the injected idle, measured in the ground truth, charged >= 90% to the
+  stall's cause, from the second step on (the first pays first-call costs).
+  For a synchronizing stall the injected idle is the device idle that began
+  while the host was inside a synchronizing call (SIMGPU_SYNC_TRACE), up to
+  how long the host had waited in it before the drain; for an input stall,
+  the idle during the loop's input waits as the program logged them
+  (torch_train.py --log-waits); for tiny ops, the idle before each of them.
+"""
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ground_truth import union_busy  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TORCH_TRAIN = os.path.join(ROOT, "examples", "torch_train.py")
+SKIP = 77
+STEPS = 10
+LATENCY_NS = 20_000  # the analyzer's launch latency (a late start beyond it is not the host's)
+SLACK_NS = 20_000    # per step, on the 90% rule (timer and wake-up granularity)
+# GEMMs at 2 TFLOP/s: about 13 ms of device work per step (the MLP's 4
+# layers of 256 x 2048 x 2048), longer than the host's share of a step.
+ENV = {"SIMGPU_GEMM_TFLOPS": "2", "SIMGPU_KERNEL_US": "*sin_kernel*=3,*=20"}
+
+
+class Failure(Exception):
+    pass
+
+
+class Skip(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def venv_python():
+    venv = os.environ.get("STALLSCOPE_FRAMEWORKS_VENV") or os.path.join(ROOT, "build", "frameworks-venv")
+    py = os.path.join(venv, "bin", "python")
+    if not os.access(py, os.X_OK):
+        raise Skip(f"no framework environment at {venv} (scripts/setup-frameworks makes it when PyPI is "
+                   "reachable)")
+    return py
+
+
+def marker_line(marker, src=TORCH_TRAIN):
+    with open(src) as f:
+        for n, line in enumerate(f, 1):
+            if f"# {marker}" in line and line.rstrip().endswith(marker):
+                return n
+    raise Failure(f"marker {marker} not in {src}")
+
+
+def read_jsonl(pattern):
+    out = []
+    for path in glob.glob(pattern):
+        with open(path) as f:
+            out.extend(json.loads(l) for l in f if l.strip())
+    return out
+
+
+def run_traced(build, work, args, extra_env=None):
+    """Runs args under `stallscope run --sim`; returns the JSON report, the
+    ground-truth ops of the traced process and its synchronizing calls."""
+    out = os.path.join(work, "trace")
+    env = dict(os.environ)
+    env.update(ENV)
+    env["SIMGPU_TRACE"] = os.path.join(work, "truth-%p.jsonl")
+    env["SIMGPU_SYNC_TRACE"] = os.path.join(work, "sync-%p.jsonl")
+    env.update(extra_env or {})
+    exe = os.path.join(build, "bin", "stallscope")
+    cmd = [exe, "run", "--sim", "--out", out, "--"] + args
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        if "import torch" in p.stderr or "ImportError" in p.stderr or "OSError" in p.stderr:
+            raise Skip(f"torch does not import under the simulator: {p.stderr[-1500:]}")
+        raise Failure(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr[-3000:]}")
+    rep = subprocess.run([exe, "report", out, "--format", "json"], capture_output=True, text=True, timeout=300)
+    if rep.returncode != 0:
+        raise Failure(f"report exited {rep.returncode}: {rep.stderr[-2000:]}")
+    with open(os.path.join(work, "report.json"), "w") as f:
+        f.write(rep.stdout)
+    report = json.loads(rep.stdout)
+    pid = os.path.basename(glob.glob(os.path.join(out, "*.sstrace"))[0]).rsplit("-", 1)[-1].split(".")[0]
+    truth = read_jsonl(os.path.join(work, f"truth-{pid}.jsonl"))
+    syncs = read_jsonl(os.path.join(work, f"sync-{pid}.jsonl"))
+    check(truth, f"no ground truth for pid {pid}")
+    return report, truth, syncs
+
+
+# ---- checks ----
+
+def check_steps(report, n):
+    check(report["step_source"] == "marker", f"step_source {report['step_source']}")
+    check(len(report["steps"]) == n, f"{len(report['steps'])} steps, expected {n}")
+
+
+def check_idle_matches_truth(report, truth):
+    for st in report["steps"]:
+        a, b = st["start_ns"], st["end_ns"]
+        true_idle = (b - a) - union_busy(truth, a, b)
+        tol = max(0.02 * true_idle, 100_000)
+        check(abs(st["gpu_idle_ns"] - true_idle) <= tol,
+              f"step {st['index']}: idle {st['gpu_idle_ns']} ns, truth {true_idle} ns (tolerance {tol:.0f})")
+        check(sum(st["idle_by_cause"].values()) == st["gpu_idle_ns"],
+              f"step {st['index']}: causes do not sum to the idle time")
+
+
+def check_counts_match_truth(report, truth, syncs):
+    """Launches: kernels the simulator saw queued in the step's host range
+    (cuBLAS's GEMMs included). Synchronizing calls: the simulator's own list."""
+    for st in report["steps"]:
+        a, b = st["host_start_ns"], st["host_end_ns"]
+        kernels = sum(1 for op in truth if op["kind"] == "kernel" and a <= op["queued_ns"] < b)
+        check(st["launches"] == kernels,
+              f"step {st['index']}: {st['launches']} launches, the ground truth queued {kernels} kernels")
+        n = sum(1 for s in syncs if a <= s["start_ns"] < b)
+        check(st["sync_count"] == n,
+              f"step {st['index']}: {st['sync_count']} synchronizing calls, the simulator saw {n} "
+              f"({sorted({s['api'] for s in syncs if a <= s['start_ns'] < b})})")
+
+
+def is_library(path):
+    return ("/site-packages/" in path or "/dist-packages/" in path or "/lib/python3." in path
+            or path.startswith("<frozen"))
+
+
+def check_sites_are_user_code(report):
+    for h in report["hotspots"]:
+        site = h["site"].get("file") or ""
+        python_frames = [f for f in h["stack"] if f.get("module") == "python"]
+        users = [f for f in python_frames if not is_library(f.get("file") or "")]
+        if users:
+            check(not is_library(site), f"hotspot {h['api']} at library frame {site}:{h['site']['line']} "
+                                        f"though {users[0]['file']}:{users[0]['line']} is user code")
+
+
+def find_hotspot(report, line, file=TORCH_TRAIN):
+    for h in report["hotspots"]:
+        site = h["site"]
+        if os.path.realpath(site.get("file") or "") == os.path.realpath(file) and site.get("line") == line:
+            return h
+    raise Failure(f"no hotspot at {os.path.basename(file)}:{line}; hotspots: "
+                  + json.dumps([(h["api"], h["site"].get("file"), h["site"].get("line")) for h in report["hotspots"]]))
+
+
+def device_gaps(truth):
+    """The device's idle gaps [a, b) with the op L that ends each (by start)."""
+    gaps, busy_until = [], None
+    for op in sorted(truth, key=lambda o: (o["start_ns"], o["end_ns"])):
+        if busy_until is not None and op["start_ns"] > busy_until:
+            gaps.append((busy_until, op["start_ns"], op))
+        busy_until = op["end_ns"] if busy_until is None else max(busy_until, op["end_ns"])
+    return gaps
+
+
+def until_submit(a, b, op):
+    """A host stall ends when the host submits the next op: a later start
+    (the simulated device running late on a loaded machine) is not part of it."""
+    return min(b, max(a, op["queued_ns"] + LATENCY_NS))
+
+
+def injected_after_syncs(truth, syncs):
+    """Idle that began while the host was inside a synchronizing call (the
+    device drained while the host waited), as much of it as the host had
+    been waiting before the drain: without the synchronize the host would
+    have been that much further, and no more (design.md's counterfactual,
+    from the simulator's own times)."""
+    out = []
+    for a, b, op in device_gaps(truth):
+        waits = [a - s["start_ns"] for s in syncs if s["start_ns"] <= a <= s["end_ns"]]
+        if waits:
+            b = until_submit(a, b, op)
+            out.append((a, min(b, a + max(waits))))
+    return out
+
+
+def injected_during(truth, waits):
+    """The device idle during the program's input waits, as the program
+    logged them (--log-waits: what each wait really took)."""
+    out = []
+    for a, b, op in device_gaps(truth):
+        b = until_submit(a, b, op)
+        for w in waits:
+            lo, hi = max(a, w["start_ns"]), min(b, w["end_ns"])
+            if hi > lo:
+                out.append((lo, hi))
+    return out
+
+
+def injected_before(truth, name_part):
+    return [(a, until_submit(a, b, op)) for a, b, op in device_gaps(truth) if name_part in op["name"]]
+
+
+def check_share(report, gaps, causes):
+    steps = report["steps"][1:]
+    per_step = [0] * len(steps)
+    for a, b in gaps:
+        for i, st in enumerate(steps):
+            lo, hi = max(a, st["start_ns"]), min(b, st["end_ns"])
+            if hi > lo:
+                per_step[i] += hi - lo
+    total = sum(per_step)
+    check(total > 0, "the injected stall produced no idle in the ground truth")
+    got_total = 0
+    for st, inj in zip(steps, per_step):
+        got = sum(st["idle_by_cause"][c] for c in causes)
+        got_total += min(got, inj)
+        check(got + SLACK_NS >= 0.9 * inj,
+              f"step {st['index']}: {'+'.join(causes)} {got} ns < 90% of the injected idle {inj} ns; "
+              f"causes {st['idle_by_cause']}")
+    check(got_total >= 0.9 * total,
+          f"{'+'.join(causes)} {got_total} ns < 90% of the injected idle {total} ns")
+
+
+# ---- PyTorch stalls ----
+# stall -> (marker, kind, words of the fix, how the injected idle is found, its causes)
+SYNC = ("sync",)
+STALLS = {
+    "item": ("STALL:item", "implicit", "scalar read-back", "sync", SYNC),
+    "print": ("STALL:print", "implicit", "read-back", "sync", SYNC),
+    "synchronize": ("STALL:sync", "explicit", "explicit sync", "sync", SYNC),
+    "if": ("STALL:if", "implicit", "scalar read-back", "sync", SYNC),
+    "cpu": ("STALL:cpu", "implicit", "device-to-host", "sync", SYNC),
+    "tolist": ("STALL:tolist", "implicit", "device-to-host", "sync", SYNC),
+    "nonzero": ("STALL:nonzero", "implicit", "read-back", "sync", SYNC),
+    "clip_norm": ("STALL:clip_norm", "implicit", "scalar read-back", "sync", SYNC),
+    "pageable": ("STALL:pageable", "implicit", "host-to-device", "sync", SYNC),
+    # The main thread waits for the workers' batches off-CPU, and unpickles
+    # and pins them on-CPU: both are the input pipeline's.
+    "dataloader": (None, None, None, "input", ("host_wait", "host_busy")),
+    "pinned": (None, None, None, "input", ("host_wait",)),
+    "tiny": (None, None, None, "tiny", ("launch_overhead", "host_busy")),
+    "clean": (None, None, None, "input", ("host_wait",)),
+}
+# Hits per step at the stall's line: one read-back (None: several, e.g. the
+# upload of x and y, or print's formatting reading several values).
+PER_STEP = {"item": 1, "synchronize": 1, "if": 1, "cpu": 1, "tolist": 1, "nonzero": 1, "clip_norm": 1}
+
+
+def torch_case(stall):
+    def run(build, work):
+        py = venv_python()
+        waits_log = os.path.join(work, "waits.jsonl")
+        args = [py, TORCH_TRAIN, "--stall", stall, "--steps", str(STEPS), "--markers", "nvtx",
+                "--log-waits", waits_log]
+        env = {}
+        if stall == "dataloader":
+            args += ["--collate-ms", "40", "--workers", "2"]  # 20 ms a batch: slower than the device
+        elif stall == "tiny":
+            # A fast device (GEMMs at 50 TFLOP/s, 3 us elementwise kernels): the
+            # host's launches are the limit.
+            env.update({"SIMGPU_GEMM_TFLOPS": "50", "SIMGPU_KERNEL_US": "*=3"})
+        else:
+            args += ["--input-ms", "2"]
+        report, truth, syncs = run_traced(build, work, args, env)
+        waits = read_jsonl(waits_log)
+        marker, kind, fix, inject, causes = STALLS[stall]
+        check_steps(report, STEPS)
+        check_idle_matches_truth(report, truth)
+        check_counts_match_truth(report, truth, syncs)
+        check_sites_are_user_code(report)
+        if marker:
+            h = find_hotspot(report, marker_line(marker))
+            check(h["kind"] == kind, f"{marker}: kind {h['kind']}, expected {kind}")
+            check(fix in h["suggestion"], f"{marker}: fix {h['suggestion']!r} does not say {fix!r}")
+            check(h["steps"] == STEPS, f"{marker}: hit in {h['steps']} of {STEPS} steps")
+            if stall in PER_STEP:
+                check(h["count"] == PER_STEP[stall] * STEPS,
+                      f"{marker}: {h['count']} hits over {STEPS} steps, expected {PER_STEP[stall]} a step")
+        elif stall != "tiny":
+            check(not report["hotspots"], f"{stall}: hotspots "
+                  + json.dumps([(h["api"], h["site"]) for h in report["hotspots"]]))
+        if inject == "sync":
+            gaps = injected_after_syncs(truth, syncs)
+        elif inject == "input":
+            gaps = injected_during(truth, waits)
+        else:
+            gaps = injected_before(truth, "sin_kernel")
+        check_share(report, gaps, causes)
+    return run
+
+
+CASES = {f"torch_{s}": torch_case(s) for s in STALLS}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--case", required=True, choices=sorted(CASES))
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix=f"stallscope-fw-{a.case}-")
+    try:
+        CASES[a.case](os.path.abspath(a.build), work)
+    except Skip as e:
+        print(f"SKIP {a.case}: {e}")
+        shutil.rmtree(work, ignore_errors=True)
+        return SKIP
+    except Failure as e:
+        print(f"FAIL {a.case}: {e}\n(kept {work})")
+        return 1
+    print(f"ok {a.case}")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
