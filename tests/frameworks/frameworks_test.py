@@ -42,6 +42,8 @@ from ground_truth import union_busy  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TORCH_TRAIN = os.path.join(ROOT, "examples", "torch_train.py")
+NUMBA_TRAIN = os.path.join(ROOT, "examples", "numba_train.py")
+CUDA_PYTHON_TRAIN = os.path.join(ROOT, "examples", "cuda_python_train.py")
 SKIP = 77
 STEPS = 10
 LATENCY_NS = 20_000  # the analyzer's launch latency (a late start beyond it is not the host's)
@@ -222,7 +224,9 @@ def injected_before(truth, name_part):
     return [(a, until_submit(a, b, op)) for a, b, op in device_gaps(truth) if name_part in op["name"]]
 
 
-def check_share(report, gaps, causes):
+def check_share(report, gaps, causes, may_be_none=False):
+    """With `may_be_none` (a clean run), a run whose input waits all
+    overlapped device work passes: then nothing was injected."""
     steps = report["steps"][1:]
     per_step = [0] * len(steps)
     for a, b in gaps:
@@ -231,6 +235,8 @@ def check_share(report, gaps, causes):
             if hi > lo:
                 per_step[i] += hi - lo
     total = sum(per_step)
+    if total == 0 and may_be_none:
+        return
     check(total > 0, "the injected stall produced no idle in the ground truth")
     got_total = 0
     for st, inj in zip(steps, per_step):
@@ -312,6 +318,50 @@ def torch_case(stall):
 
 
 CASES = {f"torch_{s}": torch_case(s) for s in STALLS}
+
+
+# ---- numba-cuda and cuda-python (NVRTC in the process) ----
+# Steps marked with stallscope.step() (python/stallscope); kernels long enough
+# that the device, not the host, sets the pace.
+SMALL_KERNELS = "*forward*=1500,*loss_reduce*=200,*update*=300,*=20"
+SMALL_STALLS = {
+    "readback": ("STALL:readback", "implicit", "read-back", SYNC),
+    "synchronize": ("STALL:synchronize", "explicit", "explicit sync", SYNC),
+    "clean": (None, None, None, ("host_wait",)),
+}
+
+
+def small_case(program, stall):
+    def run(build, work):
+        py = venv_python()
+        waits_log = os.path.join(work, "waits.jsonl")
+        args = ["env", "PYTHONPATH=" + os.path.join(ROOT, "python"), py, program, "--stall", stall,
+                "--steps", str(STEPS), "--markers", "--log-waits", waits_log]
+        report, truth, syncs = run_traced(build, work, args, {"SIMGPU_KERNEL_US": SMALL_KERNELS})
+        waits = read_jsonl(waits_log)
+        marker, kind, fix, causes = SMALL_STALLS[stall]
+        check_steps(report, STEPS)
+        check_idle_matches_truth(report, truth)
+        check_counts_match_truth(report, truth, syncs)
+        check_sites_are_user_code(report)
+        if marker:
+            h = find_hotspot(report, marker_line(marker, program), program)
+            check(h["kind"] == kind, f"{marker}: kind {h['kind']}, expected {kind}")
+            check(fix in h["suggestion"], f"{marker}: fix {h['suggestion']!r} does not say {fix!r}")
+            check(h["steps"] == STEPS and h["count"] == STEPS,
+                  f"{marker}: {h['count']} hits in {h['steps']} of {STEPS} steps, expected one a step")
+            gaps = injected_after_syncs(truth, syncs)
+        else:
+            check(not report["hotspots"], "clean: hotspots "
+                  + json.dumps([(h["api"], h["site"]) for h in report["hotspots"]]))
+            gaps = injected_during(truth, waits)
+        check_share(report, gaps, causes, may_be_none=stall == "clean")
+    return run
+
+
+for _stall in SMALL_STALLS:
+    CASES[f"numba_{_stall}"] = small_case(NUMBA_TRAIN, _stall)
+    CASES[f"cuda_python_{_stall}"] = small_case(CUDA_PYTHON_TRAIN, _stall)
 
 
 def main():
