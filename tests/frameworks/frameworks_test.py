@@ -40,10 +40,14 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ground_truth import union_busy  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "distributed"))
+import nccl_test  # noqa: E402  (the ground truth's collectives: truth_ops, truth_waits)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TORCH_TRAIN = os.path.join(ROOT, "examples", "torch_train.py")
 NUMBA_TRAIN = os.path.join(ROOT, "examples", "numba_train.py")
 CUDA_PYTHON_TRAIN = os.path.join(ROOT, "examples", "cuda_python_train.py")
+TORCH_DDP = os.path.join(ROOT, "examples", "torch_ddp.py")
 SKIP = 77
 STEPS = 10
 LATENCY_NS = 20_000  # the analyzer's launch latency (a late start beyond it is not the host's)
@@ -359,6 +363,47 @@ def small_case(program, stall):
     return run
 
 
+def case_torch_ddp(build, work):
+    """DistributedDataParallel under torchrun on the simulated NCCL, 2 ranks,
+    rank 1 waiting 20 ms more for each batch: rank 1 is the straggler (named
+    first), the wait it caused is within 5% of the ground truth's (the other
+    rank's waits for it at every collective inside the steps), and q5 says
+    communication dominates. 16 steps: with two ranks, arriving last is a
+    coin toss, and the binomial test needs that many to tell."""
+    py = venv_python()
+    world, slow, steps = 2, 1, 16
+    out = os.path.join(work, "trace")
+    env = dict(os.environ)
+    env.update(ENV)
+    env["SIMGPU_TRACE"] = os.path.join(work, "truth-%p.jsonl")
+    exe = os.path.join(build, "bin", "stallscope")
+    cmd = [exe, "run", "--sim", "-q", "--out", out, "--", py, "-m", "torch.distributed.run",
+           "--nproc-per-node", str(world), TORCH_DDP, "--steps", str(steps), "--slow-rank", str(slow),
+           "--slow-ms", "20"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise Failure(f"{' '.join(cmd)} exited {p.returncode}: {p.stdout[-1500:]}\n{p.stderr[-3000:]}")
+    rep = subprocess.run([exe, "report", out, "--format", "json"], capture_output=True, text=True, timeout=300)
+    check(rep.returncode == 0, f"report exited {rep.returncode}: {rep.stderr[-2000:]}")
+    report = json.loads(rep.stdout)
+    ranks = {r["rank"]: r for r in report.get("ranks", [])}
+    check(sorted(ranks) == list(range(world)), f"ranks[] {sorted(ranks)}")
+    for r in ranks.values():
+        check(r["steps"] == steps, f"rank {r['rank']}: {r['steps']} steps, expected {steps}")
+    _, by = nccl_test.truth_ops(work)
+    late, caused, _ = nccl_test.truth_waits(by, ranks)
+    st = report["stragglers"]
+    check(st and st[0]["rank"] == slow, f"stragglers {st}, expected rank {slow} first")
+    truth = caused[slow]
+    check(truth > 0 and abs(st[0]["wait_caused_ns"] - truth) <= 0.05 * truth,
+          f"wait caused {st[0]['wait_caused_ns']} ns, ground truth {truth} ns (5%)")
+    check(st[0]["times_last"] == late[slow], f"times last {st[0]['times_last']}, truth {late[slow]}")
+    q5 = next(q for q in report["questions"] if q["id"] == "q5")
+    check(q5["answer"] == "yes" and f"rank {slow} arrives last" in q5["evidence"], f"q5 {q5}")
+
+
+CASES["torch_ddp"] = case_torch_ddp
+
 for _stall in SMALL_STALLS:
     CASES[f"numba_{_stall}"] = small_case(NUMBA_TRAIN, _stall)
     CASES[f"cuda_python_{_stall}"] = small_case(CUDA_PYTHON_TRAIN, _stall)
@@ -376,7 +421,7 @@ def main():
         print(f"SKIP {a.case}: {e}")
         shutil.rmtree(work, ignore_errors=True)
         return SKIP
-    except Failure as e:
+    except (Failure, nccl_test.Failure) as e:
         print(f"FAIL {a.case}: {e}\n(kept {work})")
         return 1
     print(f"ok {a.case}")

@@ -15,6 +15,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "sim_engine.h"
@@ -25,7 +26,34 @@ namespace {
 
 std::atomic<bool> g_initialized{false};
 std::mutex g_primary_mu;
-thread_local std::vector<Context*> t_ctx_stack;
+// The thread's context stack. Trivially destructible, so that it is still
+// valid in static destructors and atexit handlers (thread_local objects with
+// destructors are gone by then: torch synchronizes the device from one).
+class CtxStack {
+ public:
+  static constexpr int kCapacity = 64;
+  bool empty() const { return depth_ == 0; }
+  Context*& back() { return items_[depth_ - 1]; }
+  bool push_back(Context* c) {
+    if (depth_ == kCapacity) return false;
+    items_[depth_++] = c;
+    return true;
+  }
+  void pop_back() { --depth_; }
+  void erase(Context* c) {
+    int kept = 0;
+    for (int i = 0; i < depth_; ++i) {
+      if (items_[i] != c) items_[kept++] = items_[i];
+    }
+    depth_ = kept;
+  }
+
+ private:
+  Context* items_[kCapacity];
+  int depth_;
+};
+static_assert(std::is_trivially_destructible_v<CtxStack>);
+thread_local CtxStack t_ctx_stack;
 
 constexpr uint64_t kTotalMem = 80ULL << 30;  // 80 GiB, an H100
 constexpr const char* kDeviceName = "NVIDIA H100 80GB HBM3 (simgpu)";
@@ -338,7 +366,7 @@ CUresult CtxCreateImpl(CUcontext* pctx, unsigned flags, CUdevice dev) {
   Device* d = GetDevice(dev);
   if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   Context* c = NewContext(d, false, flags);
-  t_ctx_stack.push_back(c);
+  if (!t_ctx_stack.push_back(c)) return CUDA_ERROR_OUT_OF_MEMORY;
   *pctx = reinterpret_cast<CUcontext>(c);
   return CUDA_SUCCESS;
 }
@@ -354,16 +382,14 @@ CUresult CtxDestroyImpl(CUcontext h) {
     c->destroyed = true;
     for (Stream* s : c->streams) s->destroyed = true;
   }
-  for (auto it = t_ctx_stack.begin(); it != t_ctx_stack.end();) {
-    it = (*it == c) ? t_ctx_stack.erase(it) : it + 1;
-  }
+  t_ctx_stack.erase(c);
   return CUDA_SUCCESS;
 }
 
 CUresult CtxPushImpl(CUcontext h) {
   SIM_CHECK_INIT();
   if (!ValidContext(h)) return CUDA_ERROR_INVALID_CONTEXT;
-  t_ctx_stack.push_back(reinterpret_cast<Context*>(h));
+  if (!t_ctx_stack.push_back(reinterpret_cast<Context*>(h))) return CUDA_ERROR_OUT_OF_MEMORY;
   return CUDA_SUCCESS;
 }
 

@@ -15,7 +15,16 @@
 //
 // Groups: calls between ncclGroupStart and the outermost ncclGroupEnd are
 // launched at ncclGroupEnd as one op per stream (as NCCL aggregates them into
-// one kernel), which waits for every rendezvous of its parts. No data moves.
+// one kernel), which waits for every rendezvous of its parts.
+//
+// Data. Collectives whose per-rank buffer is at most SIMGPU_NCCL_DATA_BYTES
+// (default 1 MiB) move their data, so that what frameworks exchange about
+// themselves is right (DDP compares every rank's parameter shapes, object
+// collectives carry pickles): at its arrival a rank copies its send buffer
+// into its slot of a shared data area, and once every rank has arrived each
+// computes its receive buffer from the slots (sum, product, min, max and
+// average of every NCCL type but the 8-bit floats, which take rank 0's
+// values). Larger collectives and point-to-point calls only take time.
 //
 // Knobs: SIMGPU_NCCL_GBPS (default 10), SIMGPU_NCCL_LATENCY_US (default 10),
 // SIMGPU_NCCL_POLL_US (default 20), SIMGPU_NCCL_TIMEOUT_S (default 120: a
@@ -48,6 +57,9 @@ constexpr int kSlots = 64;     // collective instances in flight per rank
 constexpr int kP2pSlots = 16;  // sends in flight per (sender, receiver)
 constexpr int kSplitSlots = 8;
 constexpr uint32_t kCommMagic = 0x4e43434c;  // "NCCL"
+// Collectives whose data may be in the shared data area at once (a group
+// holds several of one communicator): slot sets, by sequence number.
+constexpr int kDataSets = 8;
 constexpr int kVersionCode = 22800;          // reports NCCL 2.28.0
 
 struct Arrival {
@@ -89,6 +101,7 @@ struct Knobs {
   uint64_t latency_ns = uint64_t(EnvDouble("SIMGPU_NCCL_LATENCY_US", 10.0) * 1000.0);
   uint64_t poll_ns = uint64_t(EnvDouble("SIMGPU_NCCL_POLL_US", 20.0) * 1000.0);
   uint64_t timeout_ns = uint64_t(EnvDouble("SIMGPU_NCCL_TIMEOUT_S", 120.0) * 1e9);
+  uint64_t data_bytes = uint64_t(EnvDouble("SIMGPU_NCCL_DATA_BYTES", double(1 << 20)));
 };
 const Knobs& K() {
   static const Knobs* k = new Knobs();
@@ -122,6 +135,10 @@ struct ncclComm {
   uint64_t collectives = 0;
   uint64_t splits = 0;
   std::map<int, uint64_t> sends, recvs;
+  // The shared data area: [kDataSets][nranks][data_slot] bytes (null: none).
+  uint8_t* data = nullptr;
+  uint64_t data_slot = 0;
+  size_t data_size = 0;
 };
 
 namespace {
@@ -139,6 +156,9 @@ SimgpuSubmitExternalFn Submitter() {
   return fn;
 }
 
+// What a collective computes, for its data.
+enum class Coll { kNone, kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll };
+
 // One rendezvous an op takes part in.
 struct Part {
   enum Kind { kColl, kSend, kRecv } kind = kColl;
@@ -147,6 +167,14 @@ struct Part {
   int peer = -1;
   uint64_t bytes = 0;
   const char* name = "";
+  // Collectives' data: the buffers and the elements of one rank's share
+  // (count for all-reduce, broadcast, reduce, all-to-all's per-peer block;
+  // sendcount for all-gather; recvcount for reduce-scatter).
+  Coll coll = Coll::kNone;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  uint64_t count = 0;
+  int type = 0, op = 0, root = 0;
 };
 
 Arrival& Mine(const Part& p) {
@@ -184,10 +212,173 @@ struct PendingOp {
   uint64_t bytes = 0;
 };
 
+// ---- data ----
+// The bytes one rank contributes (its slot's fill).
+uint64_t ShareBytes(const Part& p) {
+  const uint64_t elem = StallscopeNcclTypeSize(p.type);
+  const uint64_t n = uint64_t(p.comm->nranks);
+  switch (p.coll) {
+    case Coll::kReduceScatter:
+    case Coll::kAllToAll: return p.count * elem * n;
+    case Coll::kNone: return 0;
+    default: return p.count * elem;
+  }
+}
+
+bool MovesData(const Part& p) {
+  return p.kind == Part::kColl && p.coll != Coll::kNone && p.comm->data != nullptr &&
+         ShareBytes(p) <= p.comm->data_slot && p.send != nullptr && p.recv != nullptr;
+}
+
+uint8_t* Slot(const Part& p, int rank) {
+  const ncclComm* c = p.comm;
+  return c->data + ((p.seq % kDataSets) * uint64_t(c->nranks) + uint64_t(rank)) * c->data_slot;
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000 | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  const uint16_t sign = uint16_t((x >> 16) & 0x8000);
+  const int exp = int((x >> 23) & 0xff) - 127 + 15;
+  const uint32_t mant = x & 0x7fffff;
+  if (((x >> 23) & 0xff) == 0xff) return uint16_t(sign | 0x7c00 | (mant ? 0x200 : 0));
+  if (exp >= 31) return uint16_t(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10) return sign;
+    const uint32_t m = (mant | 0x800000) >> (1 - exp);
+    return uint16_t(sign | ((m + 0x1000) >> 13));
+  }
+  return uint16_t(sign | (uint32_t(exp) << 10) | ((mant + 0x1000) >> 13));
+}
+
+float Bf16ToFloat(uint16_t b) {
+  const uint32_t bits = uint32_t(b) << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToBf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  return uint16_t((x + 0x7fff + ((x >> 16) & 1)) >> 16);  // round to nearest even
+}
+
+template <typename T>
+T Combine(T a, T b, int op) {
+  switch (op) {
+    case ncclProd: return T(a * b);
+    case ncclMax: return a > b ? a : b;
+    case ncclMin: return a < b ? a : b;
+    default: return T(a + b);  // sum, and average before its division
+  }
+}
+
+// dst[i] = op over ranks of srcs[r][i], n elements of `type`.
+template <typename T, typename Acc = T>
+void ReduceAs(void* dst, const std::vector<const uint8_t*>& srcs, uint64_t n, int op,
+              Acc (*load)(T) = nullptr, T (*store)(Acc) = nullptr) {
+  T* out = static_cast<T*>(dst);
+  for (uint64_t i = 0; i < n; ++i) {
+    Acc acc{};
+    for (size_t r = 0; r < srcs.size(); ++r) {
+      T v;
+      memcpy(&v, srcs[r] + i * sizeof(T), sizeof(T));
+      const Acc a = load ? load(v) : Acc(v);
+      acc = r == 0 ? a : Combine(acc, a, op);
+    }
+    if (op == ncclAvg) acc = Acc(acc / Acc(srcs.size()));
+    T v = store ? store(acc) : T(acc);
+    memcpy(out + i, &v, sizeof(T));
+  }
+}
+
+void ReduceInto(void* dst, const std::vector<const uint8_t*>& srcs, uint64_t n, int type,
+                int op) {
+  switch (type) {
+    case ncclInt8: ReduceAs<int8_t>(dst, srcs, n, op); break;
+    case ncclUint8: ReduceAs<uint8_t>(dst, srcs, n, op); break;
+    case ncclInt32: ReduceAs<int32_t>(dst, srcs, n, op); break;
+    case ncclUint32: ReduceAs<uint32_t>(dst, srcs, n, op); break;
+    case ncclInt64: ReduceAs<int64_t>(dst, srcs, n, op); break;
+    case ncclUint64: ReduceAs<uint64_t>(dst, srcs, n, op); break;
+    case ncclFloat32: ReduceAs<float>(dst, srcs, n, op); break;
+    case ncclFloat64: ReduceAs<double>(dst, srcs, n, op); break;
+    case ncclFloat16: ReduceAs<uint16_t, float>(dst, srcs, n, op, HalfToFloat, FloatToHalf); break;
+    case ncclBfloat16: ReduceAs<uint16_t, float>(dst, srcs, n, op, Bf16ToFloat, FloatToBf16); break;
+    default: memcpy(dst, srcs[0], n * StallscopeNcclTypeSize(type)); break;  // 8-bit floats
+  }
+}
+
+// At the arrival: this rank's share into its slot.
+void Publish(const Part& p) {
+  if (!MovesData(p)) return;
+  if (p.coll == Coll::kBroadcast && p.comm->rank != p.root) return;
+  memcpy(Slot(p, p.comm->rank), p.send, ShareBytes(p));
+}
+
+// Once every rank has arrived: this rank's receive buffer.
+void Deliver(const Part& p) {
+  if (!MovesData(p)) return;
+  const ncclComm* c = p.comm;
+  const uint64_t elem = StallscopeNcclTypeSize(p.type);
+  const uint64_t block = p.count * elem;
+  std::vector<const uint8_t*> slots;
+  for (int r = 0; r < c->nranks; ++r) slots.push_back(Slot(p, r));
+  auto* out = static_cast<uint8_t*>(p.recv);
+  switch (p.coll) {
+    case Coll::kAllReduce: ReduceInto(out, slots, p.count, p.type, p.op); break;
+    case Coll::kReduce:
+      if (c->rank == p.root) ReduceInto(out, slots, p.count, p.type, p.op);
+      break;
+    case Coll::kBroadcast: memmove(out, Slot(p, p.root), block); break;
+    case Coll::kAllGather:
+      for (int r = 0; r < c->nranks; ++r) memcpy(out + uint64_t(r) * block, slots[r], block);
+      break;
+    case Coll::kReduceScatter: {
+      std::vector<const uint8_t*> mine;
+      for (const uint8_t* s : slots) mine.push_back(s + uint64_t(c->rank) * block);
+      ReduceInto(out, mine, p.count, p.type, p.op);
+      break;
+    }
+    case Coll::kAllToAll:
+      for (int r = 0; r < c->nranks; ++r) {
+        memcpy(out + uint64_t(r) * block, slots[r] + uint64_t(c->rank) * block, block);
+      }
+      break;
+    case Coll::kNone: break;
+  }
+}
+
 void OnStart(void* user, uint64_t start_ns) {
   auto* op = static_cast<PendingOp*>(user);
   op->start_ns = start_ns;
   for (const Part& p : op->parts) {
+    Publish(p);  // before the arrival is visible
     Arrival& a = Mine(p);
     a.ns.store(start_ns, std::memory_order_relaxed);
     a.tag.store(p.seq + 1, std::memory_order_release);
@@ -207,6 +398,9 @@ uint64_t PollEnd(void* user, uint64_t now_ns) {
       return 0;
     }
   }
+  // Every rank has arrived (and published): the results, once (the end is
+  // known from here on, so this runs once per op).
+  for (const Part& p : op->parts) Deliver(p);
   return latest + DurationNs(op->bytes);
 }
 
@@ -311,7 +505,9 @@ const char* KernelName(const char* coll, int op, int type) {
 }
 
 ncclResult_t Collective(ncclComm* comm, cudaStream_t stream, const char* coll, int op,
-                        int type, uint64_t bytes) {
+                        int type, uint64_t bytes, Coll what = Coll::kNone,
+                        const void* send = nullptr, void* recv = nullptr, uint64_t count = 0,
+                        int root = 0) {
   if (!Valid(comm)) return ncclInvalidArgument;
   if (StallscopeNcclTypeSize(type) == 0) return ncclInvalidArgument;
   Part p;
@@ -320,6 +516,13 @@ ncclResult_t Collective(ncclComm* comm, cudaStream_t stream, const char* coll, i
   p.seq = comm->collectives++;
   p.bytes = bytes;
   p.name = KernelName(coll, op, type);
+  p.coll = what;
+  p.send = send;
+  p.recv = recv;
+  p.count = count;
+  p.type = type;
+  p.op = op;
+  p.root = root;
   return Enqueue(stream, p);
 }
 
@@ -371,18 +574,43 @@ ncclResult_t InitRank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int r
   close(fd);
   if (mem == MAP_FAILED) return ncclSystemError;
   auto* shared = static_cast<Shared*>(mem);
+  // The data area, mapped before this rank counts as joined (so it exists,
+  // at full size, for every rank once all have joined).
+  const uint64_t slot = K().data_bytes;
+  const size_t data_size = size_t(kDataSets) * size_t(nranks) * size_t(slot);
+  uint8_t* data = nullptr;
+  if (slot > 0) {
+    const std::string data_name = name + "-data";
+    int dfd = shm_open(data_name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (dfd >= 0) {
+      struct stat dst;
+      if (fstat(dfd, &dst) == 0 &&
+          (dst.st_size >= off_t(data_size) || ftruncate(dfd, off_t(data_size)) == 0)) {
+        void* dm = mmap(nullptr, data_size, PROT_READ | PROT_WRITE, MAP_SHARED, dfd, 0);
+        if (dm != MAP_FAILED) data = static_cast<uint8_t*>(dm);
+      }
+      close(dfd);
+    }
+  }
   shared->joined.fetch_add(1);
   // ncclCommInitRank blocks until every rank has joined.
   const uint64_t deadline = NowNs() + K().timeout_ns;
   while (shared->joined.load() < uint32_t(nranks)) {
     if (NowNs() > deadline) {
       munmap(mem, sizeof(Shared));
+      if (data != nullptr) munmap(data, data_size);
       return ncclSystemError;
     }
     Sleep(200000);
   }
-  if (shared->mapped.fetch_add(1) + 1 == uint32_t(nranks)) shm_unlink(name.c_str());
+  if (shared->mapped.fetch_add(1) + 1 == uint32_t(nranks)) {
+    shm_unlink(name.c_str());
+    shm_unlink((name + "-data").c_str());
+  }
   auto* c = new ncclComm;
+  c->data = data;
+  c->data_slot = data != nullptr ? slot : 0;
+  c->data_size = data != nullptr ? data_size : 0;
   c->shared = shared;
   c->shm_name = name;
   c->uid = id;
@@ -465,6 +693,13 @@ SIM_NCCL_EXPORT ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const
   auto* shared = static_cast<Shared*>(mem);
   shared->joined.store(uint32_t(ndev));
   shared->mapped.store(uint32_t(ndev));
+  const uint64_t slot = K().data_bytes;
+  const size_t data_size = size_t(kDataSets) * size_t(ndev) * size_t(slot);
+  uint8_t* data = nullptr;
+  if (slot > 0) {
+    void* dm = mmap(nullptr, data_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (dm != MAP_FAILED) data = static_cast<uint8_t*>(dm);
+  }
   ncclUniqueId id;
   if (pncclGetUniqueId(&id) != ncclSuccess) return ncclSystemError;
   for (int i = 0; i < ndev; ++i) {
@@ -476,6 +711,9 @@ SIM_NCCL_EXPORT ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const
     c->rank = i;
     c->nranks = ndev;
     c->device = devlist ? devlist[i] : i;
+    c->data = data;
+    c->data_slot = data != nullptr ? slot : 0;
+    c->data_size = data != nullptr ? data_size : 0;
     comms[i] = c;
   }
   return ncclSuccess;
@@ -585,20 +823,22 @@ SIM_NCCL_EXPORT ncclResult_t pncclGroupEnd() {
 }
 SIM_NCCL_ALIAS(ncclGroupEnd) ncclResult_t ncclGroupEnd();
 
-SIM_NCCL_EXPORT ncclResult_t pncclAllReduce(const void*, void*, size_t count,
+SIM_NCCL_EXPORT ncclResult_t pncclAllReduce(const void* send, void* recv, size_t count,
                                             ncclDataType_t type, ncclRedOp_t op,
                                             ncclComm_t comm, cudaStream_t stream) {
-  return Collective(comm, stream, "AllReduce", op, type, count * StallscopeNcclTypeSize(type));
+  return Collective(comm, stream, "AllReduce", op, type, count * StallscopeNcclTypeSize(type),
+                    Coll::kAllReduce, send, recv, count);
 }
 SIM_NCCL_ALIAS(ncclAllReduce)
 ncclResult_t ncclAllReduce(const void* s, void* r, size_t count, ncclDataType_t type,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 
-SIM_NCCL_EXPORT ncclResult_t pncclBroadcast(const void*, void*, size_t count,
+SIM_NCCL_EXPORT ncclResult_t pncclBroadcast(const void* send, void* recv, size_t count,
                                             ncclDataType_t type, int root, ncclComm_t comm,
                                             cudaStream_t stream) {
   if (Valid(comm) && (root < 0 || root >= comm->nranks)) return ncclInvalidArgument;
-  return Collective(comm, stream, "Broadcast", -1, type, count * StallscopeNcclTypeSize(type));
+  return Collective(comm, stream, "Broadcast", -1, type, count * StallscopeNcclTypeSize(type),
+                    Coll::kBroadcast, send, recv, count, root);
 }
 SIM_NCCL_ALIAS(ncclBroadcast)
 ncclResult_t ncclBroadcast(const void* s, void* r, size_t count, ncclDataType_t type, int root,
@@ -612,43 +852,48 @@ SIM_NCCL_ALIAS(ncclBcast)
 ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t type, int root, ncclComm_t comm,
                        cudaStream_t stream);
 
-SIM_NCCL_EXPORT ncclResult_t pncclReduce(const void*, void*, size_t count, ncclDataType_t type,
-                                         ncclRedOp_t op, int root, ncclComm_t comm,
-                                         cudaStream_t stream) {
+SIM_NCCL_EXPORT ncclResult_t pncclReduce(const void* send, void* recv, size_t count,
+                                         ncclDataType_t type, ncclRedOp_t op, int root,
+                                         ncclComm_t comm, cudaStream_t stream) {
   if (Valid(comm) && (root < 0 || root >= comm->nranks)) return ncclInvalidArgument;
-  return Collective(comm, stream, "Reduce", op, type, count * StallscopeNcclTypeSize(type));
+  return Collective(comm, stream, "Reduce", op, type, count * StallscopeNcclTypeSize(type),
+                    Coll::kReduce, send, recv, count, root);
 }
 SIM_NCCL_ALIAS(ncclReduce)
 ncclResult_t ncclReduce(const void* s, void* r, size_t count, ncclDataType_t type,
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
 
-SIM_NCCL_EXPORT ncclResult_t pncclAllGather(const void*, void*, size_t sendcount,
+SIM_NCCL_EXPORT ncclResult_t pncclAllGather(const void* send, void* recv, size_t sendcount,
                                             ncclDataType_t type, ncclComm_t comm,
                                             cudaStream_t stream) {
   if (!Valid(comm)) return ncclInvalidArgument;
   return Collective(comm, stream, "AllGather", -1, type,
-                    sendcount * StallscopeNcclTypeSize(type) * uint64_t(comm->nranks));
+                    sendcount * StallscopeNcclTypeSize(type) * uint64_t(comm->nranks),
+                    Coll::kAllGather, send, recv, sendcount);
 }
 SIM_NCCL_ALIAS(ncclAllGather)
 ncclResult_t ncclAllGather(const void* s, void* r, size_t sendcount, ncclDataType_t type,
                            ncclComm_t comm, cudaStream_t stream);
 
-SIM_NCCL_EXPORT ncclResult_t pncclReduceScatter(const void*, void*, size_t recvcount,
+SIM_NCCL_EXPORT ncclResult_t pncclReduceScatter(const void* send, void* recv, size_t recvcount,
                                                 ncclDataType_t type, ncclRedOp_t op,
                                                 ncclComm_t comm, cudaStream_t stream) {
   if (!Valid(comm)) return ncclInvalidArgument;
   return Collective(comm, stream, "ReduceScatter", op, type,
-                    recvcount * StallscopeNcclTypeSize(type) * uint64_t(comm->nranks));
+                    recvcount * StallscopeNcclTypeSize(type) * uint64_t(comm->nranks),
+                    Coll::kReduceScatter, send, recv, recvcount);
 }
 SIM_NCCL_ALIAS(ncclReduceScatter)
 ncclResult_t ncclReduceScatter(const void* s, void* r, size_t recvcount, ncclDataType_t type,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 
-SIM_NCCL_EXPORT ncclResult_t pncclAlltoAll(const void*, void*, size_t count, ncclDataType_t type,
-                                           ncclComm_t comm, cudaStream_t stream) {
+SIM_NCCL_EXPORT ncclResult_t pncclAlltoAll(const void* send, void* recv, size_t count,
+                                           ncclDataType_t type, ncclComm_t comm,
+                                           cudaStream_t stream) {
   if (!Valid(comm)) return ncclInvalidArgument;
   return Collective(comm, stream, "AllToAll", -1, type,
-                    count * StallscopeNcclTypeSize(type) * uint64_t(comm->nranks));
+                    count * StallscopeNcclTypeSize(type) * uint64_t(comm->nranks),
+                    Coll::kAllToAll, send, recv, count);
 }
 SIM_NCCL_ALIAS(ncclAlltoAll)
 ncclResult_t ncclAlltoAll(const void* s, void* r, size_t count, ncclDataType_t type,
@@ -669,3 +914,32 @@ SIM_NCCL_EXPORT ncclResult_t pncclRecv(void*, size_t count, ncclDataType_t type,
 SIM_NCCL_ALIAS(ncclRecv)
 ncclResult_t ncclRecv(void* r, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                       cudaStream_t stream);
+
+// Buffer registration (torch registers its caching allocator's segments when
+// a process group is bound to a device): nothing moves in the simulator, so
+// a registration is a token that deregistration takes back.
+namespace {
+struct Registration {
+  ncclComm_t comm;
+  void* buff;
+  size_t size;
+};
+}  // namespace
+
+SIM_NCCL_EXPORT ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
+                                               void** handle) {
+  if (!Valid(comm) || handle == nullptr) return ncclInvalidArgument;
+  *handle = new Registration{comm, buff, size};
+  return ncclSuccess;
+}
+SIM_NCCL_ALIAS(ncclCommRegister)
+ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle);
+
+SIM_NCCL_EXPORT ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
+  auto* r = static_cast<Registration*>(handle);
+  if (!Valid(comm) || r == nullptr || r->comm != comm) return ncclInvalidArgument;
+  delete r;
+  return ncclSuccess;
+}
+SIM_NCCL_ALIAS(ncclCommDeregister)
+ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle);

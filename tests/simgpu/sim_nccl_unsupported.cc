@@ -1,6 +1,6 @@
 // NCCL 2.30 entry points that PyTorch 2.15 imports and the simulated NCCL
 // does not provide: elastic communicators (shrink, grow, revoke, suspend,
-// resume, scalable init), buffer and window registration, NCCL's allocator,
+// resume, scalable init), window registration, NCCL's allocator,
 // device communicators, one-sided signals, gather, pre-multiplied sums.
 // Each one exists (so libtorch_cuda.so loads) and returns ncclInvalidUsage.
 // torch's ProcessGroupNCCL reaches them only when asked for (shrink_group,
@@ -30,8 +30,6 @@ SIMGPU_NCCL_UNSUPPORTED(ncclCommRevoke)
 SIMGPU_NCCL_UNSUPPORTED(ncclCommSuspend)
 SIMGPU_NCCL_UNSUPPORTED(ncclCommResume)
 SIMGPU_NCCL_UNSUPPORTED(ncclCommMemStats)
-SIMGPU_NCCL_UNSUPPORTED(ncclCommRegister)
-SIMGPU_NCCL_UNSUPPORTED(ncclCommDeregister)
 SIMGPU_NCCL_UNSUPPORTED(ncclCommWindowRegister)
 SIMGPU_NCCL_UNSUPPORTED(ncclCommWindowDeregister)
 SIMGPU_NCCL_UNSUPPORTED(ncclWinGetUserPtr)
