@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "nccl_abi.h"
 
@@ -171,6 +172,66 @@ void ShareIds(const Api& api, const std::string& path, int rank, ncclUniqueId id
 
 }  // namespace
 
+// Collectives move their data (the simulator does for buffers up to
+// SIMGPU_NCCL_DATA_BYTES): the results every rank must see.
+void CheckData(const Api& api, ncclComm_t comm, int rank, int world, cudaStream_t s) {
+  constexpr size_t kN = 64;
+  CUdeviceptr send, recv;
+  Check(cuMemAlloc(&send, kN * sizeof(int64_t) * size_t(world)), "cuMemAlloc");
+  Check(cuMemAlloc(&recv, kN * sizeof(int64_t) * size_t(world)), "cuMemAlloc");
+  auto* sp = reinterpret_cast<void*>(send);
+  auto* rp = reinterpret_cast<void*>(recv);
+  std::vector<int64_t> host(kN * size_t(world)), got(kN * size_t(world));
+  auto fail = [&](const char* what, size_t i, double v, double want) {
+    std::fprintf(stderr, "probe: rank %d: %s[%zu] = %g, expected %g\n", rank, what, i, v, want);
+    std::exit(1);
+  };
+  auto put = [&](size_t count) {
+    Check(cuMemcpyHtoD(send, host.data(), count * sizeof(int64_t)), "cuMemcpyHtoD");
+  };
+  auto get = [&](size_t count) {
+    Check(cuCtxSynchronize(), "cuCtxSynchronize");
+    Check(cuMemcpyDtoH(got.data(), recv, count * sizeof(int64_t)), "cuMemcpyDtoH");
+  };
+  // all-reduce (sum, int64): element i of rank r is r * 100 + i.
+  for (size_t i = 0; i < kN; ++i) host[i] = rank * 100 + int64_t(i);
+  put(kN);
+  CheckNccl(api.ncclAllReduce(sp, rp, kN, ncclInt64, ncclSum, comm, s), "ncclAllReduce");
+  get(kN);
+  for (size_t i = 0; i < kN; ++i) {
+    const int64_t want = 100 * world * (world - 1) / 2 + int64_t(world) * int64_t(i);
+    if (got[i] != want) fail("all-reduce", i, double(got[i]), double(want));
+  }
+  // all-gather: rank r's block is its values.
+  CheckNccl(api.ncclAllGather(sp, rp, kN, ncclInt64, comm, s), "ncclAllGather");
+  get(kN * size_t(world));
+  for (int r = 0; r < world; ++r) {
+    for (size_t i = 0; i < kN; ++i) {
+      if (got[size_t(r) * kN + i] != r * 100 + int64_t(i)) {
+        fail("all-gather", size_t(r) * kN + i, double(got[size_t(r) * kN + i]), r * 100.0 + double(i));
+      }
+    }
+  }
+  // broadcast from the last rank.
+  CheckNccl(api.ncclBroadcast(sp, rp, kN, ncclInt64, world - 1, comm, s), "ncclBroadcast");
+  get(kN);
+  for (size_t i = 0; i < kN; ++i) {
+    if (got[i] != (world - 1) * 100 + int64_t(i)) fail("broadcast", i, double(got[i]), (world - 1) * 100.0 + double(i));
+  }
+  // all-reduce (max, float32).
+  std::vector<float> f(kN), fg(kN);
+  for (size_t i = 0; i < kN; ++i) f[i] = float(rank) + 0.5f * float(i);
+  Check(cuMemcpyHtoD(send, f.data(), kN * sizeof(float)), "cuMemcpyHtoD");
+  CheckNccl(api.ncclAllReduce(sp, rp, kN, ncclFloat32, ncclMax, comm, s), "ncclAllReduce");
+  Check(cuCtxSynchronize(), "cuCtxSynchronize");
+  Check(cuMemcpyDtoH(fg.data(), recv, kN * sizeof(float)), "cuMemcpyDtoH");
+  for (size_t i = 0; i < kN; ++i) {
+    if (fg[i] != float(world - 1) + 0.5f * float(i)) fail("all-reduce max", i, fg[i], float(world - 1) + 0.5f * float(i));
+  }
+  Check(cuMemFree(send), "cuMemFree");
+  Check(cuMemFree(recv), "cuMemFree");
+}
+
 int main(int argc, char** argv) {
   int iters = 3, late_rank = -1;
   long late_us = 0;
@@ -241,6 +302,7 @@ int main(int argc, char** argv) {
   CheckNccl(api.ncclCommUserRank(split, &split_rank), "ncclCommUserRank");
   CheckNccl(api.ncclCommCount(split, &split_size), "ncclCommCount");
   CheckNccl(api.ncclAllReduce(b, b, 2048, ncclFloat32, ncclSum, split, s), "ncclAllReduce");
+  CheckData(api, a, rank, world, s);
   ncclComm_t local[2];
   int devs[2] = {0, 0};
   CheckNccl(api.ncclCommInitAll(local, 2, devs), "ncclCommInitAll");
