@@ -178,7 +178,8 @@ def interpose_once(build, work, world, mode_args):
         coll = [n for n in nccl if n["comm"] == comm_a and int(n["flags"], 16) & 1]
         check([int(n["seq"]) for n in coll] == list(range(len(coll))),
               f"rank {r}: sequence numbers on A: {[n['seq'] for n in coll]}")
-        check(len(coll) == 2 + 6, f"rank {r}: {len(coll)} collectives on A, expected 8")
+        # --iters all-reduces, 6 other collectives, 4 of the data checks.
+        check(len(coll) == 2 + 6 + 4, f"rank {r}: {len(coll)} collectives on A, expected 12")
         for n in coll:
             check(int(n["bytes"]) == int(n["count"]) * size[n["datatype"]],
                   f"rank {r}: bytes {n['bytes']} != count x size for {n}")
