@@ -168,7 +168,7 @@ def interpose_once(build, work, world, mode_args):
     # Communicator A (ncclCommInitRank): the same id on every rank, equal to
     # the simulator's; every collective on it has the same sequence number on
     # every rank, counted from 0 in call order.
-    size = {"5": 2, "7": 4, "0": 1, "6": 2, "8": 8, "2": 4}
+    size = {"5": 2, "7": 4, "0": 1, "6": 2, "8": 8, "2": 4, "4": 8}
     for r, nccl in per_rank.items():
         init = [n for n in nccl if n["api"] == "ncclCommInitRank"][0]
         check(init["rank"] == str(r) and init["nranks"] == str(world), f"rank {r}: init {init}")
