@@ -133,34 +133,65 @@ struct Anchor {
   double score = 0;     // share of the sequence in regular segments
   int matched = 0;      // regular segments
   uint32_t first = 0;   // position of the first occurrence
+  uint64_t mode_hash = 0;  // the modal segment's content
 };
 
 }  // namespace
 
-std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid) {
+// AutoSteps on the calls of `main_tid`, or of every thread when `all`;
+// `score` gets the period's score (0: none found).
+std::vector<StepSpan> DetectSteps(const Timeline& t, uint32_t main_tid, bool all, double* score) {
+  *score = 0;
   // The launch sequence: (API, kernel name) of the main thread's calls that
   // submit or wait for device work; without a joined op, (API, object).
+  // A copy's or set's op has no name (CUPTI gives none): its kind and copy
+  // direction stand in, never the pointers (a caching allocator hands out
+  // other buffers from step to step).
   std::vector<uint32_t> op_name(t.calls.size(), 0);
+  std::vector<uint16_t> op_kind(t.calls.size(), 0);  // (kind << 8 | copy kind) + 1
   for (size_t i = 0; i < t.ops.size(); ++i) {
     const int32_t call = t.ops[i].call;
-    if (call >= 0 && op_name[call] == 0) op_name[call] = t.op_info[i].name;
+    if (call < 0) continue;
+    if (op_name[call] == 0) op_name[call] = t.op_info[i].name;
+    if (op_kind[call] == 0) {
+      op_kind[call] = static_cast<uint16_t>(
+          ((static_cast<unsigned>(t.ops[i].kind) << 8) | t.ops[i].copy_kind) + 1);
+    }
   }
   std::vector<uint32_t> seq_call;
   std::vector<uint32_t> seq;
+  // The host's gap before each sequence call: since the latest exit of any
+  // thread's launch-sequence call that entered before it. A framework that
+  // launches the backward pass from another thread (PyTorch's autograd
+  // engine) keeps the process busy while its main thread waits in
+  // backward(); only an input wait or a blocking read-back leaves the host
+  // silent.
+  std::vector<int64_t> gap_before;
+  int64_t busy_until = std::numeric_limits<int64_t>::min();
   absl::flat_hash_map<std::pair<uint64_t, uint64_t>, uint32_t> symbols;
   for (size_t i = 0; i < t.calls.size(); ++i) {
     const ApiCall& c = t.calls[i];
-    if (c.tid != main_tid || !InLaunchSequence(t.Api(c.api).category)) continue;
-    // A free's object is the freed pointer, new every step: not part of
-    // the symbol.
+    if (!InLaunchSequence(t.Api(c.api).category)) continue;
+    const int64_t gap = busy_until == std::numeric_limits<int64_t>::min()
+                            ? 0
+                            : std::max<int64_t>(0, c.enter_ns - busy_until);
+    busy_until = std::max(busy_until, c.exit_ns);
+    if (!all && c.tid != main_tid) continue;
+    // A free's, copy's or set's object is a pointer, another one from step
+    // to step: not part of the symbol.
     const trace::ApiCategory category = t.Api(c.api).category;
-    const uint64_t what = op_name[i] != 0                        ? (uint64_t{1} << 63) | op_name[i]
-                          : category == trace::ApiCategory::kFree ? 0
-                                                                   : t.call_info[i].object;
+    const bool pointer = category == trace::ApiCategory::kFree ||
+                         category == trace::ApiCategory::kCopy ||
+                         category == trace::ApiCategory::kSet;
+    const uint64_t what = op_name[i] != 0 ? (uint64_t{1} << 63) | op_name[i]
+                          : op_kind[i] != 0 ? (uint64_t{1} << 62) | op_kind[i]
+                          : pointer         ? 0
+                                            : t.call_info[i].object;
     auto [it, fresh] = symbols.try_emplace(std::make_pair(uint64_t{c.api}, what),
                                            static_cast<uint32_t>(symbols.size()));
     seq.push_back(it->second);
     seq_call.push_back(static_cast<uint32_t>(i));
+    gap_before.push_back(gap);
   }
   const size_t n = seq.size();
   if (n < 3) return {};
@@ -229,6 +260,7 @@ std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid) {
     a.score = denom > 0 ? static_cast<double>(covered) / denom : 0.0;
     a.matched = matched;
     a.first = p[0];
+    a.mode_hash = mode.first;
     anchors.push_back(a);
   }
   if (anchors.empty()) return {};
@@ -242,10 +274,11 @@ std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid) {
     }
   }
   if (best->score < kAutoMinScore || best->matched < kAutoMinSteps) return {};
+  *score = best->score;
 
   // The phase: among anchors of the same period and nearly the same score,
-  // the one that follows the longest host gap (median of enter − the previous
-  // sequence call's enter: a blocking read-back or an input wait), when that
+  // the one that follows the longest host gap (median of gap_before: after a
+  // blocking read-back or an input wait), when that
   // gap stands out; else the one that occurs first (the first launch of the
   // first full period).
   const uint32_t period = best->period;
@@ -264,7 +297,7 @@ std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid) {
     for (uint32_t j = offset[a.symbol]; j < offset[a.symbol + 1]; ++j) {
       const uint32_t i = pos[j];
       if (i == 0) continue;
-      gaps.push_back(t.calls[seq_call[i]].enter_ns - t.calls[seq_call[i - 1]].enter_ns);
+      gaps.push_back(gap_before[i]);
     }
     if (gaps.empty()) continue;
     std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
@@ -282,26 +315,104 @@ std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid) {
     phase = by_gap;
   }
 
+  // The phase at any call of the period: the host's longest wait need not
+  // be before a call that occurs once per step (torch uploads x and y, two
+  // copies of one symbol, right after its input wait). For each offset o
+  // into the best anchor's modal segments, the median host gap before the
+  // call at (occurrence + o). When one offset's stands out (>= 50 us and at
+  // least twice any other's), steps begin at the calls of that call's symbol
+  // S: if S occurs c times in a modal segment, at every c-th occurrence of
+  // S, counted from the one at that offset (insertions of other calls, a
+  // warm-up's extra kernels, do not shift it).
+  const uint32_t* bp = pos.data() + offset[best->symbol];
+  const uint32_t bcount = offset[best->symbol + 1] - offset[best->symbol];
+  std::vector<uint32_t> modal;  // occurrences j whose segment [bp[j], bp[j+1]) is the modal one
+  for (uint32_t j = 0; j + 1 < bcount; ++j) {
+    if (bp[j + 1] - bp[j] == period && prefix[bp[j + 1]] - prefix[bp[j]] == best->mode_hash) {
+      modal.push_back(j);
+    }
+  }
+  int64_t off_gap1 = -1, off_gap2 = -1;
+  uint32_t off_best = 0;
+  if (modal.size() >= 2) {
+    std::vector<int64_t> g;
+    for (uint32_t o = 0; o < period; ++o) {
+      g.clear();
+      for (uint32_t j : modal) {
+        const uint32_t i = bp[j] + o;
+        if (i == 0) continue;
+        g.push_back(gap_before[i]);
+      }
+      if (g.empty()) continue;
+      std::nth_element(g.begin(), g.begin() + g.size() / 2, g.end());
+      const int64_t med = g[g.size() / 2];
+      if (med > off_gap1) {
+        off_gap2 = off_gap1;
+        off_gap1 = med;
+        off_best = o;
+      } else if (med > off_gap2) {
+        off_gap2 = med;
+      }
+    }
+  }
+  std::vector<uint32_t> starts;  // sequence positions where steps begin
+  if (off_gap1 >= kAutoMinPhaseGapNs && off_gap1 >= 2 * std::max<int64_t>(off_gap2, 0)) {
+    const uint32_t at = bp[modal[0]] + off_best;
+    const uint32_t sym = seq[at];
+    const uint32_t* q = pos.data() + offset[sym];
+    const uint32_t qn = offset[sym + 1] - offset[sym];
+    uint32_t per = 0;  // occurrences of sym in one modal segment
+    for (uint32_t i = bp[modal[0]]; i < bp[modal[0]] + period; ++i) per += seq[i] == sym;
+    const uint32_t q0 = static_cast<uint32_t>(std::lower_bound(q, q + qn, at) - q);
+    // Within the anchor's reach: a period before its first occurrence to a
+    // period after its last (the same symbol in set-up, e.g. the model's
+    // upload parameter by parameter, is no step).
+    const int64_t lo = int64_t{bp[0]} - period, hi = int64_t{bp[bcount - 1]} + period;
+    for (uint32_t k = q0 % per; k < qn; k += per) {
+      if (q[k] >= lo && q[k] < hi) starts.push_back(q[k]);
+    }
+  } else {
+    const uint32_t* p = pos.data() + offset[phase->symbol];
+    const uint32_t count = offset[phase->symbol + 1] - offset[phase->symbol];
+    starts.assign(p, p + count);
+  }
+
   std::vector<StepSpan> steps;
-  const uint32_t* p = pos.data() + offset[phase->symbol];
-  const uint32_t count = offset[phase->symbol + 1] - offset[phase->symbol];
-  for (uint32_t j = 0; j < count; ++j) {
+  for (size_t j = 0; j < starts.size(); ++j) {
     StepSpan s;
-    s.host_start_ns = t.calls[seq_call[p[j]]].enter_ns;
-    if (j + 1 < count) {
-      s.host_end_ns = t.calls[seq_call[p[j + 1]]].enter_ns;
+    s.host_start_ns = t.calls[seq_call[starts[j]]].enter_ns;
+    if (j + 1 < starts.size()) {
+      s.host_end_ns = t.calls[seq_call[starts[j + 1]]].enter_ns;
     } else {
       // The last step: at most one period of calls (a partial step is kept;
       // teardown after it is not).
       s.host_end_ns = s.host_start_ns;
-      const size_t end = std::min<size_t>(n, size_t{p[j]} + period);
-      for (size_t i = p[j]; i < end; ++i) {
+      const size_t end = std::min<size_t>(n, size_t{starts[j]} + period);
+      for (size_t i = starts[j]; i < end; ++i) {
         s.host_end_ns = std::max(s.host_end_ns, t.calls[seq_call[i]].exit_ns);
       }
     }
     steps.push_back(s);
   }
   return steps;
+}
+
+std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid) {
+  double main_score = 0, all_score = 0;
+  std::vector<StepSpan> main = DetectSteps(t, main_tid, false, &main_score);
+  // Frameworks that launch from several threads in a fixed order (PyTorch:
+  // forward and optimizer from the Python thread, backward from the autograd
+  // engine's) repeat only in the calls of all threads together; threads
+  // that launch independently (one per GPU) do not, and their merged
+  // sequence scores lower.
+  bool several = false;
+  for (const ThreadCallCount& c : t.calls_per_thread) several |= c.tid != main_tid && c.launches > 0;
+  if (!several) return main;
+  std::vector<StepSpan> merged = DetectSteps(t, main_tid, true, &all_score);
+  // The merged sequence has the other threads' calls too, and their own
+  // variation (a first-step allocation): nearly as regular is regular.
+  return all_score >= kAutoMinScore && all_score >= main_score - kAutoPhaseScoreSlack ? merged
+                                                                                      : main;
 }
 
 StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device) {

@@ -155,6 +155,49 @@ TEST_CASE("auto steps: exact period", "[steps][auto]") {
   }
 }
 
+// Guards a loop launched from two threads (PyTorch: forward and optimizer
+// from the Python thread, backward from the autograd engine's): the
+// backward thread launches the most, yet steps begin at the Python thread's
+// first upload after the input wait (the host's longest silence, across
+// threads); the upload of x and of y are one symbol (two copies a step);
+// the copies' pointers differ from step to step (a caching allocator) and
+// do not break the period; every launch of both threads is in its step.
+TEST_CASE("auto steps: two launching threads, two uploads a step", "[steps][auto]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  int64_t t = 0;
+  std::vector<int64_t> starts;
+  for (int k = 0; k < 6; ++k) {
+    t += 2000 * kUs;  // the input wait
+    starts.push_back(t);
+    for (int c = 0; c < 2; ++c) {  // x and y, into new buffers each step
+      b.Submit(1, api.memcpy_async, t, t + 5 * kUs, t + 10 * kUs, t + 20 * kUs,
+               tf::DeviceOpKind::kMemcpy, "", {.object = uint64_t(0x1000 + 64 * k + c)});
+      t += 10 * kUs;
+    }
+    for (const char* f : {"fwd_a", "fwd_b", "loss"}) {
+      b.Submit(1, api.launch, t, t + 5 * kUs, t + 10 * kUs, t + 100 * kUs, tf::DeviceOpKind::kKernel, f);
+      t += 10 * kUs;
+    }
+    // The autograd thread: more launches than the Python thread's 5.
+    for (const char* g : {"bwd_loss", "bwd_b", "bwd_b_w", "bwd_a", "bwd_a_w", "bwd_acc"}) {
+      b.Submit(2, api.launch, t, t + 5 * kUs, t + 10 * kUs, t + 100 * kUs, tf::DeviceOpKind::kKernel, g);
+      t += 10 * kUs;
+    }
+    for (const char* o : {"sgd_a", "sgd_b"}) {
+      b.Submit(1, api.launch, t, t + 5 * kUs, t + 10 * kUs, t + 100 * kUs, tf::DeviceOpKind::kKernel, o);
+      t += 10 * kUs;
+    }
+  }
+  Report r = testing::AnalyzeOrDie(b);
+  CHECK(r.step_source == "auto");
+  REQUIRE(r.steps.size() == 6);
+  for (size_t k = 0; k < 6; ++k) {
+    CHECK(r.steps[k].host_start_ns == starts[k]);
+    CHECK(r.steps[k].launches == 11);
+  }
+}
+
 // Guards frees in the launch sequence: a temporary freed every step (each
 // time a different pointer) belongs to its step, the last one included, and
 // the teardown free after the loop does not.
