@@ -404,6 +404,39 @@ def case_torch_ddp(build, work):
 
 CASES["torch_ddp"] = case_torch_ddp
 
+
+def auto_case(stall):
+    """No markers: stallscope finds the loop's steps itself. Exactly the
+    loop's iterations, each beginning at the first call after its input wait
+    (as the program logged it), the launches of both of torch's launching
+    threads (Python, autograd) in each, equal to the ground truth and the
+    same every step; a stall's hotspot hit once in every step."""
+    def run(build, work):
+        py = venv_python()
+        waits_log = os.path.join(work, "waits.jsonl")
+        args = [py, TORCH_TRAIN, "--stall", stall, "--steps", str(STEPS), "--log-waits", waits_log]
+        args += ["--collate-ms", "40"] if stall == "dataloader" else ["--input-ms", "2"]
+        report, truth, syncs = run_traced(build, work, args)
+        waits = sorted(read_jsonl(waits_log), key=lambda w: w["start_ns"])
+        check(report["step_source"] == "auto", f"step_source {report['step_source']}")
+        check(len(report["steps"]) == STEPS, f"{len(report['steps'])} steps, expected {STEPS}")
+        check(len(waits) == STEPS, f"{len(waits)} waits logged")
+        for st, w in zip(report["steps"], waits):
+            check(w["end_ns"] <= st["host_start_ns"] < w["end_ns"] + 2_000_000,
+                  f"step {st['index']} begins {st['host_start_ns'] - w['end_ns']} ns after its input wait ended")
+        check_idle_matches_truth(report, truth)
+        check_counts_match_truth(report, truth, syncs)
+        launches = {st["launches"] for st in report["steps"]}
+        check(len(launches) == 1, f"launches differ from step to step: {[st['launches'] for st in report['steps']]}")
+        if stall == "item":
+            h = find_hotspot(report, marker_line("STALL:item"))
+            check(h["count"] == STEPS and h["steps"] == STEPS, f"item: {h['count']} hits in {h['steps']} steps")
+    return run
+
+
+CASES["torch_auto_item"] = auto_case("item")
+CASES["torch_auto_dataloader"] = auto_case("dataloader")
+
 for _stall in SMALL_STALLS:
     CASES[f"numba_{_stall}"] = small_case(NUMBA_TRAIN, _stall)
     CASES[f"cuda_python_{_stall}"] = small_case(CUDA_PYTHON_TRAIN, _stall)
