@@ -405,9 +405,12 @@ std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid) {
   // engine's) repeat only in the calls of all threads together; threads
   // that launch independently (one per GPU) do not, and their merged
   // sequence scores lower.
+  // The merged sequence refines a structure the main thread has; it does
+  // not make one (phases of different threads' work, each ending in a
+  // synchronize, are no training steps).
   bool several = false;
   for (const ThreadCallCount& c : t.calls_per_thread) several |= c.tid != main_tid && c.launches > 0;
-  if (!several) return main;
+  if (!several || main.empty()) return main;
   std::vector<StepSpan> merged = DetectSteps(t, main_tid, true, &all_score);
   // The merged sequence has the other threads' calls too, and their own
   // variation (a first-step allocation): nearly as regular is regular.

@@ -391,14 +391,19 @@ void* AnswerLookup(const char* symbol, void* p, int version, cuuint64_t flags) {
   if (strcmp(symbol, "cuGetProcAddress") == 0) {
     // The runtime's self-lookup: hand back our resolver of the same form so
     // that every later lookup also passes through it.
+    // (First wins, as in the dlsym hook: a driver layer's own resolver
+    // stays its own.)
     void* lib = LibcudaHandle();
+    auto claim = [p](std::atomic<void*>& slot) {
+      void* expected = nullptr;
+      slot.compare_exchange_strong(expected, p);
+      return slot.load() == p;
+    };
     if (lib && p == RealDlsym(lib, "cuGetProcAddress_v2")) {
-      g_real_getproc_v2.store(p);
-      return reinterpret_cast<void*>(&::cuGetProcAddress_v2);
+      return claim(g_real_getproc_v2) ? reinterpret_cast<void*>(&::cuGetProcAddress_v2) : p;
     }
     if (lib && p == RealDlsym(lib, "cuGetProcAddress")) {
-      g_real_getproc_v1.store(p);
-      return reinterpret_cast<void*>(&::cuGetProcAddress);
+      return claim(g_real_getproc_v1) ? reinterpret_cast<void*>(&::cuGetProcAddress) : p;
     }
     return p;
   }
@@ -455,10 +460,19 @@ extern "C" __attribute__((visibility("hidden"))) void* stallscope_dlsym_impl(voi
       // Never redirect a lookup that the library holding `p` makes of itself.
       Dl_info a{}, b{};
       if (!(dladdr(caller, &a) && dladdr(p, &b) && a.dli_fbase == b.dli_fbase)) {
+        // The first resolver found is the driver as the process sees it. A
+        // later lookup that finds another one is a driver layer (a shim, a
+        // forward-compatibility library) asking for the layer below: it
+        // gets that layer itself, and the first stays the one our wrappers
+        // call, so no layer is bypassed.
         bool v2 = name[16] == '_';
-        (v2 ? g_real_getproc_v2 : g_real_getproc_v1).store(p);
-        result = v2 ? reinterpret_cast<void*>(&::cuGetProcAddress_v2)
-                    : reinterpret_cast<void*>(&::cuGetProcAddress);
+        std::atomic<void*>& slot = v2 ? g_real_getproc_v2 : g_real_getproc_v1;
+        void* expected = nullptr;
+        slot.compare_exchange_strong(expected, p);
+        if (slot.load() == p) {
+          result = v2 ? reinterpret_cast<void*>(&::cuGetProcAddress_v2)
+                      : reinterpret_cast<void*>(&::cuGetProcAddress);
+        }
       }
     }
   } else if (int id = FindHook(name); id >= 0 && !IsOurs(p)) {
