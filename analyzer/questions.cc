@@ -106,6 +106,9 @@ Question Q3(const Totals& t, bool cpu_samples) {
                                  FormatDuration(wait), what)};
 }
 
+// What the jitter costs, not how spread it is: the host stall above the
+// median, summed over the steps, is the time the steps would not have
+// taken had every step waited the typical time.
 Question Q4(const std::vector<StepStats>& steps) {
   const size_t n = steps.size();
   if (n < kMinStepsForStatistics) {
@@ -115,22 +118,31 @@ Question Q4(const std::vector<StepStats>& steps) {
                             kMinStepsForStatistics, n)};
   }
   std::vector<double> wait;
+  double wall = 0;
   for (const StepStats& s : steps) {
     wait.push_back(static_cast<double>(At(s.idle_by_cause, Cause::kHostWait) +
                                        At(s.idle_by_cause, Cause::kHostBusy)));
+    wall += static_cast<double>(s.end_ns - s.start_ns);
   }
   std::vector<double> sorted = wait;
   std::sort(sorted.begin(), sorted.end());
   const double mean = Mean(wait);
   const double cv = mean > 0 ? Stdev(wait) / mean : 0;
   const double max = sorted.back();
-  const bool yes = cv >= kQ4MinCv && max >= static_cast<double>(kQ4MinMaxNs);
+  const double median = Percentile(sorted, 50);
+  double above = 0;
+  for (double w : wait) above += std::max(0.0, w - median);
+  const double share = wall > 0 ? above / wall : 0;
+  const bool yes = share >= kXprofInputScale.moderate && max >= static_cast<double>(kQ4MinMaxNs);
   return {"q4", yes ? "yes" : "no",
           absl::StrFormat("Pre-launch host wait per step over %d steps: p50 %s, p95 %s, "
-                          "max %s, CV %.2f",
-                          n, FormatDuration(static_cast<int64_t>(Percentile(sorted, 50))),
+                          "max %s, CV %.2f; the waits above the median cost %s, %.1f%% of "
+                          "step time (%s uneven on XProf's input scale: 5%%/20%%)",
+                          n, FormatDuration(static_cast<int64_t>(median)),
                           FormatDuration(static_cast<int64_t>(Percentile(sorted, 95))),
-                          FormatDuration(static_cast<int64_t>(max)), cv)};
+                          FormatDuration(static_cast<int64_t>(max)), cv,
+                          FormatDuration(static_cast<int64_t>(above)), 100 * share,
+                          XprofLevel(share, kXprofInputScale))};
 }
 
 Question Q5(const Totals& t, const QuestionInputs& in) {

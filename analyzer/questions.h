@@ -19,8 +19,9 @@ inline constexpr double kQ1MinStepTimeCv = 0.02;
 // of wall time.
 inline constexpr double kQ3MinIdleShare = 0.2;
 inline constexpr double kQ3MinWallShare = 0.05;
-// q4: uneven when the per-step host stall has CV >= this and max >= 1 ms.
-inline constexpr double kQ4MinCv = 0.5;
+// q4: uneven when the per-step host stall above its median, summed over the
+// steps, is at least XProf's moderate input share of step time (5%), and the
+// longest stall is at least this.
 inline constexpr int64_t kQ4MinMaxNs = 1'000'000;
 // q6: lacking work when launch_overhead >= this share of wall time, or when
 // most kernels are shorter than their launch and idle >= 20% of wall time.

@@ -65,6 +65,20 @@ TEST_CASE("q3 host stall and q4 jitter", "[questions]") {
   q = AnswerQuestions(uneven, Sum(uneven), {});
   CHECK(q[3].answer == "yes");
   CHECK(q[3].evidence.find("max 4.00 ms") != std::string::npos);
+  CHECK(q[3].evidence.find("above the median cost 3.90 ms") != std::string::npos);
+  // Waits spread evenly from 1.5 to 5.5 ms (p95/p50 about 1.5, CV about 0.4,
+  // under a CV rule's 0.5): 6 ms above the 3.5 ms median over 110 ms of
+  // steps (5.5%) is uneven.
+  std::vector<StepStats> spread;
+  for (int k = 0; k < 11; ++k) spread.push_back(Step(10'000'000, 5'000'000, 1'500'000 + k * 400'000));
+  q = AnswerQuestions(spread, Sum(spread), {});
+  CHECK(q[3].answer == "yes");
+  // The same spread on 200 ms steps costs under 5% of step time: no.
+  std::vector<StepStats> long_steps;
+  for (int k = 0; k < 11; ++k) {
+    long_steps.push_back(Step(200'000'000, 5'000'000, 1'500'000 + k * 400'000));
+  }
+  CHECK(AnswerQuestions(long_steps, Sum(long_steps), {})[3].answer == "no");
   std::vector<StepStats> busy = {Step(10, 0, 0), Step(10, 0, 0), Step(10, 0, 0)};
   CHECK(AnswerQuestions(busy, Sum(busy), {})[2].answer == "no");
 }

@@ -487,13 +487,9 @@ StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device
     StepSpan& s = steps[k];
     const bool none = op_end[k] == std::numeric_limits<int64_t>::min();
     if (k == 0) {
-      auto first_call = std::lower_bound(
-          t.calls.begin(), t.calls.end(), s.host_start_ns,
-          [](const ApiCall& c, int64_t v) { return c.enter_ns < v; });
-      int64_t host_first = (first_call != t.calls.end() && first_call->enter_ns < s.host_end_ns)
-                               ? first_call->enter_ns
-                               : s.host_start_ns;
-      s.start_ns = std::min(host_first, op_start[k]);
+      // The host range's start: a marker's push (an input wait right after
+      // it is the step's), an automatic step's first call.
+      s.start_ns = std::min(s.host_start_ns, op_start[k]);
     } else {
       s.start_ns = steps[k - 1].end_ns;
     }

@@ -32,12 +32,16 @@ TraceBuilder ThreeSteps(const std::string& name = "step") {
 
 // Guards step semantics: step k spans from the end of step k-1 to the end
 // of the last op submitted in its host range; the first starts at the
-// earlier of its first host call and first op; steps tile.
+// earlier of its range's push and its first op (so the 100 us before its
+// first call, an input wait right after the push, is step 0's idle); steps
+// tile.
 TEST_CASE("NVTX step ranges tile the device timeline", "[steps]") {
   Report r = testing::AnalyzeOrDie(ThreeSteps());
   CHECK(r.step_source == "marker");
   REQUIRE(r.steps.size() == 3);
-  CHECK(r.steps[0].start_ns == 100 * kUs);
+  CHECK(r.steps[0].start_ns == 0);
+  CHECK(r.steps[0].gpu_idle_ns == 300 * kUs);  // [0, 300): the push to the first op
+  CHECK(testing::CauseOf(r.steps[0].idle_by_cause, Cause::kHostWait) >= 100 * kUs);
   CHECK(r.steps[0].end_ns == 1200 * kUs);
   CHECK(r.steps[0].host_start_ns == 0);
   CHECK(r.steps[0].host_end_ns == 1000 * kUs);

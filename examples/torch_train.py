@@ -88,6 +88,7 @@ def parse_args():
     p.add_argument("--input-ms", type=float, default=0.0, help="host wait for each batch")
     p.add_argument("--collate-ms", type=float, default=6.0, help="--stall dataloader: the collate_fn's time")
     p.add_argument("--workers", type=int, default=2, help="--stall dataloader: loader workers")
+    p.add_argument("--tiny-ops", type=int, default=200, help="--stall tiny: tiny ops a step (two kernels each)")
     p.add_argument("--markers", default="none", choices=["none", "nvtx", "profiler"])
     p.add_argument("--log-waits", help="append each input wait's CLOCK_MONOTONIC [start, end) ns to this "
                                        "file, one JSON object a line (what the wait really took)")
@@ -191,7 +192,7 @@ def main():
         out = model(x)
         loss = loss_fn(out, y)
         if a.stall == "tiny":
-            for _ in range(60):
+            for _ in range(a.tiny_ops):
                 loss = torch.sin(loss) + loss  # STALL:tiny
         opt.zero_grad(set_to_none=True)
         loss.backward()
