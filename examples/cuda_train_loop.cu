@@ -3,7 +3,8 @@
 // describes: a slow input pipeline, a loss read back every step (the
 // `.item()` pattern), an explicit synchronize after logging, many tiny
 // kernels, and a clean mode. Steps are NVTX ranges "step N" (--no-nvtx drops
-// them).
+// them). --two-streams reduces the loss on a second stream that waits for
+// the training stream's event.
 //
 // Real __global__ kernels (one templated), <<<>>> launches on a created
 // stream, the batch copied with cudaMemcpyAsync from pinned memory, events
@@ -13,7 +14,7 @@
 // come from SIMGPU_KERNEL_US (globs on the mangled names, e.g. "*gemm*=800").
 //
 //   cuda_train_loop [--steps N] [--input-us U] [--readback] [--sync-log]
-//                   [--tiny K] [--no-nvtx] [--batch-bytes B]
+//                   [--tiny K] [--no-nvtx] [--batch-bytes B] [--two-streams]
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 #include <time.h>
@@ -35,6 +36,7 @@ struct Options {
   bool sync_log = false;
   int tiny = 0;
   bool nvtx = true;
+  bool two_streams = false;
   size_t batch_bytes = 1 << 20;
 };
 
@@ -143,6 +145,7 @@ Options Parse(int argc, char** argv) {
     else if (a == "--sync-log") o.sync_log = true;
     else if (a == "--tiny") o.tiny = std::atoi(value());
     else if (a == "--no-nvtx") o.nvtx = false;
+    else if (a == "--two-streams") o.two_streams = true;
     else if (a == "--batch-bytes") o.batch_bytes = size_t(std::atol(value()));
     else {
       std::fprintf(stderr, "cuda_train_loop: unknown option %s\n", a.c_str());
@@ -182,6 +185,15 @@ int main(int argc, char** argv) {
   Check(cudaMemsetAsync(w, 0, kWeights * sizeof(float), stream), "cudaMemsetAsync");
   Check(cudaMemsetAsync(loss, 0, sizeof(float), stream), "cudaMemsetAsync");
 
+  // --two-streams: the loss is reduced on a second stream that waits for the
+  // training stream's event (a metrics stream, as frameworks keep).
+  cudaStream_t side = nullptr;
+  cudaEvent_t ready = nullptr;
+  if (o.two_streams) {
+    Check(cudaStreamCreate(&side), "cudaStreamCreate");
+    Check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  }
+
   float last_loss = 0;
   Check(cudaEventRecord(start, stream), "cudaEventRecord");
   for (int step = 0; step < o.steps; ++step) {
@@ -199,7 +211,11 @@ int main(int argc, char** argv) {
       gemm_bwd<<<Blocks(kWeights), kThreads, 0, stream>>>(out, act, grad, n);
       sgd_update<float><<<Blocks(kWeights), kThreads, 0, stream>>>(w, grad, 0.01f, kWeights);
     }
-    loss_reduce<<<1, kThreads, 0, stream>>>(o.tiny ? act : out, loss, n);
+    if (o.two_streams) {
+      Check(cudaEventRecord(ready, stream), "cudaEventRecord");
+      Check(cudaStreamWaitEvent(side, ready, 0), "cudaStreamWaitEvent");
+    }
+    loss_reduce<<<1, kThreads, 0, o.two_streams ? side : stream>>>(o.tiny ? act : out, loss, n);
     Check(cudaGetLastError(), "kernel launch");
     if (o.readback) last_loss = ReadLoss(loss);
     if (o.sync_log) LogProgress(step, stream);
@@ -222,5 +238,9 @@ int main(int argc, char** argv) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   cudaStreamDestroy(stream);
+  if (side != nullptr) {
+    cudaEventDestroy(ready);
+    cudaStreamDestroy(side);
+  }
   return 0;
 }

@@ -283,6 +283,26 @@ def case_auto_steps(build, work):
                   f"expected the batch copy {copy}")
 
 
+def case_auto_two_streams(build, work):
+    """Automatic steps on the runtime-API loop with two streams and an event
+    dependency (the loss reduced on a second stream): exactly the loop's
+    iterations, each with all its launches, none outside every step."""
+    exe = os.path.join(build, "bin", "cuda_train_loop")
+    if not os.path.exists(exe):
+        return SKIP
+    for name, extra in (("input", ["--input-us", "2000"]), ("readback", ["--readback"]), ("none", [])):
+        sub = os.path.join(work, name)
+        os.makedirs(sub)
+        report, truth = run_traced(build, sub, [exe, "--steps", "9", "--no-nvtx", "--two-streams"] + extra)
+        check(report["step_source"] == "auto", f"{name}: step_source {report['step_source']}")
+        steps = report["steps"]
+        kernels = sum(1 for op in truth if op["kind"] == "kernel")
+        check(len(steps) == 9, f"{name}: {len(steps)} steps, expected 9")
+        check(all(st["launches"] == kernels // 9 for st in steps),
+              f"{name}: launches per step {[st['launches'] for st in steps]}, the ground truth has {kernels}")
+        check_idle_matches_truth(report, truth)
+
+
 def case_compare(build, work):
     """q2 from two runs: train_loop with a 4 ms input wait per step (BASE)
     and without (OTHER, the synthetic-input run); `stallscope compare` must
