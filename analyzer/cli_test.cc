@@ -208,6 +208,21 @@ TEST_CASE("report of missing or corrupt traces exits 2 with one line", "[cli]") 
   CHECK(corrupt.err.find("byte offset") != std::string::npos);
 }
 
+// Guards the user-code patterns: --user-code and --not-user-code take a
+// glob (a missing one is a usage error, exit 1, one line), repeat, and the
+// report still runs with them.
+TEST_CASE("report --user-code and --not-user-code", "[cli]") {
+  Sandbox box;
+  const std::string trace = WriteSampleTrace(box.root() + "/sample.sstrace");
+  Result missing = box.Run("report '" + trace + "' --user-code");
+  CHECK(missing.code == 1);
+  CHECK(missing.err.find("--user-code needs a glob") != std::string::npos);
+  Result ok = box.Run("report '" + trace + "' --user-code '*/mylib/*' --not-user-code '*/wrap.py' "
+                      "--not-user-code=x --format json");
+  CHECK(ok.code == 0);
+  CHECK(ok.out.find("\"hotspots\"") != std::string::npos);
+}
+
 // Guards -o: a new file with mode 0640 holding the JSON report, never
 // overwritten.
 TEST_CASE("report -o writes a new file and never overwrites", "[cli]") {

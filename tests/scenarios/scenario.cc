@@ -290,6 +290,14 @@ int Run(const Options& o) {
       Check(cuStreamWaitEvent(j.stream, produced, 0), "cuStreamWaitEvent");
       Launch(j.f("consume_a"), j.stream);
       Launch(j.f("consume_b"), j.stream);
+    } else if (s == "host_func") {
+      // A host function on the work stream (a callback that logs, or frees a
+      // host buffer) takes 3 ms; the kernels queued after it wait for it
+      // while the host goes on: a device-side dependency, not a host stall.
+      Launch(j.f("batch_load"), j.stream);
+      Check(cuLaunchHostFunc(j.stream, [](void*) { SleepUs(3000); }, nullptr), "cuLaunchHostFunc");
+      Launch(j.f("consume_a"), j.stream);
+      Launch(j.f("consume_b"), j.stream);
     } else if (s == "clean") {
       TrainStep(j);
     } else {

@@ -127,6 +127,9 @@ SCENARIOS = {
                           hotspot=("pageable_htod", "implicit", 1)),
     "cross_stream": dict(first="batch_load", inject={"consume_a"}, causes=("device_wait",), hotspot=None,
                          until_submit=False, env={"SIMGPU_DEVICES": "2"}),
+    # A host function on the stream delays the kernels queued after it.
+    "host_func": dict(first="batch_load", inject={"consume_a"}, causes=("device_wait",), hotspot=None,
+                      until_submit=False),
     "clean": dict(first="batch_load", inject=set(), causes=(), hotspot=None),
 }
 
