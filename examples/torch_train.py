@@ -84,6 +84,10 @@ def parse_args():
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--width", type=int, default=2048)
     p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--model", default="mlp", choices=["mlp", "transformer"],
+                   help="an MLP of --layers Linear+ReLU, or a transformer encoder block (self-attention, "
+                        "layer norms, feed-forward) over sequences of --seq tokens of --width // 8 features")
+    p.add_argument("--seq", type=int, default=64, help="--model transformer: tokens a sample")
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--input-ms", type=float, default=0.0, help="host wait for each batch")
     p.add_argument("--collate-ms", type=float, default=6.0, help="--stall dataloader: the collate_fn's time")
@@ -119,10 +123,18 @@ def main():
     a = parse_args()
     dev = torch.device("cuda")
     torch.manual_seed(0)
-    mods = []
-    for _ in range(a.layers):
-        mods += [nn.Linear(a.width, a.width), nn.ReLU()]
-    model = nn.Sequential(*mods, nn.Linear(a.width, a.classes)).to(dev)
+    if a.model == "transformer":
+        d = max(8, a.width // 8)
+        block = nn.TransformerEncoderLayer(d_model=d, nhead=4, dim_feedforward=4 * d, batch_first=True)
+        model = nn.Sequential(nn.Unflatten(1, (a.seq, d)), block, nn.Flatten(),
+                              nn.Linear(a.seq * d, a.classes)).to(dev)
+        features = a.seq * d
+    else:
+        mods = []
+        for _ in range(a.layers):
+            mods += [nn.Linear(a.width, a.width), nn.ReLU()]
+        model = nn.Sequential(*mods, nn.Linear(a.width, a.classes)).to(dev)
+        features = a.width
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     total = a.warmup + a.steps
@@ -132,12 +144,12 @@ def main():
     pinned = a.stall == "pinned"
     host_batches = []
     for _ in range(4):
-        x, y = torch.randn(a.batch, a.width), torch.randint(a.classes, (a.batch,))
+        x, y = torch.randn(a.batch, features), torch.randint(a.classes, (a.batch,))
         host_batches.append((x.pin_memory(), y.pin_memory()) if pinned else (x, y))
     loader = None
     if a.stall == "dataloader":
         loader = iter(torch.utils.data.DataLoader(
-            RandomBatches(a.batch * (total + 2), a.width, a.classes), batch_size=a.batch, num_workers=a.workers,
+            RandomBatches(a.batch * (total + 2), features, a.classes), batch_size=a.batch, num_workers=a.workers,
             collate_fn=SlowCollate(a.collate_ms / 1000.0), pin_memory=True))
 
     prof = None

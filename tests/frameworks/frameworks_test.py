@@ -278,12 +278,12 @@ STALLS = {
 PER_STEP = {"item": 1, "synchronize": 1, "if": 1, "cpu": 1, "tolist": 1, "nonzero": 1, "clip_norm": 1}
 
 
-def torch_case(stall):
+def torch_case(stall, model_args=()):
     def run(build, work):
         py = venv_python()
         waits_log = os.path.join(work, "waits.jsonl")
         args = [py, TORCH_TRAIN, "--stall", stall, "--steps", str(STEPS), "--markers", "nvtx",
-                "--log-waits", waits_log]
+                "--log-waits", waits_log] + list(model_args)
         env = {}
         if stall == "dataloader":
             args += ["--collate-ms", "40", "--workers", "2"]  # 20 ms a batch: slower than the device
@@ -322,6 +322,9 @@ def torch_case(stall):
 
 
 CASES = {f"torch_{s}": torch_case(s) for s in STALLS}
+# A transformer encoder block (self-attention, layer norms, feed-forward;
+# the same optimizer) instead of the MLP, 32 sequences a batch.
+CASES["torch_transformer_item"] = torch_case("item", ("--model", "transformer", "--batch", "32"))
 
 
 # ---- numba-cuda and cuda-python (NVRTC in the process) ----
