@@ -220,8 +220,8 @@ TEST_CASE("cuGetExportTable answers not supported with a null table", "[driver][
 }
 
 // Guards the simulated cuBLAS and cuBLASLt: a GEMM is one kernel on the
-// handle's stream named after its shape, lasting 3 us + 2mnk / 50 TFLOP/s
-// (the ground truth's duration, within the simulator's timing slack);
+// handle's stream named after its shape, lasting at least 3 us + 2mnk / 50
+// TFLOP/s (the ground truth's duration);
 // cublasLtMatmul takes m, n from D's layout and k from A's (transposed);
 // routines it does not provide say "not supported".
 TEST_CASE("simulated cuBLAS GEMMs are kernels whose time grows with m*n*k", "[cublas]") {
@@ -279,9 +279,10 @@ TEST_CASE("simulated cuBLAS GEMMs are kernels whose time grows with m*n*k", "[cu
   const TraceOp* big = FindOp(ops, "cublas_sgemm_nt_m2048_n2048_k2048");
   REQUIRE(big != nullptr);
   CHECK(big->stream == cu.StreamId(s));
+  // At least its m*n*k time (a kernel of the default 20 us would fail); no
+  // upper bound: a loaded machine wakes the device thread late.
   const double nominal = 3000 + 2.0 * 2048 * 2048 * 2048 / 50e3;
   CHECK(big->end_ns - big->start_ns >= 0.95 * nominal);
-  CHECK(big->end_ns - big->start_ns < 2 * nominal);
   const TraceOp* ltop = FindOp(ops, "cublasLt_sgemm_tn_m256_n1024_k512");
   REQUIRE(ltop != nullptr);
   CHECK(ltop->start_ns >= big->end_ns);  // stream order
