@@ -296,7 +296,7 @@ absl::flat_hash_map<size_t, size_t> FindCopySyncs(const Timeline& t,
     if (api.category != trace::ApiCategory::kSync) continue;
     const CallInfo& ci = t.call_info[copy];
     const CallInfo& si = t.call_info[i];
-    const bool whole_context = NameHas(api.name, "Ctx");
+    const bool whole_context = NameHas(api.name, "Ctx") || NameHas(api.name, "DeviceSynchronize");
     if (si.python_stack != 0 && si.python_stack == ci.python_stack &&
         (whole_context || si.stream == ci.stream)) {
       out.emplace(i, copy);
