@@ -18,13 +18,15 @@
 // one kernel), which waits for every rendezvous of its parts.
 //
 // Data. Collectives whose per-rank buffer is at most SIMGPU_NCCL_DATA_BYTES
-// (default 1 MiB) move their data, so that what frameworks exchange about
+// (default 64 KiB) move their data, so that what frameworks exchange about
 // themselves is right (DDP compares every rank's parameter shapes, object
 // collectives carry pickles): at its arrival a rank copies its send buffer
 // into its slot of a shared data area, and once every rank has arrived each
 // computes its receive buffer from the slots (sum, product, min, max and
 // average of every NCCL type but the 8-bit floats, which take rank 0's
-// values). Larger collectives and point-to-point calls only take time.
+// values). Larger collectives and point-to-point calls only take time: the
+// copying and reducing run on the device thread, and for gradient buckets
+// (megabytes) they would delay the simulated device beyond the op's time.
 //
 // Knobs: SIMGPU_NCCL_GBPS (default 10), SIMGPU_NCCL_LATENCY_US (default 10),
 // SIMGPU_NCCL_POLL_US (default 20), SIMGPU_NCCL_TIMEOUT_S (default 120: a
@@ -101,7 +103,7 @@ struct Knobs {
   uint64_t latency_ns = uint64_t(EnvDouble("SIMGPU_NCCL_LATENCY_US", 10.0) * 1000.0);
   uint64_t poll_ns = uint64_t(EnvDouble("SIMGPU_NCCL_POLL_US", 20.0) * 1000.0);
   uint64_t timeout_ns = uint64_t(EnvDouble("SIMGPU_NCCL_TIMEOUT_S", 120.0) * 1e9);
-  uint64_t data_bytes = uint64_t(EnvDouble("SIMGPU_NCCL_DATA_BYTES", double(1 << 20)));
+  uint64_t data_bytes = uint64_t(EnvDouble("SIMGPU_NCCL_DATA_BYTES", double(64 << 10)));
 };
 const Knobs& K() {
   static const Knobs* k = new Knobs();
