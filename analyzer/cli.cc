@@ -15,6 +15,7 @@
 #include "analyzer/analysis.h"
 #include "analyzer/audit.h"
 #include "analyzer/compare.h"
+#include "analyzer/hotspots.h"
 #include "analyzer/output_file.h"
 #include "analyzer/report_html.h"
 #include "analyzer/ranks.h"
@@ -252,22 +253,11 @@ void ShowProgress(const std::string& path, uint64_t done, uint64_t total) {
   fflush(stderr);
 }
 
-// STALLSCOPE_USER_CODE / STALLSCOPE_NOT_USER_CODE: ':'-separated globs for
-// every command, after the command line's own.
-void ApplySiteEnvironment(SiteRule* site) {
-  for (auto [name, out] : {std::pair{"STALLSCOPE_USER_CODE", &site->user_code},
-                           std::pair{"STALLSCOPE_NOT_USER_CODE", &site->not_user_code}}) {
-    const char* v = getenv(name);
-    if (v == nullptr) continue;
-    for (absl::string_view g : absl::StrSplit(v, ':', absl::SkipEmpty())) out->emplace_back(g);
-  }
-}
-
 // Options common to report and compare: progress, colour, the user-code rule.
 void ApplyCommon(const ReportArgs& r, AnalysisOptions* options, bool* color) {
   options->jobs = r.jobs;
   options->attribution.site = r.site;
-  ApplySiteEnvironment(&options->attribution.site);
+  AddSiteRulesFromEnvironment(&options->attribution.site);
   if (!r.quiet && isatty(STDERR_FILENO)) options->progress = ShowProgress;
   const char* no_color = getenv("NO_COLOR");
   *color = r.color == "always" ||
@@ -507,7 +497,7 @@ int AuditCmd(const std::vector<std::string>& args) {
   }
   AnalysisOptions options;
   options.step_pattern = pattern;
-  ApplySiteEnvironment(&options.attribution.site);
+  AddSiteRulesFromEnvironment(&options.attribution.site);
   auto run = AnalyzePaths(inputs, options);
   if (!run.ok()) {
     fprintf(stderr, "stallscope: %s\n", std::string(run.status().message()).c_str());
@@ -596,7 +586,7 @@ int FleetCmd(const std::vector<std::string>& args) {
   }
   AnalysisOptions options;
   options.step_pattern = pattern;
-  ApplySiteEnvironment(&options.attribution.site);
+  AddSiteRulesFromEnvironment(&options.attribution.site);
   auto fail = [](const absl::Status& st, int code) {
     fprintf(stderr, "stallscope: %s\n", std::string(st.message()).c_str());
     return code;

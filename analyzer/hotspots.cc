@@ -2,6 +2,7 @@
 #include "analyzer/hotspots.h"
 
 #include <fnmatch.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <tuple>
@@ -10,6 +11,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 
 namespace stallscope::analyzer {
 
@@ -92,6 +94,15 @@ bool IsRuntimeModule(std::string_view path) {
     if (std::string_view(base).starts_with(p)) return true;
   }
   return false;
+}
+
+void AddSiteRulesFromEnvironment(SiteRule* rule) {
+  for (auto [name, out] : {std::pair{"STALLSCOPE_USER_CODE", &rule->user_code},
+                           std::pair{"STALLSCOPE_NOT_USER_CODE", &rule->not_user_code}}) {
+    const char* v = getenv(name);
+    if (v == nullptr) continue;
+    for (absl::string_view g : absl::StrSplit(v, ':', absl::SkipEmpty())) out->emplace_back(g);
+  }
 }
 
 bool IsUserPythonFile(std::string_view file, const SiteRule& rule) {

@@ -28,6 +28,10 @@ bool IsRuntimeModule(std::string_view path);
 // dist-packages (PyTorch, numba, cuda-python ...), not stallscope's own
 // package; SiteRule's patterns decide first.
 bool IsUserPythonFile(std::string_view file, const SiteRule& rule);
+// Adds the patterns of STALLSCOPE_USER_CODE / STALLSCOPE_NOT_USER_CODE
+// (':'-separated globs) after those already in `rule`: every command reads
+// them.
+void AddSiteRulesFromEnvironment(SiteRule* rule);
 // Whether a native frame is user code: its module is not IsRuntimeModule;
 // SiteRule's patterns (on the source file or the module path) decide first.
 bool IsUserNativeFrame(const Frame& f, std::string_view module_path, const SiteRule& rule);

@@ -4,6 +4,7 @@
 #include "analyzer/hotspots.h"
 
 #include <catch2/catch.hpp>
+#include <stdlib.h>
 
 #include "analyzer/testing/test_util.h"
 
@@ -130,6 +131,22 @@ TEST_CASE("python user-code rule", "[hotspots]") {
   CHECK(IsUserPythonFile("/venv/lib/python3.11/site-packages/mylib/step.py", rule));
   CHECK_FALSE(IsUserPythonFile("/home/u/proj/wrappers.py", rule));
   CHECK(IsUserPythonFile("/home/u/proj/train.py", rule));
+}
+
+// Guards the environment's patterns: appended after the command line's,
+// ':'-separated, empty entries skipped.
+TEST_CASE("site patterns from the environment", "[hotspots]") {
+  setenv("STALLSCOPE_USER_CODE", "*/mylib/*::*/other/*", 1);
+  setenv("STALLSCOPE_NOT_USER_CODE", "*/wrap.py", 1);
+  SiteRule rule;
+  rule.user_code = {"*/first/*"};
+  AddSiteRulesFromEnvironment(&rule);
+  unsetenv("STALLSCOPE_USER_CODE");
+  unsetenv("STALLSCOPE_NOT_USER_CODE");
+  CHECK(rule.user_code == std::vector<std::string>{"*/first/*", "*/mylib/*", "*/other/*"});
+  CHECK(rule.not_user_code == std::vector<std::string>{"*/wrap.py"});
+  CHECK_FALSE(IsUserPythonFile("/home/u/proj/wrap.py", rule));
+  CHECK(IsUserPythonFile("/venv/lib/python3.11/site-packages/mylib/x.py", rule));
 }
 
 // Guards the site of a call made through framework and standard-library

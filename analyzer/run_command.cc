@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "analyzer/analysis.h"
+#include "analyzer/hotspots.h"
 #include "analyzer/report_text.h"
 
 extern char** environ;
@@ -259,6 +260,7 @@ int RunUnderStallscope(const RunOptions& o) {
   if (o.quiet) return code;
   AnalysisOptions ao;
   if (!o.step_pattern.empty()) ao.step_pattern = o.step_pattern;
+  AddSiteRulesFromEnvironment(&ao.attribution.site);
   auto report = AnalyzePaths({dir}, ao);
   if (report.ok()) {
     fprintf(stderr, "stallscope: %s\n", RenderSummary(*report).c_str());
