@@ -594,6 +594,67 @@ const ErrorName* FindError(CUresult r) {
   return nullptr;
 }
 
+// ---- 2D copies and sets, as rows of the 1D forms ----
+// A side's address and whether it is host memory (arrays are not simulated).
+CUresult Side2D(CUmemorytype type, const void* host, CUdeviceptr dev, size_t x, size_t y,
+                size_t pitch, const char** at, bool* is_host) {
+  const char* base;
+  switch (type) {
+    case CU_MEMORYTYPE_HOST: base = static_cast<const char*>(host); *is_host = true; break;
+    case CU_MEMORYTYPE_DEVICE: base = reinterpret_cast<const char*>(dev); *is_host = false; break;
+    case CU_MEMORYTYPE_UNIFIED:
+      base = reinterpret_cast<const char*>(dev);
+      *is_host = Classify(base) != MemKind::kDevice;
+      break;
+    default: return CUDA_ERROR_NOT_SUPPORTED;  // CU_MEMORYTYPE_ARRAY
+  }
+  if (base == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *at = base + y * pitch + x;
+  return CUDA_SUCCESS;
+}
+
+// One copy when both sides are contiguous rows, else one per row (in stream
+// order), each with the 1D form's blocking rules.
+CUresult Copy2DImpl(const CUDA_MEMCPY2D* p, CUstream h, bool async, bool ptsz) {
+  SIM_CHECK_INIT();
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const char *src, *dst;
+  bool src_host, dst_host;
+  SIM_RETURN_IF_ERROR(Side2D(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY,
+                             p->srcPitch, &src, &src_host));
+  SIM_RETURN_IF_ERROR(Side2D(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY,
+                             p->dstPitch, &dst, &dst_host));
+  if (p->Height > 1 && (p->srcPitch < p->WidthInBytes || p->dstPitch < p->WidthInBytes)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const Dir dir = src_host && !dst_host   ? Dir::kHtoD
+                  : !src_host && dst_host ? Dir::kDtoH
+                  : !src_host && !dst_host ? Dir::kDtoD
+                                           : Dir::kInfer;
+  if (p->Height <= 1 || (p->srcPitch == p->WidthInBytes && p->dstPitch == p->WidthInBytes)) {
+    return CopyImpl(const_cast<char*>(dst), src, p->WidthInBytes * std::max<size_t>(p->Height, 1),
+                    dir, h, async, ptsz);
+  }
+  for (size_t row = 0; row < p->Height; ++row) {
+    SIM_RETURN_IF_ERROR(CopyImpl(const_cast<char*>(dst + row * p->dstPitch), src + row * p->srcPitch,
+                                 p->WidthInBytes, dir, h, async, ptsz));
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult Memset2DImpl(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t elem, size_t width,
+                      size_t height, CUstream h, bool async, bool ptsz) {
+  SIM_CHECK_INIT();
+  if (height > 1 && pitch < width * elem) return CUDA_ERROR_INVALID_VALUE;
+  if (height <= 1 || pitch == width * elem) {
+    return MemsetImpl(dst, value, elem, width * std::max<size_t>(height, 1), h, async, ptsz);
+  }
+  for (size_t row = 0; row < height; ++row) {
+    SIM_RETURN_IF_ERROR(MemsetImpl(dst + row * pitch, value, elem, width, h, async, ptsz));
+  }
+  return CUDA_SUCCESS;
+}
+
 // ---- host functions (cuLaunchHostFunc, cuStreamAddCallback) ----
 // A host function is a marker op on its stream. When the stream reaches it,
 // the device thread hands it to the process's host-function thread (NVIDIA's
@@ -1436,6 +1497,74 @@ CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent hStart, CUevent hEnd) {
   return cuEventElapsedTime_v2(ms, hStart, hEnd);
 }
 
+
+
+// ---- cooperative launches, peer copies (one address space), 2D copies and sets ----
+CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy,
+                                           unsigned int gz, unsigned int bx, unsigned int by,
+                                           unsigned int bz, unsigned int shmem, CUstream h,
+                                           void** params) {
+  return LaunchImpl(f, gx, gy, gz, bx, by, bz, shmem, h, false);
+}
+CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
+                                                unsigned int gz, unsigned int bx, unsigned int by,
+                                                unsigned int bz, unsigned int shmem, CUstream h,
+                                                void** params) {
+  return LaunchImpl(f, gx, gy, gz, bx, by, bz, shmem, h, true);
+}
+CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext, CUdeviceptr src, CUcontext, size_t n) {
+  return CopyImpl(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, Dir::kDtoD,
+                  nullptr, false, false);
+}
+CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext, CUdeviceptr src, CUcontext,
+                                   size_t n) {
+  return CopyImpl(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, Dir::kDtoD,
+                  nullptr, false, true);
+}
+CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext, CUdeviceptr src, CUcontext,
+                                   size_t n, CUstream h) {
+  return CopyImpl(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, Dir::kDtoD,
+                  h, true, false);
+}
+CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext, CUdeviceptr src, CUcontext,
+                                        size_t n, CUstream h) {
+  return CopyImpl(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, Dir::kDtoD,
+                  h, true, true);
+}
+CUresult CUDAAPI cuMemcpy2D_v2(const CUDA_MEMCPY2D* p) { return Copy2DImpl(p, nullptr, false, false); }
+CUresult CUDAAPI cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* p) { return Copy2DImpl(p, nullptr, false, true); }
+CUresult CUDAAPI cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D* p) {
+  return Copy2DImpl(p, nullptr, false, false);
+}
+CUresult CUDAAPI cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D* p) {
+  return Copy2DImpl(p, nullptr, false, true);
+}
+CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* p, CUstream h) {
+  return Copy2DImpl(p, h, true, false);
+}
+CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* p, CUstream h) {
+  return Copy2DImpl(p, h, true, true);
+}
+#define SIM_MEMSET2D(bits, T, elem)                                                              \
+  CUresult CUDAAPI cuMemsetD2D##bits##_v2(CUdeviceptr d, size_t pitch, T v, size_t w, size_t ht) { \
+    return Memset2DImpl(d, pitch, v, elem, w, ht, nullptr, false, false);                          \
+  }                                                                                                \
+  CUresult CUDAAPI cuMemsetD2D##bits##_v2_ptds(CUdeviceptr d, size_t pitch, T v, size_t w,         \
+                                               size_t ht) {                                        \
+    return Memset2DImpl(d, pitch, v, elem, w, ht, nullptr, false, true);                           \
+  }                                                                                                \
+  CUresult CUDAAPI cuMemsetD2D##bits##Async(CUdeviceptr d, size_t pitch, T v, size_t w, size_t ht, \
+                                            CUstream h) {                                          \
+    return Memset2DImpl(d, pitch, v, elem, w, ht, h, true, false);                                 \
+  }                                                                                                \
+  CUresult CUDAAPI cuMemsetD2D##bits##Async_ptsz(CUdeviceptr d, size_t pitch, T v, size_t w,       \
+                                                 size_t ht, CUstream h) {                          \
+    return Memset2DImpl(d, pitch, v, elem, w, ht, h, true, true);                                  \
+  }
+SIM_MEMSET2D(8, unsigned char, 1)
+SIM_MEMSET2D(16, unsigned short, 2)
+SIM_MEMSET2D(32, unsigned int, 4)
+#undef SIM_MEMSET2D
 
 // ---- host functions ----
 CUresult CUDAAPI cuLaunchHostFunc(CUstream h, CUhostFn fn, void* data) {

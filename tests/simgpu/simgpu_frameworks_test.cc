@@ -337,3 +337,71 @@ TEST_CASE("the sync trace holds exactly the synchronizing calls", "[driver][sync
   std::remove(file.c_str());
   rmdir(dir);
 }
+
+// Guards the 2D forms (rows of the 1D copies and sets, real bytes), peer
+// copies (one address space) and cooperative launches (a plain launch); a
+// hooked entry point the simulator does not simulate is exported and says
+// "not supported".
+TEST_CASE("2D copies and sets, peer copies, cooperative launches", "[driver][copy2d]") {
+  Cu cu;
+  cu.Setup();
+  FRAMEWORK_FN(cuMemcpy2D_v2);
+  FRAMEWORK_FN(cuMemsetD2D32_v2);
+  FRAMEWORK_FN(cuMemcpyPeer);
+  FRAMEWORK_FN(cuLaunchCooperativeKernel);
+  // A 3 x 4-byte-wide block out of a host image with a 16-byte pitch, into
+  // device rows with a 8-byte pitch.
+  unsigned char host[3 * 16];
+  for (int i = 0; i < 48; ++i) host[i] = static_cast<unsigned char>(i);
+  CUdeviceptr d = 0, e = 0;
+  REQUIRE(cu.cuMemAlloc_v2(&d, 64) == CUDA_SUCCESS);
+  REQUIRE(cu.cuMemAlloc_v2(&e, 64) == CUDA_SUCCESS);
+  REQUIRE(cu.cuMemsetD8_v2(d, 0xee, 64) == CUDA_SUCCESS);
+  CUDA_MEMCPY2D p{};
+  p.srcMemoryType = CU_MEMORYTYPE_HOST;
+  p.srcHost = host;
+  p.srcXInBytes = 2;
+  p.srcPitch = 16;
+  p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  p.dstDevice = d;
+  p.dstPitch = 8;
+  p.WidthInBytes = 4;
+  p.Height = 3;
+  REQUIRE(cuMemcpy2D_v2(&p) == CUDA_SUCCESS);
+  unsigned char back[24];
+  REQUIRE(cu.cuMemcpyDtoH_v2(back, d, sizeof back) == CUDA_SUCCESS);
+  for (int row = 0; row < 3; ++row) {
+    for (int x = 0; x < 8; ++x) {
+      const int want = x < 4 ? row * 16 + 2 + x : 0xee;
+      CHECK(back[row * 8 + x] == want);
+    }
+  }
+  // 2 rows of 1 u32 at an 8-byte pitch: the bytes between stay.
+  REQUIRE(cuMemsetD2D32_v2(d, 8, 0x01020304u, 1, 2) == CUDA_SUCCESS);
+  uint32_t words[4];
+  REQUIRE(cu.cuMemcpyDtoH_v2(words, d, sizeof words) == CUDA_SUCCESS);
+  CHECK(words[0] == 0x01020304u);
+  CHECK(words[2] == 0x01020304u);
+  CHECK(words[1] != 0x01020304u);
+  // A peer copy within the one simulated address space.
+  CUcontext ctx = nullptr;
+  REQUIRE(cu.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS);
+  REQUIRE(cuMemcpyPeer(e, ctx, d, ctx, 16) == CUDA_SUCCESS);
+  uint32_t peer[4];
+  REQUIRE(cu.cuMemcpyDtoH_v2(peer, e, sizeof peer) == CUDA_SUCCESS);
+  CHECK(peer[0] == 0x01020304u);
+  // A cooperative launch is a launch.
+  REQUIRE(cuLaunchCooperativeKernel(cu.Kernel("coop_kernel"), 1, 1, 1, 32, 1, 1, 0, nullptr,
+                                    nullptr) == CUDA_SUCCESS);
+  REQUIRE(cu.cuCtxSynchronize() == CUDA_SUCCESS);
+  CHECK(FindOp(FlushAndReadTrace(cu), "coop_kernel") != nullptr);
+  // Not simulated, but exported and found.
+  auto legacy = reinterpret_cast<int (*)()>(Sym(LibCuda(), "cuMemcpy3D_v2"));
+  CHECK(legacy() == CUDA_ERROR_NOT_SUPPORTED);
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult status;
+  REQUIRE(cu.cuGetProcAddress_v2("cuMemcpy3D", &fn, 13000, 0, &status) == CUDA_SUCCESS);
+  CHECK(fn == reinterpret_cast<void*>(legacy));
+  REQUIRE(cu.cuMemFree_v2(d) == CUDA_SUCCESS);
+  REQUIRE(cu.cuMemFree_v2(e) == CUDA_SUCCESS);
+}

@@ -566,8 +566,12 @@ TEST_CASE("cuGetProcAddress version, flags and not-found", "[driver][procaddr]")
   CHECK(Resolve(cu, "", 0, 0, &st, &rc) == nullptr);
   CHECK(rc == CUDA_ERROR_NOT_FOUND);
   CHECK(st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
-  CHECK(Resolve(cu, "cuGraphLaunch", 13000, 0, &st, &rc) == nullptr);  // not simulated
+  CHECK(Resolve(cu, "cuGraphCreate", 13000, 0, &st, &rc) == nullptr);  // not simulated
   CHECK(rc == CUDA_ERROR_NOT_FOUND);
+  // Hooked by libinterpose but not simulated: found, and "not supported".
+  void* launch = Resolve(cu, "cuGraphLaunch", 13000, 0, &st, &rc);
+  REQUIRE(launch != nullptr);
+  CHECK(reinterpret_cast<int (*)()>(launch)() == CUDA_ERROR_NOT_SUPPORTED);
   CHECK(Resolve(cu, "cuMemAlloc", 2000, 0, &st, &rc) == nullptr);
   CHECK(rc == CUDA_ERROR_NOT_FOUND);
   CHECK(st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
