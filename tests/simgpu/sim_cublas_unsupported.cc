@@ -6,17 +6,11 @@
 // complex and sparse routines, not in matmul, linear, bmm or training an MLP
 // or a transformer block (docs/frameworks.md).
 //
-// Their parameters do not matter: a C function that ignores its arguments and
-// returns an int may be called with any argument list on x86-64 and AArch64,
-// so each one is defined without parameters (this file includes no cuBLAS
-// header, whose prototypes would conflict).
+// Parameters: see sim_unsupported.h.
 
-namespace {
-constexpr int kCublasStatusNotSupported = 15;  // CUBLAS_STATUS_NOT_SUPPORTED
-}
+#include "sim_unsupported.h"
 
-#define SIMGPU_CUBLAS_UNSUPPORTED(name) \
-  extern "C" __attribute__((visibility("default"))) int name(void) { return kCublasStatusNotSupported; }
+#define SIMGPU_CUBLAS_UNSUPPORTED(name) SIMGPU_RETURNS(name, 15)  // CUBLAS_STATUS_NOT_SUPPORTED
 
 SIMGPU_CUBLAS_UNSUPPORTED(cublasCaxpy_v2)
 SIMGPU_CUBLAS_UNSUPPORTED(cublasCcopy_v2)

@@ -6,17 +6,11 @@
 // semaphores. Each is exported (a program linked against it loads; every
 // hooked entry point resolves) and returns CUDA_ERROR_NOT_SUPPORTED.
 //
-// Their parameters do not matter: a C function that ignores its arguments and
-// returns an int may be called with any argument list on x86-64 and AArch64,
-// so each one is defined without parameters (this file includes no CUDA
-// header, whose prototypes would conflict).
+// Parameters: see sim_unsupported.h.
 
-namespace {
-constexpr int kNotSupported = 801;  // CUDA_ERROR_NOT_SUPPORTED
-}
+#include "sim_unsupported.h"
 
-#define SIMGPU_DRIVER_UNSUPPORTED(name) \
-  extern "C" __attribute__((visibility("default"))) int name(void) { return kNotSupported; }
+#define SIMGPU_DRIVER_UNSUPPORTED(name) SIMGPU_RETURNS(name, 801)  // CUDA_ERROR_NOT_SUPPORTED
 
 SIMGPU_DRIVER_UNSUPPORTED(cuLaunchCooperativeKernelMultiDevice)
 SIMGPU_DRIVER_UNSUPPORTED(cuLaunch)
