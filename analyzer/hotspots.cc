@@ -333,10 +333,10 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
   struct Extra {
     uint16_t direction = 0;  // kApiHostToDev / kApiDevToHost
     uint64_t max_bytes = 0;
-    bool readback = false;  // holds synchronizes that completed a read-back
+    bool completes_copy = false;  // holds synchronizes that completed a copy
     int32_t last_step = -1;
   };
-  const absl::flat_hash_map<size_t, size_t> readback = FindCopySyncs(t, classes);
+  const absl::flat_hash_map<size_t, size_t> copy_of_sync = FindCopySyncs(t, classes);
   size_t step_hint = 0;
   absl::flat_hash_set<size_t> counted_copies;  // copies counted as hits
   std::vector<Extra> extra;
@@ -366,8 +366,8 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
     // A synchronize completing a read-back joins its copy's hotspot: what the
     // user wrote is the read-back (the copy blocks when it goes to pageable
     // memory, the synchronize when it goes to pinned memory).
-    const auto rb = readback.find(i);
-    const uint16_t api_id = rb == readback.end() ? c.api : t.calls[rb->second].api;
+    const auto cs = copy_of_sync.find(i);
+    const uint16_t api_id = cs == copy_of_sync.end() ? c.api : t.calls[cs->second].api;
     const bool explicit_sync = t.Api(api_id).category == trace::ApiCategory::kSync;
     auto key = std::make_tuple(api_id, explicit_sync, r.site.file, r.site.line, r.site.function);
     auto [hit, fresh] = index.try_emplace(key, out.size());
@@ -383,13 +383,13 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
                                                           trace::kApiDevToHost)),
                        0, false, -1});
     }
-    if (rb != readback.end()) {
+    if (cs != copy_of_sync.end()) {
       // The copy's direction: from its API, else from its op (below).
-      extra[hit->second].readback = true;
+      extra[hit->second].completes_copy = true;
       extra[hit->second].max_bytes =
-          std::max(extra[hit->second].max_bytes, t.call_info[rb->second].bytes);
-      if (extra[hit->second].direction == 0 && t.call_info[rb->second].op_count > 0) {
-        copy_calls.emplace(rb->second, hit->second);
+          std::max(extra[hit->second].max_bytes, t.call_info[cs->second].bytes);
+      if (extra[hit->second].direction == 0 && t.call_info[cs->second].op_count > 0) {
+        copy_calls.emplace(cs->second, hit->second);
       }
     }
     // The steps it hit: calls come in time order, so a step is new when it
@@ -403,7 +403,7 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
     Hotspot& h = out[hit->second];
     // A read-back is its copy and the synchronize completing it: one hit,
     // whichever of them (or both) blocked.
-    const bool same_read_back = rb != readback.end() && counted_copies.contains(rb->second);
+    const bool same_copy = cs != copy_of_sync.end() && counted_copies.contains(cs->second);
     if (t.Api(c.api).category == trace::ApiCategory::kCopy) counted_copies.insert(i);
     Extra& x = extra[hit->second];
     x.max_bytes = std::max(x.max_bytes, info.bytes);
@@ -411,7 +411,7 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
         t.Api(c.api).category == trace::ApiCategory::kCopy) {
       copy_calls.emplace(i, hit->second);
     }
-    if (!same_read_back) ++h.count;
+    if (!same_copy) ++h.count;
     // Calls of several threads may overlap: saturate rather than overflow on
     // absurd (hostile) durations.
     h.blocked_ns = blocked > kMaxTimeNs * 4 - h.blocked_ns ? kMaxTimeNs * 4 : h.blocked_ns + blocked;
@@ -441,7 +441,7 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
         break;
       }
     }
-    if (extra[k].readback && (extra[k].direction & trace::kApiDevToHost) != 0 &&
+    if (extra[k].completes_copy && (extra[k].direction & trace::kApiDevToHost) != 0 &&
         extra[k].max_bytes > kScalarReadBytes) {
       h.suggestion =
           "device-to-host read-back waits for the device: keep the result on the GPU, or copy it "

@@ -119,12 +119,12 @@ TEST_CASE("python user-code rule", "[hotspots]") {
   CHECK(IsUserPythonFile("<string>", none));
   CHECK(IsUserPythonFile("/home/u/lib/python3/tools.py", none));  // not lib/python3.X/
   CHECK_FALSE(IsUserPythonFile("/usr/lib/python3.11/threading.py", none));
-  CHECK_FALSE(IsUserPythonFile("/root/.pyenv/versions/3.11.7/lib/python3.11/json/__init__.py", none));
+  CHECK_FALSE(IsUserPythonFile("/home/u/.pyenv/versions/3.12.4/lib/python3.12/json/__init__.py", none));
   CHECK_FALSE(IsUserPythonFile("/usr/lib64/python3.12/contextlib.py", none));
   CHECK_FALSE(IsUserPythonFile("<frozen importlib._bootstrap>", none));
   CHECK_FALSE(IsUserPythonFile("/venv/lib/python3.11/site-packages/torch/cuda/__init__.py", none));
   CHECK_FALSE(IsUserPythonFile("/usr/lib/python3/dist-packages/numba/cuda/cudadrv/driver.py", none));
-  CHECK_FALSE(IsUserPythonFile("/work/stallscope/python/stallscope/__init__.py", none));
+  CHECK_FALSE(IsUserPythonFile("/home/u/src/stallscope/python/stallscope/__init__.py", none));
   SiteRule rule;
   rule.user_code = {"*/site-packages/mylib/*"};
   rule.not_user_code = {"*/proj/wrappers.py", "*/site-packages/*"};

@@ -17,3 +17,20 @@ def union_busy(ops, a, b):
     if cur_e is not None:
         busy += cur_e - cur_s
     return busy
+
+
+def idle_mismatches(report, truth):
+    """Where a report's per-step GPU idle is not within 2% (or 100 us) of the
+    ground truth's, or its causes do not sum to it: one message each, in
+    step order (empty: none)."""
+    problems = []
+    for st in report["steps"]:
+        a, b = st["start_ns"], st["end_ns"]
+        true_idle = (b - a) - union_busy(truth, a, b)
+        tol = max(0.02 * true_idle, 100_000)
+        if abs(st["gpu_idle_ns"] - true_idle) > tol:
+            problems.append(f"step {st['index']}: idle {st['gpu_idle_ns']} ns, truth {true_idle} ns "
+                            f"(tolerance {tol:.0f})")
+        if sum(st["idle_by_cause"].values()) != st["gpu_idle_ns"]:
+            problems.append(f"step {st['index']}: causes do not sum to the idle time")
+    return problems

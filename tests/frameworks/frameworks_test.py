@@ -38,7 +38,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ground_truth import union_busy  # noqa: E402
+from ground_truth import idle_mismatches  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "distributed"))
 import nccl_test  # noqa: E402  (the ground truth's collectives: truth_ops, truth_waits)
@@ -132,14 +132,8 @@ def check_steps(report, n):
 
 
 def check_idle_matches_truth(report, truth):
-    for st in report["steps"]:
-        a, b = st["start_ns"], st["end_ns"]
-        true_idle = (b - a) - union_busy(truth, a, b)
-        tol = max(0.02 * true_idle, 100_000)
-        check(abs(st["gpu_idle_ns"] - true_idle) <= tol,
-              f"step {st['index']}: idle {st['gpu_idle_ns']} ns, truth {true_idle} ns (tolerance {tol:.0f})")
-        check(sum(st["idle_by_cause"].values()) == st["gpu_idle_ns"],
-              f"step {st['index']}: causes do not sum to the idle time")
+    problems = idle_mismatches(report, truth)
+    check(not problems, problems[0] if problems else "")
 
 
 def check_counts_match_truth(report, truth, syncs):

@@ -18,17 +18,15 @@
 
 namespace {
 
-constexpr uint32_t kLtMagic = 0x43424c54;      // "CBLT"
-constexpr uint32_t kDescMagic = 0x4c54444d;    // matmul descriptor
-constexpr uint32_t kLayoutMagic = 0x4c544c59;  // matrix layout
-constexpr uint32_t kPrefMagic = 0x4c545052;    // preference
-
+// Every object starts with its type's magic (cleared when destroyed).
 struct LtHandle {
-  uint32_t magic = kLtMagic;
+  static constexpr uint32_t kMagic = 0x43424c54;  // "CBLT"
+  uint32_t magic = kMagic;
 };
 
 struct MatmulDesc {
-  uint32_t magic = kDescMagic;
+  static constexpr uint32_t kMagic = 0x4c54444d;
+  uint32_t magic = kMagic;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   cudaDataType_t scale = CUDA_R_32F;
   int32_t transa = CUBLAS_OP_N;
@@ -37,7 +35,8 @@ struct MatmulDesc {
 };
 
 struct Layout {
-  uint32_t magic = kLayoutMagic;
+  static constexpr uint32_t kMagic = 0x4c544c59;
+  uint32_t magic = kMagic;
   cudaDataType type = CUDA_R_32F;
   uint64_t rows = 0, cols = 0;
   int64_t ld = 0;
@@ -47,14 +46,25 @@ struct Layout {
 };
 
 struct Preference {
-  uint32_t magic = kPrefMagic;
+  static constexpr uint32_t kMagic = 0x4c545052;
+  uint32_t magic = kMagic;
   uint64_t max_workspace = 0;
 };
 
 template <typename T>
-T* As(void* p, uint32_t magic) {
+T* As(void* p) {
   auto* t = static_cast<T*>(p);
-  return t != nullptr && t->magic == magic ? t : nullptr;
+  return t != nullptr && t->magic == T::kMagic ? t : nullptr;
+}
+
+// Destroys an object of type T; `bad` when p is none.
+template <typename T>
+cublasStatus_t Destroy(void* p, cublasStatus_t bad = CUBLAS_STATUS_INVALID_VALUE) {
+  T* t = As<T>(p);
+  if (t == nullptr) return bad;
+  t->magic = 0;
+  delete t;
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 template <typename V>
@@ -81,7 +91,8 @@ char OpLetter(int32_t op) { return op == CUBLAS_OP_N ? 'n' : op == CUBLAS_OP_T ?
 
 }  // namespace
 
-CUBLASLT_EXPORT size_t cublasLtGetVersion(void) { return CUBLAS_VERSION; }  // cuBLASLt ships with cuBLAS, same version
+// cuBLASLt ships with cuBLAS: the same version.
+CUBLASLT_EXPORT size_t cublasLtGetVersion(void) { return CUBLAS_VERSION; }
 
 CUBLASLT_EXPORT cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
   if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
@@ -90,11 +101,7 @@ CUBLASLT_EXPORT cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
 }
 
 CUBLASLT_EXPORT cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
-  auto* h = As<LtHandle>(handle, kLtMagic);
-  if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  h->magic = 0;
-  delete h;
-  return CUBLAS_STATUS_SUCCESS;
+  return Destroy<LtHandle>(handle, CUBLAS_STATUS_NOT_INITIALIZED);
 }
 
 // ---- operation descriptors ----
@@ -110,17 +117,13 @@ CUBLASLT_EXPORT cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* de
 }
 
 CUBLASLT_EXPORT cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
-  auto* d = As<MatmulDesc>(desc, kDescMagic);
-  if (d == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  d->magic = 0;
-  delete d;
-  return CUBLAS_STATUS_SUCCESS;
+  return Destroy<MatmulDesc>(desc);
 }
 
 CUBLASLT_EXPORT cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
                                                               cublasLtMatmulDescAttributes_t attr,
                                                               const void* buf, size_t size) {
-  auto* d = As<MatmulDesc>(desc, kDescMagic);
+  auto* d = As<MatmulDesc>(desc);
   if (d == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   switch (attr) {
     case CUBLASLT_MATMUL_DESC_TRANSA: return Take(buf, size, &d->transa);
@@ -148,17 +151,13 @@ CUBLASLT_EXPORT cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t
 }
 
 CUBLASLT_EXPORT cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
-  auto* l = As<Layout>(layout, kLayoutMagic);
-  if (l == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  l->magic = 0;
-  delete l;
-  return CUBLAS_STATUS_SUCCESS;
+  return Destroy<Layout>(layout);
 }
 
 CUBLASLT_EXPORT cublasStatus_t cublasLtMatrixLayoutSetAttribute(
     cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr, const void* buf,
     size_t size) {
-  auto* l = As<Layout>(layout, kLayoutMagic);
+  auto* l = As<Layout>(layout);
   if (l == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   switch (attr) {
     case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: return Take(buf, size, &l->batch);
@@ -180,17 +179,13 @@ CUBLASLT_EXPORT cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPref
 }
 
 CUBLASLT_EXPORT cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
-  auto* p = As<Preference>(pref, kPrefMagic);
-  if (p == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  p->magic = 0;
-  delete p;
-  return CUBLAS_STATUS_SUCCESS;
+  return Destroy<Preference>(pref);
 }
 
 CUBLASLT_EXPORT cublasStatus_t cublasLtMatmulPreferenceSetAttribute(
     cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
     size_t size) {
-  auto* p = As<Preference>(pref, kPrefMagic);
+  auto* p = As<Preference>(pref);
   if (p == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return Take(buf, size, &p->max_workspace);
   return buf != nullptr ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
@@ -203,9 +198,9 @@ CUBLASLT_EXPORT cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     cublasLtMatmulPreference_t pref, int requested, cublasLtMatmulHeuristicResult_t results[],
     int* returned) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (As<MatmulDesc>(desc, kDescMagic) == nullptr || As<Layout>(a, kLayoutMagic) == nullptr ||
-      As<Layout>(b, kLayoutMagic) == nullptr || As<Layout>(c, kLayoutMagic) == nullptr ||
-      As<Layout>(d, kLayoutMagic) == nullptr || returned == nullptr) {
+  if (As<MatmulDesc>(desc) == nullptr || As<Layout>(a) == nullptr ||
+      As<Layout>(b) == nullptr || As<Layout>(c) == nullptr ||
+      As<Layout>(d) == nullptr || returned == nullptr) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   *returned = 0;
@@ -279,9 +274,9 @@ CUBLASLT_EXPORT cublasStatus_t cublasLtMatmul(
     cublasLtMatrixLayout_t, void*, cublasLtMatrixLayout_t ddesc, const cublasLtMatmulAlgo_t*,
     void*, size_t, cudaStream_t stream) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  auto* d = As<MatmulDesc>(desc, kDescMagic);
-  auto* a = As<Layout>(adesc, kLayoutMagic);
-  auto* out = As<Layout>(ddesc, kLayoutMagic);
+  auto* d = As<MatmulDesc>(desc);
+  auto* a = As<Layout>(adesc);
+  auto* out = As<Layout>(ddesc);
   if (d == nullptr || a == nullptr || out == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   const uint64_t m = out->rows, n = out->cols;
   const uint64_t k = d->transa == CUBLAS_OP_N ? a->cols : a->rows;
