@@ -83,6 +83,7 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
   StepPlan plan = FindSteps(t, *pattern, device);
   timer.Mark("steps");
   report.step_source = plan.source;
+  if (plan.dropped_empty_last) AddDiagnostic(&report.diagnostics, DiagId::kEmptyLastStep, 1);
   if (plan.ops_outside > 0) {
     AddDiagnostic(&report.diagnostics, DiagId::kOpsOutsideSteps, plan.ops_outside,
                   absl::StrFormat("%d device ops were submitted outside every step and "

@@ -52,6 +52,10 @@ namespace stallscope::analyzer {
     "the trace has no device ops: nothing ran on the GPU")                    \
   X(kOpsOutsideSteps, "ops_outside_steps", kInfo,                              \
     "device ops before the first or after the last step are not in any step") \
+  X(kEmptyLastStep, "empty_last_step", kInfo,                                 \
+    "the last marked step submitted no device work (a marker opened at each "  \
+    "iteration's end, as torch.profiler's ProfilerStep#N, leaves one open "    \
+    "after the loop): it is not a step")                                       \
   X(kOtherIdle, "other_idle", kInfo,                                           \
     "share of GPU idle time charged to no specific cause")                    \
   X(kNoCpuTime, "no_cpu_time", kInfo,                                          \

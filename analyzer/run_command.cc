@@ -150,11 +150,14 @@ int RunUnderStallscope(const RunOptions& o) {
   if (o.sim) {
     for (const char* name : kSimulatedLibraries) preload += ":" + library_path + "/" + name;
   }
+  std::string python_path;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string_view kv(*e);
     if (std::string_view(kv).starts_with("LD_PRELOAD=")) {
       std::string_view old = kv.substr(11);
       if (!old.empty()) preload += ":" + std::string(old);
+    } else if (std::string_view(kv).starts_with("PYTHONPATH=")) {
+      python_path = std::string(kv.substr(11));
     } else if (o.sim && std::string_view(kv).starts_with("LD_LIBRARY_PATH=")) {
       std::string_view old = kv.substr(16);
       if (!old.empty()) library_path += ":" + std::string(old);
@@ -167,6 +170,14 @@ int RunUnderStallscope(const RunOptions& o) {
   env.push_back("NVTX_INJECTION64_PATH=" + lib);
   env.push_back("STALLSCOPE_OUT=" + out_abs);
   if (o.sim) env.push_back("LD_LIBRARY_PATH=" + library_path);
+  // stallscope's Python hooks (torch.profiler's ProfilerStep#N as step
+  // markers): its sitecustomize, first on PYTHONPATH; it then runs the one
+  // the job would have run, the next on the path (docs/frameworks.md).
+  const std::string hooks = libdir + "/stallscope-python";
+  if (access((hooks + "/sitecustomize.py").c_str(), R_OK) == 0) {
+    python_path = python_path.empty() ? hooks : hooks + ":" + python_path;
+  }
+  if (!python_path.empty()) env.push_back("PYTHONPATH=" + python_path);
   std::vector<char*> envp, argv;
   for (std::string& s : env) envp.push_back(s.data());
   envp.push_back(nullptr);

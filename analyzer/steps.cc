@@ -70,7 +70,7 @@ std::vector<StepSpan> Outermost(const std::vector<const NvtxRange*>& ranges) {
   int64_t last_end = std::numeric_limits<int64_t>::min();
   for (const NvtxRange* r : ranges) {
     if (r->start_ns < last_end) continue;
-    out.push_back({0, 0, r->start_ns, r->end_ns});
+    out.push_back({0, 0, r->start_ns, r->end_ns, r->name});
     last_end = r->end_ns;
   }
   return out;
@@ -470,6 +470,7 @@ StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device
     return k < steps.size() && enter >= steps[k].host_start_ns ? static_cast<int32_t>(k) : -1;
   };
   std::vector<int64_t> op_start(steps.size(), std::numeric_limits<int64_t>::max());
+  std::vector<int64_t> op_count(steps.size(), 0);
   std::vector<int64_t> op_end(steps.size(), std::numeric_limits<int64_t>::min());
   int64_t submitted = 0;
   int64_t assigned = 0;
@@ -480,8 +481,31 @@ StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device
     const int32_t k = step_of(t.calls[op.call].enter_ns, &hint);
     if (k < 0) continue;
     ++assigned;
+    ++op_count[k];
     op_start[k] = std::min(op_start[k], op.start_ns);
     op_end[k] = std::max(op_end[k], op.end_ns);
+  }
+  // torch.profiler's step() closes ProfilerStep#k and opens #k+1, so one
+  // last range runs after the loop up to the profiler's stop: when it
+  // submitted nothing on any device, it is that range, not a training step.
+  // (Other markers keep an empty last step: an input-starved step is one.)
+  if (plan.source == "marker" && steps.size() > 1 && op_count.back() == 0 &&
+      t.String(steps.back().name).starts_with("ProfilerStep#")) {
+    const StepSpan& last = steps.back();
+    using C = trace::ApiCategory;
+    bool submitted_any = false;
+    for (auto c = t.calls.rbegin(); c != t.calls.rend() && c->enter_ns >= last.host_start_ns; ++c) {
+      const C cat = t.Api(c->api).category;
+      if (c->enter_ns < last.host_end_ns &&
+          (cat == C::kLaunch || cat == C::kCopy || cat == C::kSet || cat == C::kNccl)) {
+        submitted_any = true;
+        break;
+      }
+    }
+    if (!submitted_any) {
+      steps.pop_back();
+      plan.dropped_empty_last = true;
+    }
   }
   for (size_t k = 0; k < steps.size(); ++k) {
     StepSpan& s = steps[k];

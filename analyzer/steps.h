@@ -26,6 +26,7 @@ struct StepSpan {
   int64_t end_ns = 0;
   int64_t host_start_ns = 0;
   int64_t host_end_ns = 0;
+  uint32_t name = 0;  // a marked step's range name (Timeline string id); 0 none
 };
 
 struct StepPlan {
@@ -34,6 +35,9 @@ struct StepPlan {
   uint32_t device = 0;          // the device analyzed
   std::vector<StepSpan> steps;
   int64_t ops_outside = 0;  // device ops submitted outside every step
+  // Marked steps only: the last marked range submitted no device work and
+  // was dropped (the range a profiler opens at the loop's last step()).
+  bool dropped_empty_last = false;
 };
 
 // Each device with its number of ops (NCCL kernels counted `nccl_weight`

@@ -56,6 +56,44 @@ TEST_CASE("NVTX step ranges tile the device timeline", "[steps]") {
   CHECK(idle == r.totals.gpu_idle_ns);
 }
 
+// Guards the open tail of step()-style markers: torch.profiler's step()
+// closes ProfilerStep#k and opens #k+1, so after the loop one more range runs
+// to the profiler's stop. With nothing submitted in it (a synchronize only)
+// it is not a step, and the report says so; a last range that submitted
+// work, or a lone range, stays a step.
+TEST_CASE("an empty last marked range is not a step", "[steps]") {
+  auto has_diag = [](const Report& r) {
+    for (const Diagnostic& d : r.diagnostics) {
+      if (d.id == DiagId::kEmptyLastStep) return true;
+    }
+    return false;
+  };
+  TraceBuilder b = ThreeSteps("ProfilerStep#");
+  auto api = testing::AddStandardApis(&b);
+  b.Range(1, 3000 * kUs, 3500 * kUs, "ProfilerStep#3");
+  b.Call(1, api.sync, 3100 * kUs, 3300 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  CHECK(r.step_source == "marker");
+  CHECK(r.steps.size() == 3);
+  CHECK(has_diag(r));
+
+  TraceBuilder kept = ThreeSteps("ProfilerStep#");
+  auto api2 = testing::AddStandardApis(&kept);
+  kept.Range(1, 3000 * kUs, 3500 * kUs, "ProfilerStep#3");
+  kept.Submit(1, api2.launch, 3100 * kUs, 3105 * kUs, 3300 * kUs, 3400 * kUs);
+  Report r2 = testing::AnalyzeOrDie(kept);
+  CHECK(r2.steps.size() == 4);
+  CHECK_FALSE(has_diag(r2));
+
+  TraceBuilder lone;
+  auto api3 = testing::AddStandardApis(&lone);
+  lone.Range(1, 0, 500 * kUs, "step 0");
+  lone.Call(1, api3.sync, 100 * kUs, 300 * kUs);
+  Report r3 = testing::AnalyzeOrDie(lone);
+  CHECK(r3.steps.size() == 1);
+  CHECK_FALSE(has_diag(r3));
+}
+
 // Guards the pattern: case-insensitive default, --step-pattern override,
 // and no match → one step with step_source "none".
 TEST_CASE("step pattern", "[steps]") {

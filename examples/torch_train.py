@@ -158,9 +158,10 @@ def main():
             activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
             schedule=torch.profiler.schedule(wait=0, warmup=a.warmup, active=a.steps))
     elif a.markers == "profiler":
-        # The step annotations only (ProfilerStep#N ranges): nothing is collected.
-        prof = torch.profiler.profile(activities=[], schedule=torch.profiler.schedule(wait=total + 1, warmup=0,
-                                                                                       active=1))
+        # The step annotations only (ProfilerStep#N ranges): the schedule
+        # waits past the last step, so nothing is collected.
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                      schedule=torch.profiler.schedule(wait=total + 1, warmup=0, active=1))
     # Warm-up outside the steps: first launches, the caching allocator, cuBLAS,
     # the optimizer's momentum buffers (a zero learning rate leaves the model
     # as it was).

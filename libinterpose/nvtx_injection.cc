@@ -122,3 +122,14 @@ extern "C" __attribute__((visibility("default"))) void stallscope_step_begin(uin
 extern "C" __attribute__((visibility("default"))) void stallscope_step_end(void) {
   Emit(trace::NvtxType::kStepEnd, recorder::Self().step_index, 0, nullptr);
 }
+
+// Ranges of the C API: NVTX start/end ranges with ids from NVTX's counter, so
+// the two never collide.
+extern "C" __attribute__((visibility("default"))) uint64_t stallscope_range_start(
+    const char* name) {
+  return StartA(name);
+}
+
+extern "C" __attribute__((visibility("default"))) void stallscope_range_end(uint64_t id) {
+  if (id != 0) End(id);
+}

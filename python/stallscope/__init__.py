@@ -17,6 +17,12 @@ import threading
 
 __all__ = ["step", "step_begin", "step_end", "enabled"]
 
+# torch.profiler's ProfilerStep#N as step markers (see _pyhooks; `stallscope
+# run` installs them at start-up, importing this package does too).
+from . import _pyhooks as _hooks  # noqa: E402
+
+_hooks.install()
+
 _lock = threading.Lock()
 _resolved = False
 _begin = None

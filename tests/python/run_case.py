@@ -17,7 +17,10 @@ Exits 77 (CTest SKIP_RETURN_CODE) when that CPython is not installed.
 Cases: {cdll,pydll}_{sync,dtoh}, thread_cdll_sync, thread_pydll_dtoh (the loop
 on a second Python thread), markers (stallscope.step() markers reach the
 trace), threads (6 threads, generators, coroutines, non-ASCII names), noblock
-and exit (no crash while finalizing; exit code 0), bench (capture cost).
+and exit (no crash while finalizing; exit code 0), bench (capture cost),
+pyhooks (torch.profiler's ProfilerStep#N as ranges through stallscope run's
+sitecustomize, with a stand-in torch.profiler; the job's own sitecustomize
+still runs).
 """
 import argparse
 import glob
@@ -208,6 +211,99 @@ def bench(build, work, exe):
     return 0
 
 
+PYHOOKS_WORKLOAD = os.path.join(HERE, "pyhooks_workload.py")
+# A stand-in for torch.profiler: the profile class's step protocol as torch
+# 2.x has it (start opens ProfilerStep#0, step closes #k and opens #k+1,
+# stop closes the open one), and the job's own sitecustomize.
+STAND_IN = {
+    "torch/__init__.py": "",
+    "torch/profiler/__init__.py": "from .profiler import profile  # noqa: F401\n",
+    "torch/profiler/profiler.py": """
+class record_function:
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class profile:
+    def __init__(self, schedule=None):
+        self.record_steps = schedule is not None
+        self.step_num = 0
+        self.step_rec_fn = None
+
+    def _enter(self):
+        if self.record_steps:
+            self.step_rec_fn = record_function("ProfilerStep#" + str(self.step_num))
+            self.step_rec_fn.__enter__()
+
+    def _exit(self):
+        if self.record_steps and self.step_rec_fn:
+            self.step_rec_fn.__exit__(None, None, None)
+            self.step_rec_fn = None
+
+    def start(self):
+        self._enter()
+        return "started"
+
+    def step(self, fail=False):
+        self._exit()
+        if fail:
+            raise ValueError("bad schedule")
+        self.step_num += 1
+        self._enter()
+        return self.step_num
+
+    def stop(self):
+        self._exit()
+        return "stopped"
+""",
+    "sitecustomize.py": "import os\nopen(os.environ['JOB_SITE_MARK'], 'a').write('ran\\n')\n",
+}
+
+
+def pyhooks(build, work, exe):
+    """torch.profiler's ProfilerStep#N reach the trace as ranges of the same
+    names through stallscope's Python hooks (stallscope run's
+    sitecustomize), the job's own sitecustomize still runs, the profiler's
+    results and errors reach the job unchanged, and STALLSCOPE_PYTHON_HOOKS=0
+    turns the hooks off."""
+    job = os.path.join(work, "job")
+    for rel, text in STAND_IN.items():
+        os.makedirs(os.path.dirname(os.path.join(job, rel)), exist_ok=True)
+        with open(os.path.join(job, rel), "w") as f:
+            f.write(text)
+    exe_stallscope = os.path.join(build, "bin", "stallscope")
+    for hooks in ("1", "0"):
+        mark = os.path.join(work, f"site-{hooks}.txt")
+        sub = os.path.join(work, f"hooks{hooks}")
+        os.makedirs(sub)
+        p, out = run(build, sub, [exe, PYHOOKS_WORKLOAD, str(STEPS)],
+                     {"PYTHONPATH": job, "JOB_SITE_MARK": mark, "STALLSCOPE_PYTHON_HOOKS": hooks})
+        check(p.returncode == 0, f"hooks={hooks}: exited {p.returncode}: {p.stderr[-3000:]}")
+        seen = json.loads(p.stdout.strip().splitlines()[-1])
+        check(seen["start"] == "started" and seen["steps"] == list(range(1, STEPS + 1))
+              and seen["raised"] and seen["stop"] == "stopped",
+              f"hooks={hooks}: the profiler's results changed: {seen}")
+        check(seen["step_name"] == "step", f"hooks={hooks}: step is named {seen['step_name']}")
+        check(os.path.exists(mark), f"hooks={hooks}: the job's own sitecustomize did not run")
+        check(seen["wrapped"] == (hooks == "1"), f"hooks={hooks}: wrapped {seen['wrapped']}")
+        names = []
+        for trace in glob.glob(os.path.join(out, "*.sstrace")):
+            d = subprocess.run([exe_stallscope, "dump", trace], capture_output=True, text=True, timeout=60)
+            check(d.returncode == 0, f"dump exited {d.returncode}: {d.stderr[-1000:]}")
+            names += re.findall(r'^range tid \d+ "(ProfilerStep#\d+)"', d.stdout, re.M)
+        # #0 from start, #1..#STEPS from the steps; the failed step opened none.
+        want = [f"ProfilerStep#{k}" for k in range(STEPS + 1)] if hooks == "1" else []
+        check(names == want, f"hooks={hooks}: ranges {names}, expected {want}")
+    print(f"pyhooks: {STEPS + 1} ProfilerStep ranges recorded, none with STALLSCOPE_PYTHON_HOOKS=0")
+    return 0
+
+
 def main():
     """A case that fails gets one more run (the simulated device keeps real
     time on a shared two-core machine: a host descheduled for longer than the
@@ -249,6 +345,8 @@ def main_once():
             return threads(a.build, work, exe)
         if a.case == "bench":
             return bench(a.build, work, exe)
+        if a.case == "pyhooks":
+            return pyhooks(a.build, work, exe)
         if a.case == "markers":
             p, out = run(a.build, work, [exe, WORKLOAD, "--markers", "--expect-library",
                                          "--steps", str(STEPS)])

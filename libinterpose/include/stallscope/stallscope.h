@@ -1,4 +1,5 @@
-/* stallscope's C API: explicit step markers for jobs without NVTX ranges.
+/* stallscope's C API: explicit step markers and named ranges for jobs without
+ * NVTX ranges.
  * Resolve these with dlsym(RTLD_DEFAULT, ...) so that a job runs unchanged
  * when libstallscope.so is not preloaded. */
 #ifndef STALLSCOPE_STALLSCOPE_H_
@@ -14,6 +15,14 @@ extern "C" {
 void stallscope_step_begin(uint64_t index);
 /* Marks the end of the current step on the calling thread. */
 void stallscope_step_end(void);
+
+/* A named range, like nvtxRangeStartA/nvtxRangeEnd: it may end on another
+ * thread and does not nest with NVTX push/pop. A name that matches the step
+ * pattern makes it a step marker (stallscope's Python hooks record
+ * torch.profiler's ProfilerStep#N this way). Returns the id to end it with;
+ * 0 when nothing was recorded. */
+uint64_t stallscope_range_start(const char* name);
+void stallscope_range_end(uint64_t id);
 
 #ifdef __cplusplus
 }
