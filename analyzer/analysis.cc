@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "analyzer/hotspots.h"
 #include "analyzer/questions.h"
 #include "analyzer/ranks.h"
@@ -300,34 +301,58 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     timelines[i] = ReadTraceFile((*paths)[i], progress);
     timer.Mark("read");
   });
-  for (const auto& t : timelines) {
-    if (!t.ok()) return t.status();
+  // A file that cannot be read (not a trace, empty, not a regular file) is
+  // left out and named in the report, as long as one trace could be read.
+  std::vector<std::string> unreadable;
+  {
+    size_t kept = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (!timelines[i].ok()) {
+        unreadable.emplace_back(timelines[i].status().message());
+        continue;
+      }
+      if (kept != i) {
+        timelines[kept] = std::move(timelines[i]);
+        (*paths)[kept] = std::move((*paths)[i]);
+      }
+      ++kept;
+    }
+    if (kept == 0) return timelines.front().status();
+    timelines.resize(kept);
+    paths->resize(kept);
   }
+  const size_t n_read = paths->size();
+  auto note_unreadable = [&unreadable](Report* r) {
+    if (unreadable.empty()) return;
+    AddDiagnostic(&r->diagnostics, DiagId::kUnreadableTraces, unreadable.size(),
+                  absl::StrFormat("%d trace file(s) could not be read and are left out: %s",
+                                  unreadable.size(), absl::StrJoin(unreadable, "; ")));
+  };
 
   // A distributed run: two or more traces with NCCL collectives. The
   // waiting part of each rank's NCCL kernels becomes idle (ranks.h).
-  std::vector<RankArrivals> arrivals(n);
-  ParallelFor(n, options.jobs, [&](size_t i) { arrivals[i] = CollectArrivals(*timelines[i]); });
+  std::vector<RankArrivals> arrivals(n_read);
+  ParallelFor(n_read, options.jobs, [&](size_t i) { arrivals[i] = CollectArrivals(*timelines[i]); });
   size_t with_collectives = 0;
   for (const RankArrivals& a : arrivals) with_collectives += !a.arrivals.empty();
   const bool distributed = with_collectives >= 2;
   LastArrivals last;
   if (distributed) {
     last = ReduceArrivals(arrivals);
-    ParallelFor(n, options.jobs, [&](size_t i) { ApplyLastArrivals(&*timelines[i], arrivals[i], last); });
+    ParallelFor(n_read, options.jobs, [&](size_t i) { ApplyLastArrivals(&*timelines[i], arrivals[i], last); });
   }
 
   // The process whose steps the report shows: rank 0 of a distributed run,
   // else the one with the most device ops (the first of equals).
   std::vector<std::pair<int32_t, int64_t>> candidates;  // (rank, device ops)
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < n_read; ++i) {
     candidates.emplace_back(distributed ? arrivals[i].rank : -1,
                             static_cast<int64_t>(timelines[i]->ops.size()));
   }
   const size_t primary = PrimaryProcess(candidates);
-  std::vector<absl::StatusOr<Report>> reports(n, absl::UnknownError("not analyzed"));
+  std::vector<absl::StatusOr<Report>> reports(n_read, absl::UnknownError("not analyzed"));
   ProcessAnalysis details;
-  ParallelFor(n, options.jobs, [&](size_t i) {
+  ParallelFor(n_read, options.jobs, [&](size_t i) {
     reports[i] = AnalyzeTimeline(*timelines[i], options,
                                  i == primary && primary_out != nullptr ? &details : nullptr);
   });
@@ -336,10 +361,11 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   }
   if (distributed) {
     std::vector<RankSummary> ranks;
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < n_read; ++i) {
       ranks.push_back(SummarizeRank(*timelines[i], arrivals[i], last, *reports[i]));
     }
     Report out = ComposeRanksReport(std::move(*reports[primary]), std::move(ranks), primary);
+    note_unreadable(&out);
     if (primary_out != nullptr) {
       *primary_out = std::move(details);
       primary_out->timeline = std::move(*timelines[primary]);
@@ -347,8 +373,9 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     return out;
   }
   std::vector<ProcessSummary> processes;
-  for (size_t i = 0; i < n; ++i) processes.push_back(reports[i]->processes.front());
+  for (size_t i = 0; i < n_read; ++i) processes.push_back(reports[i]->processes.front());
   Report out = ComposeProcessesReport(std::move(*reports[primary]), std::move(processes), primary);
+  note_unreadable(&out);
   if (primary_out != nullptr) {
     *primary_out = std::move(details);
     primary_out->timeline = std::move(*timelines[primary]);

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "analyzer/output_file.h"
 #include "analyzer/questions.h"
 #include "nlohmann/json.hpp"
 #include "toml++/toml.h"
@@ -716,45 +717,9 @@ absl::Status WriteMetricsFile(const std::string& path, std::string_view text) {
   } else if (errno != ENOENT) {
     return absl::PermissionDeniedError(absl::StrFormat("%s: %s", path, strerror(errno)));
   }
-  // Beside the target (rename stays on one file system), never named *.prom
-  // (the textfile collector must not read it half-written).
-  std::string tmp = path + ".tmp.XXXXXX";
-  int fd = mkstemp(tmp.data());
-  if (fd < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrFormat("%s: cannot create a temporary file: %s", path, strerror(errno)));
-  }
-  auto fail = [&](const char* what) {
-    const int err = errno;
-    close(fd);
-    unlink(tmp.c_str());
-    return absl::InternalError(absl::StrFormat("%s: %s: %s", tmp, what, strerror(err)));
-  };
-  if (fchmod(fd, 0640) != 0) return fail("chmod failed");
-  const char* p = text.data();
-  size_t left = text.size();
-  while (left > 0) {
-    const ssize_t w = write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return fail("write failed");
-    p += w;
-    left -= static_cast<size_t>(w);
-  }
-  if (fsync(fd) != 0) return fail("fsync failed");
-  if (close(fd) != 0) {
-    unlink(tmp.c_str());
-    return absl::InternalError(absl::StrFormat("%s: close failed: %s", tmp, strerror(errno)));
-  }
-  // A new PATH is made with link(), which fails rather than replace a file
-  // created meanwhile; our own earlier file is replaced with rename().
-  if ((replace ? rename(tmp.c_str(), path.c_str()) : link(tmp.c_str(), path.c_str())) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return absl::InternalError(
-        absl::StrFormat("%s: %s failed: %s", path, replace ? "rename" : "link", strerror(err)));
-  }
-  if (!replace) unlink(tmp.c_str());
-  return absl::OkStatus();
+  // Never named *.prom while it is written (the textfile collector must not
+  // read it half-written).
+  return WriteThroughTemporary(path, text, replace);
 }
 
 }  // namespace stallscope::analyzer

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <string_view>
 
@@ -363,12 +365,40 @@ std::string FormatNames() {
   return s;
 }
 
+// `s` with control bytes, backslashes and double quotes escaped (\xNN, \\,
+// \"): names from a trace cannot move the terminal's cursor or forge a line
+// or a field of the dump. UTF-8 passes through.
+std::string Printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char ch : s) {
+    if (ch < 0x20 || ch == 0x7f) {
+      absl::StrAppendFormat(&out, "\\x%02x", ch);
+    } else if (ch == '\\' || ch == '"') {
+      out.push_back('\\');
+      out.push_back(static_cast<char>(ch));
+    } else {
+      out.push_back(static_cast<char>(ch));
+    }
+  }
+  return out;
+}
+
+// Writes `text` to stdout; the exit code. A failed write (a full disk, a
+// closed pipe, /dev/full) is an error with its cause, never a silent
+// partial report.
+int WriteStdout(std::string_view text) {
+  errno = 0;
+  const size_t wrote = fwrite(text.data(), 1, text.size(), stdout);
+  if (wrote == text.size() && fflush(stdout) == 0 && !ferror(stdout)) return kExitOk;
+  const int err = errno != 0 ? errno : EIO;
+  fprintf(stderr, "stallscope: cannot write the report to standard output: %s\n", strerror(err));
+  return kExitUsage;
+}
+
 // Writes `text` to stdout or a new file; the exit code.
 int Emit(const std::string& out, const std::string& text) {
-  if (out.empty()) {
-    fwrite(text.data(), 1, text.size(), stdout);
-    return fflush(stdout) == 0 ? kExitOk : kExitUsage;
-  }
+  if (out.empty()) return WriteStdout(text);
   if (auto st = WriteNewFile(out, text); !st.ok()) {
     fprintf(stderr, "stallscope: %s\n", std::string(st.message()).c_str());
     return kExitUsage;
@@ -686,7 +716,7 @@ int DumpCmd(const std::vector<std::string>& args) {
     const CallInfo& info = t->call_info[i];
     lines.push_back({c.enter_ns, absl::StrFormat("call %d tid %d %s [%d, %d) %d ns corr %d stream 0x%x "
                                                  "stack %d python_stack %d result %d ops %d",
-                                                 i, c.tid, t->Api(c.api).name, c.enter_ns, c.exit_ns,
+                                                 i, c.tid, Printable(t->Api(c.api).name), c.enter_ns, c.exit_ns,
                                                  c.exit_ns - c.enter_ns, info.correlation, info.stream,
                                                  info.stack, info.python_stack, info.result,
                                                  info.op_count)});
@@ -696,7 +726,7 @@ int DumpCmd(const std::vector<std::string>& args) {
     const OpInfo& info = t->op_info[i];
     lines.push_back({op.start_ns,
                      absl::StrFormat("op %d kind %d %s [%d, %d) %d ns device %d stream %d call %d",
-                                     i, static_cast<int>(op.kind), std::string(t->String(info.name)),
+                                     i, static_cast<int>(op.kind), Printable(t->String(info.name)),
                                      op.start_ns, op.end_ns, op.end_ns - op.start_ns, op.device,
                                      info.stream, op.call)});
   }
@@ -708,14 +738,14 @@ int DumpCmd(const std::vector<std::string>& args) {
          absl::StrFormat("nccl %s call %d api %s tid %d comm 0x%016x rank %d nranks %d seq %d "
                          "count %d bytes %d datatype %d op %d peer %d stream 0x%x corr %d "
                          "group_depth %d flags 0x%x",
-                         NcclKindName(n.kind), n.call, c ? t->Api(c->api).name : "?", n.tid,
+                         NcclKindName(n.kind), n.call, c ? Printable(t->Api(c->api).name) : "?", n.tid,
                          n.comm, n.rank, n.nranks, n.seq, n.count, info ? info->bytes : 0, n.datatype,
                          n.op, n.peer, info ? info->stream : 0, n.correlation, n.group_depth,
                          n.flags)});
   }
   for (const NvtxRange& r : t->ranges) {
     lines.push_back({r.start_ns, absl::StrFormat("range tid %d \"%s\" [%d, %d) depth %d%s", r.tid,
-                                                 std::string(t->String(r.name)), r.start_ns,
+                                                 Printable(t->String(r.name)), r.start_ns,
                                                  r.end_ns, r.depth,
                                                  r.explicit_step ? " explicit-step" : "")});
   }
@@ -724,12 +754,12 @@ int DumpCmd(const std::vector<std::string>& args) {
   if (t->rank.known) {
     printf("rank %d local_rank %d world_size %d local_world_size %d host %s source %u\n",
            t->rank.rank, t->rank.local_rank, t->rank.world_size, t->rank.local_world_size,
-           t->rank.host.c_str(), static_cast<unsigned>(t->rank.source));
+           Printable(t->rank.host).c_str(), static_cast<unsigned>(t->rank.source));
   }
   for (const Line& l : lines) printf("%s\n", l.text.c_str());
   for (const Diagnostic& d : t->diagnostics) {
     printf("diagnostic %s count %llu %s\n", DiagName(d.id),
-           static_cast<unsigned long long>(d.count), d.message.c_str());
+           static_cast<unsigned long long>(d.count), Printable(d.message).c_str());
   }
   return kExitOk;
 }

@@ -202,10 +202,96 @@ TEST_CASE("report of missing or corrupt traces exits 2 with one line", "[cli]") 
     f.seekp(sizeof(trace::FileHeader) + 30);  // inside the first chunk's payload
     f.put('\x7f');
   }
+  // A damaged chunk is skipped, not fatal: the report says what was lost.
   Result corrupt = box.Run("report '" + bad + "'");
-  CHECK(corrupt.code == 2);
-  CHECK(Lines(corrupt.err) == 1);
-  CHECK(corrupt.err.find("byte offset") != std::string::npos);
+  CHECK(corrupt.code == 0);
+  CHECK(corrupt.out.find("corrupt_chunks") != std::string::npos);
+  CHECK(corrupt.out.find("byte offset") != std::string::npos);
+  // Not a trace at all: exit 2, one line.
+  const std::string junk = box.root() + "/junk.sstrace";
+  std::ofstream(junk) << "not a trace at all, but long enough to hold a header of sixty-four bytes";
+  Result notrace = box.Run("report '" + junk + "'");
+  CHECK(notrace.code == 2);
+  CHECK(Lines(notrace.err) == 1);
+  CHECK(notrace.err.find("junk.sstrace") != std::string::npos);
+}
+
+// Guards a folder with good and bad files: the good ones are reported, the
+// bad ones (not a trace, empty, a FIFO: opened without waiting for a writer)
+// named in unreadable_traces; a folder of only bad files is an error.
+TEST_CASE("report of a folder with unreadable files reports the rest", "[cli]") {
+  Sandbox box;
+  const std::string dir = box.root() + "/traces";
+  REQUIRE(mkdir(dir.c_str(), 0755) == 0);
+  WriteSampleTrace(dir + "/good.sstrace");
+  std::ofstream(dir + "/empty.sstrace").close();
+  REQUIRE(mkfifo((dir + "/fifo.sstrace").c_str(), 0644) == 0);
+  Result r = box.Run("report '" + dir + "' --format json");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("unreadable_traces") != std::string::npos);
+  CHECK(r.out.find("2 trace file(s) could not be read") != std::string::npos);
+  CHECK(r.out.find("empty.sstrace") != std::string::npos);
+  CHECK(r.out.find("fifo.sstrace: not a regular file") != std::string::npos);
+  CHECK(r.out.find("\"steps\"") != std::string::npos);
+  // The FIFO named alone: refused at once, one line.
+  Result fifo = box.Run("report '" + dir + "/fifo.sstrace'");
+  CHECK(fifo.code == 2);
+  CHECK(Lines(fifo.err) == 1);
+  Result dump = box.Run("dump '" + dir + "/fifo.sstrace'");
+  CHECK(dump.code == 2);
+  REQUIRE(std::remove((dir + "/good.sstrace").c_str()) == 0);
+  Result none = box.Run("report '" + dir + "'");
+  CHECK(none.code == 2);
+  CHECK(Lines(none.err) == 1);
+}
+
+// Guards output failures: a report that cannot be written exits non-zero
+// with one line saying why, and -o leaves no partial file behind (the next
+// run is not refused with "already exists").
+TEST_CASE("a report that cannot be written is an error and leaves nothing", "[cli]") {
+  Sandbox box;
+  const std::string trace = WriteSampleTrace(box.root() + "/sample.sstrace");
+  for (const char* format : {"text", "json"}) {
+    Result full = box.Run("report '" + trace + "' --format " + format + " >/dev/full; exit $?; :");
+    CHECK(full.code == 1);
+  }
+  Result full = box.Run("report '" + trace + "' >/dev/full 2>'" + box.root() + "/err2'; exit $?; :");
+  CHECK(full.code == 1);
+  const std::string err = Slurp(box.root() + "/err2");
+  CHECK(Lines(err) == 1);
+  CHECK(err.find("cannot write the report to standard output: No space left on device") !=
+        std::string::npos);
+  Result dump = box.Run("dump '" + trace + "' >/dev/full; exit $?; :");
+  CHECK(dump.code == 1);
+  // A file limit of 1 KiB (SIGXFSZ ignored): the write fails part-way.
+  Result limited = box.Run("report '" + trace + "' --format json -o out.json", "trap '' XFSZ; ulimit -f 1;");
+  CHECK(limited.code != 0);
+  CHECK(limited.err.find("out.json") != std::string::npos);
+  CHECK(box.CwdEntries() == 0);
+  Result again = box.Run("report '" + trace + "' --format json -o out.json");
+  CHECK(again.code == 0);
+  CHECK(box.CwdEntries() == 1);
+}
+
+// Guards the dump against hostile names: control bytes are escaped, so a
+// kernel or range name cannot clear the terminal or forge a record line.
+TEST_CASE("dump escapes control bytes in names", "[cli]") {
+  Sandbox box;
+  testing::TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 500 * kUs, trace::DeviceOpKind::kKernel,
+           "evil\x1b[2J\nop 99 kind 1 \"forged\"\x7f");
+  b.Range(1, 0, 600 * kUs, "step\r0");
+  const std::string path = box.root() + "/evil.sstrace";
+  b.WriteTo(path);
+  Result r = box.Run("dump '" + path + "'");
+  CHECK(r.code == 0);
+  CHECK(r.out.find('\x1b') == std::string::npos);
+  CHECK(r.out.find('\r') == std::string::npos);
+  CHECK(r.out.find('\x7f') == std::string::npos);
+  CHECK(r.out.find("evil\\x1b[2J\\x0aop 99 kind 1 \\\"forged\\\"\\x7f") != std::string::npos);
+  CHECK(r.out.find("\nop 99") == std::string::npos);
+  CHECK(r.out.find("step\\x0d0") != std::string::npos);
 }
 
 // Guards the user-code patterns: --user-code and --not-user-code take a

@@ -13,6 +13,12 @@ namespace stallscope::analyzer {
 #define STALLSCOPE_DIAGNOSTICS(X)                                              \
   X(kTruncatedTrace, "truncated_trace", kWarning,                              \
     "the trace ends mid-chunk; records up to the last complete chunk are used") \
+  X(kCorruptChunks, "corrupt_chunks", kWarning,                               \
+    "damaged chunks were skipped: reading resumed at the next chunk that "     \
+    "verifies, and the rest of the trace is used")                             \
+  X(kUnreadableTraces, "unreadable_traces", kWarning,                         \
+    "trace files that could not be read (not a trace, empty, not a regular "   \
+    "file) were left out; the report covers the others")                       \
   X(kNoEndChunk, "no_end_chunk", kWarning,                                     \
     "the process did not finish writing its trace (no end chunk)")            \
   X(kDroppedRecords, "dropped_records", kWarning,                              \

@@ -414,7 +414,7 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
     if (!same_copy) ++h.count;
     // Calls of several threads may overlap: saturate rather than overflow on
     // absurd (hostile) durations.
-    h.blocked_ns = blocked > kMaxTimeNs * 4 - h.blocked_ns ? kMaxTimeNs * 4 : h.blocked_ns + blocked;
+    h.blocked_ns = AddCapped(h.blocked_ns, blocked);
     h.idle_caused_ns += idle_caused.Get(i);
   }
   // Copies without a direction in their API flags: from their op's CUPTI

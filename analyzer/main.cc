@@ -1,6 +1,10 @@
 // Entry point of the `stallscope` command (see cli.h).
 #include <malloc.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,5 +21,16 @@ int main(int argc, char** argv) {
   // retried in the main one.
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, INT32_MAX);
-  return stallscope::analyzer::RunCli(std::vector<std::string>(argv + 1, argv + argc));
+  int rc = stallscope::analyzer::RunCli(std::vector<std::string>(argv + 1, argv + argc));
+  // Whatever a command printed (dump, audit, help) reached its reader, or
+  // the exit code says it did not.
+  errno = 0;
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    if (rc == 0) {
+      fprintf(stderr, "stallscope: cannot write to standard output: %s\n",
+              strerror(errno != 0 ? errno : EIO));
+      rc = 1;
+    }
+  }
+  return rc;
 }

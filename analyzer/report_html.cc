@@ -624,8 +624,8 @@ void RenderKernels(std::string* out, const ProcessAnalysis& pa) {
     Agg& a = aggs[it->second];
     ++a.count;
     const int64_t d = std::max<int64_t>(0, op.end_ns - op.start_ns);
-    a.total += d;
-    all += d;
+    a.total = AddCapped(a.total, d);
+    all = AddCapped(all, d);
   }
   if (aggs.empty()) {
     absl::StrAppend(out, "<p class=\"empty\">No kernels were recorded on this device.</p></section>");

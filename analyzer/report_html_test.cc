@@ -102,6 +102,26 @@ TEST_CASE("html escapes kernel, file and function names", "[html]") {
   CheckStructure(html);
 }
 
+// Guards the kernel table's sums: sixteen kernels as long as a timeline can
+// hold (2^60 ns each) total 2^64 ns, past int64; the sums stop at
+// kMaxSumNs, so no total or share comes out negative.
+TEST_CASE("html kernel table on huge durations", "[html]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  const uint64_t huge = uint64_t{1} << 60;
+  for (int k = 0; k < 16; ++k) {
+    b.Submit(1, api.launch, 0, 10, 20, huge, trace::DeviceOpKind::kKernel, "huge" + std::to_string(k % 2));
+  }
+  const Rendered r = Render(b);
+  const size_t table = r.html.find("<section id=\"kernels\">");
+  REQUIRE(table != std::string::npos);
+  const std::string kernels = r.html.substr(table, r.html.find("</section>", table) - table);
+  CHECK(kernels.find("huge0") != std::string::npos);
+  CHECK(kernels.find(">-") == std::string::npos);
+  CHECK(kernels.find("100.0%") != std::string::npos);  // both capped sums
+  CheckStructure(r.html);
+}
+
 // Guards the escaping function itself, control characters included.
 TEST_CASE("html escape", "[html]") {
   CHECK(HtmlEscape("a&b<c>d\"e'f") == "a&amp;b&lt;c&gt;d&quot;e&#39;f");

@@ -322,6 +322,13 @@ const char* NcclKindName(trace::NcclKind kind);
 // Every time in a finalized timeline lies in [0, kMaxTimeNs] (about 36 years
 // of CLOCK_MONOTONIC): sums and differences of times never overflow.
 inline constexpr int64_t kMaxTimeNs = int64_t{1} << 60;
+// Sums of durations stop at kMaxSumNs (2^62) instead of overflowing: a
+// hostile or broken trace's many huge ops give a huge total, never a
+// negative one.
+inline constexpr int64_t kMaxSumNs = kMaxTimeNs * 4;
+inline int64_t AddCapped(int64_t sum, int64_t d) {  // both in [0, kMaxSumNs]
+  return d > kMaxSumNs - sum ? kMaxSumNs : sum + d;
+}
 
 // Converts ticks to ns (piecewise-linear through the kClock pairs, or the
 // identity when the file says ticks are ns), sorts calls and ops, joins each

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -360,8 +361,10 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
     uint64_t api = 0, device = 0, corr = 0;
     for (uint64_t off = fh.header_bytes; off < size && size - off >= sizeof(ChunkHeader);) {
       ChunkHeader ch;
+      // Counts come only from chunks that fit in the file, so what is
+      // reserved is bounded by the file's size (a header may claim 1 GiB).
       if (!read(off, sizeof(ch), &ch) || ch.magic != trace::kChunkMagic ||
-          ch.payload_bytes > kMaxChunkPayload) {
+          ch.payload_bytes > kMaxChunkPayload || ch.payload_bytes > size - off - sizeof(ch)) {
         break;
       }
       const uint64_t n = ch.count;
@@ -387,63 +390,119 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
     t.by_external.Expect(api);
   }
 
+  // A chunk at `at`: verified (its payload in `buffer`), cut short by the end
+  // of the file, or failing a check.
   std::vector<uint64_t> buffer;  // 8-byte aligned payload buffer, reused
+  enum class Load { kOk, kShort, kBad, kBadChecksum, kReadError };
+  auto load = [&](uint64_t at, ChunkHeader* ch) -> Load {
+    if (size - at < sizeof(*ch)) return Load::kShort;
+    if (!read(at, sizeof(*ch), ch)) return Load::kReadError;
+    if (ch->magic != trace::kChunkMagic || ch->payload_bytes % 8 != 0 ||
+        ch->payload_bytes > kMaxChunkPayload) {
+      return Load::kBad;
+    }
+    if (ch->payload_bytes > size - at - sizeof(*ch)) return Load::kShort;
+    buffer.resize(ch->payload_bytes / 8);
+    if (ch->payload_bytes > 0 && !read(at + sizeof(*ch), ch->payload_bytes, buffer.data())) {
+      return Load::kReadError;
+    }
+    if (trace::ChunkChecksum(fh.version, buffer.data(), ch->payload_bytes) != ch->checksum) {
+      return Load::kBadChecksum;
+    }
+    return Load::kOk;
+  };
+  // The first offset at or after `from` where a chunk verifies (its magic,
+  // size and checksum); `size` when none does. Verifying candidates reads
+  // at most twice the file plus 64 MiB (a hostile file of magics claiming
+  // large payloads costs no more).
+  uint64_t verify_budget = 2 * size + (uint64_t{64} << 20);
+  auto resync = [&](uint64_t from) -> uint64_t {
+    constexpr size_t kBlock = 64 * 1024;
+    std::vector<unsigned char> block(kBlock);
+    uint32_t magic = trace::kChunkMagic;
+    for (uint64_t pos = from; pos < size && size - pos >= sizeof(ChunkHeader);) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, size - pos));
+      if (!read(pos, n, block.data())) return size;
+      for (size_t i = 0; i + sizeof(magic) <= n; ++i) {
+        if (std::memcmp(block.data() + i, &magic, sizeof(magic)) != 0) continue;
+        const uint64_t at = pos + i;
+        ChunkHeader ch;
+        if (size - at < sizeof(ch)) return size;
+        uint32_t claimed = 0;
+        if (!read(at + offsetof(ChunkHeader, payload_bytes), sizeof(claimed), &claimed)) return size;
+        if (claimed > size - at - sizeof(ch)) continue;  // cannot fit: not read
+        if (claimed > verify_budget) return size;
+        verify_budget -= claimed;
+        if (load(at, &ch) == Load::kOk) return at;
+      }
+      if (n < kBlock) break;
+      pos += n - (sizeof(magic) - 1);  // a magic across the block boundary
+    }
+    return size;
+  };
+
   uint64_t off = fh.header_bytes;
   bool truncated = off > size;
+  uint64_t bad_chunks = 0, lost_bytes = 0, first_bad = 0;
+  std::string first_reason;
   constexpr uint64_t kProgressBytes = uint64_t{32} << 20;
   uint64_t reported = 0;
   while (!truncated && off < size) {
     ChunkHeader ch;
-    if (size - off < sizeof(ch)) {
-      truncated = true;
-      break;
+    const Load l = load(off, &ch);
+    if (l == Load::kReadError) {
+      return absl::DataLossError(absl::StrFormat("%s: read error at byte offset %d", name, off));
     }
-    if (!read(off, sizeof(ch), &ch)) {
-      return absl::DataLossError(
-          absl::StrFormat("%s: read error at byte offset %d", name, off));
+    std::string reason;
+    if (l == Load::kOk) {
+      reason = ParseChunk(ch, reinterpret_cast<const uint8_t*>(buffer.data()), ch.payload_bytes, &t);
+      if (reason.empty()) {
+        off += sizeof(ch) + ch.payload_bytes;
+        t.bytes_used = off;
+        if (progress && off - reported >= kProgressBytes) {
+          progress(off, size);
+          reported = off;
+        }
+        continue;
+      }
+      reason = absl::StrFormat("malformed %s chunk: %s", ChunkTypeName(ch.type), reason);
+    } else if (l == Load::kBadChecksum) {
+      reason = absl::StrFormat("checksum mismatch in %s chunk", ChunkTypeName(ch.type));
+    } else if (l == Load::kBad) {
+      reason = ch.magic != trace::kChunkMagic
+                   ? std::string("bad chunk magic")
+                   : absl::StrFormat("impossible chunk size %d", ch.payload_bytes);
+    } else {
+      reason = "chunk past the end of the file";
     }
-    if (ch.magic != trace::kChunkMagic) {
-      return absl::DataLossError(
-          absl::StrFormat("%s: bad chunk magic at byte offset %d", name, off));
-    }
-    if (ch.payload_bytes % 8 != 0 || ch.payload_bytes > kMaxChunkPayload) {
-      return absl::DataLossError(absl::StrFormat(
-          "%s: impossible chunk size %d at byte offset %d", name, ch.payload_bytes, off));
-    }
-    const uint64_t end = off + sizeof(ch) + ch.payload_bytes;
-    if (end > size) {
-      truncated = true;
-      break;
-    }
-    buffer.resize(ch.payload_bytes / 8);
-    if (ch.payload_bytes > 0 && !read(off + sizeof(ch), ch.payload_bytes, buffer.data())) {
-      return absl::DataLossError(
-          absl::StrFormat("%s: read error at byte offset %d", name, off + sizeof(ch)));
-    }
-    if (trace::ChunkChecksum(fh.version, buffer.data(), ch.payload_bytes) != ch.checksum) {
-      if (end == size) {  // a torn last chunk: the writer died mid-write
+    // Resume at the next chunk that verifies. With none after it, a chunk
+    // cut short by the end of the file, or failing its checksum as the last
+    // one, is a torn tail (the writer stopped mid-chunk): a truncation.
+    const uint64_t next = resync(off + 1);
+    if (next >= size) {
+      const bool torn_tail =
+          l == Load::kShort ||
+          (l == Load::kBadChecksum && off + sizeof(ch) + ch.payload_bytes == size);
+      if (torn_tail) {
         truncated = true;
         break;
       }
-      return absl::DataLossError(absl::StrFormat(
-          "%s: checksum mismatch in %s chunk at byte offset %d", name,
-          ChunkTypeName(ch.type), off));
     }
-    std::string err = ParseChunk(ch, reinterpret_cast<const uint8_t*>(buffer.data()),
-                                 ch.payload_bytes, &t);
-    if (!err.empty()) {
-      return absl::DataLossError(absl::StrFormat("%s: malformed %s chunk at byte offset %d: %s",
-                                                 name, ChunkTypeName(ch.type), off, err));
+    if (bad_chunks++ == 0) {
+      first_bad = off;
+      first_reason = reason;
     }
-    off = end;
-    t.bytes_used = off;
-    if (progress && off - reported >= kProgressBytes) {
-      progress(off, size);
-      reported = off;
-    }
+    lost_bytes += next - off;
+    off = next;
   }
   if (progress) progress(off, size);
   if (t.bytes_used == 0) t.bytes_used = std::min<uint64_t>(fh.header_bytes, size);
+  if (bad_chunks > 0) {
+    AddDiagnostic(&t.diagnostics, DiagId::kCorruptChunks, bad_chunks,
+                  absl::StrFormat("%d damaged region(s) skipped, %d of %d bytes lost; the first "
+                                  "at byte offset %d (%s)",
+                                  bad_chunks, lost_bytes, size, first_bad, first_reason));
+  }
   if (truncated) {
     AddDiagnostic(&t.diagnostics, DiagId::kTruncatedTrace, 1,
                   absl::StrFormat("truncated trace: read %d of %d bytes", t.bytes_used, size));
@@ -466,7 +525,9 @@ absl::StatusOr<Timeline> ReadTraceBytes(std::string_view bytes, const std::strin
 }
 
 absl::StatusOr<Timeline> ReadTraceFile(const std::string& path, const ReadProgress& progress) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused
+  // below); reads of a regular file ignore the flag.
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     return absl::NotFoundError(absl::StrFormat("%s: %s", path, strerror(errno)));
   }

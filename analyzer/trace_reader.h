@@ -1,7 +1,9 @@
 // Reads one .sstrace file (format: common/trace_format.h) into a Timeline.
 // Validates the header, each chunk's magic, bounds and checksum; keeps what
-// precedes a truncated or torn tail with a warning; rejects corruption in the
-// middle with a one-line error naming the file and byte offset.
+// precedes a truncated or torn tail with a warning; skips a damaged chunk
+// in the middle, resuming at the next chunk that verifies, with a warning
+// naming the bytes lost and the first byte offset (corrupt_chunks). What it
+// allocates is bounded by the file's size.
 #pragma once
 
 #include <cstdint>

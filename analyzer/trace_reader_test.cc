@@ -253,14 +253,19 @@ TEST_CASE("each format version is checked with its own checksum", "[reader]") {
     }
     REQUIRE(chunk != 0);
     const size_t payload = chunk + sizeof(tf::ChunkHeader);
+    // A damaged chunk is skipped (corrupt_chunks), the rest read.
+    auto damaged = [](const std::string& bytes) {
+      auto r = ReadTraceBytes(bytes, "d");
+      return r.ok() && HasDiag(*r, DiagId::kCorruptChunks);
+    };
     std::string flipped = full;
     flipped[payload + 9] ^= 0x40;
-    CHECK_FALSE(ReadTraceBytes(flipped, "f").ok());
+    CHECK(damaged(flipped));
     std::string swapped = full;
     std::swap_ranges(swapped.begin() + static_cast<std::ptrdiff_t>(payload),
                      swapped.begin() + static_cast<std::ptrdiff_t>(payload + 8),
                      swapped.begin() + static_cast<std::ptrdiff_t>(payload + 8));
-    if (swapped != full) CHECK_FALSE(ReadTraceBytes(swapped, "s").ok());
+    if (swapped != full) CHECK(damaged(swapped));
     std::memcpy(&h, full.data() + chunk, sizeof h);
     const uint32_t v1 = tf::ChecksumV1(full.data() + payload, h.payload_bytes);
     const uint32_t v2 = tf::Checksum(full.data() + payload, h.payload_bytes);
@@ -342,45 +347,128 @@ TEST_CASE("a truncated file is read up to the last complete chunk", "[reader]") 
   }
 }
 
-// Guards corruption in the middle: an error naming the file and offset.
-TEST_CASE("corruption in the middle is an error with the byte offset", "[reader]") {
-  const std::string full = FullTrace().Build();
+// Guards corruption in the middle: the damaged chunk is skipped, reading
+// resumes at the next chunk that verifies, and a corrupt_chunks warning
+// names the bytes lost and the first offset; every other record is kept.
+TEST_CASE("corruption in the middle loses only the damaged chunk", "[reader]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.SetChunkRecords(2);  // several api chunks
+  for (int k = 0; k < 8; ++k) b.Call(11, apis.sync, k * 10 * kUs, k * 10 * kUs + kUs);
+  const std::string full = b.Build();
   const auto offsets = TraceBuilder::ChunkOffsets(full);
-  const size_t second = offsets[1];
+  // The second api chunk.
+  size_t victim = 0, victim_end = 0, seen = 0;
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    tf::ChunkHeader h;
+    std::memcpy(&h, full.data() + offsets[i], sizeof(h));
+    if (h.type == static_cast<uint16_t>(tf::ChunkType::kApi) && seen++ == 1) {
+      victim = offsets[i];
+      victim_end = victim + sizeof(h) + h.payload_bytes;
+    }
+  }
+  REQUIRE(victim > 0);
+  auto check_lost_one = [&](const std::string& bytes) {
+    auto t = ReadTraceBytes(bytes, "f.sstrace");
+    REQUIRE(t.ok());
+    CHECK(t->calls.size() == 6);
+    CHECK(t->ended_cleanly);
+    const Diagnostic* d = FindDiag(*t, DiagId::kCorruptChunks);
+    REQUIRE(d != nullptr);
+    CHECK(d->count == 1);
+    CHECK(d->message.find(std::to_string(victim_end - victim) + " of " +
+                          std::to_string(bytes.size()) + " bytes lost") != std::string::npos);
+    CHECK(d->message.find("byte offset " + std::to_string(victim)) != std::string::npos);
+    CHECK_FALSE(HasDiag(*t, DiagId::kTruncatedTrace));
+    return d->message;
+  };
   SECTION("checksum") {
     std::string bytes = full;
-    bytes[second + sizeof(tf::ChunkHeader) + 1] ^= 0x01;
-    auto t = ReadTraceBytes(bytes, "f.sstrace");
-    REQUIRE_FALSE(t.ok());
-    CHECK(std::string(t.status().message()).find("checksum mismatch") != std::string::npos);
-    CHECK(std::string(t.status().message()).find("byte offset " + std::to_string(second)) !=
-          std::string::npos);
+    bytes[victim + sizeof(tf::ChunkHeader) + 1] ^= 0x01;
+    CHECK(check_lost_one(bytes).find("checksum mismatch in api chunk") != std::string::npos);
   }
   SECTION("chunk magic") {
     std::string bytes = full;
-    bytes[second] = 'Z';
-    auto t = ReadTraceBytes(bytes, "f.sstrace");
-    REQUIRE_FALSE(t.ok());
-    CHECK(std::string(t.status().message()) ==
-          "f.sstrace: bad chunk magic at byte offset " + std::to_string(second));
+    bytes[victim] = 'Z';
+    CHECK(check_lost_one(bytes).find("bad chunk magic") != std::string::npos);
   }
   SECTION("absurd size") {
     std::string bytes = full;
     uint32_t huge = 0xfffffff8u;
-    std::memcpy(bytes.data() + second + 16, &huge, 4);
-    auto t = ReadTraceBytes(bytes, "f.sstrace");
-    REQUIRE_FALSE(t.ok());
-    CHECK(std::string(t.status().message()).find("impossible chunk size") != std::string::npos);
+    std::memcpy(bytes.data() + victim + 16, &huge, 4);
+    CHECK(check_lost_one(bytes).find("impossible chunk size") != std::string::npos);
+  }
+  SECTION("a size past the end of the file") {
+    std::string bytes = full;
+    uint32_t past = static_cast<uint32_t>(bytes.size());
+    std::memcpy(bytes.data() + victim + 16, &past, 4);
+    check_lost_one(bytes);
   }
   SECTION("count larger than the payload") {
     std::string bytes = full;
     uint32_t count = 1000000;
-    // The first chunk is the api table; its count field is at +12.
-    std::memcpy(bytes.data() + offsets[0] + 12, &count, 4);
-    auto t = ReadTraceBytes(bytes, "f.sstrace");
-    REQUIRE_FALSE(t.ok());
-    CHECK(std::string(t.status().message()).find("malformed api-table chunk") != std::string::npos);
+    std::memcpy(bytes.data() + victim + 12, &count, 4);
+    CHECK(check_lost_one(bytes).find("malformed api chunk") != std::string::npos);
   }
+  SECTION("a half-written chunk followed by whole ones (a disk-full spell)") {
+    // The writer stopped in the middle of the victim, then went on writing
+    // chunks after it.
+    std::string bytes = full.substr(0, victim + 40) + full.substr(victim_end);
+    auto t = ReadTraceBytes(bytes, "f.sstrace");
+    REQUIRE(t.ok());
+    CHECK(t->calls.size() == 6);
+    const Diagnostic* d = FindDiag(*t, DiagId::kCorruptChunks);
+    REQUIRE(d != nullptr);
+    CHECK(d->message.find("40 of ") != std::string::npos);
+  }
+}
+
+// Guards "one flipped bit loses at most one chunk": every bit past the
+// file header, flipped alone, leaves every record outside its chunk (a
+// flip in a chunk's header may also change how that chunk's own records
+// read, never another chunk's).
+TEST_CASE("a single bit flip loses at most one chunk", "[reader]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.SetChunkRecords(4);
+  for (int k = 0; k < 16; ++k) {
+    b.Submit(11, apis.launch, k * 100 * kUs, k * 100 * kUs + 5 * kUs, k * 100 * kUs + 10 * kUs,
+             k * 100 * kUs + 50 * kUs, tf::DeviceOpKind::kKernel, "k");
+  }
+  const std::string full = b.Build();
+  const auto clean = ReadTraceBytes(full, "f");
+  REQUIRE(clean.ok());
+  const size_t calls = clean->calls.size(), ops = clean->ops.size();
+  for (size_t bit = sizeof(tf::FileHeader) * 8; bit < full.size() * 8; bit += 7) {
+    std::string bytes = full;
+    bytes[bit / 8] ^= static_cast<char>(1 << (bit % 8));
+    auto t = ReadTraceBytes(bytes, "f");
+    INFO("bit " << bit);
+    REQUIRE(t.ok());
+    CHECK(t->calls.size() + 4 >= calls);
+    CHECK(t->ops.size() + 4 >= ops);
+  }
+}
+
+// Guards "allocations bounded by the file's size": a 64 KiB file whose chunk
+// headers claim 1 GiB payloads reserves nothing for them.
+TEST_CASE("a hostile chunk size reserves nothing", "[reader]") {
+  std::string bytes = FullTrace().Build();
+  const auto offsets = TraceBuilder::ChunkOffsets(bytes);
+  bytes.resize(64 * 1024, '\0');
+  for (size_t off = offsets.back() + 64; off + sizeof(tf::ChunkHeader) <= bytes.size(); off += 64) {
+    tf::ChunkHeader h{};
+    h.magic = tf::kChunkMagic;
+    h.type = static_cast<uint16_t>(tf::ChunkType::kApi);
+    h.count = 1u << 24;
+    h.payload_bytes = kMaxChunkPayload;
+    std::memcpy(bytes.data() + off, &h, sizeof(h));
+  }
+  auto t = ReadTraceBytes(bytes, "hostile");
+  REQUIRE(t.ok());
+  CHECK(t->calls.capacity() < 1024);
+  CHECK(t->ops.capacity() < 1024);
+  CHECK(HasDiag(*t, DiagId::kCorruptChunks));
 }
 
 // Guards "never crash or hang on hostile input": random mutations of a valid
