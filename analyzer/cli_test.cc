@@ -294,6 +294,25 @@ TEST_CASE("dump escapes control bytes in names", "[cli]") {
   CHECK(r.out.find("step\\x0d0") != std::string::npos);
 }
 
+// Guards the message for an unwritable trace folder: said before the job
+// runs, with the cause, not "no CUDA activity recorded" after it. /sys is
+// read-only even for root; a folder without write permission, for others.
+TEST_CASE("run onto a folder it cannot write says so before running", "[cli]") {
+  Sandbox box;
+  const std::string ran = box.root() + "/ran";
+  for (const std::string dir : {std::string("/sys/kernel"), box.root() + "/ro"}) {
+    if (dir != "/sys/kernel") {
+      REQUIRE(mkdir(dir.c_str(), 0555) == 0);
+      if (geteuid() == 0) continue;  // root writes anyway
+    }
+    Result r = box.Run("run --out '" + dir + "' -- touch '" + ran + "'");
+    CHECK(r.code == 1);
+    CHECK(Lines(r.err) == 1);
+    CHECK(r.err.find("cannot write traces to " + dir + ": ") != std::string::npos);
+    CHECK(access(ran.c_str(), F_OK) != 0);
+  }
+}
+
 // Guards the user-code patterns: --user-code and --not-user-code take a
 // glob (a missing one is a usage error, exit 1, one line), repeat, and the
 // report still runs with them.

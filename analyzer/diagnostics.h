@@ -13,6 +13,9 @@ namespace stallscope::analyzer {
 #define STALLSCOPE_DIAGNOSTICS(X)                                              \
   X(kTruncatedTrace, "truncated_trace", kWarning,                              \
     "the trace ends mid-chunk; records up to the last complete chunk are used") \
+  X(kTraceWriteFailed, "trace_write_failed", kWarning,                         \
+    "the recorder could not write some records (a full disk): they are "        \
+    "missing, the rest of the trace is whole")                                 \
   X(kCorruptChunks, "corrupt_chunks", kWarning,                               \
     "damaged chunks were skipped: reading resumed at the next chunk that "     \
     "verifies, and the rest of the trace is used")                             \

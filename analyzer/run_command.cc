@@ -132,6 +132,20 @@ int RunUnderStallscope(const RunOptions& o) {
   }
   char abs[PATH_MAX];
   const std::string out_abs = realpath(dir.c_str(), abs) != nullptr ? abs : dir;
+  // The job's traces must be writable there: said now, not as "no CUDA
+  // activity recorded" after the job has run for nothing.
+  {
+    const std::string probe = absl::StrFormat("%s/.stallscope-probe-%d", out_abs, getpid());
+    int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      const int err = errno;
+      if (created) rmdir(dir.c_str());
+      fprintf(stderr, "stallscope: cannot write traces to %s: %s\n", dir.c_str(), strerror(err));
+      return 1;
+    }
+    close(fd);
+    unlink(probe.c_str());
+  }
 
   // The child's environment.
   const std::string lib = libdir + "/libstallscope.so";

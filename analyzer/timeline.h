@@ -253,6 +253,10 @@ struct Timeline {
   bool ticks_are_ns = false;
   bool ended_cleanly = false;
   uint64_t bytes_used = 0;  // bytes up to the last complete chunk
+  // Records the recorder could not write (a full disk), as it counted them.
+  uint64_t write_failed_records = 0;
+  uint64_t write_failed_calls = 0;
+  int write_failed_errno = 0;
   uint64_t file_size = 0;
 
   std::vector<ApiInfo> apis;  // indexed by api id

@@ -165,6 +165,15 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
         trace::DiagnosticRecord r;
         std::memcpy(&r, p + i * sizeof(r), sizeof(r));
         DiagId id;
+        if (r.id == uint32_t(trace::DiagnosticId::kWriteFailedRecords)) {
+          t->write_failed_records += r.count;
+          if (r.reserved != 0) t->write_failed_errno = static_cast<int>(r.reserved);
+          continue;
+        }
+        if (r.id == uint32_t(trace::DiagnosticId::kWriteFailedCalls)) {
+          t->write_failed_calls += r.count;
+          continue;
+        }
         switch (static_cast<trace::DiagnosticId>(r.id)) {
           case trace::DiagnosticId::kDroppedRecords: id = DiagId::kDroppedRecords; break;
           case trace::DiagnosticId::kCuptiUnavailable: id = DiagId::kCuptiUnavailable; break;
@@ -497,6 +506,15 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
   }
   if (progress) progress(off, size);
   if (t.bytes_used == 0) t.bytes_used = std::min<uint64_t>(fh.header_bytes, size);
+  if (t.write_failed_records > 0) {
+    AddDiagnostic(&t.diagnostics, DiagId::kTraceWriteFailed, t.write_failed_records,
+                  absl::StrFormat("%d records (%d of them API calls) could not be written to the "
+                                  "trace (%s); the records written before and after are kept",
+                                  t.write_failed_records, t.write_failed_calls,
+                                  t.write_failed_errno > 0 && t.write_failed_errno < 4096
+                                      ? strerror(t.write_failed_errno)
+                                      : "write error"));
+  }
   if (bad_chunks > 0) {
     AddDiagnostic(&t.diagnostics, DiagId::kCorruptChunks, bad_chunks,
                   absl::StrFormat("%d damaged region(s) skipped, %d of %d bytes lost; the first "

@@ -309,7 +309,12 @@ enum class DiagnosticId : uint32_t {
   kCuptiRecordsStopped = 7,  // submissions whose CUPTI records never arrived
                              // (another client took the activity buffers or
                              // disabled kinds); count: those submissions
+  kWriteFailedRecords = 8,   // records of chunks that could not be written
+                             // (a full disk); `reserved`: the last errno
+  kWriteFailedCalls = 9,     // of them, API call records
 };
+// One past the largest DiagnosticId: the recorder's counter slots.
+inline constexpr uint32_t kDiagnosticSlots = 10;
 
 struct DiagnosticRecord {
   uint32_t id;  // DiagnosticId

@@ -77,8 +77,15 @@ bool g_handlers_installed = false;  // atexit/pthread_atfork registered
 bool g_is_fork_child = false;    // this process is a fork of a recording one
 std::atomic<bool> g_shutdown_done{false};
 
-std::atomic<uint64_t> g_diag[8];
-uint64_t g_diag_written[8];  // counts already in the file; under g_write_mu
+std::atomic<uint64_t> g_diag[trace::kDiagnosticSlots];
+uint64_t g_diag_written[trace::kDiagnosticSlots];  // counts already in the file; under g_write_mu
+// The file's length up to its last complete chunk, and the header to write
+// first when it could not be (both under g_write_mu). A write that fails
+// part-way (a full disk) is cut back to g_file_end, so the file never holds
+// a torn chunk before later ones; its records are counted as lost.
+uint64_t g_file_end = 0;
+trace::FileHeader g_header{};
+std::atomic<int> g_write_errno{0};
 
 // Detects that CUPTI records stopped arriving (another client took the
 // activity buffers, or disabled kinds). State under g_write_mu.
@@ -208,8 +215,37 @@ bool WriteAll(const iovec* iov, int n) {
   return true;
 }
 
-void WriteChunk(ChunkType type, uint32_t tid, uint32_t count, const void* payload, size_t bytes) {
-  if (g_fd < 0) return;
+// Cuts the file back to its last complete chunk after a failed write.
+void CutBack(int err) {
+  g_write_errno.store(err != 0 ? err : EIO);
+  if (ftruncate(g_fd, off_t(g_file_end)) != 0 || lseek(g_fd, off_t(g_file_end), SEEK_SET) < 0) {
+    g_diag[int(trace::DiagnosticId::kInternalErrors)]++;
+  }
+}
+
+// Writes the file header when the file does not hold it yet (it could not
+// be written at start-up). False when it still cannot be.
+bool EnsureHeader() {
+  if (g_file_end != 0) return true;
+  iovec iov{&g_header, sizeof g_header};
+  if (!WriteAll(&iov, 1)) {
+    CutBack(errno);
+    return false;
+  }
+  g_file_end = sizeof g_header;
+  return true;
+}
+
+// Writes one chunk whole, or nothing: true when it reached the file.
+bool WriteChunk(ChunkType type, uint32_t tid, uint32_t count, const void* payload, size_t bytes) {
+  if (g_fd < 0) return false;
+  auto lost = [&](int err) {
+    g_diag[int(trace::DiagnosticId::kWriteFailedRecords)] += count;
+    if (type == ChunkType::kApi) g_diag[int(trace::DiagnosticId::kWriteFailedCalls)] += count;
+    CutBack(err);
+    return false;
+  };
+  if (!EnsureHeader()) return lost(errno);
   static const uint64_t kZero = 0;
   size_t padded = trace::PadTo8(bytes);
   trace::ChunkHeader h{};
@@ -230,7 +266,9 @@ void WriteChunk(ChunkType type, uint32_t tid, uint32_t count, const void* payloa
   h.checksum = sum;
   iovec iov[3] = {{&h, sizeof h}, {const_cast<void*>(payload), bytes},
                   {const_cast<uint64_t*>(&kZero), padded - bytes}};
-  if (!WriteAll(iov, padded == bytes ? 2 : 3)) g_diag[int(trace::DiagnosticId::kInternalErrors)]++;
+  if (!WriteAll(iov, padded == bytes ? 2 : 3)) return lost(errno);
+  g_file_end += sizeof h + padded;
+  return true;
 }
 
 void PutBytes(std::vector<unsigned char>& out, const void* p, size_t n) {
@@ -455,17 +493,24 @@ bool Drain(bool final, bool after_cupti_flush = false) {
   bool suspect = track && g_stall->Suspect();
   // Diagnostics as deltas since the previous drain (the reader adds them up),
   // so a killed job's file still says what was dropped before its last drain.
+  // A delta is committed only once its chunk is in the file: what a full
+  // disk kept out is written at the next drain that succeeds.
   std::vector<trace::DiagnosticRecord> diags;
-  for (uint32_t i = 1; i < 8; ++i) {
-    uint64_t c = g_diag[i].load();
-    if (c > g_diag_written[i]) {
-      diags.push_back({i, 0, c - g_diag_written[i]});
-      g_diag_written[i] = c;
+  uint64_t counts[trace::kDiagnosticSlots] = {};
+  for (uint32_t i = 1; i < trace::kDiagnosticSlots; ++i) {
+    counts[i] = g_diag[i].load();
+    if (counts[i] > g_diag_written[i]) {
+      const uint32_t detail = i == uint32_t(trace::DiagnosticId::kWriteFailedRecords)
+                                  ? uint32_t(g_write_errno.load())
+                                  : 0;
+      diags.push_back({i, detail, counts[i] - g_diag_written[i]});
     }
   }
-  if (!diags.empty())
-    WriteChunk(ChunkType::kDiagnostic, 0, uint32_t(diags.size()), diags.data(),
-               diags.size() * sizeof(trace::DiagnosticRecord));
+  if (!diags.empty() &&
+      WriteChunk(ChunkType::kDiagnostic, 0, uint32_t(diags.size()), diags.data(),
+                 diags.size() * sizeof(trace::DiagnosticRecord))) {
+    for (const trace::DiagnosticRecord& d : diags) g_diag_written[d.id] = counts[d.id];
+  }
   if (final) WriteChunk(ChunkType::kEnd, 0, 0, nullptr, 0);
   pthread_mutex_unlock(&g_write_mu);
 
@@ -860,8 +905,9 @@ bool EnsureStarted() {
   h.start_realtime_ns = RealtimeNs();
   h.flags = g_ticks_are_ns ? uint32_t(trace::kFileTicksAreNs) : 0u;
   gethostname(h.host, sizeof h.host - 1);
-  iovec iov{&h, sizeof h};
-  WriteAll(&iov, 1);
+  g_header = h;
+  g_file_end = 0;
+  EnsureHeader();
   WriteApiTable();
   if (g_rank.rank >= 0) WriteChunk(ChunkType::kRank, 0, 1, &g_rank, sizeof g_rank);
   trace::ClockRecord clock = ReadClockPair();

@@ -13,6 +13,8 @@
 //                                     "exit" or "_exit" after its launches
 //   rb_job fork_exec N                fork + exec of `rb_job simple N`
 //   rb_job simple N                   N launches and a synchronize
+//   rb_job paced ROUNDS N MS          ROUNDS x (N launches, a synchronize),
+//                                     MS apart
 //   rb_job signal N                   launches until SIGTERM/SIGINT; with
 //                                     env RB_HANDLER=1 its own handlers
 //   rb_job cupti MODE N               N launches, then MODE (none, steal:
@@ -178,6 +180,18 @@ int Simple(int n) {
   return 0;
 }
 
+// ROUNDS rounds of N launches and a synchronize, MS apart: a job that keeps
+// the writer busy for a while at a steady rate (the disk-full test).
+int Paced(int rounds, int n, int ms) {
+  Setup();
+  for (int r = 0; r < rounds; ++r) {
+    Launches("paced", n);
+    SleepMs(ms);
+  }
+  printf("paced %d x %d done\n", rounds, n);
+  return 0;
+}
+
 volatile sig_atomic_t g_signal = 0;
 
 int Signal(int n) {
@@ -263,6 +277,7 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "fork") == 0 && argc > 2) return Fork(argv[2], arg(3, 100));
   if (strcmp(mode, "fork_exec") == 0) return ForkExec(argv[0], arg(2, 100));
   if (strcmp(mode, "simple") == 0) return Simple(arg(2, 100));
+  if (strcmp(mode, "paced") == 0) return Paced(arg(2, 50), arg(3, 100), arg(4, 20));
   if (strcmp(mode, "signal") == 0) return Signal(arg(2, 100));
   if (strcmp(mode, "cupti") == 0 && argc > 2) return Cupti(argv[2], arg(3, 100));
   return 2;

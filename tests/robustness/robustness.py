@@ -29,6 +29,10 @@ class Failure(Exception):
     pass
 
 
+class Skip(Exception):
+    pass
+
+
 def check(cond, msg):
     if not cond:
         raise Failure(msg)
@@ -188,6 +192,61 @@ def case_quick_exit(ctx):
     rep = ctx.report(ctx.out)
     check(diag(rep, "no_end_chunk") or diag(rep, "truncated_trace"), "no truncation warning")
     check(rep["totals"]["launches"] >= n, f"report launches {rep['totals']['launches']}")
+
+
+# ---- a full disk ----------------------------------------------------------
+
+def case_disk_full(ctx):
+    """The trace folder's file system fills up mid-run, then space comes
+    back: the job finishes normally with the same output; the file holds no
+    torn chunk (the reader finds no damage and no truncation), and the
+    report says how many records could not be written, exactly the calls
+    missing against a run with room (the same job, its call count
+    deterministic). Needs a small tmpfs: root, or a user namespace."""
+    args = [ctx.job, "paced", "60", "100", "15"]
+    roomy = ctx.run(args)
+    expect_ok(roomy, "job with room")
+    full_calls = len(one_trace(ctx).calls)
+    shutil.rmtree(ctx.out)
+    bare = ctx.run(args, traced=False)
+    expect_ok(bare, "job without stallscope")
+
+    mnt = os.path.join(ctx.work, "small")
+    os.makedirs(mnt)
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt], capture_output=True, text=True)
+    if m.returncode != 0:
+        raise Skip(f"cannot mount a small tmpfs: {m.stderr.strip()}")
+    try:
+        ctx.out = os.path.join(mnt, "trace")
+        filler = os.path.join(mnt, "filler")
+        with open(filler, "wb") as f:  # leave about 24 KiB: the header and first chunks fit
+            f.write(b"\0" * (1024 * 1024 - 24 * 1024))
+        proc = subprocess.Popen(args, env=ctx.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.6)  # several drains of the writer fail meanwhile
+        os.remove(filler)
+        out, err = proc.communicate(timeout=90)
+        check(proc.returncode == 0, f"job exited {proc.returncode} on a full disk: {err[-2000:]}")
+        check(out == bare.stdout, f"output {out!r}, without stallscope {bare.stdout!r}")
+        try:
+            t = one_trace(ctx)  # sstrace.py stops at the first damaged chunk
+        except ValueError as e:
+            raise Failure(f"the file holds a torn chunk: {e}")
+        rep = ctx.report(ctx.out)
+        check(diag(rep, "corrupt_chunks") is None, f"damaged chunks: {diag(rep, 'corrupt_chunks')}")
+        check(diag(rep, "truncated_trace") is None and diag(rep, "no_end_chunk") is None,
+              "the trace is not whole")
+        lost = diag(rep, "trace_write_failed")
+        check(lost is not None, f"no trace_write_failed diagnostic; {len(t.calls)} of {full_calls} calls on disk")
+        msg = lost["message"]
+        lost_calls = int(msg.split(" of them API calls")[0].rsplit("(", 1)[1])
+        check("No space left on device" in msg, f"message {msg!r}")
+        check(len(t.calls) + lost_calls == full_calls,
+              f"{len(t.calls)} calls on disk + {lost_calls} lost != {full_calls} made")
+        check(0 < lost_calls < full_calls, f"{lost_calls} of {full_calls} calls lost")
+        print(f"disk_full: {len(t.calls)} calls written, {lost_calls} lost while the disk was full, "
+              f"{full_calls} made; {msg}")
+    finally:
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
 
 
 # ---- fork -----------------------------------------------------------------
@@ -413,6 +472,10 @@ def main():
     work = tempfile.mkdtemp(prefix=f"stallscope-rb-{args.case}-")
     try:
         CASES[args.case](Ctx(os.path.abspath(args.build), work))
+    except Skip as e:
+        print(f"SKIP {args.case}: {e}")
+        shutil.rmtree(work, ignore_errors=True)
+        return 77
     except (Failure, subprocess.TimeoutExpired) as e:
         print(f"FAIL {args.case}: {e}\n(kept {work})")
         return 1
