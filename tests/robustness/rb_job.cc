@@ -12,6 +12,8 @@
 //   rb_job fork CHILD_END N           fork without exec; child ends with
 //                                     "exit" or "_exit" after its launches
 //   rb_job fork_exec N                fork + exec of `rb_job simple N`
+//   rb_job fork_storm CHILDREN N      CHILDREN forks while a thread launches;
+//                                     each child makes N launches (0: none)
 //   rb_job simple N                   N launches and a synchronize
 //   rb_job paced ROUNDS N MS          ROUNDS x (N launches, a synchronize),
 //                                     MS apart
@@ -155,6 +157,37 @@ int Fork(const char* child_end, int n) {
   return 0;
 }
 
+// CHILDREN forks, one after another, while a second thread keeps launching
+// (and blocking in synchronizes): a DataLoader's workers forked beside a
+// training thread. Each child exits with exit(0) (atexit handlers run), after
+// `child_launches` launches of its own when that is not 0.
+int ForkStorm(int children, int child_launches) {
+  Setup();
+  std::atomic<bool> stop{false};
+  pthread_t t;
+  pthread_create(&t, nullptr, [](void* p) -> void* {
+    auto* stop = static_cast<std::atomic<bool>*>(p);
+    while (!stop->load()) Launches("busy", 20);
+    return nullptr;
+  }, &stop);
+  fflush(stdout);
+  int failed = 0;
+  for (int i = 0; i < children; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      if (child_launches > 0) Launches("child", child_launches);
+      exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  stop.store(true);
+  pthread_join(t, nullptr);
+  printf("fork_storm %d children, %d failed\n", children, failed);
+  return 0;
+}
+
 int ForkExec(const char* self, int n) {
   Setup();
   Launches("parent_before", n);
@@ -276,6 +309,7 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "quick_exit") == 0) return QuickExit(arg(2, 100));
   if (strcmp(mode, "fork") == 0 && argc > 2) return Fork(argv[2], arg(3, 100));
   if (strcmp(mode, "fork_exec") == 0) return ForkExec(argv[0], arg(2, 100));
+  if (strcmp(mode, "fork_storm") == 0) return ForkStorm(arg(2, 200), arg(3, 0));
   if (strcmp(mode, "simple") == 0) return Simple(arg(2, 100));
   if (strcmp(mode, "paced") == 0) return Paced(arg(2, 50), arg(3, 100), arg(4, 20));
   if (strcmp(mode, "signal") == 0) return Signal(arg(2, 100));

@@ -282,6 +282,47 @@ def fork_case(ctx, child_end):
           f"{[(os.path.basename(c.path), launches(c)) for c in children]}")
 
 
+def case_fork_storm(ctx):
+    """A job forks 200 children, one after another, while a second thread
+    keeps launching and synchronizing (a DataLoader's workers beside the
+    training thread); the children exit with exit(), without CUDA or after
+    5 launches of their own. No lock held by another thread at a fork
+    (the simulator's CUPTI flusher delivering records, a thread staging
+    one, stallscope's writer) may hang a child: 20 jobs of 20 end, each
+    with its output, the parent's trace whole and every child's trace
+    holding exactly its own launches."""
+    runs = 0
+    for child_launches in (0, 5):
+        for _ in range(10):
+            shutil.rmtree(ctx.out, ignore_errors=True)
+            proc = subprocess.Popen([ctx.job, "fork_storm", "200", str(child_launches)], env=ctx.env(),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    start_new_session=True)
+            try:
+                out, err = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)  # a hung child holds the pipes too
+                proc.communicate()
+                raise Failure(f"run {runs + 1} (children with {child_launches} launches) hung")
+            runs += 1
+            check(proc.returncode == 0, f"job exited {proc.returncode}: {err[-2000:]}")
+            check(out == "fork_storm 200 children, 0 failed\n", f"output {out!r}")
+            ts = ctx.traces()
+            parents = [t for t in ts if t.pid == proc.pid]
+            children = [t for t in ts if t.pid != proc.pid]
+            check(len(parents) == 1 and launches(parents[0]) > 0, "no parent trace with launches")
+            pr = ctx.report(parents[0].path)
+            check(diag(pr, "no_end_chunk") is None and diag(pr, "truncated_trace") is None,
+                  "the parent's trace is not whole")
+            if child_launches == 0:
+                check(not children, f"{len(children)} trace files from children that made no CUDA call")
+            else:
+                check(len(children) == 200, f"{len(children)} child traces, expected 200")
+                bad = [(t.path, launches(t)) for t in children if launches(t) != child_launches]
+                check(not bad, f"child traces without exactly {child_launches} launches: {bad[:3]}")
+    print(f"fork_storm: {runs} of {runs} jobs ended (200 forks each beside a launching thread)")
+
+
 def case_fork_exit(ctx):
     fork_case(ctx, "exit")
 

@@ -2,11 +2,14 @@
 #include "sim_blas_launch.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include <cudaTypedefs.h>
 
+#include <atomic>
 #include <mutex>
+#include <new>
 #include <string>
 #include <unordered_map>
 
@@ -52,9 +55,21 @@ Driver* Load() {
   return d;
 }
 
+std::atomic<Driver*> g_loaded{nullptr};
+
 Driver& Drv() {
   static Driver* d = Load();  // never destroyed: launches may come from atexit handlers
+  g_loaded.store(d, std::memory_order_relaxed);
   return *d;
+}
+
+// A fork child has only the forking thread: the lock another thread held at
+// the fork would stay held for ever. (Nothing is loaded here: a child
+// handler must not dlopen.)
+__attribute__((constructor)) void RegisterForkHandler() {
+  pthread_atfork(nullptr, nullptr, [] {
+    if (Driver* d = g_loaded.load(std::memory_order_relaxed)) new (&d->mu) std::mutex();
+  });
 }
 
 }  // namespace

@@ -21,11 +21,13 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <atomic>
 #include <mutex>
+#include <new>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -306,6 +308,10 @@ Driver& Drv() {
   return *d;
 }
 
+struct Registry;
+Registry& Reg();
+void ResetLocksAfterFork();  // below: a fork child gets these locks back unlocked
+
 // The pointer the driver returned for a request, typed by cudaTypedefs.h.
 #define DRV(name, ver) reinterpret_cast<PFN_##name##_v##ver>(Drv().slots[Row(#name, ver, 0)])
 // Legacy or per-thread default stream variant (flags 2 row, same signature).
@@ -338,6 +344,16 @@ struct Registry {
   std::unordered_map<const void*, Kernel*> by_handle;  // cudaKernel_t == Kernel*
   std::unordered_map<const void*, Var> vars;           // by host shadow address
 };
+
+// A fork child has only the forking thread: a lock another thread held at
+// the fork would stay held for ever.
+void ResetLocksAfterFork() {
+  new (&Drv().mu) std::mutex();
+  new (&Reg().mu) std::mutex();
+}
+__attribute__((constructor)) void RegisterForkHandler() {
+  pthread_atfork(nullptr, nullptr, ResetLocksAfterFork);
+}
 
 Registry& Reg() {
   static Registry* r = new Registry;

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -310,7 +311,26 @@ void OnExit() {
   s.exiting.store(true);
 }
 
-__attribute__((constructor)) void CuptiInit() { atexit(OnExit); }
+// A fork child has only the forking thread: a lock another thread held at
+// the fork (the flusher delivering, a launching thread staging a record)
+// would stay held for ever, and the child's exit waits on deliver_mu. The
+// child gets fresh locks, no flusher (started again on demand) and none of
+// the parent's staged records (the parent delivers them; the old vector,
+// possibly half-way through an insert, is left as it is).
+void ResetAfterFork() {
+  State& s = S();
+  new (&s.mu) std::mutex();
+  new (&s.deliver_mu) std::mutex();
+  new (&s.connect_mu) std::mutex();
+  new (&s.staging) std::vector<uint8_t>();
+  s.flusher_started.store(false);
+  s.exiting.store(false);
+}
+
+__attribute__((constructor)) void CuptiInit() {
+  atexit(OnExit);
+  pthread_atfork(nullptr, nullptr, ResetAfterFork);
+}
 
 bool SupportedKind(CUpti_ActivityKind kind) { return RecordSize(kind) != 0; }
 

@@ -26,6 +26,7 @@ namespace {
 
 std::atomic<bool> g_initialized{false};
 std::mutex g_primary_mu;
+__attribute__((constructor)) void RegisterPrimaryLock() { RegisterForkLock(&g_primary_mu); }
 // The thread's context stack. Trivially destructible, so that it is still
 // valid in static destructors and atexit handlers (thread_local objects with
 // destructors are gone by then: torch synchronizes the device from one).
@@ -669,6 +670,10 @@ struct HostCall {
 
 class HostFuncThread {
  public:
+  HostFuncThread() {
+    RegisterForkLock(&mu_);
+    RegisterForkCondition(&cv_);
+  }
   void Push(HostCall* c) {
     std::lock_guard<std::mutex> lk(mu_);
     if (pid_ != getpid()) {  // first use, or a forked child (threads are not inherited)

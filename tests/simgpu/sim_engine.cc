@@ -438,8 +438,22 @@ void EnsureThread(Device* d) {
   std::thread(DeviceLoop, d).detach();
 }
 
+struct ForkLocks {
+  std::mutex mu;
+  std::vector<std::mutex*> locks;
+  std::vector<std::condition_variable*> conditions;
+};
+ForkLocks& FL() {
+  static ForkLocks* f = new ForkLocks;  // never destroyed
+  return *f;
+}
+
 void ResetAfterFork() {
   // Only the forking thread survives: rebuild locks, forget threads.
+  ForkLocks& fl = FL();
+  new (&fl.mu) std::mutex();
+  for (std::mutex* mu : fl.locks) new (mu) std::mutex();
+  for (std::condition_variable* cv : fl.conditions) new (cv) std::condition_variable();
   Globals& g = G();
   for (Device* d : g.devices) {
     new (&d->mu) std::mutex();
@@ -479,6 +493,22 @@ void ResetAfterFork() {
     k.trace_path = fresh->trace_path;
   }
 }
+
+}  // namespace
+
+void RegisterForkLock(std::mutex* mu) {
+  ForkLocks& fl = FL();
+  std::lock_guard<std::mutex> lk(fl.mu);
+  fl.locks.push_back(mu);
+}
+
+void RegisterForkCondition(std::condition_variable* cv) {
+  ForkLocks& fl = FL();
+  std::lock_guard<std::mutex> lk(fl.mu);
+  fl.conditions.push_back(cv);
+}
+
+namespace {
 
 void WaitForDrain(uint64_t timeout_ns) {
   uint64_t deadline = NowNs() + timeout_ns;

@@ -148,7 +148,16 @@ struct Device {
   std::atomic<uint64_t> allocated{0};
 };
 
+// Locks of objects that live on after a fork: a child has only the forking
+// thread, so a lock another thread held at the fork would stay held for
+// ever. The engine's fork-child handler re-creates every registered one
+// (objects are never freed, so none is stale). Before the first fork, and
+// in every process, registration is one append under a lock.
+void RegisterForkLock(std::mutex* mu);
+void RegisterForkCondition(std::condition_variable* cv);
+
 struct Event {
+  Event() { RegisterForkLock(&mu); }
   uint32_t magic = kEventMagic;
   unsigned flags = 0;
   std::mutex mu;  // guards record and dev
@@ -167,6 +176,7 @@ struct Function {
 };
 
 struct Module {
+  Module() { RegisterForkLock(&mu); }
   uint32_t magic = kModuleMagic;
   std::mutex mu;
   std::map<std::string, Function*> functions;
