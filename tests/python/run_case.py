@@ -89,6 +89,7 @@ def run(build, work, argv, extra_env=None, timeout=120):
     out = os.path.join(work, "trace")
     env = dict(os.environ)
     env["SIMGPU_KERNEL_US"] = KERNELS
+    env["SIMGPU_SYNC_TRACE"] = os.path.join(work, "sync-%p.jsonl")
     env.pop("STALLSCOPE_PYTHON_STACKS", None)
     env.update(extra_env or {})
     cmd = [os.path.join(build, "bin", "stallscope"), "run", "--sim", "--out", out, "--"] + argv
@@ -139,7 +140,29 @@ def check_trace(out, api, block, thread, steps):
     return stall
 
 
-def check_report(rep, api, stall, steps):
+SYNC_TRACE_API = {"sync": "cuStreamSynchronize", "dtoh": "cuMemcpy"}
+MIN_BLOCKED_NS = 5_000  # the analyzer's rule: a call that returned sooner did not block
+
+
+def blocked_range(work, block, steps):
+    """(least, most) hits the hotspot may count, from the simulator's own
+    list of the calls that synchronized (SIMGPU_SYNC_TRACE): every marked
+    call that waited over 5 us in the simulator is a hit (the hook's time
+    encloses the simulator's); one that did not wait, because the host
+    reached it after the 2 ms kernel had finished (a loaded machine
+    deschedules it), may count or not by the hook's few microseconds."""
+    api = SYNC_TRACE_API[block]
+    syncs = []
+    for path in glob.glob(os.path.join(work, "sync-*.jsonl")):
+        with open(path) as f:
+            syncs += [json.loads(l) for l in f if l.strip()]
+    ours = [x for x in syncs if x["api"] == api]
+    check(len(ours) == steps, f"the simulator saw {len(ours)} {api} calls, expected {steps}")
+    least = sum(1 for x in ours if x["end_ns"] - x["start_ns"] > MIN_BLOCKED_NS)
+    return least, steps
+
+
+def check_report(rep, api, stall, steps, expected=None):
     hs = rep.get("hotspots", [])
     ours = [h for h in hs if h.get("api") == api]
     check(ours, f"no {api} hotspot: {[h.get('api') for h in hs]}")
@@ -149,7 +172,10 @@ def check_report(rep, api, stall, steps):
     check(match, f"no {api} hotspot at {os.path.basename(WORKLOAD)}:{stall}; sites: "
           f"{[h.get('site') for h in ours]}")
     h = match[0]
-    check(h.get("count") == steps, f"hotspot count {h.get('count')}, expected {steps}")
+    least, most = expected or (steps, steps)
+    check(least <= h.get("count", 0) <= most,
+          f"hotspot count {h.get('count')}, expected {least}..{most} (calls that blocked in the "
+          f"simulator .. calls made)")
     top = max(hs, key=lambda x: x.get("blocked_ns", 0))
     check(top is h, f"the top hotspot (blocked_ns) is {top.get('api')} at {top.get('site')}")
     print(f"report: {api} hotspot at {h['site']} count {h['count']}")
@@ -305,17 +331,6 @@ def pyhooks(build, work, exe):
 
 
 def main():
-    """A case that fails gets one more run (the simulated device keeps real
-    time on a shared two-core machine: a host descheduled for longer than the
-    2 ms kernel finds nothing left to wait for); both failures are printed."""
-    rc = main_once()
-    if rc == 1:
-        print("retrying (attempt 2 of 2)")
-        rc = main_once()
-    return rc
-
-
-def main_once():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     ap.add_argument("--python", required=True, help="3.X")
@@ -366,7 +381,7 @@ def main_once():
                                      "--thread", thread, "--steps", str(STEPS)])
         check(p.returncode == 0, f"exited {p.returncode}: {p.stderr[-3000:]}")
         stall = check_trace(out, api, block, thread, STEPS)
-        check_report(report(a.build, out), api, stall, STEPS)
+        check_report(report(a.build, out), api, stall, STEPS, blocked_range(work, block, STEPS))
         return 0
     except Failure as e:
         print(f"FAIL: {e}")
