@@ -728,10 +728,30 @@ int OpenTraceFile() {
   return -1;
 }
 
-// fork: the prepare handler takes both locks so that the child inherits
-// consistent tables (no thread of ours is half-way through one); the parent
-// handler releases them.
+// Held by the thread that starts the recorder for the whole start-up.
+pthread_mutex_t g_start_mu = PTHREAD_MUTEX_INITIALIZER;
+std::atomic<uint32_t> g_starter{0};  // its tid while it starts
+bool g_fork_holds_start = false;     // the forking thread took g_start_mu
+
+struct StartupLock {
+  StartupLock() {
+    pthread_mutex_lock(&g_start_mu);
+    g_starter.store(GetTid());
+  }
+  ~StartupLock() {
+    g_starter.store(0);
+    pthread_mutex_unlock(&g_start_mu);
+  }
+};
+
+// fork: the prepare handler waits for a start-up in progress on another
+// thread, then takes both locks so that the child inherits consistent tables
+// (no thread of ours is half-way through one); the parent handler releases
+// them. Installed when the library is loaded, so a fork at any moment runs
+// them (a fork during start-up once left a child that never recorded).
 void AtForkPrepare() {
+  g_fork_holds_start = g_starter.load() != GetTid();
+  if (g_fork_holds_start) pthread_mutex_lock(&g_start_mu);
   pthread_mutex_lock(&g_write_mu);
   pthread_mutex_lock(&g_mu);
 }
@@ -739,6 +759,7 @@ void AtForkPrepare() {
 void AtForkParent() {
   pthread_mutex_unlock(&g_mu);
   pthread_mutex_unlock(&g_write_mu);
+  if (g_fork_holds_start) pthread_mutex_unlock(&g_start_mu);
 }
 
 // The child never writes into the parent's file and inherits none of its
@@ -748,7 +769,17 @@ void AtForkParent() {
 // parent; a cupti_unavailable diagnostic says so). A child that never calls
 // CUDA writes nothing; one that ends in _exit leaves what its writer drained.
 void AtForkChild() {
-  bool was_on = g_state.load() == int(State::kOn);
+  // Recording stays possible in the child unless it was disabled: a parent
+  // that had not started yet leaves a child that starts its own file at its
+  // first CUDA call.
+  const bool disabled = g_state.load() == int(State::kDisabled);
+  if (!g_initialized) {  // nothing recorded yet: nothing to forget
+    g_state.store(int(disabled ? State::kDisabled : State::kOff));
+    pthread_mutex_unlock(&g_mu);
+    pthread_mutex_unlock(&g_write_mu);
+    if (g_fork_holds_start) pthread_mutex_unlock(&g_start_mu);
+    return;
+  }
   if (g_fd >= 0) close(g_fd);
   g_fd = -1;
   cupti::ForgetAfterFork();
@@ -778,10 +809,15 @@ void AtForkChild() {
   g_stop_writer = false;
   g_shutdown_done.store(false);
   g_is_fork_child = true;
-  g_state.store(int(was_on ? State::kOff : State::kDisabled));
+  g_state.store(int(disabled ? State::kDisabled : State::kOff));
   pthread_cond_init(&g_cv, nullptr);
   pthread_mutex_unlock(&g_mu);
   pthread_mutex_unlock(&g_write_mu);
+  if (g_fork_holds_start) pthread_mutex_unlock(&g_start_mu);
+}
+
+__attribute__((constructor)) void InstallForkHandlers() {
+  pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
 }
 
 void AtExit() { Shutdown(); }
@@ -883,6 +919,9 @@ bool EnsureStarted() {
   }
   int expected = int(State::kOff);
   if (!g_state.compare_exchange_strong(expected, int(State::kStarting))) return EnsureStarted();
+  // A fork waits for start-up to finish (AtForkPrepare): a child copied in
+  // the middle of it would inherit kStarting and a half-made state.
+  StartupLock startup;
   if (!g_initialized) {
     Initialize();
     g_initialized = true;
@@ -917,7 +956,6 @@ bool EnsureStarted() {
   if (g_is_fork_child || !cupti::Start()) CountDiagnostic(trace::DiagnosticId::kCuptiUnavailable);
   if (!g_handlers_installed) {
     g_handlers_installed = true;
-    pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
     atexit(AtExit);
   }
   g_state.store(int(State::kOn), std::memory_order_release);

@@ -16,6 +16,7 @@ import argparse
 import collections
 import glob
 import json
+import math
 import os
 import re
 import shutil
@@ -310,6 +311,39 @@ def truth_waits(by, ranks):
     return late, caused, waited
 
 
+STRAGGLER_MAX_P = 0.01      # analyzer/ranks.h kStragglerMaxP
+STRAGGLER_MIN_SHARE = 0.05  # analyzer/ranks.h kStragglerMinShare
+
+
+def binomial_tail(n, k, p):
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1))
+
+
+def truth_stragglers(late, caused, ranks):
+    """The analyzer's straggler rule (analyzer/ranks.h) applied to the ground
+    truth's late arrivals and caused waits: (ranks that must be named, ranks
+    that may be). A rank within a factor of the rule's thresholds (p within
+    10x of 0.01, the caused share within 20% of 5%) may go either way: the
+    analyzer's caused wait is the truth's within 5%, not to the nanosecond.
+    On a loaded machine the rank the job slowed down may not be the truth's
+    straggler, or not the only one: the oracle is what happened."""
+    n = len(ranks)
+    total = sum(late.values())
+    mean_wall = sum(r["wall_ns"] for r in ranks.values()) / n
+    must, may = set(), set()
+    for r in ranks:
+        if late[r] == 0:
+            continue
+        p = binomial_tail(total, late[r], 1.0 / n)
+        share = caused[r] / mean_wall if mean_wall else 0
+        if p < STRAGGLER_MAX_P / 10 and share >= STRAGGLER_MIN_SHARE * 1.2:
+            must.add(r)
+        if p < STRAGGLER_MAX_P * 10 and share >= STRAGGLER_MIN_SHARE * 0.8:
+            may.add(r)
+    return must, may
+
+
 def union_in(intervals, lo, hi):
     total, cur_lo, cur_hi = 0, None, None
     for a, b in sorted((max(a, lo), min(b, hi)) for a, b in intervals):
@@ -337,14 +371,27 @@ def case_straggler(build, work):
     check(sorted(ranks) == list(range(world)), f"ranks[] {sorted(ranks)}")
     late, caused, waited = truth_waits(by, ranks)
     st = report["stragglers"]
-    check(st and st[0]["rank"] == slow, f"stragglers {st}, expected rank {slow} first")
-    check(all(s["rank"] == slow for s in st), f"stragglers {st}: only rank {slow} is slow")
+    named = [s["rank"] for s in st]
+    must, may = truth_stragglers(late, caused, ranks)
+    check(must <= set(named) <= may,
+          f"stragglers {named}; by the ground truth (late {dict(late)}, caused {dict(caused)}) "
+          f"rank(s) {sorted(must)} must be named and only {sorted(may)} may be")
+    if slow not in must:
+        print(f"note: the ground truth does not make the slow rank {slow} a clear straggler "
+              f"(late {dict(late)}, caused {dict(caused)}); the report agrees with the truth")
+    if not named:
+        return 0
+    check(st[0]["rank"] == max(named, key=lambda r: caused[r]),
+          f"stragglers {named}: the first is not the one that caused the most wait in truth")
+    for s_ in st:
+        truth = caused[s_["rank"]]
+        check(abs(s_["wait_caused_ns"] - truth) <= 0.05 * truth,
+              f"rank {s_['rank']}: wait caused {s_['wait_caused_ns']} ns, ground truth {truth} ns (5%)")
+        check(s_["times_last"] == late[s_["rank"]],
+              f"rank {s_['rank']}: times last {s_['times_last']}, truth {late[s_['rank']]}")
     truth = caused[slow]
-    check(abs(st[0]["wait_caused_ns"] - truth) <= 0.05 * truth,
-          f"wait caused {st[0]['wait_caused_ns']} ns, ground truth {truth} ns (5%)")
-    check(st[0]["times_last"] == late[slow], f"times last {st[0]['times_last']}, truth {late[slow]}")
     for r, row in ranks.items():
-        if r == slow:
+        if r in named:
             continue
         c = row["idle_by_cause"]
         check(abs(c["comm"] - waited[r]) <= 0.05 * waited[r] + 100_000,
@@ -352,9 +399,10 @@ def case_straggler(build, work):
         check(c["sync"] + c["host_wait"] <= 0.1 * c["comm"],
               f"rank {r}: sync {c['sync']} + host_wait {c['host_wait']} ns against comm {c['comm']} ns")
     q5 = next(q for q in report["questions"] if q["id"] == "q5")
-    check(q5["answer"] == "yes" and f"rank {slow} arrives last" in q5["evidence"], f"q5 {q5}")
+    first = st[0]["rank"]
+    check(q5["answer"] == "yes" and f"rank {first} arrives last" in q5["evidence"], f"q5 {q5}")
     code, text = audit_stragglers(build, work)
-    check(code == 3 and f"straggler rank {slow}" in text, f"audit exited {code}: {text[-1500:]}")
+    check(code == 3 and f"straggler rank {first}" in text, f"audit exited {code}: {text[-1500:]}")
     print(f"straggler: rank {slow}, wait caused {st[0]['wait_caused_ns']} ns (truth {truth}), "
           f"comm idle {[ranks[r]['idle_by_cause']['comm'] for r in sorted(ranks)]}")
     return 0
