@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,7 +31,15 @@ namespace stallscope::cupti {
 namespace {
 
 constexpr auto kExternalKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2;
-constexpr size_t kBufferBytes = 4 << 20;
+// CUPTI's activity buffers: 4 MiB, or a sixteenth of the memory budget
+// (STALLSCOPE_BUFFER_MB) when that is smaller, at least 64 KiB; at most 4
+// of them held at once (a request past that gets none: CUPTI then drops
+// records and says how many, counted as cupti_dropped).
+constexpr size_t kMaxBufferBytes = 4 << 20;
+constexpr size_t kMinBufferBytes = 64 << 10;
+constexpr int kMaxBuffersHeld = 4;
+size_t g_buffer_bytes = kMaxBufferBytes;
+std::atomic<int> g_buffers_held{0};
 
 using EnableFn = CUptiResult (*)(CUpti_ActivityKind);
 using RegisterCallbacksFn = CUptiResult (*)(CUpti_BuffersCallbackRequestFunc,
@@ -52,9 +62,13 @@ uint64_t CUPTIAPI Timestamp() { return MonoNs(); }
 
 void CUPTIAPI BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
   void* p = nullptr;
-  if (posix_memalign(&p, 8, kBufferBytes) != 0) p = nullptr;
+  if (g_buffers_held.fetch_add(1) >= kMaxBuffersHeld ||
+      posix_memalign(&p, 8, g_buffer_bytes) != 0) {
+    g_buffers_held.fetch_sub(1);
+    p = nullptr;
+  }
   *buffer = static_cast<uint8_t*>(p);
-  *size = p ? kBufferBytes : 0;
+  *size = p ? g_buffer_bytes : 0;
   *max_records = 0;
 }
 
@@ -121,7 +135,10 @@ void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size
     if (g_dropped(nullptr, 0, &dropped) == CUPTI_SUCCESS && dropped)
       recorder::CountDiagnostic(trace::DiagnosticId::kCuptiDropped, dropped);
   }
-  free(buffer);
+  if (buffer != nullptr) {
+    free(buffer);
+    g_buffers_held.fetch_sub(1);
+  }
 }
 
 constexpr const char* kSoname = "libcupti.so.13";
@@ -232,6 +249,7 @@ void* OpenCupti() {
 bool Start() {
   if (const char* off = getenv("STALLSCOPE_NO_CUPTI"); off && *off && strcmp(off, "0") != 0)
     return false;
+  g_buffer_bytes = std::clamp(recorder::BudgetBytes() / 16, kMinBufferBytes, kMaxBufferBytes);
   void* h = OpenCupti();
   if (!h) return false;
   auto sym = [h](const char* name) { return RealDlsym(h, name); };

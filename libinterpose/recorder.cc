@@ -1049,16 +1049,36 @@ uint32_t InternPythonStack(const uint64_t* pairs, size_t frames) {
   return InternStack(trace::StackKind::kPython, pairs, frames * 2);
 }
 
-void AddDeviceRecords(const trace::DeviceRecord* recs, size_t n) {
+size_t BudgetBytes() { return g_buffer_budget * sizeof(ThreadBuffer); }
+
+namespace {
+// Device and correlation records from CUPTI wait for the writer in
+// g_pending: at most a quarter of the memory budget. Past it the writer is
+// woken and what does not fit is dropped and counted (nothing waits for
+// the writer: these arrive on CUPTI's thread).
+template <typename T>
+void AddPending(std::vector<T>* v, const T* recs, size_t n) {
   pthread_mutex_lock(&g_mu);
-  g_pending->device.insert(g_pending->device.end(), recs, recs + n);
+  const size_t held = (g_pending->device.size() * sizeof(trace::DeviceRecord) +
+                       g_pending->correlations.size() * sizeof(trace::CorrelationRecord));
+  const size_t cap = BudgetBytes() / 4;
+  const size_t room = held >= cap ? 0 : (cap - held) / sizeof(T);
+  const size_t take = std::min(n, room);
+  v->insert(v->end(), recs, recs + take);
+  if (take < n) {
+    g_diag[int(trace::DiagnosticId::kDroppedRecords)] += n - take;
+    pthread_cond_signal(&g_cv);
+  }
   pthread_mutex_unlock(&g_mu);
+}
+}  // namespace
+
+void AddDeviceRecords(const trace::DeviceRecord* recs, size_t n) {
+  AddPending(&g_pending->device, recs, n);
 }
 
 void AddCorrelations(const trace::CorrelationRecord* recs, size_t n) {
-  pthread_mutex_lock(&g_mu);
-  g_pending->correlations.insert(g_pending->correlations.end(), recs, recs + n);
-  pthread_mutex_unlock(&g_mu);
+  AddPending(&g_pending->correlations, recs, n);
 }
 
 void AddNvtx(const trace::NvtxRecord& rec) {

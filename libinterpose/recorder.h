@@ -55,6 +55,11 @@ enum class State : int { kOff = 0, kStarting = 1, kOn = 2, kDisabled = 3 };
 
 // Starts recording on first use (opens the trace file, calibrates the clock,
 // loads CUPTI). Returns true when records may be written.
+// The memory budget (STALLSCOPE_BUFFER_MB) in bytes: the per-thread record
+// buffers, CUPTI's activity buffers and the device records waiting for the
+// writer all come out of it.
+size_t BudgetBytes();
+
 bool EnsureStarted();
 
 extern std::atomic<int> g_state;

@@ -206,10 +206,25 @@ int ForkExec(const char* self, int n) {
   return 0;
 }
 
+// With RB_PRINT_HWM set, the process's peak resident memory (VmHWM of
+// /proc/self/status: per address space, so not the exec'ing parent's) on
+// stderr.
+void PrintPeakMemory() {
+  if (getenv("RB_PRINT_HWM") == nullptr) return;
+  FILE* f = fopen("/proc/self/status", "r");
+  if (f == nullptr) return;
+  char line[256];
+  while (fgets(line, sizeof line, f) != nullptr) {
+    if (strncmp(line, "VmHWM:", 6) == 0) fputs(line, stderr);
+  }
+  fclose(f);
+}
+
 int Simple(int n) {
   Setup();
   Launches("simple", n);
   printf("simple done\n");
+  PrintPeakMemory();
   return 0;
 }
 

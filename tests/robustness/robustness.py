@@ -131,6 +131,38 @@ def case_budget(ctx):
     print(f"budget: {recorded} launches recorded, {d['count']} records dropped, {took:.1f} s")
 
 
+def case_budget_memory(ctx):
+    """STALLSCOPE_BUFFER_MB bounds what the library adds to the job's memory,
+    CUPTI's activity buffers and the device records waiting for the writer
+    included: 200000 launches of a 1 us kernel (device records arriving as
+    fast as CUPTI delivers them) add at most the 1 MiB budget and 3 MiB of
+    fixed cost (code, thread stacks, tables) to the job's peak RSS, less
+    than with the default 64 MiB budget; every launch is still recorded or
+    counted as dropped."""
+    args = [ctx.job, "simple", "200000"]
+    rss = {}
+    for name, traced, extra in (("bare", False, None), ("1MiB", True, {"STALLSCOPE_BUFFER_MB": "1"}),
+                                ("default", True, None)):
+        shutil.rmtree(ctx.out, ignore_errors=True)
+        p = ctx.run(args, traced, dict(extra or {}, SIMGPU_KERNEL_US="*=1", RB_PRINT_HWM="1"))
+        check(p.returncode == 0, f"{name}: job exited {p.returncode}: {p.stderr[-1000:]}")
+        hwm = [l for l in p.stderr.splitlines() if l.startswith("VmHWM:")]
+        check(hwm, f"{name}: the job printed no VmHWM: {p.stderr[-500:]}")
+        rss[name] = int(hwm[-1].split()[1])  # kB
+        if name == "1MiB":
+            t = one_trace(ctx)
+            rep = ctx.report(ctx.out)
+            d = diag(rep, "dropped_records")
+            dropped = d["count"] if d else 0
+            check(launches(t) + dropped >= 200000, f"{launches(t)} launches recorded + {dropped} dropped")
+    extra_kib = rss["1MiB"] - rss["bare"]
+    check(extra_kib <= 1024 + 3 * 1024,
+          f"with a 1 MiB budget the library added {extra_kib} KiB to the job's peak RSS ({rss})")
+    check(rss["1MiB"] < rss["default"], f"the budget does not bound the memory: {rss}")
+    print(f"budget_memory: peak RSS {rss['bare']} KiB bare, {rss['1MiB']} KiB with a 1 MiB budget, "
+          f"{rss['default']} KiB with the default 64 MiB")
+
+
 def case_storm64(ctx):
     """64 threads launching at once: every thread's launches are in the trace."""
     threads, n = 64, 500

@@ -16,7 +16,9 @@
 #include <time.h>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -48,6 +50,7 @@ namespace {
 
 constexpr size_t kMaxStagedBytes = 256u << 20;  // beyond this, records are dropped
 constexpr int kFlushPeriodMs = 100;
+constexpr size_t kMinWakeBytes = 64u << 10;
 constexpr int kKindSlots = 64;
 static_assert(CUPTI_ACTIVITY_KIND_COUNT <= kKindSlots);
 
@@ -60,6 +63,11 @@ uint64_t MonoNs() {
 struct State {
   std::mutex mu;  // guards staging
   std::vector<uint8_t> staging;
+  // As NVIDIA's CUPTI hands over a buffer once it is full, not only every
+  // period: the flusher is woken when the staged records would fill the
+  // client's last buffer (so what is staged stays about one buffer).
+  std::condition_variable filled;
+  std::atomic<size_t> buffer_bytes{kMinWakeBytes};
   std::mutex deliver_mu;  // one delivery at a time
   std::atomic<CUpti_BuffersCallbackRequestFunc> request{nullptr};
   std::atomic<CUpti_BuffersCallbackCompleteFunc> complete{nullptr};
@@ -113,6 +121,7 @@ void Append(const void* rec, size_t size) {
   }
   const uint8_t* p = static_cast<const uint8_t*>(rec);
   s.staging.insert(s.staging.end(), p, p + size);
+  if (s.staging.size() >= s.buffer_bytes.load(std::memory_order_relaxed)) s.filled.notify_one();
 }
 
 // Hands every staged record to the client, in buffers it provides. Periodic
@@ -135,6 +144,7 @@ void Deliver(bool periodic) {
     uint8_t* buf = nullptr;
     size_t size = 0, max_records = 0;
     request(&buf, &size, &max_records);
+    if (buf != nullptr) s.buffer_bytes.store(std::max(size, kMinWakeBytes));
     if (buf == nullptr) {
       // Declined: drop everything left.
       while (off < data.size()) {
@@ -170,11 +180,13 @@ void Deliver(bool periodic) {
 void FlusherLoop() {
   pthread_setname_np(pthread_self(), "simcupti-flush");
   for (;;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(kFlushPeriodMs));
     State& s = S();
     bool any;
     {
-      std::lock_guard<std::mutex> lk(s.mu);
+      std::unique_lock<std::mutex> lk(s.mu);
+      s.filled.wait_for(lk, std::chrono::milliseconds(kFlushPeriodMs), [&s] {
+        return s.staging.size() >= s.buffer_bytes.load(std::memory_order_relaxed);
+      });
       any = !s.staging.empty();
     }
     if (any) Deliver(/*periodic=*/true);
@@ -323,6 +335,7 @@ void ResetAfterFork() {
   new (&s.deliver_mu) std::mutex();
   new (&s.connect_mu) std::mutex();
   new (&s.staging) std::vector<uint8_t>();
+  new (&s.filled) std::condition_variable();
   s.flusher_started.store(false);
   s.exiting.store(false);
 }
