@@ -37,8 +37,12 @@ namespace stallscope::analyzer {
   X(kStacksDropped, "stacks_dropped", kInfo,                                   \
     "call-site stacks the recorder could not capture")                        \
   X(kCuptiRecordsStopped, "cupti_records_stopped", kWarning,                   \
-    "CUPTI records stopped arriving (another profiler took the activity "     \
-    "buffers or disabled kinds): device times are missing for these calls")   \
+    "CUPTI stopped acknowledging submissions (another profiler took the "      \
+    "activity buffers): device times are missing for these calls")             \
+  X(kNoDeviceRecordsAtExit, "device_records_missing_at_exit", kWarning,       \
+    "submissions had no device record when the process exited: work still "   \
+    "queued on the GPU (the job ended without a final synchronize), or "      \
+    "another profiler disabled an activity kind")                              \
   X(kUnknownRecorderDiagnostic, "unknown_recorder_diagnostic", kInfo,          \
     "a diagnostic id this analyzer does not know")                            \
   X(kClockSinglePair, "clock_single_pair", kWarning,                           \

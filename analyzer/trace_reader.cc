@@ -182,6 +182,7 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
           case trace::DiagnosticId::kInternalErrors: id = DiagId::kInternalErrors; break;
           case trace::DiagnosticId::kStacksDropped: id = DiagId::kStacksDropped; break;
           case trace::DiagnosticId::kCuptiRecordsStopped: id = DiagId::kCuptiRecordsStopped; break;
+          case trace::DiagnosticId::kNoDeviceRecordsAtExit: id = DiagId::kNoDeviceRecordsAtExit; break;
           default: id = DiagId::kUnknownRecorderDiagnostic; break;
         }
         AddDiagnostic(&t->diagnostics, id, r.count);

@@ -312,9 +312,12 @@ enum class DiagnosticId : uint32_t {
   kWriteFailedRecords = 8,   // records of chunks that could not be written
                              // (a full disk); `reserved`: the last errno
   kWriteFailedCalls = 9,     // of them, API call records
+  kNoDeviceRecordsAtExit = 10,  // submissions CUPTI acknowledged whose device
+                                // records had not come at exit (work still
+                                // queued, or a kind disabled by another client)
 };
 // One past the largest DiagnosticId: the recorder's counter slots.
-inline constexpr uint32_t kDiagnosticSlots = 10;
+inline constexpr uint32_t kDiagnosticSlots = 11;
 
 struct DiagnosticRecord {
   uint32_t id;  // DiagnosticId

@@ -142,11 +142,17 @@ struct StallTracker {
     unacked++;
   }
   bool Suspect() const { return unacked >= kStallThreshold; }
+  // (a) says CUPTI stopped acknowledging submissions: its records went to
+  // someone else. (b) alone, at exit, cannot tell a disabled kind from work
+  // still queued on the GPU when the job exited without a final
+  // synchronize: it gets a diagnostic of its own that names both.
   void Evaluate(bool final) {
-    uint64_t stalled = final ? std::max(unacked, corr_since_device) : unacked;
-    if (stalled >= kStallThreshold && stalled > worst) {
-      worst = stalled;
+    if (unacked >= kStallThreshold && unacked > worst) {
+      worst = unacked;
       g_diag[int(trace::DiagnosticId::kCuptiRecordsStopped)].store(worst);
+    }
+    if (final && unacked < kStallThreshold && corr_since_device >= kStallThreshold) {
+      g_diag[int(trace::DiagnosticId::kNoDeviceRecordsAtExit)].store(corr_since_device);
     }
   }
 };

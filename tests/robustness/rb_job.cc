@@ -15,6 +15,7 @@
 //   rb_job fork_storm CHILDREN N      CHILDREN forks while a thread launches;
 //                                     each child makes N launches (0: none)
 //   rb_job simple N                   N launches and a synchronize
+//   rb_job inflight N                 N launches left queued at exit
 //   rb_job paced ROUNDS N MS          ROUNDS x (N launches, a synchronize),
 //                                     MS apart
 //   rb_job signal N                   launches until SIGTERM/SIGINT; with
@@ -220,6 +221,19 @@ void PrintPeakMemory() {
   fclose(f);
 }
 
+// N launches of a kernel the test makes long, then exit without a
+// synchronize: work still queued on the device at exit.
+int InFlight(int n) {
+  Setup();
+  Check(cuCtxSetCurrent(g_ctx), "cuCtxSetCurrent");
+  CUfunction f;
+  Check(cuModuleGetFunction(&f, g_mod, "inflight"), "cuModuleGetFunction");
+  for (int i = 0; i < n; ++i)
+    Check(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr), "cuLaunchKernel");
+  printf("inflight %d queued\n", n);
+  return 0;
+}
+
 int Simple(int n) {
   Setup();
   Launches("simple", n);
@@ -326,6 +340,7 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "fork_exec") == 0) return ForkExec(argv[0], arg(2, 100));
   if (strcmp(mode, "fork_storm") == 0) return ForkStorm(arg(2, 200), arg(3, 0));
   if (strcmp(mode, "simple") == 0) return Simple(arg(2, 100));
+  if (strcmp(mode, "inflight") == 0) return InFlight(arg(2, 400));
   if (strcmp(mode, "paced") == 0) return Paced(arg(2, 50), arg(3, 100), arg(4, 20));
   if (strcmp(mode, "signal") == 0) return Signal(arg(2, 100));
   if (strcmp(mode, "cupti") == 0 && argc > 2) return Cupti(argv[2], arg(3, 100));

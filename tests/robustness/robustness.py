@@ -521,10 +521,27 @@ def case_cupti_steal(ctx):
 
 
 def case_cupti_disable(ctx):
-    """The job disables the kernel activity kind after 400 launches."""
+    """The job disables the kernel activity kind after 400 launches: CUPTI
+    still acknowledges the submissions, their device records never come;
+    at exit that reads like work still queued, and the diagnostic names
+    both (not "another profiler took the buffers")."""
     _, rep = cupti_job(ctx, "disable")
-    d = diag(rep, "cupti_records_stopped")
-    check(d and d["count"] >= 1000, f"no cupti_records_stopped (>= 1000): {rep['diagnostics']}")
+    d = diag(rep, "device_records_missing_at_exit")
+    check(d and d["count"] >= 1000, f"no device_records_missing_at_exit (>= 1000): {rep['diagnostics']}")
+    check(diag(rep, "cupti_records_stopped") is None, f"cupti_records_stopped: {rep['diagnostics']}")
+
+
+def case_cupti_inflight(ctx):
+    """The job exits with 400 kernels still queued (no final synchronize):
+    their device records never come, and the report says so as work in
+    flight at exit, not as another profiler taking CUPTI's buffers."""
+    p = ctx.run([ctx.job, "inflight", "400"], extra={"SIMGPU_KERNEL_US": "inflight=2000,*=2"})
+    expect_ok(p)
+    rep = ctx.report(ctx.out)
+    check(diag(rep, "cupti_records_stopped") is None, f"cupti_records_stopped: {rep['diagnostics']}")
+    d = diag(rep, "device_records_missing_at_exit")
+    check(d is not None and d["count"] >= 256, f"no device_records_missing_at_exit: {rep['diagnostics']}")
+    print(f"cupti_inflight: {d['count']} submissions without a device record at exit")
 
 
 def case_cupti_kept(ctx):
