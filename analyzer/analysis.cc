@@ -322,11 +322,55 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     paths->resize(kept);
   }
   const size_t n_read = paths->size();
-  auto note_unreadable = [&unreadable](Report* r) {
-    if (unreadable.empty()) return;
-    AddDiagnostic(&r->diagnostics, DiagId::kUnreadableTraces, unreadable.size(),
-                  absl::StrFormat("%d trace file(s) could not be read and are left out: %s",
-                                  unreadable.size(), absl::StrJoin(unreadable, "; ")));
+  // What the folder says about the job as a whole: files that could not be
+  // read, ranks of the job's world with no trace, and traces of other
+  // processes that end before their process finished (killed, crashed).
+  std::vector<std::string> missing_ranks, incomplete;
+  int32_t world = -1;
+  {
+    std::vector<bool> present;
+    for (const auto& t : timelines) {
+      if (t->rank.known && t->rank.world_size > 0 && t->rank.world_size <= 65536) {
+        world = std::max<int32_t>(world, static_cast<int32_t>(t->rank.world_size));
+      }
+    }
+    if (world > 0) {
+      present.assign(static_cast<size_t>(world), false);
+      for (const auto& t : timelines) {
+        if (t->rank.known && t->rank.rank >= 0 && t->rank.rank < world) {
+          present[static_cast<size_t>(t->rank.rank)] = true;
+        }
+      }
+      for (int32_t r = 0; r < world; ++r) {
+        if (!present[static_cast<size_t>(r)]) missing_ranks.push_back(absl::StrCat(r));
+      }
+    }
+    if (n_read > 1) {
+      for (const auto& t : timelines) {
+        if (t->ended_cleanly) continue;
+        incomplete.push_back(t->rank.known ? absl::StrFormat("%s (rank %d)", BaseName(t->path), t->rank.rank)
+                                           : BaseName(t->path));
+      }
+    }
+  }
+  auto note_unreadable = [&](Report* r) {
+    if (!unreadable.empty()) {
+      AddDiagnostic(&r->diagnostics, DiagId::kUnreadableTraces, unreadable.size(),
+                    absl::StrFormat("%d trace file(s) could not be read and are left out: %s",
+                                    unreadable.size(), absl::StrJoin(unreadable, "; ")));
+    }
+    if (!missing_ranks.empty()) {
+      AddDiagnostic(&r->diagnostics, DiagId::kMissingRanks, missing_ranks.size(),
+                    absl::StrFormat("no trace for rank(s) %s of the job's %d: the report covers "
+                                    "the others",
+                                    absl::StrJoin(missing_ranks, ", "), world));
+    }
+    if (!incomplete.empty()) {
+      AddDiagnostic(&r->diagnostics, DiagId::kIncompleteTraces, incomplete.size(),
+                    absl::StrFormat("%d trace(s) end before their process finished (killed or "
+                                    "crashed; records up to its last write are used): %s",
+                                    incomplete.size(), absl::StrJoin(incomplete, ", ")));
+    }
   };
 
   // A distributed run: two or more traces with NCCL collectives. The

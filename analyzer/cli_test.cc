@@ -313,6 +313,39 @@ TEST_CASE("run onto a folder it cannot write says so before running", "[cli]") {
   }
 }
 
+// Guards a job's folder with a rank missing and a rank killed: ranks 0 and
+// 2 of a world of 4 wrote traces (rank 2's without its end chunk: killed
+// mid-run), rank 3's file is not a trace, rank 1 wrote nothing; the report
+// covers the readable ranks and names the missing one, the incomplete one
+// and the unreadable file.
+TEST_CASE("report of a job with ranks missing or killed names them", "[cli]") {
+  Sandbox box;
+  const std::string dir = box.root() + "/job";
+  REQUIRE(mkdir(dir.c_str(), 0755) == 0);
+  for (int rank : {0, 2}) {
+    testing::TraceBuilder b;
+    auto api = testing::AddStandardApis(&b);
+    trace::RankRecord rr{};
+    rr.rank = rank;
+    rr.world_size = 4;
+    rr.local_world_size = 4;
+    rr.local_rank = rank;
+    b.Rank(rr);
+    b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 500 * kUs);
+    b.Call(1, api.sync, 100 * kUs, 505 * kUs);
+    if (rank == 2) b.SetEnd(false);
+    b.WriteTo(dir + "/rank" + std::to_string(rank) + ".sstrace");
+  }
+  std::ofstream(dir + "/rank3.sstrace") << "cut short before its header was written, by a full disk";
+  Result r = box.Run("report '" + dir + "' --format json");
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("no trace for rank(s) 1, 3 of the job's 4") != std::string::npos);
+  CHECK(r.out.find("end before their process finished") != std::string::npos);
+  CHECK(r.out.find("rank2.sstrace (rank 2)") != std::string::npos);
+  CHECK(r.out.find("rank0.sstrace (rank 0)") == std::string::npos);
+  CHECK(r.out.find("rank3.sstrace: not a stallscope trace") != std::string::npos);
+}
+
 // Guards the user-code patterns: --user-code and --not-user-code take a
 // glob (a missing one is a usage error, exit 1, one line), repeat, and the
 // report still runs with them.

@@ -22,6 +22,12 @@ namespace stallscope::analyzer {
   X(kUnreadableTraces, "unreadable_traces", kWarning,                         \
     "trace files that could not be read (not a trace, empty, not a regular "   \
     "file) were left out; the report covers the others")                       \
+  X(kMissingRanks, "missing_ranks", kWarning,                                 \
+    "ranks of the job's world have no trace (a rank killed before it wrote "   \
+    "one, or its file is elsewhere): the report covers the others")            \
+  X(kIncompleteTraces, "incomplete_traces", kWarning,                          \
+    "traces of other processes end before their process finished (killed "     \
+    "or crashed): their records stop at their last write")                     \
   X(kNoEndChunk, "no_end_chunk", kWarning,                                     \
     "the process did not finish writing its trace (no end chunk)")            \
   X(kDroppedRecords, "dropped_records", kWarning,                              \

@@ -20,9 +20,11 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCH = os.path.join(ROOT, "scripts", "launch-ranks")
@@ -408,6 +410,64 @@ def case_straggler(build, work):
     return 0
 
 
+def case_killed_rank(build, work):
+    """Rank 1 of 3 is killed with SIGKILL mid-run; the launcher stops the
+    others (SIGTERM). `stallscope run` exits with the launcher's code, every
+    rank's trace reads up to its last write, and the report analyzes them
+    all, naming each trace that ends before its process finished
+    (incomplete_traces), rank 1's among them."""
+    if not os.path.exists(os.path.join(build, "bin", "ddp_train")):
+        return SKIP
+    ddp = os.path.join(build, "bin", "ddp_train")
+    out = os.path.join(work, "trace")
+    env = dict(os.environ)
+    env["SIMGPU_KERNEL_US"] = "*gemm_fwd*=400,*gemm_bwd*=300,*=20"
+    exe = os.path.join(build, "bin", "stallscope")
+    proc = subprocess.Popen([exe, "run", "--sim", "-q", "--out", out, "--", LAUNCH, "-n", "3", "--", ddp,
+                             "--steps", "100000", "--buckets", "2"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        victim = None
+        deadline = time.monotonic() + 60
+        while victim is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            # The ranks: ddp_train processes whose RANK is 1, with a trace written.
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        if os.path.basename(f.read().split(b"\0")[0]) != b"ddp_train":
+                            continue
+                    with open(f"/proc/{pid}/environ", "rb") as f:
+                        if b"RANK=1" not in f.read().split(b"\0"):
+                            continue
+                except OSError:
+                    continue
+                if glob.glob(os.path.join(out, f"*-{pid}.sstrace")):
+                    victim = int(pid)
+        check(victim is not None, "rank 1 never started writing its trace")
+        time.sleep(1.0)  # mid-run: several drains written
+        os.kill(victim, signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    check(proc.returncode == 137, f"stallscope run exited {proc.returncode}, expected the launcher's 137: "
+          f"{err[-1500:]}")
+    rep = subprocess.run([exe, "report", out, "--format", "json"], capture_output=True, text=True, timeout=300)
+    check(rep.returncode == 0, f"report exited {rep.returncode}: {rep.stderr[-1500:]}")
+    report = json.loads(rep.stdout)
+    ranks = sorted(r["rank"] for r in report.get("ranks", []))
+    check(ranks == [0, 1, 2], f"ranks[] {ranks}")
+    d = next((x for x in report["diagnostics"] if x["name"] == "incomplete_traces"), None)
+    check(d is not None and f"-{victim}.sstrace (rank 1)" in d["message"],
+          f"the killed rank is not named: {report['diagnostics']}")
+    check(not any(x["name"] == "missing_ranks" for x in report["diagnostics"]), "a rank reported missing")
+    print(f"killed_rank: rank 1 (pid {victim}) killed; {d['message']}")
+    return 0
+
+
 def case_clean_ranks(build, work):
     """No slow rank: no straggler, and communication's share of step time
     within 2% of the ground truth's."""
@@ -461,6 +521,7 @@ def case_inside_launcher(build, work):
 
 
 CASES = {"rendezvous": case_rendezvous, "interpose": case_interpose, "ddp": case_ddp,
+         "killed_rank": case_killed_rank,
          "straggler": case_straggler, "clean_ranks": case_clean_ranks,
          "inside_launcher": case_inside_launcher}
 
