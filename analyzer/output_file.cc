@@ -26,7 +26,9 @@ absl::Status WriteThroughTemporary(const std::string& path, std::string_view dat
     unlink(tmp.c_str());
     return absl::InternalError(absl::StrFormat("%s: %s: %s", path, what, strerror(err)));
   };
-  if (fchmod(fd, 0640) != 0) return fail("chmod failed", errno);
+  const mode_t mask = umask(0);  // the command is single-threaded here
+  umask(mask);
+  if (fchmod(fd, 0640 & ~mask) != 0) return fail("chmod failed", errno);
   const char* p = data.data();
   size_t left = data.size();
   while (left > 0) {
@@ -41,8 +43,16 @@ absl::Status WriteThroughTemporary(const std::string& path, std::string_view dat
   fd = -1;
   if (closed != 0) return fail("close failed", errno);
   // A new PATH is made with link(), which fails rather than replace a file
-  // created meanwhile; replacing is rename().
-  if ((replace ? rename(tmp.c_str(), path.c_str()) : link(tmp.c_str(), path.c_str())) != 0) {
+  // created meanwhile; replacing is rename(). File systems without hard
+  // links (vfat, some network mounts) get a rename after checking that PATH
+  // is still free.
+  int rc = replace ? rename(tmp.c_str(), path.c_str()) : link(tmp.c_str(), path.c_str());
+  if (rc != 0 && !replace && (errno == EPERM || errno == ENOTSUP || errno == EOPNOTSUPP || errno == EMLINK)) {
+    struct stat st;
+    rc = lstat(path.c_str(), &st) == 0 ? (errno = EEXIST, -1) : rename(tmp.c_str(), path.c_str());
+    if (rc == 0) return absl::OkStatus();
+  }
+  if (rc != 0) {
     const int err = errno;
     unlink(tmp.c_str());
     if (!replace && err == EEXIST) {

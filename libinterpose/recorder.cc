@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -85,6 +86,7 @@ uint64_t g_diag_written[trace::kDiagnosticSlots];  // counts already in the file
 // a torn chunk before later ones; its records are counted as lost.
 uint64_t g_file_end = 0;
 trace::FileHeader g_header{};
+trace::RankRecord g_rank{};
 std::atomic<int> g_write_errno{0};
 
 // Detects that CUPTI records stopped arriving (another client took the
@@ -93,9 +95,8 @@ std::atomic<int> g_write_errno{0};
 //      successful result) above the highest external id CUPTI acknowledged
 //      through an external-correlation record. Kept as runs of consecutive
 //      sequence numbers, so a long stall costs a few words, not one per call.
-//  (b) External-correlation records received since the last device record
-//      (the job disabled the kernel kind, or took the buffers between our
-//      correlation and device records).
+//  (b) Submissions CUPTI acknowledged whose device record never came (the
+//      job disabled the kernel kind, or work was still queued at exit).
 // (a) is evaluated right after a forced CUPTI flush (everything submitted
 // before it must have been acknowledged: CUPTI writes the external-correlation
 // record at submission), counting only submissions written before that flush,
@@ -110,7 +111,20 @@ struct StallTracker {
   };
   std::unordered_map<uint32_t, Thread> threads;
   uint64_t unacked = 0;            // (a): sum of the runs' lengths
-  uint64_t corr_since_device = 0;  // (b)
+  // (b): CUPTI correlation ids acknowledged (external-correlation record)
+  // whose device record has not come yet; a correlation record always
+  // precedes its device record. Capped: past it, counted only.
+  static constexpr size_t kMaxOutstanding = size_t{1} << 16;
+  std::unordered_set<uint32_t> outstanding;
+  uint64_t outstanding_overflow = 0;
+  void Acknowledged(uint32_t correlation) {
+    if (outstanding.size() < kMaxOutstanding) {
+      outstanding.insert(correlation);
+    } else {
+      ++outstanding_overflow;
+    }
+  }
+  void DeviceRecord(uint32_t correlation) { outstanding.erase(correlation); }
   uint64_t worst = 0;              // largest stall seen, the diagnostic's count
 
   void Ack(uint64_t external) {
@@ -151,8 +165,9 @@ struct StallTracker {
       worst = unacked;
       g_diag[int(trace::DiagnosticId::kCuptiRecordsStopped)].store(worst);
     }
-    if (final && unacked < kStallThreshold && corr_since_device >= kStallThreshold) {
-      g_diag[int(trace::DiagnosticId::kNoDeviceRecordsAtExit)].store(corr_since_device);
+    const uint64_t missing = outstanding.size() + outstanding_overflow;
+    if (final && unacked < kStallThreshold && missing >= kStallThreshold) {
+      g_diag[int(trace::DiagnosticId::kNoDeviceRecordsAtExit)].store(missing);
     }
   }
 };
@@ -173,6 +188,9 @@ struct Pending {
   std::vector<trace::ThreadRecord> threads;
   std::vector<std::pair<uint32_t, trace::CpuRecord>> cpu;  // (tid, sample)
   std::vector<trace::NcclRecord> nccl;
+  // Per recorder thread, the highest external id of correlation records
+  // dropped over the budget: the writer still acknowledges them.
+  std::vector<uint64_t> dropped_acks;
 };
 Pending* g_pending = nullptr;
 std::unordered_map<std::string, uint32_t>* g_strings = nullptr;
@@ -229,16 +247,31 @@ void CutBack(int err) {
   }
 }
 
-// Writes the file header when the file does not hold it yet (it could not
-// be written at start-up). False when it still cannot be.
+bool WriteApiTable();
+bool WriteChunk(ChunkType type, uint32_t tid, uint32_t count, const void* payload, size_t bytes);
+bool g_writing_preamble = false;  // under g_write_mu (or start-up)
+
+// Writes the file's preamble (header, API table, rank) when the file does
+// not hold it yet: it could not be written at start-up (a full disk), and
+// without it no later chunk can be read. All of it or none of it: false
+// (and the file cut back to empty) when it still cannot be written.
 bool EnsureHeader() {
-  if (g_file_end != 0) return true;
+  if (g_file_end != 0 || g_writing_preamble) return true;
   iovec iov{&g_header, sizeof g_header};
   if (!WriteAll(&iov, 1)) {
     CutBack(errno);
     return false;
   }
   g_file_end = sizeof g_header;
+  g_writing_preamble = true;
+  const bool ok = WriteApiTable() &&
+                  (g_rank.rank < 0 || WriteChunk(ChunkType::kRank, 0, 1, &g_rank, sizeof g_rank));
+  g_writing_preamble = false;
+  if (!ok) {
+    g_file_end = 0;
+    CutBack(errno);
+    return false;
+  }
   return true;
 }
 
@@ -283,7 +316,7 @@ void PutBytes(std::vector<unsigned char>& out, const void* p, size_t n) {
 }
 void Pad8(std::vector<unsigned char>& out) { out.resize(trace::PadTo8(out.size()), 0); }
 
-void WriteApiTable() {
+bool WriteApiTable() {
   size_t n = 0;
   const HookInfo* hooks = Hooks(&n);
   std::vector<unsigned char> out;
@@ -297,7 +330,7 @@ void WriteApiTable() {
     PutBytes(out, hooks[i].name, e.name_len);
     Pad8(out);
   }
-  WriteChunk(ChunkType::kApiTable, 0, uint32_t(n), out.data(), out.size());
+  return WriteChunk(ChunkType::kApiTable, 0, uint32_t(n), out.data(), out.size());
 }
 
 struct ModuleScan {
@@ -406,17 +439,27 @@ bool Drain(bool final, bool after_cupti_flush = false) {
   bool track = cupti::Active();
   if (track) {
     for (const auto& c : pending.correlations) g_stall->Ack(c.external);
-    if (!pending.device.empty())
-      g_stall->corr_since_device = 0;
-    else
-      g_stall->corr_since_device += pending.correlations.size();
+    for (uint64_t external : pending.dropped_acks) g_stall->Ack(external);
+    for (const auto& c : pending.correlations) g_stall->Acknowledged(c.correlation);
+    for (const auto& d : pending.device) g_stall->DeviceRecord(d.correlation);
     if (after_cupti_flush && !final) g_stall->Evaluate(false);
   }
 
+  // Thread names, strings and stacks are queued once (interned): when their
+  // chunk cannot be written (a full disk) they go back to the queue for the
+  // next drain, so what is written later can still name them.
+  auto requeue = [](auto& items, auto Pending::*queue) {
+    pthread_mutex_lock(&g_mu);
+    auto& q = g_pending->*queue;
+    q.insert(q.begin(), std::make_move_iterator(items.begin()), std::make_move_iterator(items.end()));
+    pthread_mutex_unlock(&g_mu);
+  };
   // Strings first: records written after may refer to them.
-  if (!pending.threads.empty())
-    WriteChunk(ChunkType::kThread, 0, uint32_t(pending.threads.size()), pending.threads.data(),
-               pending.threads.size() * sizeof(trace::ThreadRecord));
+  if (!pending.threads.empty() &&
+      !WriteChunk(ChunkType::kThread, 0, uint32_t(pending.threads.size()), pending.threads.data(),
+                  pending.threads.size() * sizeof(trace::ThreadRecord))) {
+    requeue(pending.threads, &Pending::threads);
+  }
   if (!pending.strings.empty()) {
     std::vector<unsigned char> out;
     for (auto& [id, s] : pending.strings) {
@@ -425,7 +468,8 @@ bool Drain(bool final, bool after_cupti_flush = false) {
       PutBytes(out, s.data(), s.size());
       Pad8(out);
     }
-    WriteChunk(ChunkType::kString, 0, uint32_t(pending.strings.size()), out.data(), out.size());
+    if (!WriteChunk(ChunkType::kString, 0, uint32_t(pending.strings.size()), out.data(), out.size()))
+      requeue(pending.strings, &Pending::strings);
   }
   if (!pending.stacks.empty()) {
     std::vector<unsigned char> out;
@@ -437,7 +481,8 @@ bool Drain(bool final, bool after_cupti_flush = false) {
       PutBytes(out, hdr, 4);
       PutBytes(out, st.words.data(), st.words.size() * 8);
     }
-    WriteChunk(ChunkType::kStack, 0, uint32_t(pending.stacks.size()), out.data(), out.size());
+    if (!WriteChunk(ChunkType::kStack, 0, uint32_t(pending.stacks.size()), out.data(), out.size()))
+      requeue(pending.stacks, &Pending::stacks);
   }
   trace::ClockRecord clock = ReadClockPair();
   WriteChunk(ChunkType::kClock, 0, 1, &clock, sizeof clock);
@@ -705,7 +750,6 @@ trace::RankRecord ReadRankInfo() {
   return r;
 }
 
-trace::RankRecord g_rank{};
 
 // <dir>/<host>-<pid>.sstrace, or with a rank
 // <dir>/rank<R>[.<local rank>]-<host>-<pid>.sstrace (rank zero-padded to 5
@@ -734,30 +778,15 @@ int OpenTraceFile() {
   return -1;
 }
 
-// Held by the thread that starts the recorder for the whole start-up.
-pthread_mutex_t g_start_mu = PTHREAD_MUTEX_INITIALIZER;
-std::atomic<uint32_t> g_starter{0};  // its tid while it starts
-bool g_fork_holds_start = false;     // the forking thread took g_start_mu
-
-struct StartupLock {
-  StartupLock() {
-    pthread_mutex_lock(&g_start_mu);
-    g_starter.store(GetTid());
-  }
-  ~StartupLock() {
-    g_starter.store(0);
-    pthread_mutex_unlock(&g_start_mu);
-  }
-};
-
-// fork: the prepare handler waits for a start-up in progress on another
-// thread, then takes both locks so that the child inherits consistent tables
-// (no thread of ours is half-way through one); the parent handler releases
-// them. Installed when the library is loaded, so a fork at any moment runs
-// them (a fork during start-up once left a child that never recorded).
+// fork: the prepare handler takes both locks so that the child inherits
+// consistent tables (no thread of ours is half-way through one); the parent
+// handler releases them. Installed when the library is loaded, so a fork at
+// any moment runs them: a child copied while another thread was starting
+// the recorder (state kStarting) is reset like any other and starts its own
+// file at its first CUDA call (before, it never recorded). Prepare never
+// waits for a start-up: start-up loads CUPTI, whose libraries may register
+// fork handlers, which the C library serializes against a fork in progress.
 void AtForkPrepare() {
-  g_fork_holds_start = g_starter.load() != GetTid();
-  if (g_fork_holds_start) pthread_mutex_lock(&g_start_mu);
   pthread_mutex_lock(&g_write_mu);
   pthread_mutex_lock(&g_mu);
 }
@@ -765,7 +794,6 @@ void AtForkPrepare() {
 void AtForkParent() {
   pthread_mutex_unlock(&g_mu);
   pthread_mutex_unlock(&g_write_mu);
-  if (g_fork_holds_start) pthread_mutex_unlock(&g_start_mu);
 }
 
 // The child never writes into the parent's file and inherits none of its
@@ -779,11 +807,13 @@ void AtForkChild() {
   // that had not started yet leaves a child that starts its own file at its
   // first CUDA call.
   const bool disabled = g_state.load() == int(State::kDisabled);
+  // The parent may have been writing its file's preamble on another thread.
+  g_file_end = 0;
+  g_writing_preamble = false;
   if (!g_initialized) {  // nothing recorded yet: nothing to forget
     g_state.store(int(disabled ? State::kDisabled : State::kOff));
     pthread_mutex_unlock(&g_mu);
     pthread_mutex_unlock(&g_write_mu);
-    if (g_fork_holds_start) pthread_mutex_unlock(&g_start_mu);
     return;
   }
   if (g_fd >= 0) close(g_fd);
@@ -819,7 +849,6 @@ void AtForkChild() {
   pthread_cond_init(&g_cv, nullptr);
   pthread_mutex_unlock(&g_mu);
   pthread_mutex_unlock(&g_write_mu);
-  if (g_fork_holds_start) pthread_mutex_unlock(&g_start_mu);
 }
 
 __attribute__((constructor)) void InstallForkHandlers() {
@@ -925,9 +954,6 @@ bool EnsureStarted() {
   }
   int expected = int(State::kOff);
   if (!g_state.compare_exchange_strong(expected, int(State::kStarting))) return EnsureStarted();
-  // A fork waits for start-up to finish (AtForkPrepare): a child copied in
-  // the middle of it would inherit kStarting and a half-made state.
-  StartupLock startup;
   if (!g_initialized) {
     Initialize();
     g_initialized = true;
@@ -952,9 +978,8 @@ bool EnsureStarted() {
   gethostname(h.host, sizeof h.host - 1);
   g_header = h;
   g_file_end = 0;
-  EnsureHeader();
-  WriteApiTable();
-  if (g_rank.rank >= 0) WriteChunk(ChunkType::kRank, 0, 1, &g_rank, sizeof g_rank);
+  g_writing_preamble = false;
+  EnsureHeader();  // header, API table, rank
   trace::ClockRecord clock = ReadClockPair();
   WriteChunk(ChunkType::kClock, 0, 1, &clock, sizeof clock);
   g_cpu_gap_ticks = CalibrateCpuGapTicks();
@@ -1057,34 +1082,51 @@ uint32_t InternPythonStack(const uint64_t* pairs, size_t frames) {
 
 size_t BudgetBytes() { return g_buffer_budget * sizeof(ThreadBuffer); }
 
-namespace {
 // Device and correlation records from CUPTI wait for the writer in
 // g_pending: at most a quarter of the memory budget. Past it the writer is
 // woken and what does not fit is dropped and counted (nothing waits for
-// the writer: these arrive on CUPTI's thread).
-template <typename T>
-void AddPending(std::vector<T>* v, const T* recs, size_t n) {
-  pthread_mutex_lock(&g_mu);
-  const size_t held = (g_pending->device.size() * sizeof(trace::DeviceRecord) +
-                       g_pending->correlations.size() * sizeof(trace::CorrelationRecord));
+// the writer: these arrive on CUPTI's thread). A dropped correlation record
+// is still an acknowledgement that CUPTI saw the submission: its external
+// id is kept (the highest per thread), so it never reads as records that
+// stopped arriving.
+size_t PendingRoom(size_t record_bytes) {  // under g_mu
+  const size_t held = g_pending->device.size() * sizeof(trace::DeviceRecord) +
+                      g_pending->correlations.size() * sizeof(trace::CorrelationRecord);
   const size_t cap = BudgetBytes() / 4;
-  const size_t room = held >= cap ? 0 : (cap - held) / sizeof(T);
-  const size_t take = std::min(n, room);
-  v->insert(v->end(), recs, recs + take);
+  return held >= cap ? 0 : (cap - held) / record_bytes;
+}
+
+void AddDeviceRecords(const trace::DeviceRecord* recs, size_t n) {
+  pthread_mutex_lock(&g_mu);
+  const size_t take = std::min(n, PendingRoom(sizeof(trace::DeviceRecord)));
+  g_pending->device.insert(g_pending->device.end(), recs, recs + take);
   if (take < n) {
     g_diag[int(trace::DiagnosticId::kDroppedRecords)] += n - take;
     pthread_cond_signal(&g_cv);
   }
   pthread_mutex_unlock(&g_mu);
 }
-}  // namespace
-
-void AddDeviceRecords(const trace::DeviceRecord* recs, size_t n) {
-  AddPending(&g_pending->device, recs, n);
-}
 
 void AddCorrelations(const trace::CorrelationRecord* recs, size_t n) {
-  AddPending(&g_pending->correlations, recs, n);
+  pthread_mutex_lock(&g_mu);
+  const size_t take = std::min(n, PendingRoom(sizeof(trace::CorrelationRecord)));
+  g_pending->correlations.insert(g_pending->correlations.end(), recs, recs + take);
+  if (take < n) {
+    g_diag[int(trace::DiagnosticId::kDroppedRecords)] += n - take;
+    std::vector<uint64_t>& acks = g_pending->dropped_acks;
+    for (size_t i = take; i < n; ++i) {
+      const uint64_t ext = recs[i].external;
+      auto it = std::find_if(acks.begin(), acks.end(),
+                             [ext](uint64_t a) { return (a >> 40) == (ext >> 40); });
+      if (it == acks.end()) {
+        acks.push_back(ext);
+      } else if (ext > *it) {
+        *it = ext;
+      }
+    }
+    pthread_cond_signal(&g_cv);
+  }
+  pthread_mutex_unlock(&g_mu);
 }
 
 void AddNvtx(const trace::NvtxRecord& rec) {

@@ -15,12 +15,17 @@ def _stallscope_start():
     import os
     import sys
 
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
+    # Once per process, even with two such folders on the path (two
+    # installs): each would otherwise find and run the other.
+    if getattr(sys, "_stallscope_site_done", False):
+        return
+    sys._stallscope_site_done = True
     try:
         name = "_stallscope_pyhooks"
         hooks = sys.modules.get(name)
         if hooks is None:
-            spec = importlib.util.spec_from_file_location(name, os.path.join(here, "stallscope", "_pyhooks.py"))
+            spec = importlib.util.spec_from_file_location(name, os.path.join(here, name + ".py"))
             hooks = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(hooks)
             sys.modules[name] = hooks
@@ -29,7 +34,7 @@ def _stallscope_start():
         pass
 
     # The job's own sitecustomize, if any: the next one on the path.
-    path = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    path = [p for p in sys.path if os.path.realpath(p or os.curdir) != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
     if spec is not None and spec.loader is not None:
         module = importlib.util.module_from_spec(spec)

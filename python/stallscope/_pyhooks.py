@@ -14,8 +14,8 @@ patched when ``torch.profiler.profiler`` is imported (a finder on
 ``sys.meta_path`` that returns to the normal import for every other module),
 or at once when it already is. Without the library nothing is patched.
 
-Installed by ``stallscope run`` (its ``sitecustomize`` on ``PYTHONPATH``) and by
-``import stallscope``. ``STALLSCOPE_PYTHON_HOOKS=0`` turns it off.
+Installed by ``stallscope run`` (its ``sitecustomize`` on ``PYTHONPATH`` loads
+this file as ``_stallscope_pyhooks``) and by ``import stallscope``. ``STALLSCOPE_PYTHON_HOOKS=0`` turns it off.
 """
 import sys
 
@@ -117,7 +117,10 @@ class _PatchingLoader:
 
     def exec_module(self, module):
         self._loader.exec_module(module)
-        patch_profiler(module)
+        try:
+            patch_profiler(module)
+        except Exception:  # the import succeeds whatever happens to stallscope's part
+            pass
 
     def __getattr__(self, name):  # get_source, get_code, is_package, ...
         return getattr(self._loader, name)
@@ -152,8 +155,11 @@ def install():
     if _state["installed"] or not enabled():
         return
     _state["installed"] = True
-    module = sys.modules.get(TARGET)
-    if module is not None:
-        patch_profiler(module)
-    elif not any(getattr(f, "stallscope_finder", False) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    try:
+        module = sys.modules.get(TARGET)
+        if module is not None:
+            patch_profiler(module)
+        elif not any(getattr(f, "stallscope_finder", False) for f in sys.meta_path):
+            sys.meta_path.insert(0, _Finder())
+    except Exception:  # never fails the import that installs it
+        pass

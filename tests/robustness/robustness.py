@@ -135,10 +135,11 @@ def case_budget_memory(ctx):
     """STALLSCOPE_BUFFER_MB bounds what the library adds to the job's memory,
     CUPTI's activity buffers and the device records waiting for the writer
     included: 200000 launches of a 1 us kernel (device records arriving as
-    fast as CUPTI delivers them) add at most the 1 MiB budget and 3 MiB of
-    fixed cost (code, thread stacks, tables) to the job's peak RSS, less
-    than with the default 64 MiB budget; every launch is still recorded or
-    counted as dropped."""
+    fast as CUPTI delivers them) add at most the 1 MiB budget and 5 MiB of
+    fixed cost to the job's peak RSS (code, thread stacks, tables, and the
+    simulated CUPTI's staging of up to 1 MiB and its copy while it delivers:
+    about 2 MiB quiet, 4 MiB beside other tests), less than with the default
+    64 MiB budget; every launch is still recorded or counted as dropped."""
     args = [ctx.job, "simple", "200000"]
     rss = {}
     for name, traced, extra in (("bare", False, None), ("1MiB", True, {"STALLSCOPE_BUFFER_MB": "1"}),
@@ -156,7 +157,7 @@ def case_budget_memory(ctx):
             dropped = d["count"] if d else 0
             check(launches(t) + dropped >= 200000, f"{launches(t)} launches recorded + {dropped} dropped")
     extra_kib = rss["1MiB"] - rss["bare"]
-    check(extra_kib <= 1024 + 3 * 1024,
+    check(extra_kib <= 1024 + 5 * 1024,
           f"with a 1 MiB budget the library added {extra_kib} KiB to the job's peak RSS ({rss})")
     check(rss["1MiB"] < rss["default"], f"the budget does not bound the memory: {rss}")
     print(f"budget_memory: peak RSS {rss['bare']} KiB bare, {rss['1MiB']} KiB with a 1 MiB budget, "
@@ -314,6 +315,23 @@ def fork_case(ctx, child_end):
           f"{[(os.path.basename(c.path), launches(c)) for c in children]}")
 
 
+def hung_stacks(pgid):
+    """Every thread's stack of the processes in group `pgid` (gdb, when it is
+    there): what a hang waits on."""
+    if not shutil.which("gdb"):
+        return "(no gdb for the stacks)"
+    out = []
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and os.getpgid(int(pid)) == pgid:
+                g = subprocess.run(["gdb", "-p", pid, "-batch", "-ex", "thread apply all bt 12"],
+                                   capture_output=True, text=True, timeout=60)
+                out.append(f"--- pid {pid}\n" + "\n".join(l for l in g.stdout.splitlines() if l.startswith(("#", "Thread"))))
+        except (OSError, subprocess.SubprocessError):
+            continue
+    return "\n".join(out)
+
+
 def case_fork_storm(ctx):
     """A job forks 200 children, one after another, while a second thread
     keeps launching and synchronizing (a DataLoader's workers beside the
@@ -333,9 +351,10 @@ def case_fork_storm(ctx):
             try:
                 out, err = proc.communicate(timeout=60)
             except subprocess.TimeoutExpired:
+                stacks = hung_stacks(proc.pid)
                 os.killpg(proc.pid, signal.SIGKILL)  # a hung child holds the pipes too
                 proc.communicate()
-                raise Failure(f"run {runs + 1} (children with {child_launches} launches) hung")
+                raise Failure(f"run {runs + 1} (children with {child_launches} launches) hung\n{stacks}")
             runs += 1
             check(proc.returncode == 0, f"job exited {proc.returncode}: {err[-2000:]}")
             check(out == "fork_storm 200 children, 0 failed\n", f"output {out!r}")

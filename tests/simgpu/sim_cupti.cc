@@ -84,8 +84,17 @@ struct State {
     for (auto& e : enabled) e.store(false);
   }
 };
+// Made on first use and never destroyed (threads may outlive exit). Not a
+// function-local static: a fork while another thread holds its
+// initialization guard would leave the child waiting on it for ever (its
+// fork handler calls S()); a child copied mid-construction makes its own.
+std::atomic<State*> g_state{nullptr};
 State& S() {
-  static State* s = new State();  // never destroyed: threads may outlive exit
+  State* s = g_state.load(std::memory_order_acquire);
+  if (s != nullptr) return *s;
+  State* fresh = new State();
+  if (g_state.compare_exchange_strong(s, fresh, std::memory_order_acq_rel)) return *fresh;
+  delete fresh;  // another thread made it first
   return *s;
 }
 
@@ -115,7 +124,11 @@ size_t RecordSize(CUpti_ActivityKind kind) {
 void Append(const void* rec, size_t size) {
   State& s = S();
   std::lock_guard<std::mutex> lk(s.mu);
-  if (s.staging.size() + size > kMaxStagedBytes) {
+  // NVIDIA's CUPTI writes records into the client's buffers and drops what
+  // finds no room: staged records are bounded by four of the client's
+  // buffers (at least 1 MiB), not only by kMaxStagedBytes.
+  const size_t room = std::min(kMaxStagedBytes, std::max<size_t>(4 * s.buffer_bytes.load(), 1u << 20));
+  if (s.staging.size() + size > room) {
     s.dropped.fetch_add(1);
     return;
   }
@@ -184,8 +197,10 @@ void FlusherLoop() {
     bool any;
     {
       std::unique_lock<std::mutex> lk(s.mu);
+      // Once the process exits, periodic deliveries stop: then only the
+      // period wakes the flusher (no spinning on a full staging area).
       s.filled.wait_for(lk, std::chrono::milliseconds(kFlushPeriodMs), [&s] {
-        return s.staging.size() >= s.buffer_bytes.load(std::memory_order_relaxed);
+        return !s.exiting.load() && s.staging.size() >= s.buffer_bytes.load(std::memory_order_relaxed);
       });
       any = !s.staging.empty();
     }
@@ -330,6 +345,7 @@ void OnExit() {
 // the parent's staged records (the parent delivers them; the old vector,
 // possibly half-way through an insert, is left as it is).
 void ResetAfterFork() {
+  if (g_state.load() == nullptr) return;  // nothing made yet: nothing inherited
   State& s = S();
   new (&s.mu) std::mutex();
   new (&s.deliver_mu) std::mutex();

@@ -534,9 +534,13 @@ void OnExit() {
   TraceFlush();
 }
 
+// The registry itself must not be copied half-way through an append.
+void LockForkRegistry() { FL().mu.lock(); }
+void UnlockForkRegistry() { FL().mu.unlock(); }
+
 __attribute__((constructor)) void SimgpuInit() {
   atexit(OnExit);
-  pthread_atfork(nullptr, nullptr, ResetAfterFork);
+  pthread_atfork(LockForkRegistry, UnlockForkRegistry, ResetAfterFork);
 }
 
 __attribute__((destructor)) void SimgpuFini() { TraceFlush(); }
