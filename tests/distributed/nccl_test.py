@@ -467,6 +467,70 @@ def case_killed_rank(build, work):
     return 0
 
 
+def case_sigterm_launcher(build, work):
+    """SIGTERM to `stallscope run` wrapping the launcher mid-run: run passes it
+    on, the launcher passes it to every rank and waits for them, and no rank
+    is left running; run exits 143 and every rank's trace reads up to its
+    last write (incomplete_traces names them)."""
+    if not os.path.exists(os.path.join(build, "bin", "ddp_train")):
+        return SKIP
+    ddp = os.path.join(build, "bin", "ddp_train")
+    out = os.path.join(work, "trace")
+    env = dict(os.environ)
+    env["SIMGPU_KERNEL_US"] = "*gemm_fwd*=400,*gemm_bwd*=300,*=20"
+    port = "29637"
+    exe = os.path.join(build, "bin", "stallscope")
+    proc = subprocess.Popen([exe, "run", "--sim", "-q", "--out", out, "--", LAUNCH, "-n", "2",
+                             "--master-port", port, "--", ddp, "--steps", "100000"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def ranks_alive():
+        alive = []
+        for pid in os.listdir("/proc"):
+            try:
+                if pid.isdigit():
+                    with open(f"/proc/{pid}/environ", "rb") as f:
+                        if f"MASTER_PORT={port}".encode() in f.read().split(b"\0"):
+                            with open(f"/proc/{pid}/cmdline", "rb") as c:
+                                if os.path.basename(c.read().split(b"\0")[0]) == b"ddp_train":
+                                    alive.append(int(pid))
+            except OSError:
+                continue
+        return alive
+
+    try:
+        deadline = time.monotonic() + 60
+        while len(glob.glob(os.path.join(out, "*.sstrace"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        check(len(glob.glob(os.path.join(out, "*.sstrace"))) == 2, "the ranks never wrote traces")
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            left = ranks_alive()
+            for pid in left:
+                os.kill(pid, signal.SIGKILL)
+            raise Failure(f"stallscope run did not end within 60 s of SIGTERM; ranks left running: {left}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    check(proc.returncode == 143, f"stallscope run exited {proc.returncode}, expected 143: {err[-1500:]}")
+    deadline = time.monotonic() + 10
+    while ranks_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = ranks_alive()
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    check(not left, f"ranks still running after the launcher stopped: {left}")
+    rep = subprocess.run([exe, "report", out, "--format", "json"], capture_output=True, text=True, timeout=300)
+    check(rep.returncode == 0, f"report exited {rep.returncode}: {rep.stderr[-1500:]}")
+    report = json.loads(rep.stdout)
+    check(sorted(r["rank"] for r in report.get("ranks", [])) == [0, 1], f"ranks[] {report.get('ranks')}")
+    print("sigterm_launcher: run exited 143, no rank left running, both traces analyzed")
+    return 0
+
+
 def case_clean_ranks(build, work):
     """No slow rank: no straggler, and communication's share of step time
     within 2% of the ground truth's."""
@@ -531,7 +595,7 @@ def case_inside_launcher(build, work):
 
 
 CASES = {"rendezvous": case_rendezvous, "interpose": case_interpose, "ddp": case_ddp,
-         "killed_rank": case_killed_rank,
+         "killed_rank": case_killed_rank, "sigterm_launcher": case_sigterm_launcher,
          "straggler": case_straggler, "clean_ranks": case_clean_ranks,
          "inside_launcher": case_inside_launcher}
 
