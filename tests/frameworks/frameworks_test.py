@@ -323,13 +323,12 @@ def torch_case(stall, model_args=(), markers="nvtx"):
             check(h["kind"] == kind, f"{marker}: kind {h['kind']}, expected {kind}")
             check(fix in h["suggestion"], f"{marker}: fix {h['suggestion']!r} does not say {fix!r}")
             # Hit in every step whose synchronizing call blocked in the
-            # simulator (every step from the second on: the device has work
-            # queued at the stall), and in no step without one; step 0's may
-            # be reached after the device drained (a slow first iteration),
-            # and a call that returned within the analyzer's 5 us then
-            # counts or not by the host's few microseconds around it.
+            # simulator, and in no step without one. A call the host reached
+            # after the device had drained (a slow first iteration; a
+            # pageable upload at a step's start, once the input wait let the
+            # queue empty) did not block: one that returned within the
+            # analyzer's 5 us counts or not by the host's few microseconds.
             blocked = blocking_syncs(report, syncs)
-            check(all(blocked[1:]), f"{marker}: steps whose synchronizing calls never blocked: {blocked}")
             least = sum(1 for n in blocked if n)
             most = sum(1 for n in blocking_syncs(report, syncs, -1) if n)
             check(least <= h["steps"] <= most,
