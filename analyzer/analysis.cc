@@ -353,7 +353,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
       }
     }
   }
-  auto note_unreadable = [&](Report* r) {
+  auto note_job_files = [&](Report* r) {
     if (!unreadable.empty()) {
       AddDiagnostic(&r->diagnostics, DiagId::kUnreadableTraces, unreadable.size(),
                     absl::StrFormat("%d trace file(s) could not be read and are left out: %s",
@@ -409,7 +409,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
       ranks.push_back(SummarizeRank(*timelines[i], arrivals[i], last, *reports[i]));
     }
     Report out = ComposeRanksReport(std::move(*reports[primary]), std::move(ranks), primary);
-    note_unreadable(&out);
+    note_job_files(&out);
     if (primary_out != nullptr) {
       *primary_out = std::move(details);
       primary_out->timeline = std::move(*timelines[primary]);
@@ -419,7 +419,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   std::vector<ProcessSummary> processes;
   for (size_t i = 0; i < n_read; ++i) processes.push_back(reports[i]->processes.front());
   Report out = ComposeProcessesReport(std::move(*reports[primary]), std::move(processes), primary);
-  note_unreadable(&out);
+  note_job_files(&out);
   if (primary_out != nullptr) {
     *primary_out = std::move(details);
     primary_out->timeline = std::move(*timelines[primary]);

@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <algorithm>
-#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -329,6 +328,17 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
   return {};
 }
 
+// A chunk header's own checks, before its payload is read: its magic and a
+// possible size (kBad), and whether the chunk fits in the file (kShort).
+enum class HeaderCheck { kOk, kBad, kShort };
+HeaderCheck CheckHeader(const ChunkHeader& ch, uint64_t at, uint64_t size) {
+  if (ch.magic != trace::kChunkMagic || ch.payload_bytes % 8 != 0 ||
+      ch.payload_bytes > kMaxChunkPayload) {
+    return HeaderCheck::kBad;
+  }
+  return ch.payload_bytes > size - at - sizeof(ch) ? HeaderCheck::kShort : HeaderCheck::kOk;
+}
+
 absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::string& name,
                               const ReadProgress& progress = nullptr) {
   Timeline t;
@@ -373,10 +383,7 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
       ChunkHeader ch;
       // Counts come only from chunks that fit in the file, so what is
       // reserved is bounded by the file's size (a header may claim 1 GiB).
-      if (!read(off, sizeof(ch), &ch) || ch.magic != trace::kChunkMagic ||
-          ch.payload_bytes > kMaxChunkPayload || ch.payload_bytes > size - off - sizeof(ch)) {
-        break;
-      }
+      if (!read(off, sizeof(ch), &ch) || CheckHeader(ch, off, size) != HeaderCheck::kOk) break;
       const uint64_t n = ch.count;
       switch (static_cast<ChunkType>(ch.type)) {
         case ChunkType::kApi: api += std::min<uint64_t>(n, ch.payload_bytes / sizeof(trace::ApiRecord)); break;
@@ -407,11 +414,11 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
   auto load = [&](uint64_t at, ChunkHeader* ch) -> Load {
     if (size - at < sizeof(*ch)) return Load::kShort;
     if (!read(at, sizeof(*ch), ch)) return Load::kReadError;
-    if (ch->magic != trace::kChunkMagic || ch->payload_bytes % 8 != 0 ||
-        ch->payload_bytes > kMaxChunkPayload) {
-      return Load::kBad;
+    switch (CheckHeader(*ch, at, size)) {
+      case HeaderCheck::kBad: return Load::kBad;
+      case HeaderCheck::kShort: return Load::kShort;
+      case HeaderCheck::kOk: break;
     }
-    if (ch->payload_bytes > size - at - sizeof(*ch)) return Load::kShort;
     buffer.resize(ch->payload_bytes / 8);
     if (ch->payload_bytes > 0 && !read(at + sizeof(*ch), ch->payload_bytes, buffer.data())) {
       return Load::kReadError;
@@ -437,12 +444,10 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
         if (std::memcmp(block.data() + i, &magic, sizeof(magic)) != 0) continue;
         const uint64_t at = pos + i;
         ChunkHeader ch;
-        if (size - at < sizeof(ch)) return size;
-        uint32_t claimed = 0;
-        if (!read(at + offsetof(ChunkHeader, payload_bytes), sizeof(claimed), &claimed)) return size;
-        if (claimed > size - at - sizeof(ch)) continue;  // cannot fit: not read
-        if (claimed > verify_budget) return size;
-        verify_budget -= claimed;
+        if (size - at < sizeof(ch) || !read(at, sizeof(ch), &ch)) return size;
+        if (CheckHeader(ch, at, size) != HeaderCheck::kOk) continue;  // its payload is not read
+        if (ch.payload_bytes > verify_budget) return size;
+        verify_budget -= ch.payload_bytes;
         if (load(at, &ch) == Load::kOk) return at;
       }
       if (n < kBlock) break;

@@ -255,7 +255,7 @@ bool g_writing_preamble = false;  // under g_write_mu (or start-up)
 // not hold it yet: it could not be written at start-up (a full disk), and
 // without it no later chunk can be read. All of it or none of it: false
 // (and the file cut back to empty) when it still cannot be written.
-bool EnsureHeader() {
+bool EnsurePreamble() {
   if (g_file_end != 0 || g_writing_preamble) return true;
   iovec iov{&g_header, sizeof g_header};
   if (!WriteAll(&iov, 1)) {
@@ -284,7 +284,7 @@ bool WriteChunk(ChunkType type, uint32_t tid, uint32_t count, const void* payloa
     CutBack(err);
     return false;
   };
-  if (!EnsureHeader()) return lost(errno);
+  if (!EnsurePreamble()) return lost(errno);
   static const uint64_t kZero = 0;
   size_t padded = trace::PadTo8(bytes);
   trace::ChunkHeader h{};
@@ -438,9 +438,11 @@ bool Drain(bool final, bool after_cupti_flush = false) {
 
   bool track = cupti::Active();
   if (track) {
-    for (const auto& c : pending.correlations) g_stall->Ack(c.external);
+    for (const auto& c : pending.correlations) {
+      g_stall->Ack(c.external);
+      g_stall->Acknowledged(c.correlation);
+    }
     for (uint64_t external : pending.dropped_acks) g_stall->Ack(external);
-    for (const auto& c : pending.correlations) g_stall->Acknowledged(c.correlation);
     for (const auto& d : pending.device) g_stall->DeviceRecord(d.correlation);
     if (after_cupti_flush && !final) g_stall->Evaluate(false);
   }
@@ -979,7 +981,7 @@ bool EnsureStarted() {
   g_header = h;
   g_file_end = 0;
   g_writing_preamble = false;
-  EnsureHeader();  // header, API table, rank
+  EnsurePreamble();  // header, API table, rank
   trace::ClockRecord clock = ReadClockPair();
   WriteChunk(ChunkType::kClock, 0, 1, &clock, sizeof clock);
   g_cpu_gap_ticks = CalibrateCpuGapTicks();

@@ -34,3 +34,15 @@ def idle_mismatches(report, truth):
         if sum(st["idle_by_cause"].values()) != st["gpu_idle_ns"]:
             problems.append(f"step {st['index']}: causes do not sum to the idle time")
     return problems
+
+
+# The analyzer's rule (analyzer/attribution.h hotspot_min_blocked_ns): a
+# synchronizing call that returned within this did not block.
+MIN_BLOCKED_NS = 5_000
+
+
+def note_no_injected_idle():
+    """Says that a run's injected stall left no GPU idle in its ground truth
+    (a loaded machine stretched the device work over it): nothing to charge."""
+    print("note: the injected stall left no GPU idle in the ground truth of this run (a loaded "
+          "machine stretched the device work over it): nothing to charge")

@@ -409,6 +409,26 @@ def case_straggler(build, work):
     return 0
 
 
+def ddp_pids(*env_entries):
+    """The running ddp_train processes whose environment holds every one of
+    `env_entries` (e.g. b"RANK=1", b"MASTER_PORT=29637")."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if os.path.basename(f.read().split(b"\0")[0]) != b"ddp_train":
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if all(e in env for e in env_entries):
+            pids.append(int(pid))
+    return pids
+
+
 def case_killed_rank(build, work):
     """Rank 1 of 3 is killed with SIGKILL mid-run; the launcher stops the
     others (SIGTERM). `stallscope run` exits with the launcher's code, every
@@ -430,21 +450,10 @@ def case_killed_rank(build, work):
         deadline = time.monotonic() + 60
         while victim is None and time.monotonic() < deadline:
             time.sleep(0.2)
-            # The ranks: ddp_train processes whose RANK is 1, with a trace written.
-            for pid in os.listdir("/proc"):
-                if not pid.isdigit():
-                    continue
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        if os.path.basename(f.read().split(b"\0")[0]) != b"ddp_train":
-                            continue
-                    with open(f"/proc/{pid}/environ", "rb") as f:
-                        if b"RANK=1" not in f.read().split(b"\0"):
-                            continue
-                except OSError:
-                    continue
+            # Rank 1, once it has a trace written.
+            for pid in ddp_pids(b"RANK=1"):
                 if glob.glob(os.path.join(out, f"*-{pid}.sstrace")):
-                    victim = int(pid)
+                    victim = pid
         check(victim is not None, "rank 1 never started writing its trace")
         time.sleep(1.0)  # mid-run: several drains written
         os.kill(victim, signal.SIGKILL)
@@ -485,18 +494,7 @@ def case_sigterm_launcher(build, work):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def ranks_alive():
-        alive = []
-        for pid in os.listdir("/proc"):
-            try:
-                if pid.isdigit():
-                    with open(f"/proc/{pid}/environ", "rb") as f:
-                        if f"MASTER_PORT={port}".encode() in f.read().split(b"\0"):
-                            with open(f"/proc/{pid}/cmdline", "rb") as c:
-                                if os.path.basename(c.read().split(b"\0")[0]) == b"ddp_train":
-                                    alive.append(int(pid))
-            except OSError:
-                continue
-        return alive
+        return ddp_pids(f"MASTER_PORT={port}".encode())
 
     try:
         deadline = time.monotonic() + 60

@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ground_truth import idle_mismatches, union_busy  # noqa: E402
+from ground_truth import idle_mismatches, union_busy, note_no_injected_idle  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE_SRC = os.path.join(ROOT, "examples", "train_loop.cc")
@@ -137,7 +137,7 @@ def case_input(build, work):
         check(hw >= 0.9 * gap - 20_000,
               f"step {st['index']}: host_wait {hw} ns < 90% of the injected idle {gap} ns")
     if sum(gaps[2:]) == 0:
-        print("note: the injected stall left no GPU idle in the ground truth of this run (a loaded machine stretched the device work over it): nothing to charge")
+        note_no_injected_idle()
     check(not report["hotspots"], f"unexpected hotspots {report['hotspots']}")
 
 
@@ -165,8 +165,7 @@ def case_host_busy(build, work):
     check("on-CPU (host_busy" in q3["evidence"] and "off-CPU (host_wait" in q3["evidence"],
           f"q3 evidence lacks the on/off-CPU split: {q3['evidence']}")
     if not idle_steps:
-        print("note: the injected stall left no GPU idle in the ground truth of this run (a loaded "
-              "machine stretched the device work over it): nothing to charge")
+        note_no_injected_idle()
         return
     busy = sum(st["idle_by_cause"]["host_busy"] for st, _ in idle_steps)
     host = busy + sum(st["idle_by_cause"]["host_wait"] for st, _ in idle_steps)

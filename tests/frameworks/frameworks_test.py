@@ -40,7 +40,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ground_truth import idle_mismatches  # noqa: E402
+from ground_truth import MIN_BLOCKED_NS, idle_mismatches, note_no_injected_idle  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "distributed"))
 import nccl_test  # noqa: E402  (the ground truth's collectives: truth_ops, truth_waits)
@@ -237,7 +237,7 @@ def check_share(report, gaps, causes):
                 per_step[i] += hi - lo
     total = sum(per_step)
     if total == 0:
-        print("note: the injected stall left no GPU idle in the ground truth of this run (a loaded machine stretched the device work over it): nothing to charge")
+        note_no_injected_idle()
         return
     got_total = 0
     for st, inj in zip(steps, per_step):
@@ -280,9 +280,6 @@ STALLS = {
 # Hits per step at the stall's line: one read-back (None: several, e.g. the
 # upload of x and y, or print's formatting reading several values).
 PER_STEP = {"item": 1, "synchronize": 1, "if": 1, "cpu": 1, "tolist": 1, "nonzero": 1, "clip_norm": 1}
-
-
-MIN_BLOCKED_NS = 5_000  # a synchronizing call that returned sooner did not block (the analyzer's rule)
 
 
 def blocking_syncs(report, syncs, min_ns=MIN_BLOCKED_NS):

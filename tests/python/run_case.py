@@ -36,6 +36,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import sstrace  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(HERE))
+from ground_truth import MIN_BLOCKED_NS  # noqa: E402
+
 WORKLOAD = os.path.join(HERE, "sim_workload.py")
 EXIT_WORKLOAD = os.path.join(HERE, "exit_workload.py")
 KERNELS = "slow_kernel=2000,*=20"
@@ -141,7 +144,6 @@ def check_trace(out, api, block, thread, steps):
 
 
 SYNC_TRACE_API = {"sync": "cuStreamSynchronize", "dtoh": "cuMemcpy"}
-MIN_BLOCKED_NS = 5_000  # the analyzer's rule: a call that returned sooner did not block
 
 
 def blocked_range(work, block, steps):

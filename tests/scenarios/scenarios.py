@@ -38,7 +38,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ground_truth import idle_mismatches  # noqa: E402
+from ground_truth import idle_mismatches, note_no_injected_idle  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "scenario.cc")
@@ -216,7 +216,7 @@ def check_causes(report, ops, spec):
 def check_host_busy(report, steps, per_step, causes):
     inj_total = sum(per_step)
     if inj_total == 0:
-        print("note: the injected stall left no GPU idle in the ground truth of this run (a loaded machine stretched the device work over it): nothing to charge")
+        note_no_injected_idle()
         return 0
     share = report["_spin_share"]
     tot = report["totals"]["idle_by_cause"]
@@ -239,7 +239,7 @@ def check_shares(report, steps, per_step, causes):
         inj_total += inj
         got_total += got
     if inj_total == 0:
-        print("note: the injected stall left no GPU idle in the ground truth of this run (a loaded machine stretched the device work over it): nothing to charge")
+        note_no_injected_idle()
         return 0
     check(got_total >= 0.9 * inj_total,
           f"{'+'.join(causes)} {got_total} ns < 90% of the injected idle {inj_total} ns; "
