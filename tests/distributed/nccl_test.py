@@ -429,6 +429,19 @@ def ddp_pids(*env_entries):
     return pids
 
 
+def start_endless_ddp(build, work, launcher_args):
+    """Starts `stallscope run --sim` over the launcher and ddp_train ranks
+    that run until stopped; returns (process, trace folder)."""
+    env = dict(os.environ)
+    env["SIMGPU_KERNEL_US"] = "*gemm_fwd*=400,*gemm_bwd*=300,*=20"
+    out = os.path.join(work, "trace")
+    proc = subprocess.Popen([os.path.join(build, "bin", "stallscope"), "run", "--sim", "-q", "--out", out,
+                             "--", LAUNCH] + launcher_args + ["--", os.path.join(build, "bin", "ddp_train"),
+                                                               "--steps", "100000"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, out
+
+
 def case_killed_rank(build, work):
     """Rank 1 of 3 is killed with SIGKILL mid-run; the launcher stops the
     others (SIGTERM). `stallscope run` exits with the launcher's code, every
@@ -437,14 +450,8 @@ def case_killed_rank(build, work):
     (incomplete_traces), rank 1's among them."""
     if not os.path.exists(os.path.join(build, "bin", "ddp_train")):
         return SKIP
-    ddp = os.path.join(build, "bin", "ddp_train")
-    out = os.path.join(work, "trace")
-    env = dict(os.environ)
-    env["SIMGPU_KERNEL_US"] = "*gemm_fwd*=400,*gemm_bwd*=300,*=20"
     exe = os.path.join(build, "bin", "stallscope")
-    proc = subprocess.Popen([exe, "run", "--sim", "-q", "--out", out, "--", LAUNCH, "-n", "3", "--", ddp,
-                             "--steps", "100000", "--buckets", "2"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, out = start_endless_ddp(build, work, ["-n", "3"])
     try:
         victim = None
         deadline = time.monotonic() + 60
@@ -483,15 +490,9 @@ def case_sigterm_launcher(build, work):
     last write (incomplete_traces names them)."""
     if not os.path.exists(os.path.join(build, "bin", "ddp_train")):
         return SKIP
-    ddp = os.path.join(build, "bin", "ddp_train")
-    out = os.path.join(work, "trace")
-    env = dict(os.environ)
-    env["SIMGPU_KERNEL_US"] = "*gemm_fwd*=400,*gemm_bwd*=300,*=20"
     port = "29637"
     exe = os.path.join(build, "bin", "stallscope")
-    proc = subprocess.Popen([exe, "run", "--sim", "-q", "--out", out, "--", LAUNCH, "-n", "2",
-                             "--master-port", port, "--", ddp, "--steps", "100000"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, out = start_endless_ddp(build, work, ["-n", "2", "--master-port", port])
 
     def ranks_alive():
         return ddp_pids(f"MASTER_PORT={port}".encode())
