@@ -57,6 +57,7 @@ const char* CauseName(Cause c) {
     case Cause::kSync: return "sync";
     case Cause::kHostWait: return "host_wait";
     case Cause::kHostBusy: return "host_busy";
+    case Cause::kHostPreempted: return "host_preempted";
     case Cause::kLaunchOverhead: return "launch_overhead";
     case Cause::kComm: return "comm";
     case Cause::kDeviceWait: return "device_wait";
@@ -148,6 +149,18 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
                                 tot.gpu_idle_ns > 0 ? 100.0 * static_cast<double>(other) /
                                                           static_cast<double>(tot.gpu_idle_ns)
                                                     : 0.0));
+  uint64_t no_delay = 0;
+  for (const auto& [tid, samples] : t.cpu) {
+    for (const CpuSample& c : samples) no_delay += c.run_delay_ns < 0 ? 1 : 0;
+  }
+  if (no_delay > 0) {
+    AddDiagnostic(&report.diagnostics, DiagId::kNoRunDelay, no_delay,
+                  absl::StrFormat("%d CPU-time samples carry no run-queue delay (a recorder "
+                                  "older than it, or /proc/thread-self/schedstat unreadable): "
+                                  "time the launching thread was runnable but waiting for a "
+                                  "CPU counts as host_wait there",
+                                  no_delay));
+  }
   if (t.cpu.empty()) {
     AddDiagnostic(&report.diagnostics, DiagId::kNoCpuTime, 1,
                   "the trace carries no thread CPU-time samples (a recorder older than "

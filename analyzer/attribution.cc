@@ -278,28 +278,6 @@ class Attributor {
     return {prev, std::max<int64_t>(0, std::min(op.start_ns, pc.exit_ns) - pc.enter_ns)};
   }
 
-  // The estimated on-CPU ns of thread `tid` in its gap [e, s) between two
-  // outermost calls (docs/analyzer.md "On-CPU estimate"); -1 when the
-  // samples do not bound the gap. S1 = T's last sample in (e, s] (the
-  // recorder takes one at the enter of the call ending a long gap), S0 = its
-  // last sample at or before e. Between S0 and e the thread made only
-  // non-blocking calls with short gaps (every long gap and every may-block
-  // call ends with a sample), taken as on-CPU; so
-  //   on = (S1.cpu - S0.cpu) - (e - S0.t), clamped to [0, S1.t - e].
-  int64_t OnCpuInGap(uint32_t tid, int64_t e, int64_t s) const {
-    auto it = t_.cpu.find(tid);
-    if (it == t_.cpu.end() || e < 0) return -1;
-    const std::vector<CpuSample>& v = it->second;
-    auto later = [](int64_t x, const CpuSample& c) { return x < c.ns; };
-    auto i1 = std::upper_bound(v.begin(), v.end(), s, later);  // first after s
-    auto i0 = std::upper_bound(v.begin(), v.end(), e, later);  // first after e
-    if (i1 == i0 || i0 == v.begin()) return -1;  // no sample in (e, s] or none before
-    const CpuSample& s1 = *std::prev(i1);
-    const CpuSample& s0 = *std::prev(i0);
-    const int64_t cpu = std::max<int64_t>(0, s1.cpu_ns - s0.cpu_ns);
-    return std::clamp(cpu - (e - s0.ns), int64_t{0}, s1.ns - e);
-  }
-
   // Rule 2: charges [from, to) by the thread's activity.
   void ByThread(uint32_t tid, const Activity* acts, int64_t from, int64_t to) {
     if (from >= to) return;
@@ -323,17 +301,28 @@ class Attributor {
         if (gap < o_.launch_dispatch_ns) {
           Add(cur, end, Cause::kLaunchOverhead);
         } else {
-          // A long stretch outside CUDA calls: its on-CPU share (from T's
-          // CPU-time samples) is host_busy, the rest host_wait; without an
-          // estimate (no samples, or an unbounded gap) all host_wait.
+          // A long stretch outside CUDA calls, split by T's CPU-time and
+          // run-queue samples: runnable but waiting for a CPU is
+          // host_preempted; of the rest, a gap that would have been short
+          // without the preemption is launch dispatch, else its on-CPU
+          // share is host_busy and the rest host_wait. Without an estimate
+          // (no samples, or an unbounded gap) all host_wait.
           const int64_t prev_exit = i > 0 ? acts->exit(i - 1) : -1;
-          const int64_t on = gap < kInf ? OnCpuInGap(tid, prev_exit, next) : -1;
-          int64_t busy = 0;
-          if (on > 0) {
-            busy = static_cast<int64_t>(static_cast<__int128>(end - cur) * on / gap);
+          const HostGapSplit g = gap < kInf ? SplitHostGap(t_, tid, prev_exit, next) : HostGapSplit{};
+          auto share = [&](int64_t part) {
+            return part > 0 ? static_cast<int64_t>(static_cast<__int128>(end - cur) * part / gap)
+                            : int64_t{0};
+          };
+          const int64_t pre = share(g.preempted);
+          Add(cur, cur + pre, Cause::kHostPreempted);
+          const int64_t rest = cur + pre;
+          if (g.preempted > 0 && gap - g.preempted < o_.launch_dispatch_ns) {
+            Add(rest, end, Cause::kLaunchOverhead);
+          } else {
+            const int64_t busy = std::min(share(g.on), end - rest);
+            Add(rest, rest + busy, Cause::kHostBusy);
+            Add(rest + busy, end, Cause::kHostWait);
           }
-          Add(cur, cur + busy, Cause::kHostBusy);
-          Add(cur + busy, end, Cause::kHostWait);
         }
         cur = end;
       }

@@ -456,6 +456,87 @@ TEST_CASE("on-CPU estimate subtracts the stretch before the gap", "[attribution]
   CheckInvariants(r);
 }
 
+// GapWithCpu's gap (thread 1, [5, 1000) us; GPU idle [20, 1000)) sampled by
+// the recorder's kCpuSched: `on_ns` on-CPU and `preempted_ns` runnable but
+// waiting for a CPU in the gap.
+Report GapWithSched(int64_t on_ns, int64_t preempted_ns) {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 20 * kUs);
+  b.Submit(1, api.launch, 1000 * kUs, 1005 * kUs, 1010 * kUs, 1020 * kUs);
+  b.CpuSched(1, 0, 1'000 * kUs, 7 * kUs);
+  b.CpuSched(1, 1000 * kUs, 1'005 * kUs + on_ns, 7 * kUs + preempted_ns);
+  return testing::AnalyzeOrDie(b);
+}
+
+// Guards the three-way split of a long gap: 60% of it on-CPU, 20% runnable
+// waiting for a CPU (run-queue delay), 20% asleep; the idle in it (980 us)
+// splits the same way.
+TEST_CASE("run-queue delay in a gap is host_preempted", "[attribution]") {
+  Report r = GapWithSched(597 * kUs, 199 * kUs);
+  const StepStats& s = r.steps[0];
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostPreempted) == 196 * kUs);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostBusy) == 588 * kUs);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostWait) == 196 * kUs);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kLaunchOverhead) == 20 * kUs);
+  CHECK_FALSE(ReportHasDiag(r, DiagId::kNoRunDelay));
+  CHECK(r.questions[2].evidence.find("20.0% runnable waiting for a CPU") != std::string::npos);
+  CheckInvariants(r);
+}
+
+// Guards the counterfactual for a short gap stretched by preemption: 955.2
+// of its 995 us the thread waited for a CPU, so without the preemption it
+// would have been a 39.8 us gap between launches (below the 50 us dispatch
+// threshold): the preempted share is host_preempted, the rest
+// launch_overhead (not host_busy or host_wait).
+TEST_CASE("a short gap stretched by preemption stays launch dispatch", "[attribution]") {
+  Report r = GapWithSched(30 * kUs, 955'200);
+  const StepStats& s = r.steps[0];
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostPreempted) == 940'800);  // 980 us x 0.96
+  CHECK(CauseOf(s.idle_by_cause, Cause::kLaunchOverhead) == 39'200 + 20 * kUs);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostBusy) == 0);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostWait) == 0);
+  CHECK(r.questions[2].evidence.find("mostly waiting for a CPU") != std::string::npos);
+  CheckInvariants(r);
+}
+
+// Guards the clamp: a run-queue delay beyond the gap's off-CPU time (a
+// hostile trace) takes at most the off-CPU share, never on-CPU time.
+TEST_CASE("run-queue delay clamped to the gap's off-CPU time", "[attribution]") {
+  Report r = GapWithSched(597 * kUs, 5000 * kUs);
+  const StepStats& s = r.steps[0];
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostBusy) == 588 * kUs);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostPreempted) == 392 * kUs);
+  CHECK(CauseOf(s.idle_by_cause, Cause::kHostWait) == 0);
+  CheckInvariants(r);
+}
+
+// Guards the fallback: samples whose run-queue delay could not be read
+// (kRunDelayUnknown) or that predate it (kCpu) split on/off-CPU only, and
+// no_run_delay says so.
+TEST_CASE("samples without run-queue delay: no host_preempted, no_run_delay", "[attribution]") {
+  for (bool old_chunk : {true, false}) {
+    TraceBuilder b;
+    auto api = testing::AddStandardApis(&b);
+    b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 20 * kUs);
+    b.Submit(1, api.launch, 1000 * kUs, 1005 * kUs, 1010 * kUs, 1020 * kUs);
+    if (old_chunk) {
+      b.Cpu(1, 0, 1'000 * kUs);
+      b.Cpu(1, 1000 * kUs, 1'801 * kUs);
+    } else {
+      b.CpuSched(1, 0, 1'000 * kUs, 7 * kUs);
+      b.CpuSched(1, 1000 * kUs, 1'801 * kUs, tf::kRunDelayUnknown);
+    }
+    Report r = testing::AnalyzeOrDie(b);
+    const StepStats& s = r.steps[0];
+    CHECK(CauseOf(s.idle_by_cause, Cause::kHostPreempted) == 0);
+    CHECK(CauseOf(s.idle_by_cause, Cause::kHostBusy) == 784 * kUs);
+    CHECK(CauseOf(s.idle_by_cause, Cause::kHostWait) == 196 * kUs);
+    CHECK(ReportHasDiag(r, DiagId::kNoRunDelay));
+    CheckInvariants(r);
+  }
+}
+
 // Guards compatibility: a trace without samples keeps every long gap
 // host_wait and says so (no_cpu_time).
 TEST_CASE("no samples: host_wait and no_cpu_time", "[attribution]") {

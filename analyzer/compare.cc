@@ -49,6 +49,8 @@ const char* Conclusion(Cause c) {
   switch (c) {
     case Cause::kHostWait: return "the job is input-bound";
     case Cause::kHostBusy: return "the job is host-bound (CPU work on the launching thread)";
+    case Cause::kHostPreempted:
+      return "the launching thread is starved of CPU (runnable, waiting for a core)";
     case Cause::kSync: return "the job is sync-bound (blocking synchronizations drain the GPU)";
     case Cause::kLaunchOverhead: return "the job is launch-bound";
     case Cause::kComm: return "the job is communication-bound";

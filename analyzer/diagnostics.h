@@ -79,6 +79,9 @@ namespace stallscope::analyzer {
     "share of GPU idle time charged to no specific cause")                    \
   X(kNoCpuTime, "no_cpu_time", kInfo,                                          \
     "no thread CPU-time samples: off-CPU and on-CPU host time are not split") \
+  X(kNoRunDelay, "no_run_delay", kInfo,                                        \
+    "CPU-time samples without the thread's run-queue delay: time runnable "    \
+    "but waiting for a CPU is not told from off-CPU waiting (host_wait)")      \
   X(kModuleChanged, "module_changed", kWarning,                                \
     "a module's build id differs from the recorded one: its frames are "       \
     "shown as module+offset")                                                  \

@@ -74,14 +74,16 @@ Question Q1(const std::vector<StepStats>& steps) {
 Question Q3(const Totals& t, bool cpu_samples) {
   const int64_t wait = At(t.idle_by_cause, Cause::kHostWait);
   const int64_t busy = At(t.idle_by_cause, Cause::kHostBusy);
-  const int64_t host = wait + busy;
+  const int64_t preempted = At(t.idle_by_cause, Cause::kHostPreempted);
+  const int64_t host = wait + busy + preempted;
   if (t.gpu_idle_ns == 0) return {"q3", "no", "The GPU was never idle inside the steps."};
   const double idle_share = Share(host, t.gpu_idle_ns);
   const double wall_share = Share(host, t.wall_ns);
   const bool yes = idle_share >= kQ3MinIdleShare && wall_share >= kQ3MinWallShare;
   const std::string head = absl::StrFormat(
-      "GPU idle charged to host_wait + host_busy is %s: %.1f%% of GPU idle time and %.1f%% of "
-      "wall time (%s host-bound on XProf's input scale: 5%%/20%% of step time)",
+      "GPU idle charged to host_wait + host_busy + host_preempted is %s: %.1f%% of GPU idle "
+      "time and %.1f%% of wall time (%s host-bound on XProf's input scale: 5%%/20%% of step "
+      "time)",
       FormatDuration(host), 100 * idle_share, 100 * wall_share,
       XprofLevel(wall_share, kXprofInputScale));
   if (!cpu_samples) {
@@ -91,19 +93,30 @@ Question Q3(const Totals& t, bool cpu_samples) {
                                    FormatDuration(wait), FormatDuration(busy))};
   }
   const double on = Share(busy, host);
+  const double pre = Share(preempted, host);
   std::string what;
   if (host > 0) {
-    what = on >= 0.5 ? "; mostly on-CPU work on the launching thread (preprocessing, Python "
-                       "or framework overhead)"
-                     : "; mostly off-CPU waiting on the launching thread (input queue, I/O, "
-                       "locks, sleeps)";
+    if (pre >= 0.5) {
+      what = "; mostly waiting for a CPU: the launching thread was runnable but other threads "
+             "or processes held the cores (DataLoader workers, CPU-bound neighbours); leave it "
+             "a core";
+    } else if (on >= 0.5) {
+      what = "; mostly on-CPU work on the launching thread (preprocessing, Python or "
+             "framework overhead)";
+    } else {
+      what = "; mostly off-CPU waiting on the launching thread (input queue, I/O, locks, "
+             "sleeps)";
+    }
   }
   return {"q3", yes ? "yes" : "no",
-          head + absl::StrFormat(". The launching thread's CPU-time samples split it into "
-                                 "%.1f%% on-CPU (host_busy %s) and %.1f%% off-CPU (host_wait "
+          head + absl::StrFormat(". The launching thread's CPU-time and run-queue samples split "
+                                 "it into %.1f%% on-CPU (host_busy %s), %.1f%% runnable waiting "
+                                 "for a CPU (host_preempted %s) and %.1f%% off-CPU (host_wait "
                                  "%s)%s",
-                                 100 * on, FormatDuration(busy), host > 0 ? 100 * (1 - on) : 0.0,
-                                 FormatDuration(wait), what)};
+                                 100 * on, FormatDuration(busy), 100 * pre,
+                                 FormatDuration(preempted),
+                                 host > 0 ? 100 * (1 - on - pre) : 0.0, FormatDuration(wait),
+                                 what)};
 }
 
 // What the jitter costs, not how spread it is: the host stall above the
@@ -121,7 +134,8 @@ Question Q4(const std::vector<StepStats>& steps) {
   double wall = 0;
   for (const StepStats& s : steps) {
     wait.push_back(static_cast<double>(At(s.idle_by_cause, Cause::kHostWait) +
-                                       At(s.idle_by_cause, Cause::kHostBusy)));
+                                       At(s.idle_by_cause, Cause::kHostBusy) +
+                                       At(s.idle_by_cause, Cause::kHostPreempted)));
     wall += static_cast<double>(s.end_ns - s.start_ns);
   }
   std::vector<double> sorted = wait;

@@ -15,7 +15,7 @@ namespace stallscope::analyzer {
 // q1: step time "moves with" idle when r >= this (and step time varies).
 inline constexpr double kQ1MinCorrelation = 0.7;
 inline constexpr double kQ1MinStepTimeCv = 0.02;
-// q3: a host-side stall when host_wait + host_busy is this share of idle and
+// q3: a host-side stall when host_wait + host_busy + host_preempted is this share of idle and
 // of wall time.
 inline constexpr double kQ3MinIdleShare = 0.2;
 inline constexpr double kQ3MinWallShare = 0.05;

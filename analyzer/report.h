@@ -18,12 +18,13 @@ enum class Cause : int {
   kSync,
   kHostWait,
   kHostBusy,
+  kHostPreempted,  // runnable but waiting for a CPU (an extension of design.md)
   kLaunchOverhead,
   kComm,
   kDeviceWait,
   kOther,
 };
-inline constexpr int kNumCauses = 7;
+inline constexpr int kNumCauses = 8;
 const char* CauseName(Cause c);
 inline Cause CauseAt(int i) { return static_cast<Cause>(i); }
 

@@ -28,12 +28,12 @@ Report Sample() {
 }
 
 void CheckCauses(const nlohmann::ordered_json& j) {
-  for (const char* c : {"sync", "host_wait", "host_busy", "launch_overhead", "comm",
+  for (const char* c : {"sync", "host_wait", "host_busy", "host_preempted", "launch_overhead", "comm",
                         "device_wait", "other"}) {
     CHECK(j.contains(c));
     CHECK(j[c].is_number_integer());
   }
-  CHECK(j.size() == 7);
+  CHECK(j.size() == 8);
 }
 
 // Guards RenderJson's directly written steps array: byte-identical to the

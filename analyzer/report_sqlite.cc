@@ -279,10 +279,10 @@ absl::Status InsertProcesses(sqlite3* db, const Report& r) {
   for (const ProcessSummary& p : r.processes) {
     const Totals& x = p.totals;
     const CauseNs& c = x.idle_by_cause;
-    static_assert(kNumCauses == 7);
+    static_assert(kNumCauses == 8);
     RETURN_IF_ERROR(st.Row(id++, p.file, p.pid, p.host, p.analyzed ? 1 : 0, p.steps, p.device_ops,
                            x.wall_ns, x.gpu_busy_ns, x.gpu_idle_ns, c[0], c[1], c[2], c[3], c[4],
-                           c[5], c[6], x.busy_by_kind.compute, x.busy_by_kind.copy,
+                           c[5], c[6], c[7], x.busy_by_kind.compute, x.busy_by_kind.copy,
                            x.busy_by_kind.comm, x.launches, x.syncs));
   }
   return absl::OkStatus();
@@ -372,8 +372,10 @@ absl::Status InsertSteps(sqlite3* db, const Report& r) {
   Statement st(db, sql.c_str());
   for (const StepStats& s : r.steps) {
     const CauseNs& c = s.idle_by_cause;
+    static_assert(kNumCauses == 8);
     RETURN_IF_ERROR(st.Row(s.index, s.device, s.start_ns, s.end_ns, s.host_start_ns, s.host_end_ns,
                            s.gpu_busy_ns, s.gpu_idle_ns, c[0], c[1], c[2], c[3], c[4], c[5], c[6],
+                           c[7],
                            s.busy_by_kind.compute, s.busy_by_kind.copy, s.busy_by_kind.comm,
                            s.sync_count, s.launches));
   }

@@ -165,16 +165,22 @@ std::vector<StepSpan> DetectSteps(const Timeline& t, uint32_t main_tid, bool all
   // launches the backward pass from another thread (PyTorch's autograd
   // engine) keeps the process busy while its main thread waits in
   // backward(); only an input wait or a blocking read-back leaves the host
-  // silent.
+  // silent. Time the calling thread was runnable but waiting for a CPU
+  // (its run-queue delay, from its samples) is not silence of the job's
+  // making: a loaded machine preempts it anywhere in the step.
   std::vector<int64_t> gap_before;
   int64_t busy_until = std::numeric_limits<int64_t>::min();
   absl::flat_hash_map<std::pair<uint64_t, uint64_t>, uint32_t> symbols;
   for (size_t i = 0; i < t.calls.size(); ++i) {
     const ApiCall& c = t.calls[i];
     if (!InLaunchSequence(t.Api(c.api).category)) continue;
-    const int64_t gap = busy_until == std::numeric_limits<int64_t>::min()
-                            ? 0
-                            : std::max<int64_t>(0, c.enter_ns - busy_until);
+    int64_t gap = busy_until == std::numeric_limits<int64_t>::min()
+                      ? 0
+                      : std::max<int64_t>(0, c.enter_ns - busy_until);
+    if (gap > 0) {
+      const HostGapSplit g = SplitHostGap(t, c.tid, busy_until, c.enter_ns);
+      if (g.preempted > 0) gap -= std::min(gap, g.preempted);
+    }
     busy_until = std::max(busy_until, c.exit_ns);
     if (!all && c.tid != main_tid) continue;
     // A free's, copy's or set's object is a pointer, another one from step

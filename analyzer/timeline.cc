@@ -594,4 +594,23 @@ void FinalizeTimeline(Timeline* t) {
   if (t->ops.empty()) AddDiagnostic(&t->diagnostics, DiagId::kNoDeviceOps, 1);
 }
 
+HostGapSplit SplitHostGap(const Timeline& t, uint32_t tid, int64_t e, int64_t s) {
+  auto it = t.cpu.find(tid);
+  if (it == t.cpu.end() || e < 0) return {};
+  const std::vector<CpuSample>& v = it->second;
+  auto later = [](int64_t x, const CpuSample& c) { return x < c.ns; };
+  auto i1 = std::upper_bound(v.begin(), v.end(), s, later);  // first after s
+  auto i0 = std::upper_bound(v.begin(), v.end(), e, later);  // first after e
+  if (i1 == i0 || i0 == v.begin()) return {};  // no sample in (e, s] or none before
+  const CpuSample& s1 = *std::prev(i1);
+  const CpuSample& s0 = *std::prev(i0);
+  const int64_t cpu = std::max<int64_t>(0, s1.cpu_ns - s0.cpu_ns);
+  HostGapSplit g;
+  g.on = std::clamp(cpu - (e - s0.ns), int64_t{0}, s1.ns - e);
+  if (s0.run_delay_ns >= 0 && s1.run_delay_ns >= 0) {
+    g.preempted = std::clamp(s1.run_delay_ns - s0.run_delay_ns, int64_t{0}, s1.ns - e - g.on);
+  }
+  return g;
+}
+
 }  // namespace stallscope::analyzer

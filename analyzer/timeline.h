@@ -95,11 +95,14 @@ struct NvtxRange {
   uint64_t step_index = 0;  // explicit steps only
 };
 
-// A reading of a thread's CPU clock (trace kCpu chunk). `ns` is ticks until
+// A reading of a thread's CPU clock and run-queue delay (trace kCpuSched
+// chunk; kCpu in older files, without the delay). `ns` is ticks until
 // FinalizeTimeline.
 struct CpuSample {
   int64_t ns = 0;
   int64_t cpu_ns = 0;  // the thread's CPU time since it started
+  // Its time runnable but waiting for a CPU since it started; -1 unknown.
+  int64_t run_delay_ns = -1;
 };
 
 // The NCCL arguments of one NCCL call (trace kNccl chunk), joined to the
@@ -333,6 +336,25 @@ inline constexpr int64_t kMaxSumNs = kMaxTimeNs * 4;
 inline int64_t AddCapped(int64_t sum, int64_t d) {  // both in [0, kMaxSumNs]
   return d > kMaxSumNs - sum ? kMaxSumNs : sum + d;
 }
+
+// The split of thread `tid`'s gap [e, s) between two of its outermost calls,
+// from its CPU-time samples (docs/analyzer.md "On-CPU estimate"): on-CPU ns,
+// and of the rest the ns it was runnable but waiting for a CPU (its
+// run-queue delay; -1 when the samples do not carry it). on = -1 when the
+// samples do not bound the gap. S1 = T's last sample in (e, s] (the recorder
+// takes one at the enter of the call ending a long gap), S0 = its last sample
+// at or before e. Between S0 and e the thread made only non-blocking calls
+// with short gaps (every long gap and every may-block call ends with a
+// sample), taken as on-CPU and never preempted; so
+//   on = (S1.cpu - S0.cpu) - (e - S0.t), clamped to [0, S1.t - e],
+//   preempted = S1.delay - S0.delay, clamped to [0, S1.t - e - on].
+// (Preemption inside a call between S0 and e moves to the gap: the gap's
+// on-CPU share is then low by as much, its voluntary off-CPU share exact.)
+struct HostGapSplit {
+  int64_t on = -1;
+  int64_t preempted = -1;
+};
+HostGapSplit SplitHostGap(const Timeline& t, uint32_t tid, int64_t e, int64_t s);
 
 // Converts ticks to ns (piecewise-linear through the kClock pairs, or the
 // identity when the file says ticks are ns), sorts calls and ops, joins each

@@ -41,6 +41,7 @@ const char* ChunkTypeName(uint16_t type) {
     case ChunkType::kCpu: return "cpu";
     case ChunkType::kNccl: return "nccl";
     case ChunkType::kRank: return "rank";
+    case ChunkType::kCpuSched: return "cpu-sched";
   }
   return "unknown";
 }
@@ -319,7 +320,22 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
         std::memcpy(&r, p + i * sizeof(r), sizeof(r));
         // Values past int64 become negative and are clamped (and counted)
         // by FinalizeTimeline.
-        samples.push_back({static_cast<int64_t>(r.ticks), static_cast<int64_t>(r.cpu_ns)});
+        samples.push_back({static_cast<int64_t>(r.ticks), static_cast<int64_t>(r.cpu_ns), -1});
+      }
+      return {};
+    }
+    case ChunkType::kCpuSched: {
+      if (!fixed(sizeof(trace::CpuSchedRecord))) return "record count exceeds payload";
+      std::vector<CpuSample>& samples = t->cpu[h.tid];
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::CpuSchedRecord r;
+        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
+        const int64_t delay = r.run_delay_ns == trace::kRunDelayUnknown ||
+                                      r.run_delay_ns > uint64_t{INT64_MAX}
+                                  ? -1
+                                  : static_cast<int64_t>(r.run_delay_ns);
+        samples.push_back(
+            {static_cast<int64_t>(r.ticks), static_cast<int64_t>(r.cpu_ns), delay});
       }
       return {};
     }

@@ -62,6 +62,8 @@ enum class ChunkType : uint16_t {
   kCpu = 13,         // CpuRecord[count], one thread (tid): CPU-time samples
   kNccl = 14,        // NcclRecord[count]: the NCCL arguments of kNccl API calls
   kRank = 15,        // RankRecord[1]: the process's place in a distributed job
+  kCpuSched = 16,    // CpuSchedRecord[count], one thread (tid): CPU-time and
+                     // run-queue samples (supersedes kCpu in new files)
 };
 
 struct ChunkHeader {
@@ -229,6 +231,19 @@ struct CpuRecord {
   uint64_t cpu_ns;  // the thread's CPU time since it started
 };
 static_assert(sizeof(CpuRecord) == 16);
+
+// kCpu's successor: the same sample plus the thread's run-queue delay, the
+// time it spent runnable but waiting for a CPU (the second field of
+// /proc/thread-self/schedstat; the kernel's sched_info accounting). Taken at
+// the same points as CpuRecord. Added to format 1 without a version change.
+inline constexpr uint64_t kRunDelayUnknown = ~0ull;  // schedstat unreadable
+struct CpuSchedRecord {
+  uint64_t ticks;         // same tick counter as ApiRecord
+  uint64_t cpu_ns;        // the thread's CPU time since it started
+  uint64_t run_delay_ns;  // time runnable but not running since it started;
+                          // kRunDelayUnknown when it could not be read
+};
+static_assert(sizeof(CpuSchedRecord) == 24);
 
 // What an NCCL call was (NcclRecord.kind).
 enum class NcclKind : uint8_t {

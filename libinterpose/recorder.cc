@@ -186,7 +186,7 @@ struct Pending {
   std::vector<trace::CorrelationRecord> correlations;
   std::vector<std::pair<uint32_t, trace::NvtxRecord>> nvtx;  // (tid, record)
   std::vector<trace::ThreadRecord> threads;
-  std::vector<std::pair<uint32_t, trace::CpuRecord>> cpu;  // (tid, sample)
+  std::vector<std::pair<uint32_t, trace::CpuSchedRecord>> cpu;  // (tid, sample)
   std::vector<trace::NcclRecord> nccl;
   // Per recorder thread, the highest external id of correlation records
   // dropped over the budget: the writer still acknowledges them.
@@ -504,17 +504,17 @@ bool Drain(bool final, bool after_cupti_flush = false) {
     WriteChunk(ChunkType::kNccl, 0, uint32_t(pending.nccl.size()), pending.nccl.data(),
                pending.nccl.size() * sizeof(trace::NcclRecord));
   if (!pending.cpu.empty()) {
-    // One kCpu chunk per thread, samples in the order they were taken.
+    // One kCpuSched chunk per thread, samples in the order they were taken.
     std::stable_sort(pending.cpu.begin(), pending.cpu.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::vector<trace::CpuRecord> recs;
+    std::vector<trace::CpuSchedRecord> recs;
     for (size_t i = 0; i < pending.cpu.size();) {
       uint32_t tid = pending.cpu[i].first;
       recs.clear();
       for (; i < pending.cpu.size() && pending.cpu[i].first == tid; ++i)
         recs.push_back(pending.cpu[i].second);
-      WriteChunk(ChunkType::kCpu, tid, uint32_t(recs.size()), recs.data(),
-                 recs.size() * sizeof(trace::CpuRecord));
+      WriteChunk(ChunkType::kCpuSched, tid, uint32_t(recs.size()), recs.data(),
+                 recs.size() * sizeof(trace::CpuSchedRecord));
     }
   }
   if (!pending.device.empty())
@@ -681,6 +681,8 @@ void OnThreadExit(void* arg) {
   // a thread that ends mid-run still has all its calls in the trace.
   if (b && g_state.load() == int(State::kOn)) HandOff(b);
   ts->registered = false;
+  if (ts->sched_fd >= 0 && ts->sched_pid == g_pid) close(ts->sched_fd);
+  ts->sched_fd = -1;
 }
 
 void RegisterThread(ThreadState& ts) {
@@ -832,6 +834,14 @@ void AtForkChild() {
   // the parent's records: leave them (copy-on-write pages, never touched).
   // The free list is clean and stays usable.
   g_full_head = g_full_tail = nullptr;
+  // The parent's threads' schedstat descriptors name the parent's threads:
+  // closed (this thread's own is reopened at its next sample).
+  for (ThreadState* ts = g_live; ts; ts = ts->next_live) {
+    if (ts->sched_fd >= 0) close(ts->sched_fd);
+    ts->sched_fd = -1;
+  }
+  if (t_self.sched_fd >= 0) close(t_self.sched_fd);
+  t_self.sched_fd = -1;
   g_live = nullptr;
   g_buffers_allocated = 0;
   for (ThreadBuffer* b = g_free; b; b = b->next) g_buffers_allocated++;
@@ -905,10 +915,58 @@ uint64_t ThreadCpuNs() {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
-void QueueCpuSample(ThreadState& ts, uint64_t ticks, uint64_t cpu_ns) {
+// Parses "<sum_exec_runtime> <run_delay> <pcount>\n"; false unless the text
+// is exactly that (a descriptor the job closed and reused is never trusted).
+bool ParseSchedstat(const char* p, const char* end, uint64_t* run_delay) {
+  uint64_t v[3] = {0, 0, 0};
+  for (int f = 0; f < 3; ++f) {
+    if (p == end || *p < '0' || *p > '9') return false;
+    while (p != end && *p >= '0' && *p <= '9') v[f] = v[f] * 10 + uint64_t(*p++ - '0');
+    const char sep = f < 2 ? ' ' : '\n';
+    if (p == end || *p++ != sep) return false;
+  }
+  if (p != end) return false;
+  *run_delay = v[1];
+  return true;
+}
+
+// The thread's run-queue delay so far (ns), or kRunDelayUnknown. The first
+// field of schedstat is not used for CPU time: for a running thread it lags
+// by up to a scheduler tick, where CLOCK_THREAD_CPUTIME_ID is exact; the
+// delay is current (it grows only while the thread waits, and this thread
+// is running).
+uint64_t ThreadRunDelayNs(ThreadState& ts) {
+  const uint32_t pid = g_pid;
+  if (ts.sched_fd >= 0 && ts.sched_pid != pid) {  // a fork child's copy
+    close(ts.sched_fd);
+    ts.sched_fd = -1;
+  }
+  if (ts.sched_fd == -2) return trace::kRunDelayUnknown;
+  if (ts.sched_fd < 0) {
+    ts.sched_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (ts.sched_fd < 0) {
+      ts.sched_fd = -2;
+      return trace::kRunDelayUnknown;
+    }
+    ts.sched_pid = pid;
+  }
+  char buf[96];
+  const ssize_t n = pread(ts.sched_fd, buf, sizeof buf, 0);
+  uint64_t delay;
+  if (n <= 0 || !ParseSchedstat(buf, buf + n, &delay)) {
+    // Not schedstat any more (the job closed the descriptor and reused its
+    // number) or never readable: stop reading, never close what is not ours.
+    // The samples then say kRunDelayUnknown, and the analyzer says so.
+    ts.sched_fd = -2;
+    return trace::kRunDelayUnknown;
+  }
+  return delay;
+}
+
+void QueueCpuSample(ThreadState& ts, uint64_t ticks, uint64_t cpu_ns, uint64_t run_delay) {
   if (!ts.registered) RegisterThread(ts);
   pthread_mutex_lock(&g_mu);
-  g_pending->cpu.push_back({ts.tid, trace::CpuRecord{ticks, cpu_ns}});
+  g_pending->cpu.push_back({ts.tid, trace::CpuSchedRecord{ticks, cpu_ns, run_delay}});
   pthread_mutex_unlock(&g_mu);
 }
 
@@ -917,15 +975,16 @@ void QueueCpuSample(ThreadState& ts, uint64_t ticks, uint64_t cpu_ns) {
 __attribute__((noinline)) uint64_t SampleCpuAtEnter(ThreadState& ts) {
   int saved_errno = errno;
   uint64_t cpu = ThreadCpuNs();
+  uint64_t delay = ThreadRunDelayNs(ts);
   uint64_t now = Ticks();
-  if (cpu) QueueCpuSample(ts, now, cpu);
+  if (cpu) QueueCpuSample(ts, now, cpu, delay);
   errno = saved_errno;
   return now;
 }
 
 __attribute__((noinline)) void SampleCpuAtExit(ThreadState& ts, uint64_t exit) {
   int saved_errno = errno;
-  if (uint64_t cpu = ThreadCpuNs()) QueueCpuSample(ts, exit, cpu);
+  if (uint64_t cpu = ThreadCpuNs()) QueueCpuSample(ts, exit, cpu, ThreadRunDelayNs(ts));
   errno = saved_errno;
 }
 

@@ -45,6 +45,11 @@ struct ThreadState {
   uint64_t last_exit = 0;
   bool in_hook = false;
   bool registered = false;
+  // This thread's /proc/thread-self/schedstat, opened at its first CPU
+  // sample and read with pread (-1: not open; -2: unreadable, not retried).
+  // sched_pid is the process that opened it: a fork child reopens its own.
+  int sched_fd = -1;
+  uint32_t sched_pid = 0;
   ThreadState* next_live = nullptr;
 };
 

@@ -46,3 +46,40 @@ def note_no_injected_idle():
     (a loaded machine stretched the device work over it): nothing to charge."""
     print("note: the injected stall left no GPU idle in the ground truth of this run (a loaded "
           "machine stretched the device work over it): nothing to charge")
+
+
+def preempted_before(ops):
+    """For each op (by id()), how long the host thread that enqueued it was
+    runnable but waiting for a CPU since its previous submission: the
+    difference of the run-queue delays the simulator read at the two
+    submissions (SIMGPU_TRACE's `tid`, `run_delay_ns`); for a thread's first
+    op, all its delay since it started (an upper bound: what came before its
+    first submission is not told apart); 0 where the delay is unknown. What a
+    loaded machine did to the host: the oracle's measure of preemption."""
+    out, last = {}, {}
+    for op in sorted(ops, key=lambda o: o.get("queued_ns", 0)):
+        tid, delay = op.get("tid"), op.get("run_delay_ns", -1)
+        prev = last.get(tid, 0)
+        out[id(op)] = max(0, delay - prev) if delay >= 0 else 0
+        if delay >= 0:
+            last[tid] = delay
+    return out
+
+
+# Slack on host_preempted against the truth: the recorder's and the
+# simulator's schedstat reads are not at the same instants (a read lies on
+# either side of a scheduler switch).
+PREEMPT_SLACK_NS = 200_000
+
+
+def preemption_mismatch(report, ops):
+    """host_preempted is time some launching thread was waiting for a CPU:
+    its total cannot exceed what the threads that enqueued work were
+    preempted in the ground truth (plus PREEMPT_SLACK_NS). A message when it
+    does (None: it does not)."""
+    truth = sum(preempted_before(ops).values())
+    got = report["totals"]["idle_by_cause"].get("host_preempted", 0)
+    if got > truth + PREEMPT_SLACK_NS:
+        return (f"host_preempted {got} ns, but the threads that enqueued work were runnable "
+                f"and waiting for a CPU only {truth} ns in the ground truth")
+    return None

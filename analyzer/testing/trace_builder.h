@@ -192,6 +192,12 @@ class TraceBuilder {
   void Cpu(uint32_t tid, uint64_t ticks, uint64_t cpu_ns) {
     cpu_[tid].push_back({ticks, cpu_ns});
   }
+  // The same with the thread's run-queue delay (kCpuSched, what the recorder
+  // writes): `run_delay_ns` runnable but waiting for a CPU since it started
+  // (tf::kRunDelayUnknown: not read).
+  void CpuSched(uint32_t tid, uint64_t ticks, uint64_t cpu_ns, uint64_t run_delay_ns) {
+    cpu_sched_[tid].push_back({ticks, cpu_ns, run_delay_ns});
+  }
 
   // The NCCL arguments of a call (kNccl): joined to the call of thread
   // `r.tid` entering at `r.enter`.
@@ -266,6 +272,7 @@ class TraceBuilder {
     for (const auto& [tid, calls] : calls_) Fixed(&out, tf::ChunkType::kApi, tid, calls);
     for (const auto& [tid, events] : nvtx_) Fixed(&out, tf::ChunkType::kNvtx, tid, events);
     for (const auto& [tid, samples] : cpu_) Fixed(&out, tf::ChunkType::kCpu, tid, samples);
+    for (const auto& [tid, samples] : cpu_sched_) Fixed(&out, tf::ChunkType::kCpuSched, tid, samples);
     Fixed(&out, tf::ChunkType::kDevice, 0, ops_);
     Fixed(&out, tf::ChunkType::kCorrelation, 0, correlations_);
     Fixed(&out, tf::ChunkType::kDiagnostic, 0, diags_);
@@ -358,6 +365,7 @@ class TraceBuilder {
   std::map<uint32_t, std::vector<tf::ApiRecord>> calls_;
   std::map<uint32_t, std::vector<tf::NvtxRecord>> nvtx_;
   std::map<uint32_t, std::vector<tf::CpuRecord>> cpu_;
+  std::map<uint32_t, std::vector<tf::CpuSchedRecord>> cpu_sched_;
   std::vector<tf::DeviceRecord> ops_;
   std::vector<tf::CorrelationRecord> correlations_;
   std::vector<tf::ClockRecord> clocks_;

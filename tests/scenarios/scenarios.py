@@ -38,7 +38,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ground_truth import idle_mismatches, note_no_injected_idle  # noqa: E402
+from ground_truth import (PREEMPT_SLACK_NS, idle_mismatches, note_no_injected_idle,  # noqa: E402
+                          preempted_before, preemption_mismatch)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "scenario.cc")
@@ -75,7 +76,7 @@ def marker_line(name):
 # ---- ground truth helpers ----
 
 def injected_gaps(ops, names, until_submit, after):
-    """The device idle [a, b) just before every op whose name is in `names`
+    """The device idle [a, b, op) just before every op whose name is in `names`
     (None: every op) that starts after `after`: a = when the device last
     became free, b = the op's start. With `until_submit`, b is at most the
     op's enqueue time + 20 us (the analyzer's launch latency): a host stall
@@ -88,7 +89,7 @@ def injected_gaps(ops, names, until_submit, after):
             b = min(b, max(busy_until or 0, op["queued_ns"] + 20_000))
         if (busy_until is not None and (names is None or op["name"] in names) and b > busy_until
                 and op["start_ns"] > after):
-            gaps.append((busy_until, b))
+            gaps.append((busy_until, b, op))
         busy_until = op["end_ns"] if busy_until is None else max(busy_until, op["end_ns"])
     return gaps
 
@@ -199,21 +200,37 @@ def check_causes(report, ops, spec):
     # From the first true step on (the first step's first op follows set-up).
     first = min(o["start_ns"] for o in ops if o["name"] == spec["first"])
     gaps = injected_gaps(ops, spec["inject"], spec.get("until_submit", True), first)
+    pre_of = preempted_before(ops)
     # Steady state: from the second found step (the first one pays first-call
     # costs: the recorder's and the driver's lazy set-up, first launches).
     steps = report["steps"][1:]
     per_step = [0] * len(steps)
-    for a, b in gaps:
+    # Of it, the time the thread that submitted the op ending the gap was
+    # runnable but waiting for a CPU (at most the gap; spread over the gap).
+    pre_step = [0.0] * len(steps)
+    for a, b, op in gaps:
+        pre = min(b - a, pre_of.get(id(op), 0))
         for i, st in enumerate(steps):
             lo, hi = max(a, st["start_ns"]), min(b, st["end_ns"])
             if hi > lo:
                 per_step[i] += hi - lo
+                pre_step[i] += pre * (hi - lo) / (b - a)
+    report["_injected_per_step"] = per_step
+    problem = preemption_mismatch(report, ops)
+    check(problem is None, problem or "")
     if "host_busy" in causes and "host_wait" not in causes:
-        return check_host_busy(report, steps, per_step, causes)
-    return check_shares(report, steps, per_step, causes)
+        return check_host_busy(report, steps, per_step, pre_step, causes)
+    return check_shares(report, steps, per_step, pre_step, causes)
 
 
-def check_host_busy(report, steps, per_step, causes):
+# The causes a loaded machine can turn into host_preempted: what the host
+# thread does between CUDA calls. A scenario charged to one of them may see
+# the part of its injected idle during which the thread waited for a CPU
+# (in the ground truth) go to host_preempted instead.
+HOST_SIDE = ("host_wait", "host_busy", "launch_overhead")
+
+
+def check_host_busy(report, steps, per_step, pre_step, causes):
     inj_total = sum(per_step)
     if inj_total == 0:
         note_no_injected_idle()
@@ -226,24 +243,54 @@ def check_host_busy(report, steps, per_step, causes):
     check(tot["host_busy"] >= 0.9 * share * inj_total,
           f"host_busy {tot['host_busy']} ns < 90% of the spin's on-CPU share ({share:.2f}) of the injected "
           f"idle {inj_total} ns; totals {tot}")
-    return check_shares(report, steps, per_step, ("host_busy", "host_wait"))
+    return check_shares(report, steps, per_step, pre_step, ("host_busy", "host_wait"))
 
 
-def check_shares(report, steps, per_step, causes):
-    inj_total = got_total = 0
-    for st, inj in zip(steps, per_step):
-        got = sum(st["idle_by_cause"][c] for c in causes)
+def check_shares(report, steps, per_step, pre_step, causes):
+    """`causes` get >= 90% of the injected idle, step by step and in total.
+
+    For host-side causes (HOST_SIDE) on a loaded machine: where the ground
+    truth shows the host thread runnable but waiting for a CPU inside a
+    step's injected idle (`pre_step` > SLACK_NS), the oracle knows how long it
+    waited but not what it did with the rest (its CPU clock also moves with
+    interrupts and steal time, so a 20 us spin may read as 250 us on-CPU):
+    there the host-side causes together with host_preempted get >= 90%, and
+    host_preempted at most the truth's wait plus PREEMPT_SLACK_NS. Steps the
+    load left alone, and the total over them, keep the strict rule."""
+    host_side = any(c in HOST_SIDE for c in causes)
+    inj_total = got_total = strict_inj = strict_got = pre_total = 0
+    for st, inj, pre in zip(steps, per_step, pre_step):
+        c = st["idle_by_cause"]
+        got = sum(c[x] for x in causes)
+        inj_total += inj
+        pre_total += pre
+        if host_side and pre > SLACK_NS:
+            hp = c.get("host_preempted", 0)
+            host = sum(c[x] for x in HOST_SIDE) + hp
+            check(host >= 0.9 * inj - SLACK_NS,
+                  f"step {st['index']}: host-side causes {host} ns < 90% of the injected idle {inj} ns "
+                  f"(of it {pre:.0f} ns preempted in the ground truth); causes {c}")
+            check(hp <= pre + PREEMPT_SLACK_NS,
+                  f"step {st['index']}: host_preempted {hp} ns, but the ground truth has the thread "
+                  f"waiting for a CPU {pre:.0f} ns in the injected idle; causes {c}")
+            continue
         check(got >= 0.9 * inj - SLACK_NS,
               f"step {st['index']}: {'+'.join(causes)} {got} ns < 90% of the injected idle {inj} ns; "
-              f"causes {st['idle_by_cause']}")
-        inj_total += inj
+              f"causes {c}")
+        strict_inj += inj
+        strict_got += got
         got_total += got
     if inj_total == 0:
         note_no_injected_idle()
         return 0
-    check(got_total >= 0.9 * inj_total,
-          f"{'+'.join(causes)} {got_total} ns < 90% of the injected idle {inj_total} ns; "
-          f"totals {report['totals']['idle_by_cause']}")
+    check(strict_got >= 0.9 * strict_inj,
+          f"{'+'.join(causes)} {strict_got} ns < 90% of the injected idle {strict_inj} ns (steps without "
+          f"preemption); totals {report['totals']['idle_by_cause']}")
+    if pre_total > PREEMPT_SLACK_NS:
+        print(f"note: the host thread waited {pre_total / 1e6:.2f} ms for a CPU inside the injected idle "
+              f"(ground truth); host_preempted {report['totals']['idle_by_cause'].get('host_preempted', 0) / 1e6:.2f} ms; "
+              f"{sum(1 for p in pre_step if p <= SLACK_NS)} of {len(steps)} steps checked strictly")
+    report["_truth_launch_idle"] = inj_total - pre_total
     return inj_total
 
 
@@ -274,14 +321,42 @@ def questions(report):
     return {q["id"]: q for q in report["questions"]}
 
 
+def truth_jitter_costs(report):
+    """q4's rule (analyzer/questions.h: the per-step stall above its median,
+    summed, >= 5% of step time, the longest >= 1 ms) applied to 90% of the
+    injected idle the ground truth shows per step (check_causes: what the
+    analyzer must at least charge to the host), not to the sleeps the
+    scenario asked for."""
+    idle = [0.9 * x for x in report.get("_injected_per_step") or []]
+    if len(idle) < 3:
+        return False
+    srt = sorted(idle)
+    median = srt[len(srt) // 2] if len(srt) % 2 else (srt[len(srt) // 2 - 1] + srt[len(srt) // 2]) / 2
+    wall = sum(st["end_ns"] - st["start_ns"] for st in report["steps"])
+    above = sum(max(0, x - median) for x in idle)
+    return wall > 0 and above >= 0.05 * wall and srt[-1] >= 1_000_000
+
+
 def check_extra(name, report):
     q = questions(report)
     if name == "jitter":
-        check(q["q4"]["answer"] == "yes", f"q4 {q['q4']}")
         ev = q["q4"]["evidence"]
         check("CV" in ev and "p95" in ev, f"q4 evidence lacks CV/p95: {ev}")
+        if truth_jitter_costs(report):
+            check(q["q4"]["answer"] == "yes", f"q4 {q['q4']}")
+        else:
+            print("note: in the ground truth the injected waits left idle too even to meet q4's rule "
+                  "(a loaded machine stretched the device work over them): q4 not required")
     if name in ("small_batches", "light_model"):
-        check(q["q6"]["answer"] == "yes", f"q6 {q['q6']}")
+        # q6's first rule (analyzer/questions.h: launch_overhead >= 10% of wall
+        # time) on 90% of the injected idle the ground truth leaves after the
+        # host thread's waits for a CPU.
+        wall = report["totals"]["wall_ns"]
+        if 0.9 * report.get("_truth_launch_idle", 0) >= 0.1 * wall:
+            check(q["q6"]["answer"] == "yes", f"q6 {q['q6']}")
+        else:
+            print("note: in the ground truth the host thread's waits for a CPU left too little launch "
+                  "idle for q6's rule: q6 not required")
     if name == "clean":
         for qid, qq in q.items():
             ok = ("no", "unknown") if qid in ("q2", "q5") else ("no",)
@@ -314,7 +389,7 @@ def run_case(build, name, mode, work, limitation_re):
     return real, known
 
 
-def one(build, name, mode, attempts=2):
+def one(build, name, mode, attempts=1):
     """A timing failure on a loaded machine (the host or the simulated device
     descheduled for longer than the injected stall) gets one more run; both
     runs' failures are printed."""

@@ -206,6 +206,8 @@ void Report(const Op& op, const Device* d) {
   r.is_async = op.is_async;
   r.correlation = op.correlation;
   r.queued_ns = op.enqueue_ns;
+  r.host_tid = op.host_tid;
+  r.host_run_delay_ns = op.host_run_delay_ns;
   r.start_ns = op.start_ns;
   r.end_ns = op.end_ns;
   r.bytes = op.bytes;
@@ -648,9 +650,44 @@ void NotifySubmit(uint64_t correlation) {
   }
 }
 
+// The calling thread's run-queue delay (the second field of
+// /proc/thread-self/schedstat), ~0 when unreadable. The descriptor is kept
+// per thread (pread, no open per call) and reopened in a fork child.
+uint64_t ThreadRunDelayNs() {
+  struct SchedFile {
+    int fd = -1;
+    pid_t pid = 0;
+    ~SchedFile() {
+      if (fd >= 0 && pid == getpid()) close(fd);
+    }
+  };
+  static thread_local SchedFile f;
+  const pid_t pid = getpid();
+  if (f.fd == -2) return ~0ull;
+  if (f.fd < 0 || f.pid != pid) {
+    f.fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    f.pid = pid;
+    if (f.fd < 0) {
+      f.fd = -2;
+      return ~0ull;
+    }
+  }
+  char buf[96];
+  const ssize_t n = pread(f.fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return ~0ull;
+  buf[n] = '\0';
+  unsigned long long run = 0, delay = 0;
+  if (sscanf(buf, "%llu %llu", &run, &delay) != 2) return ~0ull;
+  return delay;
+}
+
 void Submit(Stream* s, const OpPtr& op) {
   if (op->correlation != 0) NotifySubmit(op->correlation);
   const Knobs& k = GetKnobs();
+  if (!k.trace_path.empty()) {
+    op->host_tid = static_cast<uint32_t>(syscall(SYS_gettid));
+    op->host_run_delay_ns = ThreadRunDelayNs();
+  }
   Device* d = s->dev;
   op->stream = s;
   {
@@ -825,6 +862,10 @@ void TraceFlush() {
              static_cast<unsigned long long>(r.correlation),
              static_cast<unsigned long long>(r.bytes),
              static_cast<unsigned long long>(r.queued_ns), r.context_id);
+    out += buf;
+    out.resize(out.size() - 2);  // "}\n"
+    snprintf(buf, sizeof buf, ",\"tid\":%u,\"run_delay_ns\":%lld}\n", r.host_tid,
+             r.host_run_delay_ns == ~0ull ? -1LL : static_cast<long long>(r.host_run_delay_ns));
     out += buf;
     if (r.is_nccl) {
       out.resize(out.size() - 2);  // "}\n"

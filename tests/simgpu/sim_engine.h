@@ -65,6 +65,8 @@ struct Op {
   Stream* stream = nullptr;
   uint64_t correlation = 0;
   uint64_t enqueue_ns = 0;
+  uint32_t host_tid = 0;                  // the enqueuing thread
+  uint64_t host_run_delay_ns = ~0ull;     // its run-queue delay then (SIMGPU_TRACE only)
   uint64_t ready_ns = 0;  // enqueue + launch latency
   uint64_t duration_ns = 0;
   uint64_t start_ns = 0;

@@ -61,6 +61,15 @@ typedef struct SimgpuOpRecord {
   int32_t nccl_rank;
   uint64_t nccl_comm;
   uint64_t nccl_seq;
+  // The host thread that enqueued it, and that thread's run-queue delay (ns
+  // runnable but waiting for a CPU since it started, from the kernel's
+  // /proc/thread-self/schedstat) read when it enqueued; ~0 when unknown or
+  // when SIMGPU_TRACE is off. What the host really did, for the tests'
+  // oracles: the delay between two of a thread's submissions is the time it
+  // was preempted between them.
+  uint32_t host_tid;
+  uint32_t reserved2;
+  uint64_t host_run_delay_ns;
 } SimgpuOpRecord;
 
 // Callbacks of the (single) observer. on_submit runs on the host thread inside
