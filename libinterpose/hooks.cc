@@ -227,6 +227,8 @@ class CallScope {
       recorder::SampleCpuAtExit(ts_, exit);  // before the capture: its CPU time is the gap's
       stack = recorder::CaptureStack();
       python_stack = python::CaptureStack();
+    } else if (__builtin_expect(recorder::LongCall(enter_, exit), 0)) {
+      recorder::SampleCpuAtExit(ts_, exit);
     }
     if (trace::ApiRecord* r = recorder::Reserve(ts_)) {
       r->enter = enter_;

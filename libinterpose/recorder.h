@@ -92,16 +92,20 @@ inline void Commit(ThreadState& ts) {
   b->count.store(b->count.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
-// CPU-time samples (kCpu): the launching thread's on/off-CPU split, read off
-// the hot path. A call whose enter is more than kCpuGapNs after the thread's
-// previous exit (ThreadState::last_exit) takes one, and so does the exit of
-// every may-block call. kCpuGapNs is below the analyzer's 50 us dispatch
-// threshold, so every gap the analyzer calls long ends with a sample.
+// CPU-time samples (kCpuSched): the launching thread's on/off-CPU split and
+// its run-queue delay, read off the hot path. A call whose enter is more than
+// kCpuGapNs after the thread's previous exit (ThreadState::last_exit) takes
+// one, and so does the exit of every may-block call and of every call longer
+// than kCpuGapNs (a launch preempted inside keeps its run-queue delay, which
+// would otherwise land in the next long gap). kCpuGapNs is below the
+// analyzer's 50 us dispatch threshold, so every gap the analyzer calls long
+// ends with a sample.
 inline constexpr uint64_t kCpuGapNs = 40'000;
 extern uint64_t g_cpu_gap_ticks;  // kCpuGapNs in ticks, set at start-up
 inline bool LongGap(const ThreadState& ts, uint64_t now) {
   return now - ts.last_exit > g_cpu_gap_ticks;
 }
+inline bool LongCall(uint64_t enter, uint64_t exit) { return exit - enter > g_cpu_gap_ticks; }
 // Reads this thread's CPU clock (a system call, ~1.3 us), queues a sample and
 // returns the tick at which the reading completed (the caller's enter tick).
 uint64_t SampleCpuAtEnter(ThreadState& ts);
