@@ -54,17 +54,23 @@ Question Q1(const std::vector<StepStats>& steps) {
                             "this run has %d",
                             kMinStepsForStatistics, n)};
   }
+  // The first step pays one-time costs (module loads, first launches, the
+  // allocator's and the recorder's set-up): a lone long first step with its
+  // idle would make any run "move with idle". With more steps than the
+  // minimum it is left out, as HTA and most trainers' timers do.
+  const size_t skip = n > static_cast<size_t>(kMinStepsForStatistics) ? 1 : 0;
   std::vector<double> time, idle;
-  for (const StepStats& s : steps) {
+  for (size_t k = skip; k < n; ++k) {
+    const StepStats& s = steps[k];
     time.push_back(static_cast<double>(s.end_ns - s.start_ns));
     idle.push_back(static_cast<double>(s.gpu_idle_ns));
   }
   const double cv = Mean(time) > 0 ? Stdev(time) / Mean(time) : 0;
   const double r = Pearson(time, idle);
   const std::string numbers = absl::StrFormat(
-      "over %d steps, step time averages %s (CV %.1f%%) and GPU idle %s per step "
+      "over %d steps%s, step time averages %s (CV %.1f%%) and GPU idle %s per step "
       "(%.1f%% of step time); correlation of idle with step time r=%.2f",
-      n, FormatDuration(static_cast<int64_t>(Mean(time))), 100 * cv,
+      time.size(), skip ? " (the first, a warm-up, left out)" : "", FormatDuration(static_cast<int64_t>(Mean(time))), 100 * cv,
       FormatDuration(static_cast<int64_t>(Mean(idle))),
       100 * (Mean(time) > 0 ? Mean(idle) / Mean(time) : 0), r);
   if (cv < kQ1MinStepTimeCv) return {"q1", "no", "Step time is steady: " + numbers};
