@@ -18,12 +18,13 @@ namespace {
 
 constexpr int64_t kNsPerSec = 1'000'000'000;
 
-// Fixed colours: the busy kinds, the seven idle causes (Cause order), time
-// outside every step.
+// Fixed colours: the busy kinds, the idle causes (Cause order, one each:
+// the array's size is checked against kNumCauses), time outside every step.
 constexpr std::array<const char*, 3> kBusyColor = {"#2ca02c", "#98df8a", "#17becf"};
 constexpr std::array<const char*, 3> kBusyName = {"compute", "copy", "comm (busy)"};
-constexpr std::array<const char*, kNumCauses> kCauseColor = {
-    "#d62728", "#ff7f0e", "#8c564b", "#9467bd", "#1f77b4", "#e377c2", "#7f7f7f"};
+constexpr std::array kCauseColor = {"#d62728", "#ff7f0e", "#8c564b", "#bcbd22",
+                                    "#9467bd", "#1f77b4", "#e377c2", "#7f7f7f"};
+static_assert(kCauseColor.size() == kNumCauses, "one colour per idle cause");
 constexpr const char* kOutsideColor = "#e4e4e4";
 constexpr const char* kUtilColor = "#0b5394";
 

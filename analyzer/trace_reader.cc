@@ -312,26 +312,19 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
       t->rank.host = std::string(r.host, strnlen(r.host, sizeof(r.host)));
       return {};
     }
-    case ChunkType::kCpu: {
-      if (!fixed(sizeof(trace::CpuRecord))) return "record count exceeds payload";
-      std::vector<CpuSample>& samples = t->cpu[h.tid];
-      for (uint32_t i = 0; i < h.count; ++i) {
-        trace::CpuRecord r;
-        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
-        // Values past int64 become negative and are clamped (and counted)
-        // by FinalizeTimeline.
-        samples.push_back({static_cast<int64_t>(r.ticks), static_cast<int64_t>(r.cpu_ns), -1});
-      }
-      return {};
-    }
+    case ChunkType::kCpu:
     case ChunkType::kCpuSched: {
-      if (!fixed(sizeof(trace::CpuSchedRecord))) return "record count exceeds payload";
+      // kCpu is kCpuSched without the run-queue delay (older recorders).
+      const bool sched = static_cast<ChunkType>(h.type) == ChunkType::kCpuSched;
+      const size_t size = sched ? sizeof(trace::CpuSchedRecord) : sizeof(trace::CpuRecord);
+      if (!fixed(size)) return "record count exceeds payload";
       std::vector<CpuSample>& samples = t->cpu[h.tid];
       for (uint32_t i = 0; i < h.count; ++i) {
-        trace::CpuSchedRecord r;
-        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
-        const int64_t delay = r.run_delay_ns == trace::kRunDelayUnknown ||
-                                      r.run_delay_ns > uint64_t{INT64_MAX}
+        trace::CpuSchedRecord r{0, 0, trace::kRunDelayUnknown};
+        std::memcpy(&r, p + i * size, size);  // CpuRecord is its prefix
+        // Times past int64 become negative and are clamped (and counted)
+        // by FinalizeTimeline; an unknown or impossible delay is -1.
+        const int64_t delay = r.run_delay_ns > uint64_t{INT64_MAX}
                                   ? -1
                                   : static_cast<int64_t>(r.run_delay_ns);
         samples.push_back(

@@ -237,7 +237,7 @@ static_assert(sizeof(CpuRecord) == 16);
 // /proc/thread-self/schedstat; the kernel's sched_info accounting). Taken at
 // the same points as CpuRecord. Added to format 1 without a version change.
 inline constexpr uint64_t kRunDelayUnknown = ~0ull;  // schedstat unreadable
-struct CpuSchedRecord {
+struct CpuSchedRecord {  // its first 16 bytes are a CpuRecord
   uint64_t ticks;         // same tick counter as ApiRecord
   uint64_t cpu_ns;        // the thread's CPU time since it started
   uint64_t run_delay_ns;  // time runnable but not running since it started;

@@ -681,7 +681,7 @@ void OnThreadExit(void* arg) {
   // a thread that ends mid-run still has all its calls in the trace.
   if (b && g_state.load() == int(State::kOn)) HandOff(b);
   ts->registered = false;
-  if (ts->sched_fd >= 0 && ts->sched_pid == g_pid) close(ts->sched_fd);
+  if (ts->sched_fd >= 0) close(ts->sched_fd);
   ts->sched_fd = -1;
 }
 
@@ -936,11 +936,6 @@ bool ParseSchedstat(const char* p, const char* end, uint64_t* run_delay) {
 // delay is current (it grows only while the thread waits, and this thread
 // is running).
 uint64_t ThreadRunDelayNs(ThreadState& ts) {
-  const uint32_t pid = g_pid;
-  if (ts.sched_fd >= 0 && ts.sched_pid != pid) {  // a fork child's copy
-    close(ts.sched_fd);
-    ts.sched_fd = -1;
-  }
   if (ts.sched_fd == -2) return trace::kRunDelayUnknown;
   if (ts.sched_fd < 0) {
     ts.sched_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
@@ -948,7 +943,6 @@ uint64_t ThreadRunDelayNs(ThreadState& ts) {
       ts.sched_fd = -2;
       return trace::kRunDelayUnknown;
     }
-    ts.sched_pid = pid;
   }
   char buf[96];
   const ssize_t n = pread(ts.sched_fd, buf, sizeof buf, 0);

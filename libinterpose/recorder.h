@@ -47,9 +47,8 @@ struct ThreadState {
   bool registered = false;
   // This thread's /proc/thread-self/schedstat, opened at its first CPU
   // sample and read with pread (-1: not open; -2: unreadable, not retried).
-  // sched_pid is the process that opened it: a fork child reopens its own.
+  // A fork child closes the inherited ones and reopens its own.
   int sched_fd = -1;
-  uint32_t sched_pid = 0;
   ThreadState* next_live = nullptr;
 };
 

@@ -67,18 +67,18 @@ def run_traced(build, work, args, extra_env=None):
     return report, truth
 
 
-def injected_gaps(truth, preempted=False):
-    """Per step, the device idle just before the step's first op (the batch
-    copy host-to-device that follows the injected host wait). With
-    `preempted`, pairs (gap, of it the time the submitting thread was
-    runnable but waiting for a CPU in the ground truth, at most the gap)."""
+def injected_gaps(truth):
+    """Per step, (the device idle just before the step's first op: the batch
+    copy host-to-device that follows the injected host wait, of it the time
+    the submitting thread was runnable but waiting for a CPU in the ground
+    truth, at most the gap)."""
     ops = sorted(truth, key=lambda op: op["start_ns"])
     pre_of = preempted_before(truth)
     gaps, busy_until = [], None
     for op in ops:
         if op["kind"] == "memcpy" and op["name"] == "HtoD":
             gap = max(0, op["start_ns"] - busy_until) if busy_until is not None else 0
-            gaps.append((gap, min(gap, pre_of[id(op)])) if preempted else gap)
+            gaps.append((gap, min(gap, pre_of[id(op)])))
         busy_until = op["end_ns"] if busy_until is None else max(busy_until, op["end_ns"])
     return gaps
 
@@ -139,7 +139,7 @@ def case_input(build, work):
     # from step 2).
     # Where the thread, woken, waited for a CPU (the ground truth's run-queue
     # delay), that part may be host_preempted instead.
-    gaps = injected_gaps(truth, preempted=True)
+    gaps = injected_gaps(truth)
     check(len(gaps) == STEPS, f"{len(gaps)} batch copies in the ground truth, expected {STEPS}")
     for st, (gap, pre) in zip(report["steps"][2:], gaps[2:]):
         hw = st["idle_by_cause"]["host_wait"]
@@ -169,8 +169,8 @@ def case_host_busy(build, work):
     check_idle_matches_truth(report, truth)
     gaps = injected_gaps(truth)
     check(len(gaps) == steps, f"{len(gaps)} batch copies in the ground truth, expected {steps}")
-    idle_steps = [(st, gap) for st, gap in zip(report["steps"][2:], gaps[2:]) if gap > 0]
-    pre = sum(p for (g, p), _ in zip(injected_gaps(truth, preempted=True)[2:], gaps[2:]) if g > 0)
+    idle_steps = [(st, gap) for st, (gap, _) in zip(report["steps"][2:], gaps[2:]) if gap > 0]
+    pre = sum(p for g, p in gaps[2:] if g > 0)
     diags = [d["name"] if "name" in d else d.get("id") for d in report.get("diagnostics", [])]
     check("no_cpu_time" not in diags, f"no_cpu_time reported: {diags}")
     q3 = next(q for q in report["questions"] if q["id"] == "q3")
@@ -214,7 +214,7 @@ def case_input_after_sync(build, work):
     # the attribution unit tests pin the split.)
     gaps = injected_gaps(truth)
     check(len(gaps) == STEPS, f"{len(gaps)} batch copies in the ground truth, expected {STEPS}")
-    for st, gap in zip(report["steps"][2:], gaps[2:]):
+    for st, (gap, _) in zip(report["steps"][2:], gaps[2:]):
         c = st["idle_by_cause"]
         got = c["host_wait"] + c["sync"] + c["host_preempted"]
         check(got >= 0.9 * gap - 20_000,
