@@ -406,10 +406,12 @@ def small_case(program, stall):
 
 def case_torch_ddp(build, work):
     """DistributedDataParallel under torchrun on the simulated NCCL, 2 ranks,
-    rank 1 waiting 20 ms more for each batch: rank 1 is the straggler (named
-    first), the wait it caused is within 5% of the ground truth's (the other
-    rank's waits for it at every collective inside the steps), and q5 says
-    communication dominates. 32 steps: with two ranks, arriving last is a
+    rank 1 waiting 20 ms more for each batch. The stragglers named are those
+    the analyzer's rule makes of the ground truth's late arrivals
+    (nccl_test.check_stragglers: on a quiet machine rank 1; on a loaded one
+    the slowed rank's lead may drown in preemption of both), the wait each
+    caused within 5% of the truth's (the other rank's waits for it at every
+    collective inside the steps), and q5 names the first. 32 steps: with two ranks, arriving last is a
     coin toss (only one of DDP's two buckets a step waits for the slow
     rank), and the binomial test needs that many to tell (16 steps gave 18
     of 25 late arrivals, p about 0.02, in one run)."""
@@ -435,17 +437,45 @@ def case_torch_ddp(build, work):
         check(r["steps"] == steps, f"rank {r['rank']}: {r['steps']} steps, expected {steps}")
     _, by = nccl_test.truth_ops(work)
     late, caused, _ = nccl_test.truth_waits(by, ranks)
-    st = report["stragglers"]
-    check(st and st[0]["rank"] == slow, f"stragglers {st}, expected rank {slow} first")
-    truth = caused[slow]
-    check(truth > 0 and abs(st[0]["wait_caused_ns"] - truth) <= 0.05 * truth,
-          f"wait caused {st[0]['wait_caused_ns']} ns, ground truth {truth} ns (5%)")
-    check(st[0]["times_last"] == late[slow], f"times last {st[0]['times_last']}, truth {late[slow]}")
-    q5 = next(q for q in report["questions"] if q["id"] == "q5")
-    check(q5["answer"] == "yes" and f"rank {slow} arrives last" in q5["evidence"], f"q5 {q5}")
+    named = nccl_test.check_stragglers(report, late, caused, ranks, slow)
+    print(f"torch_ddp: stragglers {named} (the slowed rank: {slow})")
 
 
 CASES["torch_ddp"] = case_torch_ddp
+
+
+AUTO_MIN_PHASE_GAP_NS = 50_000  # analyzer/steps.h kAutoMinPhaseGapNs
+
+
+def wait_phase_stands_out(truth, waits):
+    """The analyzer's phase rule (analyzer/steps.cc) on the ground truth:
+    per position in the loop's iterations (the ops queued from one input
+    wait's end to the next's), the median host gap before the op, less the
+    time the submitting thread waited for a CPU since its previous op. True
+    when the gap before each iteration's first op (the one after the wait)
+    is >= 50 us and at least twice any other position's."""
+    ops = sorted(truth, key=lambda o: o["queued_ns"])
+    prev_rd = {}
+    gap = []  # per op: host gap before it, preemption removed
+    for i, op in enumerate(ops):
+        g = op["queued_ns"] - ops[i - 1]["queued_ns"] if i else 0
+        rd = op.get("run_delay_ns", 0)
+        g -= min(g, max(0, rd - prev_rd.get(op.get("tid"), rd)))
+        prev_rd[op.get("tid")] = rd
+        gap.append(g)
+    iters = []
+    for k, w in enumerate(waits):
+        end = waits[k + 1]["start_ns"] if k + 1 < len(waits) else None
+        iters.append([gap[i] for i, op in enumerate(ops)
+                      if op["queued_ns"] >= w["end_ns"] and (end is None or op["queued_ns"] < end)])
+    length = min((len(x) for x in iters[:-1]), default=0)
+    if length < 2:
+        return False
+    med = []
+    for o in range(length):
+        g = sorted(x[o] for x in iters[:-1])
+        med.append(g[len(g) // 2])
+    return med[0] >= AUTO_MIN_PHASE_GAP_NS and med[0] >= 2 * max(med[1:])
 
 
 def auto_case(stall):
@@ -457,7 +487,15 @@ def auto_case(stall):
     same every step; a stall's hotspot hit once in every iteration. The
     warm-up pass before the loop does an iteration's work (forward, backward,
     optimizer) and may be found as one more step before the first wait:
-    it must then end before the first wait begins."""
+    it must then begin before the first wait does.
+
+    The steps begin right after the input waits only when the waits make the
+    host's longest silence in the iteration (the analyzer's phase rule
+    applied to the ground truth, wait_phase_stands_out). On a loaded machine
+    the DataLoader's workers keep up with a preempted main thread, most
+    waits last 0.1 ms, and no call of the iteration is preceded by a gap
+    that stands out: the steps must then begin at one and the same call of
+    every iteration."""
     def run(build, work):
         py = venv_python()
         waits_log = os.path.join(work, "waits.jsonl")
@@ -470,17 +508,29 @@ def auto_case(stall):
         check(len(waits) == STEPS, f"{len(waits)} waits logged")
         check(len(steps) in (STEPS, STEPS + 1), f"{len(steps)} steps, expected {STEPS}")
         if len(steps) == STEPS + 1:
-            check(steps[0]["host_end_ns"] <= waits[0]["start_ns"],
+            check(steps[0]["host_start_ns"] < waits[0]["start_ns"],
                   "an extra step that is not the warm-up pass before the loop")
         loop = steps[-STEPS:]
+        strict = wait_phase_stands_out(truth, waits)
+        offsets = set()
         for st, w in zip(loop, waits):
             check(st["host_start_ns"] >= w["end_ns"],
                   f"step {st['index']} begins before its input wait ended")
             early = [op for op in truth if w["end_ns"] <= op["queued_ns"] < st["host_start_ns"]]
-            check(not early, f"step {st['index']} begins after {len(early)} ops submitted since its wait")
+            if strict:
+                check(not early, f"step {st['index']} begins after {len(early)} ops submitted since its wait")
+            offsets.add(len(early))
+        if not strict:
+            print("note: no input wait stands out in the ground truth's host gaps; "
+                  f"steps begin {sorted(offsets)} ops after their waits")
+            check(len(offsets) == 1, f"the steps begin at different calls of the iteration: "
+                  f"{sorted(offsets)} ops after their waits")
         check_idle_matches_truth(report, truth)
         check_counts_match_truth(report, truth, syncs)
-        launches = {st["launches"] for st in loop}
+        # Steps that begin inside an iteration: the last holds only the rest
+        # of the loop's last iteration.
+        full = loop if offsets == {0} else loop[:-1]
+        launches = {st["launches"] for st in full}
         check(len(launches) == 1, f"launches differ from step to step: {[st['launches'] for st in loop]}")
         if stall == "item":
             h = find_hotspot(report, marker_line("STALL:item"))

@@ -211,7 +211,6 @@ int Run(const Options& o) {
     for (CUdeviceptr& p : temps) Check(cuMemAlloc(&p, 1 << 20), "cuMemAlloc");
   }
   double sink = 0;
-  long long spin_cpu_ns = 0, spin_wall_ns = 0;
   for (int step = 0; step < o.steps; ++step) {
     if (o.nvtx) nvtxRangePushA(("step " + std::to_string(step)).c_str());
     if (s == "input") {
@@ -223,17 +222,9 @@ int Run(const Options& o) {
       SleepUs(u < 0.35 ? 3000 + long(3000 * Uniform()) : 200 + long(600 * Uniform()));
       TrainStep(j);
     } else if (s == "busy_host") {
-      // CPU-side preprocessing on the launching thread. The thread's own CPU
-      // clock says how much of it was really on-CPU (a loaded machine
-      // preempts it): printed for scenarios.py.
-      timespec c0, c1, w0, w1;
-      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
-      clock_gettime(CLOCK_MONOTONIC, &w0);
+      // CPU-side preprocessing on the launching thread (a loaded machine
+      // preempts it: the ground truth's run-queue delays say how much).
       SpinUs(4000);
-      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
-      clock_gettime(CLOCK_MONOTONIC, &w1);
-      spin_cpu_ns += (c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec);
-      spin_wall_ns += (w1.tv_sec - w0.tv_sec) * 1000000000LL + (w1.tv_nsec - w0.tv_nsec);
       // Little device work: the spinning thread and the simulated device share
       // two cores, and a starved device thread stretches its ops.
       Launch(j.f("batch_load"), j.stream);
@@ -314,7 +305,6 @@ int Run(const Options& o) {
     Check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent(0)");
   }
   std::printf("scenario %s: %d steps (%g)\n", s.c_str(), o.steps, sink);
-  if (spin_wall_ns) std::printf("spin_on_cpu_share %.4f\n", double(spin_cpu_ns) / double(spin_wall_ns));
   std::free(pageable);
   cuMemFree(buf);
   cuStreamDestroy(j.stream);
