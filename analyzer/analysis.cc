@@ -174,6 +174,7 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
   p.host = t.host;
   p.steps = static_cast<int>(report.steps.size());
   p.device_ops = static_cast<int64_t>(t.ops.size());
+  p.api_calls = static_cast<int64_t>(t.calls.size());
   p.totals = tot;
   p.analyzed = true;
   report.processes.push_back(std::move(p));

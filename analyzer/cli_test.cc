@@ -300,7 +300,7 @@ TEST_CASE("dump escapes control bytes in names", "[cli]") {
 TEST_CASE("run onto a folder it cannot write says so before running", "[cli]") {
   Sandbox box;
   const std::string ran = box.root() + "/ran";
-  for (const std::string dir : {std::string("/sys/kernel"), box.root() + "/ro"}) {
+  for (const std::string& dir : {std::string("/sys/kernel"), box.root() + "/ro"}) {
     if (dir != "/sys/kernel") {
       REQUIRE(mkdir(dir.c_str(), 0555) == 0);
       if (geteuid() == 0) continue;  // root writes anyway

@@ -32,6 +32,9 @@ namespace stallscope::analyzer {
     "the process did not finish writing its trace (no end chunk)")            \
   X(kDroppedRecords, "dropped_records", kWarning,                              \
     "the recorder dropped records because its memory budget was full")        \
+  X(kDroppedCalls, "dropped_calls", kWarning,                                  \
+    "of the records dropped, API calls (launches, copies, synchronizations): " \
+    "the report's counts and steps miss them")                                \
   X(kCuptiUnavailable, "cupti_unavailable", kWarning,                          \
     "no device timestamps: host-only inference")                              \
   X(kCuptiDropped, "cupti_dropped", kWarning,                                  \

@@ -590,7 +590,8 @@ nlohmann::ordered_json RankSummaryToJson(const RankSummary& s) {
   j["totals"] = TotalsToJson(s.totals);
   const ProcessSummary& p = s.process;
   j["process"] = {{"file", p.file}, {"pid", p.pid}, {"host", p.host}, {"steps", p.steps},
-                  {"device_ops", p.device_ops}, {"totals", TotalsToJson(p.totals)}};
+                  {"device_ops", p.device_ops}, {"api_calls", p.api_calls},
+                  {"totals", TotalsToJson(p.totals)}};
   j["steps"] = s.steps;
   j["step_time_ns"] = s.step_time_ns;
   j["start_ns"] = s.start_ns;
@@ -624,6 +625,7 @@ absl::StatusOr<RankSummary> RankSummaryFromJson(const nlohmann::json& j) {
     s.process.host = p.at("host").get<std::string>();
     s.process.steps = p.at("steps").get<int>();
     s.process.device_ops = p.at("device_ops").get<int64_t>();
+    s.process.api_calls = p.value("api_calls", int64_t{0});
     s.process.totals = TotalsFromJson(p.at("totals"));
     s.steps = j.at("steps").get<int>();
     s.step_time_ns = j.at("step_time_ns").get<int64_t>();

@@ -103,6 +103,7 @@ struct ProcessSummary {
   std::string host;
   int steps = 0;
   int64_t device_ops = 0;
+  int64_t api_calls = 0;  // the trace's API call records, of every kind
   Totals totals;
   bool analyzed = false;  // the process whose steps the report shows
 };

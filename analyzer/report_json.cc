@@ -115,7 +115,8 @@ Json ToJson(const Report& r, bool with_steps) {
   for (const ProcessSummary& p : r.processes) {
     Json pj{{"file", p.file},     {"pid", p.pid},
             {"host", p.host},     {"analyzed", p.analyzed},
-            {"steps", p.steps},   {"device_ops", p.device_ops}};
+            {"steps", p.steps},   {"device_ops", p.device_ops},
+            {"api_calls", p.api_calls}};
     const Json totals = TotalsJson(p.totals);
     for (const auto& item : totals.items()) pj[item.key()] = item.value();
     processes.push_back(std::move(pj));

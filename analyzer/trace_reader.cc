@@ -183,6 +183,7 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
           case trace::DiagnosticId::kStacksDropped: id = DiagId::kStacksDropped; break;
           case trace::DiagnosticId::kCuptiRecordsStopped: id = DiagId::kCuptiRecordsStopped; break;
           case trace::DiagnosticId::kNoDeviceRecordsAtExit: id = DiagId::kNoDeviceRecordsAtExit; break;
+          case trace::DiagnosticId::kDroppedCalls: id = DiagId::kDroppedCalls; break;
           default: id = DiagId::kUnknownRecorderDiagnostic; break;
         }
         AddDiagnostic(&t->diagnostics, id, r.count);
@@ -529,6 +530,25 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
                                   t.write_failed_errno > 0 && t.write_failed_errno < 4096
                                       ? strerror(t.write_failed_errno)
                                       : "write error"));
+  }
+  // CUPTI drops records when the recorder has no buffer to give it (its
+  // budget, STALLSCOPE_BUFFER_MB): then submissions without device records,
+  // or without acknowledgements, need no other profiler to explain them.
+  uint64_t cupti_dropped = 0;
+  for (const Diagnostic& d : t.diagnostics) {
+    if (d.id == DiagId::kCuptiDropped) cupti_dropped += d.count;
+  }
+  if (cupti_dropped > 0) {
+    for (Diagnostic& d : t.diagnostics) {
+      if (d.id != DiagId::kCuptiRecordsStopped && d.id != DiagId::kNoDeviceRecordsAtExit) continue;
+      d.message = absl::StrFormat(
+          "%d submissions %s; CUPTI dropped %d activity records, which the recorder's "
+          "buffers had no room for (a larger STALLSCOPE_BUFFER_MB keeps them): the likely cause",
+          d.count,
+          d.id == DiagId::kCuptiRecordsStopped ? "went unacknowledged by CUPTI"
+                                               : "had no device record when the process exited",
+          cupti_dropped);
+    }
   }
   if (bad_chunks > 0) {
     AddDiagnostic(&t.diagnostics, DiagId::kCorruptChunks, bad_chunks,

@@ -88,6 +88,33 @@ TEST_CASE("round trip of every chunk type", "[reader]") {
   CHECK_FALSE(HasDiag(t, DiagId::kTruncatedTrace));
 }
 
+// Guards the accounting of a recorder over its budget: dropped calls are
+// their own diagnostic, and records that CUPTI dropped (no buffer to give
+// it) are named as the cause of missing device records, not another
+// profiler.
+TEST_CASE("dropped calls, and CUPTI's drops explain missing device records", "[reader]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.Submit(11, apis.launch, 0, 5 * kUs, 10 * kUs, 20 * kUs, tf::DeviceOpKind::kKernel, "k");
+  b.Diag(tf::DiagnosticId::kDroppedRecords, 9);
+  b.Diag(tf::DiagnosticId::kDroppedCalls, 4);
+  b.Diag(tf::DiagnosticId::kNoDeviceRecordsAtExit, 300);
+  Timeline plain = testing::ReadOrDie(b);
+  const Diagnostic* calls = FindDiag(plain, DiagId::kDroppedCalls);
+  REQUIRE(calls != nullptr);
+  CHECK(calls->count == 4);
+  const Diagnostic* missing = FindDiag(plain, DiagId::kNoDeviceRecordsAtExit);
+  REQUIRE(missing != nullptr);
+  CHECK(missing->message.find("CUPTI dropped") == std::string::npos);
+  b.Diag(tf::DiagnosticId::kCuptiDropped, 77);
+  Timeline t = testing::ReadOrDie(b);
+  missing = FindDiag(t, DiagId::kNoDeviceRecordsAtExit);
+  REQUIRE(missing != nullptr);
+  CHECK(missing->count == 300);
+  CHECK(missing->message.find("CUPTI dropped 77 activity records") != std::string::npos);
+  CHECK(missing->message.find("STALLSCOPE_BUFFER_MB") != std::string::npos);
+}
+
 // Guards multi-chunk files: records split over many chunks all come back.
 TEST_CASE("records split across chunks", "[reader]") {
   TraceBuilder b;

@@ -330,9 +330,10 @@ enum class DiagnosticId : uint32_t {
   kNoDeviceRecordsAtExit = 10,  // submissions CUPTI acknowledged whose device
                                 // records had not come at exit (work still
                                 // queued, or a kind disabled by another client)
+  kDroppedCalls = 11,  // of kDroppedRecords, API call records
 };
 // One past the largest DiagnosticId: the recorder's counter slots.
-inline constexpr uint32_t kDiagnosticSlots = 11;
+inline constexpr uint32_t kDiagnosticSlots = 12;
 
 struct DiagnosticRecord {
   uint32_t id;  // DiagnosticId

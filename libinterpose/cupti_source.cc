@@ -60,10 +60,32 @@ DroppedFn g_dropped = nullptr;
 
 uint64_t CUPTIAPI Timestamp() { return MonoNs(); }
 
+// Buffers handed back are kept for the next request, up to kMaxBuffersHeld:
+// CUPTI may ask from any thread (the simulated one asks on the thread whose
+// record found the last buffer full), and a buffer freed by one thread and
+// allocated anew by another would leave its memory behind in another
+// malloc arena each time.
+std::atomic<void*> g_spare[kMaxBuffersHeld];
+
+void* TakeBuffer() {
+  for (auto& slot : g_spare) {
+    if (void* p = slot.exchange(nullptr, std::memory_order_acquire)) return p;
+  }
+  void* p = nullptr;
+  return posix_memalign(&p, 8, g_buffer_bytes) == 0 ? p : nullptr;
+}
+
+void ReturnBuffer(void* p) {
+  for (auto& slot : g_spare) {
+    void* empty = nullptr;
+    if (slot.compare_exchange_strong(empty, p, std::memory_order_release)) return;
+  }
+  free(p);
+}
+
 void CUPTIAPI BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
   void* p = nullptr;
-  if (g_buffers_held.fetch_add(1) >= kMaxBuffersHeld ||
-      posix_memalign(&p, 8, g_buffer_bytes) != 0) {
+  if (g_buffers_held.fetch_add(1) >= kMaxBuffersHeld || (p = TakeBuffer()) == nullptr) {
     g_buffers_held.fetch_sub(1);
     p = nullptr;
   }
@@ -128,15 +150,15 @@ void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size
         break;
     }
   }
-  if (!device.empty()) recorder::AddDeviceRecords(device.data(), device.size());
-  if (!corr.empty()) recorder::AddCorrelations(corr.data(), corr.size());
+  if (!device.empty() || !corr.empty())
+    recorder::AddActivity(corr.data(), corr.size(), device.data(), device.size());
   if (g_dropped) {
     size_t dropped = 0;
     if (g_dropped(nullptr, 0, &dropped) == CUPTI_SUCCESS && dropped)
       recorder::CountDiagnostic(trace::DiagnosticId::kCuptiDropped, dropped);
   }
   if (buffer != nullptr) {
-    free(buffer);
+    ReturnBuffer(buffer);
     g_buffers_held.fetch_sub(1);
   }
 }

@@ -24,7 +24,6 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -73,6 +72,7 @@ std::atomic<bool> g_writer_running{false};
 // No free buffer and the budget spent: threads without a buffer drop their
 // records without taking the lock until the writer returns buffers.
 std::atomic<bool> g_exhausted{false};
+std::atomic<uint64_t> g_dropped_device{0};  // device records dropped over the budget
 bool g_initialized = false;      // Initialize() ran (once per process image)
 bool g_handlers_installed = false;  // atexit/pthread_atfork registered
 bool g_is_fork_child = false;    // this process is a fork of a recording one
@@ -113,18 +113,64 @@ struct StallTracker {
   uint64_t unacked = 0;            // (a): sum of the runs' lengths
   // (b): CUPTI correlation ids acknowledged (external-correlation record)
   // whose device record has not come yet; a correlation record always
-  // precedes its device record. Capped: past it, counted only.
-  static constexpr size_t kMaxOutstanding = size_t{1} << 16;
-  std::unordered_set<uint32_t> outstanding;
-  uint64_t outstanding_overflow = 0;
-  void Acknowledged(uint32_t correlation) {
-    if (outstanding.size() < kMaxOutstanding) {
-      outstanding.insert(correlation);
-    } else {
-      ++outstanding_overflow;
+  // precedes its device record. CUPTI numbers submissions in order, and
+  // device records come back within a bounded distance of the newest
+  // acknowledgement: one bit per id in a window that slides past ids whose
+  // record came. The window holds at most an eighth of the memory budget in
+  // bits (one id per byte of budget, 64 Ki to 64 Mi ids): an id that far
+  // behind the newest is counted missing for good.
+  struct Outstanding {
+    uint64_t window_ids = uint64_t{1} << 26;
+    uint64_t base = 0;  // the id of words.front()'s bit 0, a multiple of 64
+    std::deque<uint64_t> words;
+    uint64_t count = 0;    // ids in the window waiting for their record
+    uint64_t expired = 0;  // ids pushed out of the window without one
+    void PopFront() {
+      const uint64_t n = uint64_t(__builtin_popcountll(words.front()));
+      count -= n;
+      expired += n;
+      words.pop_front();
+      base += 64;
     }
+    void Set(uint64_t id) {
+      if (words.empty()) base = id & ~uint64_t{63};
+      if (id < base) return;  // behind the window: counted when it left
+      if (id - base >= window_ids + 64 * uint64_t(words.size())) {
+        // A jump past the whole window: everything in it has expired.
+        while (!words.empty()) PopFront();
+        base = id & ~uint64_t{63};
+      }
+      const uint64_t w = (id - base) / 64;
+      while (words.size() <= w) words.push_back(0);
+      const uint64_t bit = uint64_t{1} << ((id - base) % 64);
+      if (!(words[w] & bit)) {
+        words[w] |= bit;
+        ++count;
+      }
+      while (uint64_t(words.size()) * 64 > window_ids) PopFront();
+    }
+    void Clear(uint64_t id) {
+      if (words.empty() || id < base || (id - base) / 64 >= words.size()) return;
+      const uint64_t w = (id - base) / 64;
+      const uint64_t bit = uint64_t{1} << ((id - base) % 64);
+      if (words[w] & bit) {
+        words[w] &= ~bit;
+        --count;
+      }
+      while (!words.empty() && words.front() == 0) {
+        words.pop_front();
+        base += 64;
+      }
+    }
+    uint64_t Missing() const { return count + expired; }
+  };
+  Outstanding outstanding;
+  StallTracker() {
+    outstanding.window_ids =
+        std::clamp<uint64_t>(BudgetBytes(), uint64_t{1} << 16, uint64_t{1} << 26) & ~uint64_t{63};
   }
-  void DeviceRecord(uint32_t correlation) { outstanding.erase(correlation); }
+  void Acknowledged(uint32_t correlation) { outstanding.Set(correlation); }
+  void DeviceRecord(uint32_t correlation) { outstanding.Clear(correlation); }
   uint64_t worst = 0;              // largest stall seen, the diagnostic's count
 
   void Ack(uint64_t external) {
@@ -165,7 +211,11 @@ struct StallTracker {
       worst = unacked;
       g_diag[int(trace::DiagnosticId::kCuptiRecordsStopped)].store(worst);
     }
-    const uint64_t missing = outstanding.size() + outstanding_overflow;
+    // Less the device records the recorder itself dropped (its budget): a
+    // lower bound on the records that never came.
+    const uint64_t own = g_dropped_device.load(std::memory_order_relaxed);
+    const uint64_t all = outstanding.Missing();
+    const uint64_t missing = all > own ? all - own : 0;
     if (final && unacked < kStallThreshold && missing >= kStallThreshold) {
       g_diag[int(trace::DiagnosticId::kNoDeviceRecordsAtExit)].store(missing);
     }
@@ -846,6 +896,7 @@ void AtForkChild() {
   g_buffers_allocated = 0;
   for (ThreadBuffer* b = g_free; b; b = b->next) g_buffers_allocated++;
   g_exhausted.store(false);
+  g_dropped_device.store(0);
   t_self.buffer = nullptr;
   t_self.registered = false;
   t_self.next_corr = 0;
@@ -1060,12 +1111,13 @@ trace::ApiRecord* ReserveSlow(ThreadState& ts) {
     HandOff(b);
   }
   trace::ApiRecord* r = nullptr;
-  if (g_exhausted.load(std::memory_order_relaxed))
-    g_diag[int(trace::DiagnosticId::kDroppedRecords)]++;  // no lock while over budget
-  else if (AcquireBuffer(ts))
+  // No lock while over budget: the counters are atomic.
+  if (!g_exhausted.load(std::memory_order_relaxed) && AcquireBuffer(ts)) {
     r = &ts.buffer->records[0];
-  else
+  } else {
     g_diag[int(trace::DiagnosticId::kDroppedRecords)]++;
+    g_diag[int(trace::DiagnosticId::kDroppedCalls)]++;
+  }
   errno = saved_errno;
   return r;
 }
@@ -1151,26 +1203,15 @@ size_t PendingRoom(size_t record_bytes) {  // under g_mu
   return held >= cap ? 0 : (cap - held) / record_bytes;
 }
 
-void AddDeviceRecords(const trace::DeviceRecord* recs, size_t n) {
+void AddActivity(const trace::CorrelationRecord* corr, size_t nc, const trace::DeviceRecord* dev,
+                 size_t nd) {
   pthread_mutex_lock(&g_mu);
-  const size_t take = std::min(n, PendingRoom(sizeof(trace::DeviceRecord)));
-  g_pending->device.insert(g_pending->device.end(), recs, recs + take);
-  if (take < n) {
-    g_diag[int(trace::DiagnosticId::kDroppedRecords)] += n - take;
-    pthread_cond_signal(&g_cv);
-  }
-  pthread_mutex_unlock(&g_mu);
-}
-
-void AddCorrelations(const trace::CorrelationRecord* recs, size_t n) {
-  pthread_mutex_lock(&g_mu);
-  const size_t take = std::min(n, PendingRoom(sizeof(trace::CorrelationRecord)));
-  g_pending->correlations.insert(g_pending->correlations.end(), recs, recs + take);
-  if (take < n) {
-    g_diag[int(trace::DiagnosticId::kDroppedRecords)] += n - take;
+  const size_t take_c = std::min(nc, PendingRoom(sizeof(trace::CorrelationRecord)));
+  g_pending->correlations.insert(g_pending->correlations.end(), corr, corr + take_c);
+  if (take_c < nc) {
     std::vector<uint64_t>& acks = g_pending->dropped_acks;
-    for (size_t i = take; i < n; ++i) {
-      const uint64_t ext = recs[i].external;
+    for (size_t i = take_c; i < nc; ++i) {
+      const uint64_t ext = corr[i].external;
       auto it = std::find_if(acks.begin(), acks.end(),
                              [ext](uint64_t a) { return (a >> 40) == (ext >> 40); });
       if (it == acks.end()) {
@@ -1179,6 +1220,12 @@ void AddCorrelations(const trace::CorrelationRecord* recs, size_t n) {
         *it = ext;
       }
     }
+  }
+  const size_t take_d = std::min(nd, PendingRoom(sizeof(trace::DeviceRecord)));
+  g_pending->device.insert(g_pending->device.end(), dev, dev + take_d);
+  g_dropped_device.fetch_add(nd - take_d, std::memory_order_relaxed);
+  if (take_c < nc || take_d < nd) {
+    g_diag[int(trace::DiagnosticId::kDroppedRecords)] += (nc - take_c) + (nd - take_d);
     pthread_cond_signal(&g_cv);
   }
   pthread_mutex_unlock(&g_mu);

@@ -121,9 +121,11 @@ uint32_t CaptureStack();
 // line), innermost first. Returns its stack id.
 uint32_t InternPythonStack(const uint64_t* pairs, size_t frames);
 
-// Called by the CUPTI source from its buffer-completed callback.
-void AddDeviceRecords(const trace::DeviceRecord* recs, size_t n);
-void AddCorrelations(const trace::CorrelationRecord* recs, size_t n);
+// Called by the CUPTI source from its buffer-completed callback: one
+// buffer's correlation and device records, queued together (a drain never
+// sees a device record without the acknowledgement that came before it).
+void AddActivity(const trace::CorrelationRecord* corr, size_t nc, const trace::DeviceRecord* dev,
+                 size_t nd);
 void AddNvtx(const trace::NvtxRecord& rec);
 // Queues the NCCL arguments of a hooked NCCL call (nccl_state.cc).
 void AddNccl(const trace::NcclRecord& rec);

@@ -5,7 +5,8 @@
 // every mode is deterministic so that runs with and without stallscope can
 // be compared byte for byte.
 //
-//   rb_job storm THREADS LAUNCHES     THREADS threads launch at once
+//   rb_job storm THREADS LAUNCHES     THREADS threads launch at once (each
+//                                     LAUNCHES, then a synchronize)
 //   rb_job thread_exit N              a second thread launches N and exits
 //   rb_job exit_thread N              a second thread calls exit(5)
 //   rb_job quick_exit N               launches, waits for a drain, _exit(3)
@@ -80,6 +81,8 @@ void Launches(const char* name, int n) {
   Check(cuStreamDestroy(s), "cuStreamDestroy");
 }
 
+void PrintPeakMemory();
+
 int Storm(int threads, int n) {
   Setup();
   std::atomic<int> ready{0};
@@ -99,6 +102,7 @@ int Storm(int threads, int n) {
     }, &arg);
   for (auto& t : th) pthread_join(t, nullptr);
   printf("storm %d x %d done\n", threads, n);
+  PrintPeakMemory();
   return 0;
 }
 

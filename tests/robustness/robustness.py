@@ -164,6 +164,75 @@ def case_budget_memory(ctx):
           f"{rss['default']} KiB with the default 64 MiB")
 
 
+SOAK_THREADS, SOAK_LAUNCHES = 16, 625_000  # 10 million launches
+SOAK_BUDGET_MB = 4
+
+
+def case_soak(ctx):
+    """10 million launches from 16 threads at once (about half an hour of a
+    training job's launches, as fast as the machine takes them), with a 4 MiB
+    budget (STALLSCOPE_BUFFER_MB):
+    - the job's peak RSS grows by at most one and a half budgets and 8 MiB
+      over the bare run's: the budget bounds the thread buffers, and a
+      quarter of it each CUPTI's buffers and the device records waiting for
+      the writer; code, tables and the acknowledgement window are the fixed
+      part;
+    - the calls are counted exactly: the trace's API calls plus the calls
+      dropped over the budget (`dropped_calls`) are the calls made (the
+      launches and the calls of set-up and teardown, counted by the same
+      job with 100 launches a thread and nothing dropped);
+    - the report is produced, its launches the trace's.
+    The simulated driver's queue stands in for the real driver's push
+    buffer, which has a fixed size: at 64 ops a stream (SIMGPU_QUEUE_DEPTH)
+    the traced and the bare run hold the same, and what differs is
+    stallscope's."""
+    base = {"SIMGPU_KERNEL_US": "*=0", "SIMGPU_QUEUE_DEPTH": "64", "RB_PRINT_HWM": "1"}
+    budget = {"STALLSCOPE_BUFFER_MB": str(SOAK_BUDGET_MB)}
+
+    def peak(p, what):
+        expect_ok(p, what)
+        hwm = [l for l in p.stderr.splitlines() if l.startswith("VmHWM:")]
+        check(hwm, f"{what}: the job printed no VmHWM: {p.stderr[-500:]}")
+        return int(hwm[-1].split()[1])  # kB
+
+    def calls(report):
+        procs = report["processes"]
+        check(len(procs) == 1, f"{len(procs)} processes in the report")
+        d = diag(report, "dropped_calls")
+        return procs[0]["api_calls"], (d["count"] if d else 0)
+
+    shutil.rmtree(ctx.out, ignore_errors=True)
+    small = 100
+    peak(ctx.run([ctx.job, "storm", str(SOAK_THREADS), str(small)], True, dict(base, **budget)), "small run")
+    made_small, dropped_small = calls(ctx.report(ctx.out))
+    check(dropped_small == 0, f"the small run dropped {dropped_small} calls")
+    overhead = made_small - SOAK_THREADS * small  # set-up and teardown calls
+    check(overhead >= 0, f"the small run recorded {made_small} calls for {SOAK_THREADS * small} launches")
+
+    bare = peak(ctx.run([ctx.job, "storm", str(SOAK_THREADS), str(SOAK_LAUNCHES)], False, base, timeout=600),
+                "bare run")
+    shutil.rmtree(ctx.out, ignore_errors=True)
+    traced = peak(ctx.run([ctx.job, "storm", str(SOAK_THREADS), str(SOAK_LAUNCHES)], True,
+                          dict(base, **budget), timeout=600), "traced run")
+    report = ctx.report(ctx.out)
+    recorded, dropped = calls(report)
+    made = SOAK_THREADS * SOAK_LAUNCHES + overhead
+    check(recorded + dropped == made,
+          f"{recorded} calls in the trace + {dropped} dropped = {recorded + dropped}, the job made {made}")
+    check(report["totals"]["launches"] <= SOAK_THREADS * SOAK_LAUNCHES,
+          f"report launches {report['totals']['launches']}")
+    extra_kib = traced - bare
+    check(extra_kib <= 1.5 * SOAK_BUDGET_MB * 1024 + 8 * 1024,
+          f"with a {SOAK_BUDGET_MB} MiB budget the library added {extra_kib} KiB to the job's peak RSS "
+          f"(bare {bare} KiB, traced {traced} KiB)")
+    size = sum(os.path.getsize(os.path.join(ctx.out, f)) for f in os.listdir(ctx.out))
+    print(f"soak: {SOAK_THREADS * SOAK_LAUNCHES} launches from {SOAK_THREADS} threads; peak RSS {bare} KiB bare, "
+          f"{traced} KiB traced with a {SOAK_BUDGET_MB} MiB budget (+{extra_kib} KiB); {recorded} calls "
+          f"recorded + {dropped} dropped = {made} made; trace {size >> 20} MiB; diagnostics "
+          f"{[(d['name'], d['count']) for d in report['diagnostics']]}")
+    shutil.rmtree(ctx.out, ignore_errors=True)
+
+
 def case_storm64(ctx):
     """64 threads launching at once: every thread's launches are in the trace."""
     threads, n = 64, 500

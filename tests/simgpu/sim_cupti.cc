@@ -5,11 +5,15 @@
 // times. It finds the simulated libcuda.so.1 at run time (dlopen RTLD_NOLOAD,
 // dlsym simgpu_set_observer); the two libraries never link to each other.
 //
-// Records are packed back to back into a staging area as they are produced,
-// and copied into the client's buffers (request callback) and handed back
-// (completion callback) on cuptiActivityFlushAll and every ~100 ms from a
-// flusher thread. Timestamps are CLOCK_MONOTONIC ns unless a timestamp
-// callback is registered.
+// As NVIDIA's CUPTI does, records are written as they are produced straight
+// into a buffer the client provides (request callback, called on the thread
+// that produced the record): when it is full the next record asks for
+// another, and a record that gets none is dropped and counted. Filled buffers
+// are handed back (completion callback) by a flusher thread as soon as they
+// fill, every ~100 ms (with the one being filled), and on
+// cuptiActivityFlushAll. The simulator holds no records of its own: what the
+// records take is the client's buffers. Timestamps are CLOCK_MONOTONIC ns
+// unless a timestamp callback is registered.
 #include <dlfcn.h>
 #include <pthread.h>
 #include <string.h>
@@ -48,9 +52,7 @@ static_assert(sizeof(CUpti_ActivityExternalCorrelation) % 8 == 0);
 
 namespace {
 
-constexpr size_t kMaxStagedBytes = 256u << 20;  // beyond this, records are dropped
 constexpr int kFlushPeriodMs = 100;
-constexpr size_t kMinWakeBytes = 64u << 10;
 constexpr int kKindSlots = 64;
 static_assert(CUPTI_ACTIVITY_KIND_COUNT <= kKindSlots);
 
@@ -60,14 +62,22 @@ uint64_t MonoNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+// One of the client's buffers.
+struct Buffer {
+  uint8_t* data = nullptr;
+  size_t size = 0;
+  size_t used = 0;
+  size_t max_records = 0;  // 0: as many as fit
+  size_t records = 0;
+};
+
 struct State {
-  std::mutex mu;  // guards staging
-  std::vector<uint8_t> staging;
+  std::mutex mu;  // guards cur and full
+  Buffer cur;     // being filled
+  std::vector<Buffer> full;  // filled, for the flusher to hand back
   // As NVIDIA's CUPTI hands over a buffer once it is full, not only every
-  // period: the flusher is woken when the staged records would fill the
-  // client's last buffer (so what is staged stays about one buffer).
+  // period: the flusher is woken when one fills.
   std::condition_variable filled;
-  std::atomic<size_t> buffer_bytes{kMinWakeBytes};
   std::mutex deliver_mu;  // one delivery at a time
   std::atomic<CUpti_BuffersCallbackRequestFunc> request{nullptr};
   std::atomic<CUpti_BuffersCallbackCompleteFunc> complete{nullptr};
@@ -121,73 +131,62 @@ size_t RecordSize(CUpti_ActivityKind kind) {
   }
 }
 
+bool Fits(const Buffer& b, size_t size) {
+  return b.data != nullptr && b.used + size <= b.size &&
+         (b.max_records == 0 || b.records < b.max_records);
+}
+
 void Append(const void* rec, size_t size) {
   State& s = S();
   std::lock_guard<std::mutex> lk(s.mu);
-  // NVIDIA's CUPTI writes records into the client's buffers and drops what
-  // finds no room: staged records are bounded by four of the client's
-  // buffers (at least 1 MiB), not only by kMaxStagedBytes.
-  const size_t room = std::min(kMaxStagedBytes, std::max<size_t>(4 * s.buffer_bytes.load(), 1u << 20));
-  if (s.staging.size() + size > room) {
-    s.dropped.fetch_add(1);
-    return;
+  if (!Fits(s.cur, size)) {
+    if (s.cur.data != nullptr) {
+      s.full.push_back(s.cur);
+      s.cur = Buffer{};
+      s.filled.notify_one();
+    }
+    CUpti_BuffersCallbackRequestFunc request = s.request.load();
+    if (request != nullptr) {
+      Buffer b;
+      request(&b.data, &b.size, &b.max_records);
+      if (b.data != nullptr) {
+        if (Fits(b, size)) {
+          s.cur = b;
+        } else {
+          s.full.push_back(b);  // too small for one record: handed back empty
+          s.filled.notify_one();
+        }
+      }
+    }
+    if (s.cur.data == nullptr) {  // no client, or it declined
+      s.dropped.fetch_add(1);
+      return;
+    }
   }
-  const uint8_t* p = static_cast<const uint8_t*>(rec);
-  s.staging.insert(s.staging.end(), p, p + size);
-  if (s.staging.size() >= s.buffer_bytes.load(std::memory_order_relaxed)) s.filled.notify_one();
+  memcpy(s.cur.data + s.cur.used, rec, size);
+  s.cur.used += size;
+  s.cur.records++;
 }
 
-// Hands every staged record to the client, in buffers it provides. Periodic
-// deliveries stop once the process has started to exit (the client's state
-// may be going away); explicit flushes always deliver.
+// Hands the filled buffers and the one being filled back to the client.
+// Periodic deliveries stop once the process has started to exit (the
+// client's state may be going away); explicit flushes always deliver.
 void Deliver(bool periodic) {
   State& s = S();
   std::lock_guard<std::mutex> dl(s.deliver_mu);
   if (periodic && s.exiting.load()) return;
-  CUpti_BuffersCallbackRequestFunc request = s.request.load();
   CUpti_BuffersCallbackCompleteFunc complete = s.complete.load();
-  if (request == nullptr || complete == nullptr) return;
-  std::vector<uint8_t> data;
+  if (complete == nullptr) return;
+  std::vector<Buffer> out;
   {
     std::lock_guard<std::mutex> lk(s.mu);
-    data.swap(s.staging);
+    out.swap(s.full);
+    if (s.cur.data != nullptr && s.cur.used > 0) {
+      out.push_back(s.cur);
+      s.cur = Buffer{};
+    }
   }
-  size_t off = 0;
-  while (off < data.size()) {
-    uint8_t* buf = nullptr;
-    size_t size = 0, max_records = 0;
-    request(&buf, &size, &max_records);
-    if (buf != nullptr) s.buffer_bytes.store(std::max(size, kMinWakeBytes));
-    if (buf == nullptr) {
-      // Declined: drop everything left.
-      while (off < data.size()) {
-        CUpti_ActivityKind k;
-        memcpy(&k, data.data() + off, sizeof k);
-        off += RecordSize(k);
-        s.dropped.fetch_add(1);
-      }
-      break;
-    }
-    size_t used = 0, n = 0;
-    while (off < data.size()) {
-      CUpti_ActivityKind k;
-      memcpy(&k, data.data() + off, sizeof k);
-      size_t rs = RecordSize(k);
-      if (used + rs > size || (max_records != 0 && n >= max_records)) break;
-      memcpy(buf + used, data.data() + off, rs);
-      used += rs;
-      off += rs;
-      ++n;
-    }
-    if (n == 0) {
-      // The buffer cannot hold even one record: drop that record.
-      CUpti_ActivityKind k;
-      memcpy(&k, data.data() + off, sizeof k);
-      off += RecordSize(k);
-      s.dropped.fetch_add(1);
-    }
-    complete(nullptr, 0, buf, size, used);
-  }
+  for (const Buffer& b : out) complete(nullptr, 0, b.data, b.size, b.used);
 }
 
 void FlusherLoop() {
@@ -198,11 +197,10 @@ void FlusherLoop() {
     {
       std::unique_lock<std::mutex> lk(s.mu);
       // Once the process exits, periodic deliveries stop: then only the
-      // period wakes the flusher (no spinning on a full staging area).
-      s.filled.wait_for(lk, std::chrono::milliseconds(kFlushPeriodMs), [&s] {
-        return !s.exiting.load() && s.staging.size() >= s.buffer_bytes.load(std::memory_order_relaxed);
-      });
-      any = !s.staging.empty();
+      // period wakes the flusher (no spinning on filled buffers).
+      s.filled.wait_for(lk, std::chrono::milliseconds(kFlushPeriodMs),
+                        [&s] { return !s.exiting.load() && !s.full.empty(); });
+      any = !s.full.empty() || s.cur.used > 0;
     }
     if (any) Deliver(/*periodic=*/true);
   }
@@ -339,18 +337,19 @@ void OnExit() {
 }
 
 // A fork child has only the forking thread: a lock another thread held at
-// the fork (the flusher delivering, a launching thread staging a record)
+// the fork (the flusher delivering, a launching thread writing a record)
 // would stay held for ever, and the child's exit waits on deliver_mu. The
 // child gets fresh locks, no flusher (started again on demand) and none of
-// the parent's staged records (the parent delivers them; the old vector,
-// possibly half-way through an insert, is left as it is).
+// the parent's buffers (the parent hands them back; the old vector,
+// possibly half-way through a push, is left as it is).
 void ResetAfterFork() {
   if (g_state.load() == nullptr) return;  // nothing made yet: nothing inherited
   State& s = S();
   new (&s.mu) std::mutex();
   new (&s.deliver_mu) std::mutex();
   new (&s.connect_mu) std::mutex();
-  new (&s.staging) std::vector<uint8_t>();
+  new (&s.cur) Buffer();
+  new (&s.full) std::vector<Buffer>();
   new (&s.filled) std::condition_variable();
   s.flusher_started.store(false);
   s.exiting.store(false);
@@ -545,8 +544,8 @@ CUptiResult CUPTIAPI cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_
   return CUPTI_ERROR_NOT_SUPPORTED;
 }
 
-// Buffer and pool sizes: accepted and ignored (the simulator's staging area
-// grows as needed; records reach the client only through its buffers).
+// Buffer and pool sizes: accepted and ignored (records are written straight
+// into the client's buffers; the simulator has no device buffers).
 CUptiResult CUPTIAPI cuptiActivitySetAttribute(CUpti_ActivityAttribute attr, size_t* valueSize,
                                                void* value) {
   if (valueSize == nullptr || value == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
