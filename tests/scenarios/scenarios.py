@@ -405,20 +405,9 @@ def run_case(build, name, mode, work, limitation_re):
     return real, known
 
 
-def one(build, name, mode, attempts=1):
-    """A timing failure on a loaded machine (the host or the simulated device
-    descheduled for longer than the injected stall) gets one more run; both
-    runs' failures are printed."""
-    for attempt in range(1, attempts + 1):
-        rc = one_attempt(build, name, mode)
-        if rc != 1:
-            return rc
-        if attempt < attempts:
-            print(f"retrying {name} {mode} (attempt {attempt + 1} of {attempts})")
-    return 1
-
-
-def one_attempt(build, name, mode):
+def one(build, name, mode):
+    """One run of a scenario in a mode (no retry: the oracles come from its
+    ground truth)."""
     work = tempfile.mkdtemp(prefix=f"stallscope-scenario-{name}-{mode}-")
     t0 = time.monotonic()
     limitation, symptom = LIMITATIONS.get((name, mode), (None, None))
