@@ -1,5 +1,10 @@
 """Helpers over the simulator's ground truth (SIMGPU_TRACE), shared by the
 end-to-end and scenario tests."""
+import argparse
+import os
+import shutil
+import tempfile
+
 
 
 def union_busy(ops, a, b):
@@ -83,3 +88,27 @@ def preemption_mismatch(report, ops):
         return (f"host_preempted {got} ns, but the threads that enqueued work were runnable "
                 f"and waiting for a CPU only {truth} ns in the ground truth")
     return None
+
+
+def run_case(cases, argv_prog, failure, skip=77):
+    """main() of a test runner: `--build DIR --case NAME`, one run of
+    cases[NAME](build, work) in a fresh work folder (no retry: the oracles
+    come from the ground truth of that run). Prints ok / FAIL (keeping the
+    folder) / skipped; returns the exit code (`skip` when the case returns
+    it)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--case", required=True, choices=sorted(cases))
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix=f"stallscope-{argv_prog}-{args.case}-")
+    try:
+        if cases[args.case](os.path.abspath(args.build), work) == skip:
+            print(f"skipped {args.case}: not built")
+            shutil.rmtree(work, ignore_errors=True)
+            return skip
+    except failure as e:
+        print(f"FAIL {args.case}: {e}\n(kept {work})")
+        return 1
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"ok {args.case}")
+    return 0

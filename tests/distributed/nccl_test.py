@@ -12,19 +12,19 @@ ddp         examples/ddp_train with 4 ranks and one slow rank under
             `stallscope run --sim`: rank-named traces, one NCCL record per
             collective per rank with equal sequence numbers, and each
             collective ending at the same time on every rank"""
-import argparse
 import collections
 import glob
 import json
 import math
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ground_truth import run_case  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCH = os.path.join(ROOT, "scripts", "launch-ranks")
@@ -614,23 +614,7 @@ CASES = {"rendezvous": case_rendezvous, "interpose": case_interpose, "ddp": case
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--case", required=True, choices=sorted(CASES))
-    args = ap.parse_args()
-    # One run: the oracles come from the ground truth of that run (no retry).
-    work = tempfile.mkdtemp(prefix=f"stallscope-nccl-{args.case}-")
-    try:
-        if CASES[args.case](os.path.abspath(args.build), work) == SKIP:
-            print(f"skipped {args.case}: not built")
-            shutil.rmtree(work, ignore_errors=True)
-            return SKIP
-    except Failure as e:
-        print(f"FAIL {args.case}: {e}\n(kept {work})")
-        return 1
-    shutil.rmtree(work, ignore_errors=True)
-    print(f"ok {args.case}")
-    return 0
+    return run_case(CASES, "nccl", Failure, SKIP)
 
 
 if __name__ == "__main__":

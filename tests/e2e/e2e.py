@@ -2,18 +2,15 @@
 """End-to-end tests: real processes under libstallscope.so on the simulated
 GPU, the analyzer's answer checked against the simulator's ground truth
 (SIMGPU_TRACE). One case per invocation: e2e.py --build DIR --case NAME."""
-import argparse
 import glob
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ground_truth import (idle_mismatches, note_no_injected_idle, preempted_before,  # noqa: E402
+from ground_truth import (run_case, idle_mismatches, note_no_injected_idle, preempted_before,  # noqa: E402
                           preemption_mismatch, union_busy)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -671,23 +668,7 @@ CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--case", required=True, choices=sorted(CASES))
-    args = ap.parse_args()
-    # One run: the oracles come from the ground truth of that run (no retry).
-    work = tempfile.mkdtemp(prefix=f"stallscope-e2e-{args.case}-")
-    try:
-        if CASES[args.case](os.path.abspath(args.build), work) == SKIP:
-            print(f"skipped {args.case}: not built")
-            shutil.rmtree(work, ignore_errors=True)
-            return SKIP
-    except Failure as e:
-        print(f"FAIL {args.case}: {e}\n(kept {work})")
-        return 1
-    shutil.rmtree(work, ignore_errors=True)
-    print(f"ok {args.case}")
-    return 0
+    return run_case(CASES, "e2e", Failure, SKIP)
 
 
 if __name__ == "__main__":
