@@ -11,9 +11,10 @@
 
 int main(int argc, char** argv) {
   using namespace stallscope::testing;
-  if (argc < 2) {
-    fprintf(stderr, "usage: %s OUT.sstrace [STEPS [KERNEL_NAME]]\n", argv[0]);
-    return 1;
+  // An option (--help) is not an output path: it would become a file.
+  if (argc < 2 || argv[1][0] == '-' || (argc > 2 && atoi(argv[2]) <= 0)) {
+    fprintf(stderr, "usage: %s OUT.sstrace [STEPS [KERNEL_NAME]]  (STEPS > 0)\n", argv[0]);
+    return argc >= 2 && std::string(argv[1]) == "--help" ? 0 : 1;
   }
   const int steps = argc > 2 ? atoi(argv[2]) : 1000;
   const std::string kernel = argc > 3 ? argv[3] : "kernel";

@@ -41,6 +41,62 @@ def idle_mismatches(report, truth):
     return problems
 
 
+def device_gaps(ops):
+    """The device's idle gaps (a, b, op, drained): [a, b) ends when `op`
+    starts (ops by start) and began when `drained`, the op that ended last
+    before it, ended."""
+    gaps, busy_until, last = [], None, None
+    for op in sorted(ops, key=lambda o: (o["start_ns"], o["end_ns"])):
+        if busy_until is not None and op["start_ns"] > busy_until:
+            gaps.append((busy_until, op["start_ns"], op, last))
+        if busy_until is None or op["end_ns"] >= busy_until:
+            busy_until, last = op["end_ns"], op
+    return gaps
+
+
+def until_submit(a, b, op):
+    """A host stall ends when the host submits the op that ends the gap: the
+    rest (the submitting call, then the launch latency: launch_overhead in
+    docs/analyzer.md, or the simulated device starting late on a loaded
+    machine) is not the host's."""
+    return min(b, max(a, op["queued_ns"]))
+
+
+def sync_wait_at_drain(a, drained, syncs):
+    """How long the host had been waiting in a synchronizing call when the
+    device drained at `a` (design.md's rule 1, from the simulator's own
+    times, SIMGPU_SYNC_TRACE): the longest wait of a call in progress at
+    `a`, or of a call that returned once its own op had started (a
+    synchronous copy from pageable memory) when that op is the one that
+    drained the device: from the call's start until the op started or the
+    call returned. None: no call was waiting."""
+    waits = [a - s["start_ns"] for s in syncs if s["start_ns"] <= a <= s["end_ns"]]
+    if drained is not None:
+        waits += [min(drained["start_ns"], s["end_ns"]) - s["start_ns"] for s in syncs
+                  if s.get("tid") == drained.get("tid") and s["end_ns"] < a
+                  and s["start_ns"] <= drained.get("queued_ns", -1) <= s["end_ns"]]
+    return max(waits) if waits else None
+
+
+def injected_after_syncs(ops, syncs, names=None):
+    """Idle that began while the host was waiting in a synchronizing call
+    (sync_wait_at_drain), as much of it as the host had waited before the
+    drain: without the synchronization the host would have been that much
+    further, and no more (design.md's counterfactual), and at most until
+    the host submitted the next op. `names`: only the gaps ended by ops of
+    these names (None: all). [(a, b, op)]."""
+    out = []
+    for a, b, op, drained in device_gaps(ops):
+        if names is not None and op["name"] not in names:
+            continue
+        w = sync_wait_at_drain(a, drained, syncs)
+        if w is not None:
+            b = min(until_submit(a, b, op), a + w)
+            if b > a:
+                out.append((a, b, op))
+    return out
+
+
 # The analyzer's rule (analyzer/attribution.h hotspot_min_blocked_ns): a
 # synchronizing call that returned within this did not block.
 MIN_BLOCKED_NS = 5_000

@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ground_truth import (run_case, idle_mismatches, note_no_injected_idle, preempted_before,  # noqa: E402
-                          preemption_mismatch, union_busy)
+                          preemption_mismatch, union_busy, until_submit)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE_SRC = os.path.join(ROOT, "examples", "train_loop.cc")
@@ -65,16 +65,18 @@ def run_traced(build, work, args, extra_env=None):
 
 
 def injected_gaps(truth):
-    """Per step, (the device idle just before the step's first op: the batch
-    copy host-to-device that follows the injected host wait, of it the time
-    the submitting thread was runnable but waiting for a CPU in the ground
-    truth, at most the gap)."""
-    ops = sorted(truth, key=lambda op: op["start_ns"])
+    """Per step, (the device idle just before the step's first op, the batch
+    copy host-to-device that follows the injected host wait, up to its
+    submission (ground_truth.until_submit); of it the time the submitting
+    thread was runnable but waiting for a CPU in the ground truth, at most
+    the gap)."""
     pre_of = preempted_before(truth)
     gaps, busy_until = [], None
-    for op in ops:
+    for op in sorted(truth, key=lambda op: op["start_ns"]):
         if op["kind"] == "memcpy" and op["name"] == "HtoD":
-            gap = max(0, op["start_ns"] - busy_until) if busy_until is not None else 0
+            gap = 0
+            if busy_until is not None:
+                gap = max(0, until_submit(busy_until, op["start_ns"], op) - busy_until)
             gaps.append((gap, min(gap, pre_of[id(op)])))
         busy_until = op["end_ns"] if busy_until is None else max(busy_until, op["end_ns"])
     return gaps

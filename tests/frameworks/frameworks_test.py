@@ -40,8 +40,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ground_truth import (MIN_BLOCKED_NS, idle_mismatches, note_no_injected_idle,  # noqa: E402
-                          preemption_mismatch)
+from ground_truth import (MIN_BLOCKED_NS, device_gaps, idle_mismatches, injected_after_syncs,  # noqa: E402
+                          note_no_injected_idle, preemption_mismatch, until_submit)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "distributed"))
 import nccl_test  # noqa: E402  (the ground truth's collectives: truth_ops, truth_waits)
@@ -53,7 +53,6 @@ CUDA_PYTHON_TRAIN = os.path.join(ROOT, "examples", "cuda_python_train.py")
 TORCH_DDP = os.path.join(ROOT, "examples", "torch_ddp.py")
 SKIP = 77
 STEPS = 10
-LATENCY_NS = 20_000  # the analyzer's launch latency (a late start beyond it is not the host's)
 SLACK_NS = 20_000    # per step, on the 90% rule (timer and wake-up granularity)
 # GEMMs at 2 TFLOP/s: about 13 ms of device work per step (the MLP's 4
 # layers of 256 x 2048 x 2048), longer than the host's share of a step.
@@ -177,42 +176,11 @@ def find_hotspot(report, line, file=TORCH_TRAIN):
                   + json.dumps([(h["api"], h["site"].get("file"), h["site"].get("line")) for h in report["hotspots"]]))
 
 
-def device_gaps(truth):
-    """The device's idle gaps [a, b) with the op L that ends each (by start)."""
-    gaps, busy_until = [], None
-    for op in sorted(truth, key=lambda o: (o["start_ns"], o["end_ns"])):
-        if busy_until is not None and op["start_ns"] > busy_until:
-            gaps.append((busy_until, op["start_ns"], op))
-        busy_until = op["end_ns"] if busy_until is None else max(busy_until, op["end_ns"])
-    return gaps
-
-
-def until_submit(a, b, op):
-    """A host stall ends when the host submits the next op: a later start
-    (the simulated device running late on a loaded machine) is not part of it."""
-    return min(b, max(a, op["queued_ns"] + LATENCY_NS))
-
-
-def injected_after_syncs(truth, syncs):
-    """Idle that began while the host was inside a synchronizing call (the
-    device drained while the host waited), as much of it as the host had
-    been waiting before the drain: without the synchronize the host would
-    have been that much further, and no more (design.md's counterfactual,
-    from the simulator's own times)."""
-    out = []
-    for a, b, op in device_gaps(truth):
-        waits = [a - s["start_ns"] for s in syncs if s["start_ns"] <= a <= s["end_ns"]]
-        if waits:
-            b = until_submit(a, b, op)
-            out.append((a, min(b, a + max(waits))))
-    return out
-
-
 def injected_during(truth, waits):
     """The device idle during the program's input waits, as the program
     logged them (--log-waits: what each wait really took)."""
     out = []
-    for a, b, op in device_gaps(truth):
+    for a, b, op, _ in device_gaps(truth):
         b = until_submit(a, b, op)
         for w in waits:
             lo, hi = max(a, w["start_ns"]), min(b, w["end_ns"])
@@ -222,7 +190,7 @@ def injected_during(truth, waits):
 
 
 def injected_before(truth, name_part):
-    return [(a, until_submit(a, b, op)) for a, b, op in device_gaps(truth) if name_part in op["name"]]
+    return [(a, until_submit(a, b, op)) for a, b, op, _ in device_gaps(truth) if name_part in op["name"]]
 
 
 def check_share(report, gaps, causes, truth):
@@ -348,7 +316,7 @@ def torch_case(stall, model_args=(), markers="nvtx"):
             check(not report["hotspots"], f"{stall}: hotspots "
                   + json.dumps([(h["api"], h["site"]) for h in report["hotspots"]]))
         if inject == "sync":
-            gaps = injected_after_syncs(truth, syncs)
+            gaps = [(a, b) for a, b, _ in injected_after_syncs(truth, syncs)]
         elif inject == "input":
             gaps = injected_during(truth, waits)
         else:
@@ -395,7 +363,7 @@ def small_case(program, stall):
             check(fix in h["suggestion"], f"{marker}: fix {h['suggestion']!r} does not say {fix!r}")
             check(h["steps"] == STEPS and h["count"] == STEPS,
                   f"{marker}: {h['count']} hits in {h['steps']} of {STEPS} steps, expected one a step")
-            gaps = injected_after_syncs(truth, syncs)
+            gaps = [(a, b) for a, b, _ in injected_after_syncs(truth, syncs)]
         else:
             check(not report["hotspots"], "clean: hotspots "
                   + json.dumps([(h["api"], h["site"]) for h in report["hotspots"]]))

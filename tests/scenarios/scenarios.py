@@ -15,9 +15,12 @@ Checks for every scenario:
 - per-step GPU idle within 2% (or 100 us) of the ground truth, and the causes
   summing to it;
 - the injected idle, measured in the ground truth (the idle just before the
-  ops that follow the injected stall, as tests/e2e's injected_gaps does),
-  charged at least 90% to the scenario's cause, step by step (20 us slack) and
-  in total, from the second step on (the first pays first-call costs);
+  ops that follow the injected stall, up to the host's submission of them;
+  for a synchronizing stall, rule 1 on the simulator's times: as much of
+  the idle as the host had waited in the synchronizing call before the
+  drain, SIMGPU_SYNC_TRACE), charged at least 90% to the scenario's cause,
+  step by step (20 us slack) and in total, from the second step on (the
+  first pays first-call costs);
 - `other` below 5% of the idle;
 plus the scenario's own: the hotspot at its `// STALL:<name>` line (kind,
 count per step), answers to the questions.
@@ -38,8 +41,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ground_truth import (PREEMPT_SLACK_NS, idle_mismatches, note_no_injected_idle,  # noqa: E402
-                          preempted_before, preemption_mismatch)
+from ground_truth import (PREEMPT_SLACK_NS, device_gaps, idle_mismatches,  # noqa: E402
+                          injected_after_syncs, note_no_injected_idle, preempted_before,
+                          preemption_mismatch, until_submit)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "scenario.cc")
@@ -75,23 +79,22 @@ def marker_line(name):
 
 # ---- ground truth helpers ----
 
-def injected_gaps(ops, names, until_submit, after):
-    """The device idle [a, b, op) just before every op whose name is in `names`
-    (None: every op) that starts after `after`: a = when the device last
-    became free, b = the op's start. With `until_submit`, b is at most the
-    op's enqueue time + 20 us (the analyzer's launch latency): a host stall
-    ends when the host submits the op, and a later start (the simulator's
-    device thread running late on a loaded machine) is not part of it."""
-    gaps, busy_until = [], None
-    for op in sorted(ops, key=lambda o: (o["start_ns"], o["end_ns"])):
-        b = op["start_ns"]
-        if until_submit:
-            b = min(b, max(busy_until or 0, op["queued_ns"] + 20_000))
-        if (busy_until is not None and (names is None or op["name"] in names) and b > busy_until
-                and op["start_ns"] > after):
-            gaps.append((busy_until, b, op))
-        busy_until = op["end_ns"] if busy_until is None else max(busy_until, op["end_ns"])
-    return gaps
+def injected_gaps(ops, syncs, spec, causes, after):
+    """The injected idle [(a, b, op)]: the device idle just before every op
+    whose name is in the scenario's `inject` (None: every op) that starts
+    after `after`. For a synchronizing stall, rule 1 on the ground truth's
+    times (ground_truth.injected_after_syncs: the idle that began while the
+    host waited in a synchronizing call, as much of it as the host had
+    waited); for a host stall, up to the host's submission of the op
+    (ground_truth.until_submit: the submitting call and the launch latency
+    are launch_overhead); for a device-side wait, the whole gap."""
+    names = spec["inject"]
+    if "sync" in causes:
+        gaps = injected_after_syncs(ops, syncs, names)
+    else:
+        gaps = [(a, until_submit(a, b, op) if spec.get("until_submit", True) else b, op)
+                for a, b, op, _ in device_gaps(ops) if names is None or op["name"] in names]
+    return [(a, b, op) for a, b, op in gaps if b > a and op["start_ns"] > after]
 
 
 # ---- scenarios ----
@@ -140,6 +143,7 @@ def run_traced(build, work, args, extra_env):
     env = dict(os.environ)
     env["SIMGPU_KERNEL_US"] = KERNELS
     env["SIMGPU_TRACE"] = os.path.join(work, "truth-%p.jsonl")
+    env["SIMGPU_SYNC_TRACE"] = os.path.join(work, "sync-%p.jsonl")
     env.update(extra_env)
     exe = os.path.join(build, "bin", "stallscope")
     cmd = [exe, "run", "--sim", "--out", out, "--"] + args
@@ -156,7 +160,11 @@ def run_traced(build, work, args, extra_env):
     check(len(truths) == 1, f"expected one ground-truth file, found {truths}")
     with open(truths[0]) as f:
         truth = [json.loads(l) for l in f if l.strip()]
-    return report, truth
+    syncs = []
+    for path in glob.glob(os.path.join(work, "sync-*.jsonl")):
+        with open(path) as f:
+            syncs += [json.loads(l) for l in f if l.strip()]
+    return report, truth, syncs
 
 
 def check_steps(report, ops, spec, mode):
@@ -188,14 +196,14 @@ def check_idle(report, ops):
     check(other <= 0.05 * tot["gpu_idle_ns"], f"other {other} ns of {tot['gpu_idle_ns']} ns idle (>= 5%)")
 
 
-def check_causes(report, ops, spec):
+def check_causes(report, ops, syncs, spec):
     """The injected idle (from the ground truth) goes >= 90% to the cause."""
     if not spec["inject"] and spec["inject"] is not None:
         return 0
     causes = spec["causes"](report) if callable(spec["causes"]) else spec["causes"]
     # From the first true step on (the first step's first op follows set-up).
     first = min(o["start_ns"] for o in ops if o["name"] == spec["first"])
-    gaps = injected_gaps(ops, spec["inject"], spec.get("until_submit", True), first)
+    gaps = injected_gaps(ops, syncs, spec, causes, first)
     pre_of = preempted_before(ops)
     # Steady state: from the second found step (the first one pays first-call
     # costs: the recorder's and the driver's lazy set-up, first launches).
@@ -386,13 +394,13 @@ def run_case(build, name, mode, work, limitation_re):
     args = [os.path.join(build, "bin", "scenario"), "--scenario", name, "--steps", str(STEPS)]
     if mode == "no_markers":
         args.append("--no-nvtx")
-    report, truth = run_traced(build, work, args, spec.get("env", {}))
+    report, truth, syncs = run_traced(build, work, args, spec.get("env", {}))
     ops = [o for o in truth if o.get("device", 0) == 0]  # the analyzed (busiest) device
     injected = [0]
 
     def causes():
         # The injected idle less the host thread's waits for a CPU in it.
-        injected[0] = check_causes(report, ops, spec)
+        injected[0] = check_causes(report, ops, syncs, spec)
 
     groups = [lambda: check_steps(report, ops, spec, mode), lambda: check_idle(report, ops), causes,
               lambda: check_hotspot(report, spec, mode, injected[0]), lambda: check_extra(name, report)]
