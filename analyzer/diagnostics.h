@@ -35,6 +35,9 @@ namespace stallscope::analyzer {
   X(kDroppedCalls, "dropped_calls", kWarning,                                  \
     "of the records dropped, API calls (launches, copies, synchronizations): " \
     "the report's counts and steps miss them")                                \
+  X(kPythonSitesLost, "python_sites_lost", kWarning,                           \
+    "blocking calls from Python whose frames could not be read: their "        \
+    "hotspots count them (sites_lost) at the native site")                    \
   X(kCuptiUnavailable, "cupti_unavailable", kWarning,                          \
     "no device timestamps: host-only inference")                              \
   X(kCuptiDropped, "cupti_dropped", kWarning,                                  \

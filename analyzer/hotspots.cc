@@ -116,8 +116,9 @@ bool IsUserNativeFrame(const Frame& f, std::string_view module_path, const SiteR
 
 void ResolveStack(const Timeline& t, uint32_t native_id, uint32_t python_id,
                   Symbolizer* symbolizer, const SiteRule& rule, Frame* site,
-                  std::vector<Frame>* frames) {
+                  std::vector<Frame>* frames, bool* site_lost) {
   *site = Frame{"<unknown>", "", 0, ""};
+  if (site_lost != nullptr) *site_lost = false;
   // Either id may name a native or a Python stack (or both): take the native
   // part of the first that has one, and likewise the Python part.
   StackRef ref;
@@ -127,6 +128,15 @@ void ResolveStack(const Timeline& t, uint32_t native_id, uint32_t python_id,
     if (ref.native_depth == 0 && it->second.native_depth > 0) {
       ref.native_offset = it->second.native_offset;
       ref.native_depth = it->second.native_depth;
+    }
+    if (ref.python_depth == 0 && it->second.python_depth == 1) {
+      const std::string_view lost(trace::kLostSiteFile);
+      const std::string_view s =
+          t.String(static_cast<uint32_t>(t.stack_words[it->second.python_offset]));
+      if (s.size() > lost.size() && s.substr(0, lost.size()) == lost && s[lost.size()] == '\t') {
+        if (site_lost != nullptr) *site_lost = true;
+        continue;
+      }
     }
     if (ref.python_depth == 0 && it->second.python_depth > 0) {
       ref.python_offset = it->second.python_offset;
@@ -326,6 +336,7 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
   struct Resolved {
     Frame site;
     std::vector<Frame> frames;
+    bool site_lost = false;  // its Python frames could not be read
   };
   absl::flat_hash_map<std::pair<uint32_t, uint32_t>, Resolved> stacks;
   absl::flat_hash_map<std::tuple<uint16_t, bool, std::string, int, std::string>, size_t> index;
@@ -360,7 +371,7 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
     auto [sit, inserted] = stacks.try_emplace(std::make_pair(info.stack, info.python_stack));
     if (inserted) {
       ResolveStack(t, info.stack, info.python_stack, symbolizer, options.site, &sit->second.site,
-                   &sit->second.frames);
+                   &sit->second.frames, &sit->second.site_lost);
     }
     const Resolved& r = sit->second;
     // A synchronize completing a read-back joins its copy's hotspot: what the
@@ -412,6 +423,7 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
       copy_calls.emplace(i, hit->second);
     }
     if (!same_copy) ++h.count;
+    if (r.site_lost) ++h.sites_lost;
     // Calls of several threads may overlap: saturate rather than overflow on
     // absurd (hostile) durations.
     h.blocked_ns = AddCapped(h.blocked_ns, blocked);

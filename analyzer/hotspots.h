@@ -40,10 +40,12 @@ bool IsUserNativeFrame(const Frame& f, std::string_view module_path, const SiteR
 // native, then Python) and its site: the innermost frame of user code (a
 // Python frame when the call came from Python, else a native one); without
 // one, the innermost Python frame, else the innermost native frame outside
-// stallscope.
+// stallscope. A Python stack that says its frames could not be read (the
+// recorder's one frame in trace::kLostSiteFile) counts as none, and sets
+// *site_lost.
 void ResolveStack(const Timeline& t, uint32_t native_id, uint32_t python_id,
                   Symbolizer* symbolizer, const SiteRule& rule, Frame* site,
-                  std::vector<Frame>* frames);
+                  std::vector<Frame>* frames, bool* site_lost = nullptr);
 
 // A device-to-host copy of at most this many bytes is a scalar read-back.
 inline constexpr uint64_t kScalarReadBytes = 64;

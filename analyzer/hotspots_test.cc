@@ -50,6 +50,37 @@ TEST_CASE("hotspots group by site and api", "[hotspots]") {
   CHECK(c.count == 2);
 }
 
+// Guards sites_lost: a call whose Python frames the recorder could not read
+// (its stack: one frame in trace::kLostSiteFile) is not put at a made-up
+// Python site; it falls back to the native site, and its hotspot counts it.
+TEST_CASE("a lost Python site is counted on its hotspot", "[hotspots]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  const uint32_t good = b.PythonStack({{"train.py", "train_step", 42}});
+  const uint32_t lost = b.PythonStack({{tf::kLostSiteFile, "frame walk stopped", 0}});
+  for (int k = 0; k < 3; ++k) {
+    const int64_t t0 = k * 1000 * kUs;
+    b.Submit(1, api.launch, t0, t0 + 5 * kUs, t0 + 10 * kUs, t0 + 500 * kUs);
+    b.Call(1, api.sync, t0 + 400 * kUs, t0 + 505 * kUs, {.python_stack = k == 1 ? lost : good});
+  }
+  Report r = testing::AnalyzeOrDie(b);
+  REQUIRE(r.hotspots.size() == 2);
+  int64_t lost_total = 0;
+  for (const Hotspot& h : r.hotspots) {
+    lost_total += h.sites_lost;
+    if (h.site.file == "train.py") {
+      CHECK(h.count == 2);
+      CHECK(h.sites_lost == 0);
+    } else {
+      CHECK(h.count == 1);
+      CHECK(h.sites_lost == 1);
+      CHECK(h.site.file != tf::kLostSiteFile);
+      for (const Frame& f : h.stack) CHECK(f.file != tf::kLostSiteFile);
+    }
+  }
+  CHECK(lost_total == 1);
+}
+
 // Guards "a clean run reports none": syncs that return at once and cause no
 // idle are not hotspots.
 TEST_CASE("non-blocking syncs are not hotspots", "[hotspots]") {

@@ -74,6 +74,9 @@ struct Hotspot {
   int64_t steps = 0;  // steps (host ranges) in which it was called at least once
   int64_t blocked_ns = 0;
   int64_t idle_caused_ns = 0;
+  // Of `count`, calls whose Python site could not be read (the recorder's
+  // python_sites_lost): their site is the native one.
+  int64_t sites_lost = 0;
   // Stable across runs of the same code: hex FNV-1a of api, kind and the
   // site's file:line:function (never addresses).
   std::string fingerprint;

@@ -72,6 +72,7 @@ Json ToJson(const Report& r, bool with_steps) {
         {"steps", h.steps},
         {"blocked_ns", h.blocked_ns},
         {"idle_caused_ns", h.idle_caused_ns},
+        {"sites_lost", h.sites_lost},
         {"per_step",
          Json{{"count", static_cast<double>(h.count) / n},
               {"blocked_ns", static_cast<double>(h.blocked_ns) / n},

@@ -121,7 +121,7 @@ std::string Schema() {
       "  id INTEGER PRIMARY KEY, api TEXT NOT NULL, kind TEXT NOT NULL, file TEXT NOT NULL,\n"
       "  line INTEGER NOT NULL, function TEXT NOT NULL, count INTEGER NOT NULL,\n"
       "  blocked_ns INTEGER NOT NULL, idle_caused_ns INTEGER NOT NULL,\n"
-      "  fingerprint TEXT NOT NULL, suggestion TEXT NOT NULL);\n"
+      "  fingerprint TEXT NOT NULL, suggestion TEXT NOT NULL, sites_lost INTEGER NOT NULL);\n"
       "CREATE TABLE stacks (\n"
       "  hotspot_id INTEGER NOT NULL REFERENCES hotspots(id), depth INTEGER NOT NULL,\n"
       "  function TEXT NOT NULL, file TEXT NOT NULL, line INTEGER NOT NULL,\n"
@@ -392,13 +392,13 @@ absl::Status InsertGaps(sqlite3* db, const ProcessAnalysis& a) {
 }
 
 absl::Status InsertHotspots(sqlite3* db, const Report& r) {
-  Statement h(db, "INSERT INTO hotspots VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)");
+  Statement h(db, "INSERT INTO hotspots VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
   Statement f(db, "INSERT INTO stacks VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
   for (size_t i = 0; i < r.hotspots.size(); ++i) {
     const Hotspot& x = r.hotspots[i];
     RETURN_IF_ERROR(h.Row(i, x.api, x.explicit_sync ? "explicit" : "implicit", x.site.file,
                           x.site.line, x.site.function, x.count, x.blocked_ns, x.idle_caused_ns,
-                          x.fingerprint, x.suggestion));
+                          x.fingerprint, x.suggestion, x.sites_lost));
     for (size_t d = 0; d < x.stack.size(); ++d) {
       const Frame& fr = x.stack[d];
       RETURN_IF_ERROR(f.Row(i, d, fr.function, fr.file, fr.line, fr.module));

@@ -184,6 +184,7 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
           case trace::DiagnosticId::kCuptiRecordsStopped: id = DiagId::kCuptiRecordsStopped; break;
           case trace::DiagnosticId::kNoDeviceRecordsAtExit: id = DiagId::kNoDeviceRecordsAtExit; break;
           case trace::DiagnosticId::kDroppedCalls: id = DiagId::kDroppedCalls; break;
+          case trace::DiagnosticId::kPythonSitesLost: id = DiagId::kPythonSitesLost; break;
           default: id = DiagId::kUnknownRecorderDiagnostic; break;
         }
         AddDiagnostic(&t->diagnostics, id, r.count);

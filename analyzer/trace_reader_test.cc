@@ -99,10 +99,14 @@ TEST_CASE("dropped calls, and CUPTI's drops explain missing device records", "[r
   b.Diag(tf::DiagnosticId::kDroppedRecords, 9);
   b.Diag(tf::DiagnosticId::kDroppedCalls, 4);
   b.Diag(tf::DiagnosticId::kNoDeviceRecordsAtExit, 300);
+  b.Diag(tf::DiagnosticId::kPythonSitesLost, 2);
   Timeline plain = testing::ReadOrDie(b);
   const Diagnostic* calls = FindDiag(plain, DiagId::kDroppedCalls);
   REQUIRE(calls != nullptr);
   CHECK(calls->count == 4);
+  const Diagnostic* sites = FindDiag(plain, DiagId::kPythonSitesLost);
+  REQUIRE(sites != nullptr);
+  CHECK(sites->count == 2);
   const Diagnostic* missing = FindDiag(plain, DiagId::kNoDeviceRecordsAtExit);
   REQUIRE(missing != nullptr);
   CHECK(missing->message.find("CUPTI dropped") == std::string::npos);

@@ -331,9 +331,16 @@ enum class DiagnosticId : uint32_t {
                                 // records had not come at exit (work still
                                 // queued, or a kind disabled by another client)
   kDroppedCalls = 11,  // of kDroppedRecords, API call records
+  kPythonSitesLost = 12,  // blocking calls of threads with Python frames whose
+                          // frames could not be read (their stack: one frame
+                          // in kLostSiteFile)
 };
 // One past the largest DiagnosticId: the recorder's counter slots.
-inline constexpr uint32_t kDiagnosticSlots = 12;
+inline constexpr uint32_t kDiagnosticSlots = 13;
+
+// The file of the one Python frame a call gets when its thread's frames could
+// not be read (kPythonSitesLost): "<site lost>\t<why>", line 0.
+inline constexpr char kLostSiteFile[] = "<site lost>";
 
 struct DiagnosticRecord {
   uint32_t id;  // DiagnosticId

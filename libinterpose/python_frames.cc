@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdio>
 
 #include "recorder.h"
 
@@ -494,19 +495,28 @@ inline bool IsCode(const Runtime& rt, uintptr_t code) {
 // ---------------------------------------------------------------------------
 // Frame walks. Each fills pairs[2*i] = string id, pairs[2*i+1] = line.
 
-int WalkFrameObjects(const Runtime& rt, uintptr_t tstate, uint64_t* pairs) {
+int WalkFrameObjects(const Runtime& rt, uintptr_t tstate, uint64_t* pairs, bool* stopped) {
   const Layout& l = rt.l;
   int n = 0;
   uintptr_t f = Load<uintptr_t>(tstate, l.ts_frame);
   for (int guard = 0; f && n < kMaxFrames && guard < 4 * kMaxFrames; ++guard) {
-    if (!Plausible(f) || Load<uintptr_t>(f, kObType) != rt.frame_type) break;
+    if (!Plausible(f) || Load<uintptr_t>(f, kObType) != rt.frame_type) {
+      *stopped = true;
+      break;
+    }
     uintptr_t code = Load<uintptr_t>(f, l.fr_code);
-    if (!IsCode(rt, code)) break;
+    if (!IsCode(rt, code)) {
+      *stopped = true;
+      break;
+    }
     int32_t lasti = Load<int32_t>(f, l.fr_instr);
     int32_t offset = lasti < 0 ? -1 : (l.lasti_in_units ? lasti * 2 : lasti);
     uint32_t id;
     int32_t line;
-    if (!Symbolize(rt, code, offset, &id, &line)) break;
+    if (!Symbolize(rt, code, offset, &id, &line)) {
+      *stopped = true;
+      break;
+    }
     pairs[2 * n] = id;
     pairs[2 * n + 1] = uint64_t(uint32_t(line));
     ++n;
@@ -515,19 +525,25 @@ int WalkFrameObjects(const Runtime& rt, uintptr_t tstate, uint64_t* pairs) {
   return n;
 }
 
-int WalkInterpreterFrames(const Runtime& rt, uintptr_t tstate, uint64_t* pairs) {
+int WalkInterpreterFrames(const Runtime& rt, uintptr_t tstate, uint64_t* pairs, bool* stopped) {
   const Layout& l = rt.l;
   uintptr_t f;
   if (l.cframe_current >= 0) {
     uintptr_t cframe = Load<uintptr_t>(tstate, l.ts_frame);
-    if (!Plausible(cframe)) return 0;
+    if (!Plausible(cframe)) {
+      *stopped = cframe != 0;
+      return 0;
+    }
     f = Load<uintptr_t>(cframe, uint32_t(l.cframe_current));
   } else {
     f = Load<uintptr_t>(tstate, l.ts_frame);
   }
   int n = 0;
   for (int guard = 0; f && n < kMaxFrames && guard < 4 * kMaxFrames; ++guard) {
-    if (!Plausible(f)) break;
+    if (!Plausible(f)) {
+      *stopped = true;
+      break;
+    }
     uintptr_t next = Load<uintptr_t>(f, l.fr_back);
     char owner = Load<char>(f, uint32_t(l.fr_owner));
     uintptr_t code = Load<uintptr_t>(f, l.fr_code);
@@ -544,7 +560,10 @@ int WalkInterpreterFrames(const Runtime& rt, uintptr_t tstate, uint64_t* pairs) 
     uintptr_t instr = Load<uintptr_t>(f, l.fr_instr);
     uintptr_t start = code + uint32_t(l.co_code_adaptive);
     int64_t units = Load<int64_t>(code, kObSize);  // Py_SIZE: code units
-    if (units <= 0 || units > (int64_t{1} << 28)) break;
+    if (units <= 0 || units > (int64_t{1} << 28)) {
+      *stopped = true;
+      break;
+    }
     // Incomplete frames (pushed, not yet at their first traceable
     // instruction) are skipped, as CPython's own tracebacks do.
     if (instr < start || instr >= start + 2 * uint64_t(units) || (instr & 1)) {
@@ -559,13 +578,36 @@ int WalkInterpreterFrames(const Runtime& rt, uintptr_t tstate, uint64_t* pairs) 
     }
     uint32_t id;
     int32_t line;
-    if (!Symbolize(rt, code, unit * 2, &id, &line)) break;
+    if (!Symbolize(rt, code, unit * 2, &id, &line)) {
+      *stopped = true;
+      break;
+    }
     pairs[2 * n] = id;
     pairs[2 * n + 1] = uint64_t(uint32_t(line));
     ++n;
     f = next;
   }
   return n;
+}
+
+// The thread has Python frames, but the walk stopped before it read one (a
+// frame or code object that fails its checks, a name the string table had no
+// room for): the call's site cannot be read. Counted (python_sites_lost), and
+// the call gets a one-frame stack naming kLostSiteFile, so that the analyzer
+// counts it on its hotspot (sites_lost) rather than losing it silently.
+uint32_t LostSite() {
+  recorder::CountDiagnostic(trace::DiagnosticId::kPythonSitesLost);
+  static std::atomic<uint32_t> name{0};
+  uint32_t id = name.load(std::memory_order_relaxed);
+  if (id == 0) {
+    char text[64];
+    const int len = snprintf(text, sizeof text, "%s\tframe walk stopped", trace::kLostSiteFile);
+    id = recorder::InternString(text, size_t(len));
+    if (id == 0) return 0;
+    name.store(id, std::memory_order_relaxed);
+  }
+  const uint64_t pair[2] = {id, 0};
+  return recorder::InternPythonStack(pair, 1);
 }
 
 }  // namespace
@@ -586,9 +628,16 @@ uint32_t CaptureStack() {
   uintptr_t tstate = reinterpret_cast<uintptr_t>(rt.get_tstate());
   if (Plausible(tstate)) {
     uint64_t pairs[2 * kMaxFrames];
-    int n = rt.l.frame_objects ? WalkFrameObjects(rt, tstate, pairs)
-                               : WalkInterpreterFrames(rt, tstate, pairs);
-    if (n > 0) result = recorder::InternPythonStack(pairs, size_t(n));
+    bool stopped = false;
+    int n = rt.l.frame_objects ? WalkFrameObjects(rt, tstate, pairs, &stopped)
+                               : WalkInterpreterFrames(rt, tstate, pairs, &stopped);
+    if (n > 0) {
+      result = recorder::InternPythonStack(pairs, size_t(n));
+    } else if (stopped) {
+      result = LostSite();
+    }
+  } else if (tstate != 0) {
+    result = LostSite();
   }
   errno = saved_errno;
   return result;

@@ -178,6 +178,10 @@ def check_report(rep, api, stall, steps, expected=None):
     check(least <= h.get("count", 0) <= most,
           f"hotspot count {h.get('count')}, expected {least}..{most} (calls that blocked in the "
           f"simulator .. calls made)")
+    # Every blocking call from Python had its frames read (none lost).
+    lost = [d for d in rep.get("diagnostics", []) if d.get("name") == "python_sites_lost"]
+    check(not lost and all(x.get("sites_lost", 0) == 0 for x in hs),
+          f"Python sites lost: {lost} {[(x.get('site'), x.get('sites_lost')) for x in hs]}")
     top = max(hs, key=lambda x: x.get("blocked_ns", 0))
     check(top is h, f"the top hotspot (blocked_ns) is {top.get('api')} at {top.get('site')}")
     print(f"report: {api} hotspot at {h['site']} count {h['count']}")
