@@ -267,6 +267,8 @@ using namespace stallscope;
 
 #define STALLSCOPE_EXPORT extern "C" __attribute__((visibility("default")))
 
+#include "hooks_check.h"
+
 #define HOOK(name, base, version, per_thread, category, flags, params, args, stream, object, bytes) \
   STALLSCOPE_EXPORT CUresult name params {                                                         \
     using Fn = CUresult(*) params;                                                                 \

@@ -256,8 +256,10 @@ def case_ddp(build, work):
         check(max(ends) - min(ends) <= 1000, f"{key}: end times spread {max(ends) - min(ends)} ns")
         starts = {r: op["start_ns"] for r, op in ops.items()}
         late[max(starts, key=starts.get)] += 1
-    # The slow rank's first all-reduce of each step is the one it arrives last at.
-    check(late[slow_rank] >= steps - 1, f"last arrivers {dict(late)}, expected rank {slow_rank}")
+    # Who arrived last is what the machine made of the slow rank's 3 ms (a
+    # loaded host delays the others too): told, not required; the straggler
+    # cases check the analyzer's answer against it.
+    print(f"ddp: last arrivers {dict(late)} (rank {slow_rank} slowed by {slow_us} us a step)")
     return 0
 
 
@@ -346,7 +348,8 @@ def truth_stragglers(late, caused, ranks):
 
 
 def check_stragglers(report, late, caused, ranks, slow):
-    """The report's stragglers against the ground truth: the ranks the
+    """The report's stragglers against the ground truth (`slow`: the rank
+    the job slowed down, None for none): the ranks the
     analyzer's rule makes stragglers in the truth (truth_stragglers) named,
     no others; the first the one that caused the most wait; each one's
     caused wait within 5% of the truth's and its late arrivals exact; q5
@@ -357,7 +360,7 @@ def check_stragglers(report, late, caused, ranks, slow):
     check(must <= set(named) <= may,
           f"stragglers {named}; by the ground truth (late {dict(late)}, caused {dict(caused)}) "
           f"rank(s) {sorted(must)} must be named and only {sorted(may)} may be")
-    if slow not in must:
+    if slow is not None and slow not in must:
         print(f"note: the ground truth does not make the slow rank {slow} a clear straggler "
               f"(late {dict(late)}, caused {dict(caused)}); the report agrees with the truth")
     if not named:
@@ -551,8 +554,11 @@ def case_clean_ranks(build, work):
         return SKIP
     world, steps = 4, 8
     report, by = run_ddp(build, work, world, steps, [])
-    check(report["stragglers"] == [], f"stragglers {report['stragglers']} in a clean run")
     ranks = {r["rank"]: r for r in report["ranks"]}
+    # No rank is slowed; a loaded machine may still make one late in the
+    # ground truth, and then the analyzer must name it (check_stragglers).
+    late, caused, _ = truth_waits(by, ranks)
+    named = check_stragglers(report, late, caused, ranks, None)
     comm = sum(union_in([(op["start_ns"], op["end_ns"]) for ops in by.values()
                          for rr, op in ops.items() if rr == r], row["start_ns"], row["end_ns"])
                for r, row in ranks.items())
@@ -561,8 +567,9 @@ def case_clean_ranks(build, work):
     got = report["collectives"]["comm_share"]
     check(abs(got - truth) <= 0.02 * truth, f"comm share {got:.4f}, ground truth {truth:.4f} (2%)")
     code, text = audit_stragglers(build, work)
-    check(code == 0, f"audit of a clean run exited {code}: {text[-1500:]}")
-    print(f"clean: comm share {got:.4f} (truth {truth:.4f}), no straggler")
+    check(code == (3 if named else 0), f"audit of a run with stragglers {named} exited {code}: "
+                                       f"{text[-1500:]}")
+    print(f"clean: comm share {got:.4f} (truth {truth:.4f}), stragglers {named or 'none'}")
     return 0
 
 

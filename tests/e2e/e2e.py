@@ -319,15 +319,39 @@ def case_auto_two_streams(build, work):
         check_idle_matches_truth(report, truth)
 
 
+# analyzer/compare.h: a cause changed when |delta| per step is at least
+# kCompareMinChange of the larger side and kCompareMinStepShare of BASE's
+# mean step; q2 when GPU idle per step drops by kQ2MinIdleDrop (and the share).
+COMPARE_MIN_CHANGE, COMPARE_MIN_STEP_SHARE, Q2_MIN_IDLE_DROP = 0.5, 0.02, 0.25
+
+
+def truth_per_step(report, truth):
+    """From a run's ground truth over its report's steady steps (from the
+    third): (mean GPU idle per step, mean injected idle per step: the gap
+    before each step's batch copy, up to its submission, injected_gaps)."""
+    steps = report["steps"][2:]
+    idle = [(st["end_ns"] - st["start_ns"]) - union_busy(truth, st["start_ns"], st["end_ns"])
+            for st in steps]
+    gaps = [g for g, _ in injected_gaps(truth)[2:]]
+    n = max(1, len(steps))
+    return sum(idle) / n, sum(gaps) / max(1, len(gaps))
+
+
 def case_compare(build, work):
     """q2 from two runs: train_loop with a 4 ms input wait per step (BASE)
-    and without (OTHER, the synthetic-input run); `stallscope compare` must
-    name host_wait and call the job input-bound."""
-    dirs = {}
+    and without (OTHER, the synthetic-input run). Where the ground truths
+    show the input wait as idle that the other run does not have (compare's
+    own rules on the truth's numbers, with a 10% margin for the analyzer's
+    tolerance), `stallscope compare` must name host_wait and call the job
+    input-bound, and q2 must say yes; where a loaded machine stretched the
+    device work over the wait, the truth has nothing to find and neither is
+    required."""
+    dirs, runs = {}, {}
     for name, extra in (("base", ["--input-us", "4000"]), ("other", [])):
         sub = os.path.join(work, name)
         os.makedirs(sub)
-        run_traced(build, sub, [os.path.join(build, "bin", "train_loop"), "--steps", str(STEPS)] + extra)
+        runs[name] = run_traced(build, sub, [os.path.join(build, "bin", "train_loop"), "--steps",
+                                             str(STEPS)] + extra)
         dirs[name] = os.path.join(sub, "trace")
     exe = os.path.join(build, "bin", "stallscope")
     p = subprocess.run([exe, "compare", dirs["base"], dirs["other"], "--format", "json"],
@@ -337,11 +361,27 @@ def case_compare(build, work):
     check(c["schema"] == "stallscope.compare/1", f"schema {c['schema']}")
     check(c["base"]["steps"] == STEPS and c["other"]["steps"] == STEPS,
           f"steps {c['base']['steps']} / {c['other']['steps']}")
+    base_idle, base_inj = truth_per_step(*runs["base"])
+    other_idle, other_inj = truth_per_step(*runs["other"])
+    base_steps = runs["base"][0]["steps"][2:]
+    mean_step = sum(st["end_ns"] - st["start_ns"] for st in base_steps) / max(1, len(base_steps))
+    floor = COMPARE_MIN_STEP_SHARE * mean_step
+    drop = 0.9 * base_inj - 1.1 * other_inj
     v = c["verdict"]
-    check("host_wait" in v and "input-bound" in v, f"verdict: {v}")
     hw = c["deltas"]["idle_by_cause"]["host_wait"]
-    check(hw["delta"] < 0 and hw["other"] <= 0.5 * hw["base"], f"host_wait delta {hw}")
-    check(c["q2"]["answer"] == "yes", f"q2 {c['q2']}")
+    truth = (f"truth per step: injected idle {base_inj:.0f} -> {other_inj:.0f} ns, GPU idle "
+             f"{base_idle:.0f} -> {other_idle:.0f} ns, step {mean_step:.0f} ns")
+    if drop >= 1.1 * floor and drop >= 1.1 * COMPARE_MIN_CHANGE * base_inj:
+        check("host_wait" in v and "input-bound" in v, f"verdict: {v} ({truth})")
+        check(hw["delta"] < 0 and hw["other"] <= 0.5 * hw["base"], f"host_wait delta {hw} ({truth})")
+    else:
+        print(f"note: the ground truth shows too little input idle to remove ({truth}): "
+              f"verdict not required: {v}")
+    idle_drop = 0.9 * base_idle - 1.1 * other_idle
+    if idle_drop >= 1.1 * floor and idle_drop >= 1.1 * Q2_MIN_IDLE_DROP * base_idle:
+        check(c["q2"]["answer"] == "yes", f"q2 {c['q2']} ({truth})")
+    else:
+        print(f"note: the ground truth's idle does not shrink enough for q2's rule ({truth})")
     t = subprocess.run([exe, "compare", dirs["base"], dirs["other"]], capture_output=True, text=True,
                        timeout=300)
     check(t.returncode == 0 and "Verdict:" in t.stdout, f"text compare: {t.returncode} {t.stdout[-500:]}")

@@ -6,6 +6,9 @@
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
+// As in hooks.cc: without it cuda.h's name macros (cuMemcpyHtoD ->
+// cuMemcpyHtoD_v2) would rename hooks.def's rows as they are read.
+#define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 #include <dlfcn.h>
 #include <string.h>
@@ -79,6 +82,43 @@ TEST_CASE("cuGetProcAddress picks the variant by the driver's answer") {
   REQUIRE(resolve("cuStreamSynchronize", &p, 12000, 0, &st) == CUDA_SUCCESS);
   CHECK(SymbolOf(p) == "cuStreamSynchronize");
   CHECK(FromStallscope(p));
+}
+
+// Every row of hooks.def, from the table itself: asked for its base name at
+// its version, with the per-thread flag for a _ptds/_ptsz twin, the resolver
+// hands out stallscope's wrapper of exactly that entry point, and dlsym of
+// the exported name on a libcuda handle gives the same wrapper (the simulated
+// driver exports every hooked entry point).
+struct Row {
+  const char* name;
+  const char* base;
+  int version;
+  bool per_thread;
+};
+constexpr Row kRows[] = {
+#define HOOK(name, base, version, per_thread, ...) {#name, #base, version, per_thread != 0},
+#include "hooks.def"
+#undef HOOK
+};
+
+TEST_CASE("every hooks.def row resolves to its own wrapper") {
+  GetProc resolve = RuntimeStyleResolver();
+  void* h = dlopen("libcuda.so.1", RTLD_NOW);
+  REQUIRE(h != nullptr);
+  CHECK(sizeof kRows / sizeof kRows[0] >= 138);
+  for (const Row& r : kRows) {
+    INFO(r.name << " (" << r.base << " at " << r.version << (r.per_thread ? ", per-thread" : "")
+                << ")");
+    CUdriverProcAddressQueryResult st;
+    void* p = nullptr;
+    const cuuint64_t flags =
+        r.per_thread ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_LEGACY_STREAM;
+    REQUIRE(resolve(r.base, &p, r.version, flags, &st) == CUDA_SUCCESS);
+    CHECK(FromStallscope(p));
+    CHECK(SymbolOf(p) == r.name);
+    void* exported = dlsym(h, r.name);
+    CHECK(exported == p);
+  }
 }
 
 // Names stallscope does not hook, and unknown names, pass through untouched.
