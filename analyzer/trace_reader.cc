@@ -175,16 +175,12 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
           continue;
         }
         switch (static_cast<trace::DiagnosticId>(r.id)) {
-          case trace::DiagnosticId::kDroppedRecords: id = DiagId::kDroppedRecords; break;
-          case trace::DiagnosticId::kCuptiUnavailable: id = DiagId::kCuptiUnavailable; break;
-          case trace::DiagnosticId::kCuptiDropped: id = DiagId::kCuptiDropped; break;
-          case trace::DiagnosticId::kCuptiNoTimestampCallback: id = DiagId::kCuptiOwnClock; break;
-          case trace::DiagnosticId::kInternalErrors: id = DiagId::kInternalErrors; break;
-          case trace::DiagnosticId::kStacksDropped: id = DiagId::kStacksDropped; break;
-          case trace::DiagnosticId::kCuptiRecordsStopped: id = DiagId::kCuptiRecordsStopped; break;
-          case trace::DiagnosticId::kNoDeviceRecordsAtExit: id = DiagId::kNoDeviceRecordsAtExit; break;
-          case trace::DiagnosticId::kDroppedCalls: id = DiagId::kDroppedCalls; break;
-          case trace::DiagnosticId::kPythonSitesLost: id = DiagId::kPythonSitesLost; break;
+#define STALLSCOPE_WIRE_DIAG_CASE(wire_id, wire, analyzer, what) \
+  case trace::DiagnosticId::wire_id:                             \
+    id = DiagId::analyzer;                                       \
+    break;
+          STALLSCOPE_WIRE_DIAGNOSTICS(STALLSCOPE_WIRE_DIAG_CASE)
+#undef STALLSCOPE_WIRE_DIAG_CASE
           default: id = DiagId::kUnknownRecorderDiagnostic; break;
         }
         AddDiagnostic(&t->diagnostics, id, r.count);
