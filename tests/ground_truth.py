@@ -7,21 +7,25 @@ import tempfile
 
 
 
+def union_in(intervals, lo, hi):
+    """Nanoseconds of [lo, hi) covered by at least one of `intervals`
+    ((start, end) pairs)."""
+    total, cur_lo, cur_hi = 0, None, None
+    for a, b in sorted((max(a, lo), min(b, hi)) for a, b in intervals):
+        if b <= a:
+            continue
+        if cur_hi is None or a > cur_hi:
+            if cur_hi is not None:
+                total += cur_hi - cur_lo
+            cur_lo, cur_hi = a, b
+        else:
+            cur_hi = max(cur_hi, b)
+    return total + (cur_hi - cur_lo if cur_hi is not None else 0)
+
+
 def union_busy(ops, a, b):
     """Nanoseconds of [a, b) during which at least one of `ops` ran."""
-    spans = sorted((max(op["start_ns"], a), min(op["end_ns"], b)) for op in ops
-                   if op["end_ns"] > a and op["start_ns"] < b)
-    busy, cur_s, cur_e = 0, None, None
-    for s, e in spans:
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                busy += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        busy += cur_e - cur_s
-    return busy
+    return union_in([(op["start_ns"], op["end_ns"]) for op in ops], a, b)
 
 
 def idle_mismatches(report, truth):

@@ -24,7 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ground_truth import run_case  # noqa: E402
+from ground_truth import run_case, union_in  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCH = os.path.join(ROOT, "scripts", "launch-ranks")
@@ -33,13 +33,8 @@ LATENCY_NS = 10_000  # SIMGPU_NCCL_LATENCY_US default
 GBPS = 10.0          # SIMGPU_NCCL_GBPS default: bytes per ns
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from checks import Failure, check  # noqa: E402
 
 
 def run(cmd, env, timeout=180):
@@ -376,20 +371,6 @@ def check_stragglers(report, late, caused, ranks, slow):
     q5 = next(q for q in report["questions"] if q["id"] == "q5")
     check(q5["answer"] == "yes" and f"rank {st[0]['rank']} arrives last" in q5["evidence"], f"q5 {q5}")
     return named
-
-
-def union_in(intervals, lo, hi):
-    total, cur_lo, cur_hi = 0, None, None
-    for a, b in sorted((max(a, lo), min(b, hi)) for a, b in intervals):
-        if b <= a:
-            continue
-        if cur_hi is None or a > cur_hi:
-            if cur_hi is not None:
-                total += cur_hi - cur_lo
-            cur_lo, cur_hi = a, b
-        else:
-            cur_hi = max(cur_hi, b)
-    return total + (cur_hi - cur_lo if cur_hi is not None else 0)
 
 
 def case_straggler(build, work):

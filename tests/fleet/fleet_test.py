@@ -32,13 +32,8 @@ WORLD, STEPS, SLOW_RANK = 16, 8, 5
 SLOW_US = 50_000
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from checks import Failure, check  # noqa: E402
 
 
 def run(cmd, env, timeout=180, ok=True, cwd=None):

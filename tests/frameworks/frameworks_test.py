@@ -59,17 +59,8 @@ SLACK_NS = 20_000    # per step, on the 90% rule (timer and wake-up granularity)
 ENV = {"SIMGPU_GEMM_TFLOPS": "2", "SIMGPU_KERNEL_US": "*sin_kernel*=3,*=20"}
 
 
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from checks import Failure, Skip, check  # noqa: E402
 
 
 def venv_python():

@@ -30,13 +30,8 @@ SECTIONS = ("verdict", "questions", "utilization", "step-bars", "scatter", "hots
 CHART_COLOURS = {(0x2C, 0xA0, 0x2C), (0xD6, 0x27, 0x28)}
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from checks import Failure, check  # noqa: E402
 
 
 def find_chromium():

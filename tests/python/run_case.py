@@ -47,13 +47,8 @@ SKIP = 77
 BLOCK_API = {"sync": "cuStreamSynchronize", "dtoh": "cuMemcpyDtoH_v2"}
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from checks import Failure, check  # noqa: E402
 
 
 def pyenv_root():

@@ -25,17 +25,8 @@ KERNELS = "*=2"
 LAUNCH = ("cuLaunchKernel", "cuLaunchKernel_ptsz")
 
 
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from checks import Failure, Skip, check  # noqa: E402
 
 
 class Ctx:
