@@ -49,8 +49,6 @@ enum HookId : uint16_t {
 #define HOOK(name, ...) k_##name,
 #include "hooks.def"
 #undef HOOK
-  kFirstNcclHook,
-  kBeforeNcclHooks = kFirstNcclHook - 1,
 #define NCCL_HOOK(name, ...) k_##name, k_p##name,
 #include "nccl_hooks.def"
 #undef NCCL_HOOK
