@@ -3,7 +3,10 @@ end-to-end and scenario tests."""
 import argparse
 import os
 import shutil
+import subprocess
 import tempfile
+
+from checks import Failure, Skip
 
 
 
@@ -150,23 +153,35 @@ def preemption_mismatch(report, ops):
     return None
 
 
-def run_case(cases, argv_prog, failure, skip=77):
-    """main() of a test runner: `--build DIR --case NAME`, one run of
-    cases[NAME](build, work) in a fresh work folder (no retry: the oracles
-    come from the ground truth of that run). Prints ok / FAIL (keeping the
-    folder) / skipped; returns the exit code (`skip` when the case returns
-    it)."""
+def run_case(cases, argv_prog, skip=77, call=None):
+    """main() of a test runner: `--build DIR --case NAME` runs cases[NAME]
+    once in a fresh work folder (no retry: the oracles come from the ground
+    truth of that run), as `call(case, build, work)` (default: case(build,
+    work)); prints ok / FAIL (keeping the folder) / skipped and returns the
+    exit code (`skip` when the case returns it or raises checks.Skip).
+    `--list` prints the case names, one a line: CMake's tests come from it."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--case", required=True, choices=sorted(cases))
+    ap.add_argument("--build")
+    ap.add_argument("--case", choices=sorted(cases))
+    ap.add_argument("--list", action="store_true", help="print the case names and exit")
     args = ap.parse_args()
+    if args.list:
+        print("\n".join(sorted(cases)))
+        return 0
+    if not args.build or not args.case:
+        ap.error("--build and --case are required (or --list)")
     work = tempfile.mkdtemp(prefix=f"stallscope-{argv_prog}-{args.case}-")
+    call = call or (lambda case, build, work: case(build, work))
     try:
-        if cases[args.case](os.path.abspath(args.build), work) == skip:
+        if call(cases[args.case], os.path.abspath(args.build), work) == skip:
             print(f"skipped {args.case}: not built")
             shutil.rmtree(work, ignore_errors=True)
             return skip
-    except failure as e:
+    except Skip as e:
+        print(f"SKIP {args.case}: {e}")
+        shutil.rmtree(work, ignore_errors=True)
+        return skip
+    except (Failure, subprocess.TimeoutExpired) as e:
         print(f"FAIL {args.case}: {e}\n(kept {work})")
         return 1
     shutil.rmtree(work, ignore_errors=True)

@@ -602,7 +602,7 @@ CASES = {"rendezvous": case_rendezvous, "interpose": case_interpose, "ddp": case
 
 
 def main():
-    return run_case(CASES, "nccl", Failure, SKIP)
+    return run_case(CASES, "nccl", SKIP)
 
 
 if __name__ == "__main__":

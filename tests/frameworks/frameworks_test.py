@@ -30,17 +30,14 @@ Checks of a stall case (`torch_<stall>`, NVTX step markers;
   the idle during the loop's input waits as the program logged them
   (torch_train.py --log-waits); for tiny ops, the idle before each of them.
 """
-import argparse
 import glob
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ground_truth import (MIN_BLOCKED_NS, device_gaps, idle_mismatches, injected_after_syncs,  # noqa: E402
+from ground_truth import (MIN_BLOCKED_NS, run_case, device_gaps, idle_mismatches, injected_after_syncs,  # noqa: E402
                           note_no_injected_idle, preemption_mismatch, until_submit)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "distributed"))
@@ -506,23 +503,7 @@ for _stall in SMALL_STALLS:
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--case", required=True, choices=sorted(CASES))
-    a = ap.parse_args()
-    work = tempfile.mkdtemp(prefix=f"stallscope-fw-{a.case}-")
-    try:
-        CASES[a.case](os.path.abspath(a.build), work)
-    except Skip as e:
-        print(f"SKIP {a.case}: {e}")
-        shutil.rmtree(work, ignore_errors=True)
-        return SKIP
-    except (Failure, nccl_test.Failure) as e:
-        print(f"FAIL {a.case}: {e}\n(kept {work})")
-        return 1
-    print(f"ok {a.case}")
-    shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return run_case(CASES, "fw", SKIP)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ simulated GPU with libstallscope.so preloaded, often also without it, and
 checks the job's output and exit code, the trace files (read with
 tests/python/sstrace.py, independently of the analyzer) and the analyzer's
 JSON report. One case per invocation: robustness.py --build DIR --case NAME."""
-import argparse
 import glob
 import json
 import os
@@ -14,7 +13,6 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,6 +25,7 @@ LAUNCH = ("cuLaunchKernel", "cuLaunchKernel_ptsz")
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from checks import Failure, Skip, check  # noqa: E402
+from ground_truth import run_case  # noqa: E402
 
 
 class Ctx:
@@ -634,23 +633,7 @@ CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--case", required=True, choices=sorted(CASES))
-    args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix=f"stallscope-rb-{args.case}-")
-    try:
-        CASES[args.case](Ctx(os.path.abspath(args.build), work))
-    except Skip as e:
-        print(f"SKIP {args.case}: {e}")
-        shutil.rmtree(work, ignore_errors=True)
-        return 77
-    except (Failure, subprocess.TimeoutExpired) as e:
-        print(f"FAIL {args.case}: {e}\n(kept {work})")
-        return 1
-    shutil.rmtree(work, ignore_errors=True)
-    print(f"ok {args.case}")
-    return 0
+    return run_case(CASES, "rb", 77, lambda case, build, work: case(Ctx(build, work)))
 
 
 if __name__ == "__main__":
