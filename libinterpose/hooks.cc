@@ -81,6 +81,9 @@ uint64_t ToU64(T v) {
 
 using DlsymFn = void* (*)(void*, const char*);
 
+// Code that runs inside a sanitizer runtime's own start-up (its dlsym calls).
+#define STALLSCOPE_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread")))
+
 }  // namespace
 
 // The real dlsym (glibc's), also used by the resolution code below.
@@ -88,7 +91,8 @@ extern "C" {
 DlsymFn stallscope_real_dlsym = nullptr;
 }
 
-extern "C" __attribute__((visibility("hidden"))) DlsymFn stallscope_resolve_real_dlsym() {
+extern "C" __attribute__((visibility("hidden"))) STALLSCOPE_NO_SANITIZE DlsymFn
+stallscope_resolve_real_dlsym() {
   if (!stallscope_real_dlsym) {
     void* p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
     if (!p) p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
@@ -446,14 +450,33 @@ STALLSCOPE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, i
 // glibc's dlsym so that "next" stays relative to the real caller; every other
 // lookup goes through stallscope_dlsym_impl, tail-jumped so that its return
 // address is the caller's.
-extern "C" __attribute__((visibility("hidden"))) void* stallscope_dlsym_impl(void* handle,
-                                                                            const char* name) {
+//
+// A sanitizer's runtime resolves its interceptors with dlsym while it
+// initializes, before its shadow memory exists: the path to the early return
+// for names that are neither CUDA's nor NCCL's is left uninstrumented and
+// calls nothing a sanitizer intercepts (StallscopeDlsymFiltered).
+namespace {
+STALLSCOPE_NO_SANITIZE bool HasPrefix(const char* s, const char* prefix) {
+  for (; *prefix; ++s, ++prefix) {
+    if (*s != *prefix) return false;
+  }
+  return true;
+}
+}  // namespace
+
+static void* DlsymOfHooked(void* caller, void* p, const char* name);
+
+extern "C" __attribute__((visibility("hidden"))) STALLSCOPE_NO_SANITIZE void* stallscope_dlsym_impl(
+    void* handle, const char* name) {
   void* caller = __builtin_return_address(0);
   DlsymFn real = stallscope_resolve_real_dlsym();
   void* p = real(handle, name);
   if (!p || !name) return p;
-  const bool nccl = strncmp(name, "nccl", 4) == 0 || strncmp(name, "pnccl", 5) == 0;
-  if (!nccl && (name[0] != 'c' || name[1] != 'u')) return p;
+  if (!HasPrefix(name, "cu") && !HasPrefix(name, "nccl") && !HasPrefix(name, "pnccl")) return p;
+  return DlsymOfHooked(caller, p, name);
+}
+
+static void* DlsymOfHooked(void* caller, void* p, const char* name) {
   int saved = errno;
   void* result = p;
   if (strcmp(name, "cuGetProcAddress") == 0 || strcmp(name, "cuGetProcAddress_v2") == 0) {
