@@ -391,6 +391,52 @@ def hung_stacks(pgid):
     return "\n".join(out)
 
 
+HUNG_IDLE_S = 10  # a process that used no CPU this long, in a job that forks children that live ms
+
+
+def group_cpu(pgid):
+    """{pid: CPU ticks used} of the processes in group `pgid`."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # After the command: state, ppid, pgrp (index 2), ..., utime and stime (11, 12).
+        # A zombie (exited, not yet reaped) uses no CPU and waits for nothing.
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out[int(pid)] = int(fields[11]) + int(fields[12])
+    return out
+
+
+def wait_unless_hung(proc, idle_s=HUNG_IDLE_S):
+    """(stdout, stderr, None) once `proc` ends, or (None, None, pid) when a
+    child in its process group used no CPU for idle_s seconds: blocked on a
+    lock it inherited, a hang. A loaded machine or a sanitized build makes
+    the job slower, never idle, so no wall-clock limit stands for a hang."""
+    seen = {}  # pid -> (ticks, since)
+    while True:
+        try:
+            out, err = proc.communicate(timeout=1)
+            return out, err, None
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        cpu = group_cpu(proc.pid)
+        for pid, ticks in cpu.items():
+            if pid == proc.pid:
+                continue  # the parent waits for its children while its thread launches
+            last = seen.get(pid)
+            if last is None or last[0] != ticks:
+                seen[pid] = (ticks, now)
+            elif now - last[1] >= idle_s:
+                return None, None, pid
+        seen = {pid: v for pid, v in seen.items() if pid in cpu}
+
+
 def case_fork_storm(ctx):
     """A job forks 200 children, one after another, while a second thread
     keeps launching and synchronizing (a DataLoader's workers beside the
@@ -407,13 +453,13 @@ def case_fork_storm(ctx):
             proc = subprocess.Popen([ctx.job, "fork_storm", "200", str(child_launches)], env=ctx.env(),
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                     start_new_session=True)
-            try:
-                out, err = proc.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
+            out, err, hung = wait_unless_hung(proc)
+            if hung is not None:
                 stacks = hung_stacks(proc.pid)
                 os.killpg(proc.pid, signal.SIGKILL)  # a hung child holds the pipes too
                 proc.communicate()
-                raise Failure(f"run {runs + 1} (children with {child_launches} launches) hung\n{stacks}")
+                raise Failure(f"run {runs + 1} (children with {child_launches} launches): child {hung} "
+                              f"used no CPU for {HUNG_IDLE_S} s, hung\n{stacks}")
             runs += 1
             check(proc.returncode == 0, f"job exited {proc.returncode}: {err[-2000:]}")
             check(out == "fork_storm 200 children, 0 failed\n", f"output {out!r}")
