@@ -83,6 +83,26 @@ struct Hotspot {
   std::string suggestion;  // one line: how to remove this synchronization
 };
 
+// The explicit or the implicit hotspots summed: every report's split of the
+// forced synchronizations by kind (JSON hotspot_kinds, the text report).
+struct HotspotKindTotals {
+  int64_t sites = 0;
+  int64_t count = 0;
+  int64_t blocked_ns = 0;
+  int64_t idle_caused_ns = 0;
+};
+inline HotspotKindTotals SumHotspotKind(const std::vector<Hotspot>& hotspots, bool explicit_sync) {
+  HotspotKindTotals t;
+  for (const Hotspot& h : hotspots) {
+    if (h.explicit_sync != explicit_sync) continue;
+    ++t.sites;
+    t.count += h.count;
+    t.blocked_ns += h.blocked_ns;
+    t.idle_caused_ns += h.idle_caused_ns;
+  }
+  return t;
+}
+
 struct Totals {
   int64_t wall_ns = 0;
   int64_t gpu_busy_ns = 0;

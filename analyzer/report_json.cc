@@ -84,16 +84,11 @@ Json ToJson(const Report& r, bool with_steps) {
   {
     Json kinds = Json::object();
     for (const bool expl : {true, false}) {
-      int64_t count = 0, blocked = 0, idle = 0, sites = 0;
-      for (const Hotspot& h : r.hotspots) {
-        if (h.explicit_sync != expl) continue;
-        ++sites;
-        count += h.count;
-        blocked += h.blocked_ns;
-        idle += h.idle_caused_ns;
-      }
-      kinds[expl ? "explicit" : "implicit"] = Json{
-          {"sites", sites}, {"count", count}, {"blocked_ns", blocked}, {"idle_caused_ns", idle}};
+      const HotspotKindTotals k = SumHotspotKind(r.hotspots, expl);
+      kinds[expl ? "explicit" : "implicit"] = Json{{"sites", k.sites},
+                                                   {"count", k.count},
+                                                   {"blocked_ns", k.blocked_ns},
+                                                   {"idle_caused_ns", k.idle_caused_ns}};
     }
     j["hotspot_kinds"] = std::move(kinds);
   }

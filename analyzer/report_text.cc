@@ -118,17 +118,11 @@ std::string RenderText(const Report& r, const TextStyle& style) {
     absl::StrAppend(&out, "  none: no synchronizing call blocked the host\n");
   } else {
     for (const bool expl : {true, false}) {
-      int64_t count = 0, blocked = 0, idle = 0, sites = 0;
-      for (const Hotspot& h : r.hotspots) {
-        if (h.explicit_sync != expl) continue;
-        ++sites;
-        count += h.count;
-        blocked += h.blocked_ns;
-        idle += h.idle_caused_ns;
-      }
+      const HotspotKindTotals k = SumHotspotKind(r.hotspots, expl);
       absl::StrAppendFormat(&out, "  %-8s %d site%s, %d calls, %s blocked, %s idle caused\n",
-                            expl ? "explicit" : "implicit", sites, sites == 1 ? "" : "s", count,
-                            FormatDuration(blocked), FormatDuration(idle));
+                            expl ? "explicit" : "implicit", k.sites, k.sites == 1 ? "" : "s",
+                            k.count, FormatDuration(k.blocked_ns),
+                            FormatDuration(k.idle_caused_ns));
     }
     absl::StrAppendFormat(&out, "  %3s %-28s %-8s %7s %12s %12s  %s\n", "#", "api", "kind",
                           "count", "blocked", "idle caused", "site");
@@ -139,6 +133,12 @@ std::string RenderText(const Report& r, const TextStyle& style) {
                             FormatDuration(h.blocked_ns), FormatDuration(h.idle_caused_ns),
                             Site(h.site));
       absl::StrAppendFormat(&out, "      fix: %s  [%s]\n", h.suggestion, h.fingerprint);
+      if (h.sites_lost > 0) {
+        absl::StrAppendFormat(&out,
+                              "      %d of its calls came from Python frames that could not be "
+                              "read: the site shown is the native one\n",
+                              h.sites_lost);
+      }
     }
   }
 
