@@ -179,24 +179,28 @@ def main():
     step_times, logged = [], None
     waits = open(a.log_waits, "a") if a.log_waits else None
 
-    def waited(t0):
+    def waited(t0, cpu0):
+        # What the wait was: its wall time, and of it the main thread's CPU
+        # time (unpickling and pinning a batch is on-CPU, waiting for a
+        # worker is not).
         if waits:
-            waits.write(json.dumps({"start_ns": t0, "end_ns": time.monotonic_ns()}) + "\n")
+            waits.write(json.dumps({"start_ns": t0, "end_ns": time.monotonic_ns(),
+                                    "cpu_ns": time.thread_time_ns() - cpu0}) + "\n")
 
     for step in range(total):
         t0 = time.perf_counter()
         if a.markers == "nvtx":
             torch.cuda.nvtx.range_push(f"step {step}")
         if loader is not None:
-            w0 = time.monotonic_ns()
+            w0, c0 = time.monotonic_ns(), time.thread_time_ns()
             x, y = next(loader)  # the workers' slow collate_fn: the wait is here
-            waited(w0)
+            waited(w0, c0)
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
         else:
             if a.input_ms > 0:
-                w0 = time.monotonic_ns()
+                w0, c0 = time.monotonic_ns(), time.thread_time_ns()
                 time.sleep(a.input_ms / 1000.0)  # waiting for the next batch
-                waited(w0)
+                waited(w0, c0)
             x, y = host_batches[step % len(host_batches)]
             if a.stall == "pageable":
                 x, y = x.to(dev), y.to(dev)  # STALL:pageable

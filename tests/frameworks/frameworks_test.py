@@ -166,14 +166,18 @@ def find_hotspot(report, line, file=TORCH_TRAIN):
 
 def injected_during(truth, waits):
     """The device idle during the program's input waits, as the program
-    logged them (--log-waits: what each wait really took)."""
+    logged them (--log-waits: what each wait really took), each with the
+    share of its wait the main thread spent off-CPU (1 - its logged thread
+    CPU time over its wall time; 1 where the program logs no CPU time)."""
     out = []
     for a, b, op, _ in device_gaps(truth):
         b = until_submit(a, b, op)
         for w in waits:
             lo, hi = max(a, w["start_ns"]), min(b, w["end_ns"])
             if hi > lo:
-                out.append((lo, hi))
+                wall = max(1, w["end_ns"] - w["start_ns"])
+                off = 1.0 - min(1.0, w.get("cpu_ns", 0) / wall)
+                out.append((lo, hi, off))
     return out
 
 
@@ -194,11 +198,14 @@ def check_share(report, gaps, causes, truth):
         causes = tuple(causes) + ("host_preempted",)
     steps = report["steps"][1:]
     per_step = [0] * len(steps)
-    for a, b in gaps:
+    off_cpu = 0.0  # of the injected idle, what the truth has the host spend off-CPU
+    for g in gaps:
+        a, b, off = g if len(g) == 3 else (g[0], g[1], 1.0)
         for i, st in enumerate(steps):
             lo, hi = max(a, st["start_ns"]), min(b, st["end_ns"])
             if hi > lo:
                 per_step[i] += hi - lo
+                off_cpu += off * (hi - lo)
     total = sum(per_step)
     if total == 0:
         note_no_injected_idle()
@@ -213,12 +220,16 @@ def check_share(report, gaps, causes, truth):
     check(got_total >= 0.9 * total,
           f"{'+'.join(causes)} {got_total} ns < 90% of the injected idle {total} ns")
     if "host_wait" in causes:
-        # The injected stall is a wait: most of it must be found off-CPU
-        # (asleep, or runnable but waiting for a CPU).
+        # Where the program's own clocks have the waiting thread off-CPU
+        # (asleep, or runnable but waiting for a CPU), most of that must be
+        # found off-CPU; the on-CPU rest (a batch unpickled and pinned) is
+        # host_busy's. A loaded machine that lets the workers keep ahead
+        # leaves mostly on-CPU waits.
         wait = sum(min(st["idle_by_cause"]["host_wait"] + st["idle_by_cause"]["host_preempted"], inj)
                    for st, inj in zip(steps, per_step))
-        check(wait >= 0.5 * total,
-              f"host_wait+host_preempted {wait} ns is not most of the injected wait {total} ns")
+        check(wait >= 0.5 * off_cpu,
+              f"host_wait+host_preempted {wait} ns is not most of the injected wait's off-CPU part "
+              f"{off_cpu:.0f} ns (of {total} ns)")
 
 
 # ---- PyTorch stalls ----
