@@ -454,7 +454,7 @@ STALLSCOPE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, i
 // A sanitizer's runtime resolves its interceptors with dlsym while it
 // initializes, before its shadow memory exists: the path to the early return
 // for names that are neither CUDA's nor NCCL's is left uninstrumented and
-// calls nothing a sanitizer intercepts (StallscopeDlsymFiltered).
+// calls nothing a sanitizer intercepts; hooked names go on to DlsymOfHooked.
 namespace {
 STALLSCOPE_NO_SANITIZE bool HasPrefix(const char* s, const char* prefix) {
   for (; *prefix; ++s, ++prefix) {

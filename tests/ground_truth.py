@@ -1,5 +1,6 @@
 """Helpers over the simulator's ground truth (SIMGPU_TRACE), shared by the
-end-to-end and scenario tests."""
+end-to-end, scenario, framework and distributed tests, and the one case
+runner (run_case) of the e2e, distributed, framework and robustness tests."""
 import argparse
 import os
 import shutil
@@ -7,7 +8,6 @@ import subprocess
 import tempfile
 
 from checks import Failure, Skip
-
 
 
 def union_in(intervals, lo, hi):

@@ -72,7 +72,7 @@ def injected_gaps(truth):
     for op in sorted(truth, key=lambda op: op["start_ns"]):
         if op["kind"] == "memcpy" and op["name"] == "HtoD":
             gap = 0
-            if busy_until is not None:
+            if busy_until is not None:  # an op that overlapped the previous work ends no gap
                 gap = max(0, until_submit(busy_until, op["start_ns"], op) - busy_until)
             gaps.append((gap, min(gap, pre_of[id(op)])))
         busy_until = op["end_ns"] if busy_until is None else max(busy_until, op["end_ns"])
@@ -228,18 +228,20 @@ def case_tiny(build, work):
     # The idle that rule 2 must charge to launch_overhead, from the ground
     # truth: every device gap ended by an op whose thread had submitted its
     # previous op less than launch_dispatch_ns (50 us) before, up to the
-    # op's submission and the launch latency after it. Every host gap between calls inside such an interval
-    # is shorter than the threshold (so never split by preemption), and the
-    # time inside calls is launch_overhead too. Where a loaded machine
-    # stretched an interval past the threshold (preemption, a slow CPU), the
-    # rule charges by what the thread did, and the oracle asks nothing.
+    # op's submission and the launch latency after it. Every host gap
+    # between calls inside such an interval is shorter than the threshold
+    # (so never split by preemption), and the time inside calls is
+    # launch_overhead too. Where a loaded machine stretched an interval past
+    # the threshold (preemption, a slow CPU), the rule charges by what the
+    # thread did, and the oracle asks nothing.
     steps = report["steps"]
-    expected, short, prev_queued = 0, 0, {}
+    prev_of, last = {}, {}  # id(op) -> its thread's previous submission
     for op in sorted(truth, key=lambda o: o["queued_ns"]):
-        op["_prev_queued"] = prev_queued.get(op.get("tid"))
-        prev_queued[op.get("tid")] = op["queued_ns"]
+        prev_of[id(op)] = last.get(op.get("tid"))
+        last[op.get("tid")] = op["queued_ns"]
+    expected = short = 0
     for a, b, op, _ in device_gaps(truth):
-        prev = op.get("_prev_queued")
+        prev = prev_of[id(op)]
         if prev is None or op["queued_ns"] - prev >= LAUNCH_DISPATCH_NS:
             continue
         short += 1
