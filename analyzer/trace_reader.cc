@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "trace_codec.h"
 
 namespace stallscope::analyzer {
 namespace {
@@ -25,36 +26,25 @@ using trace::FileHeader;
 using ReadAt = std::function<bool(uint64_t offset, size_t n, void* dst)>;
 
 const char* ChunkTypeName(uint16_t type) {
-  switch (static_cast<ChunkType>(type)) {
-    case ChunkType::kApi: return "api";
-    case ChunkType::kDevice: return "device";
-    case ChunkType::kCorrelation: return "correlation";
-    case ChunkType::kNvtx: return "nvtx";
-    case ChunkType::kString: return "string";
-    case ChunkType::kStack: return "stack";
-    case ChunkType::kModule: return "module";
-    case ChunkType::kClock: return "clock";
-    case ChunkType::kApiTable: return "api-table";
-    case ChunkType::kThread: return "thread";
-    case ChunkType::kDiagnostic: return "diagnostic";
-    case ChunkType::kEnd: return "end";
-    case ChunkType::kCpu: return "cpu";
-    case ChunkType::kNccl: return "nccl";
-    case ChunkType::kRank: return "rank";
-    case ChunkType::kCpuSched: return "cpu-sched";
-  }
-  return "unknown";
+  const trace::ChunkTypeInfo* info = trace::FindChunkType(type);
+  return info != nullptr ? info->name : "unknown";
 }
 
 // Decodes one verified chunk payload into the timeline. Returns an error text
 // (empty when fine) for counts or lengths that do not fit the payload.
 std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timeline* t) {
-  auto fixed = [&](size_t record) -> bool {
-    return static_cast<uint64_t>(h.count) * record <= n;
-  };
+  const trace::ChunkTypeInfo* info = trace::FindChunkType(h.type);
+  if (info == nullptr) {
+    AddDiagnostic(&t->diagnostics, DiagId::kUnknownChunk, 1);
+    return {};
+  }
+  // Fixed-size records: the table's size, checked once for every type.
+  if (info->record_bytes > 0 && static_cast<uint64_t>(h.count) * info->record_bytes > n) {
+    return "record count exceeds payload";
+  }
+  trace::EntryReader entries(p, n);
   switch (static_cast<ChunkType>(h.type)) {
     case ChunkType::kApi: {
-      if (!fixed(sizeof(trace::ApiRecord))) return "record count exceeds payload";
       // Sized once per chunk and filled in place (no capacity check per
       // record).
       const size_t base = t->calls.size();
@@ -84,7 +74,6 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
       return {};
     }
     case ChunkType::kDevice: {
-      if (!fixed(sizeof(trace::DeviceRecord))) return "record count exceeds payload";
       const size_t base = t->ops.size();
       t->ops.resize(base + h.count);
       t->op_info.resize(base + h.count);
@@ -125,7 +114,6 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
       return {};
     }
     case ChunkType::kCorrelation: {
-      if (!fixed(sizeof(trace::CorrelationRecord))) return "record count exceeds payload";
       for (uint32_t i = 0; i < h.count; ++i) {
         trace::CorrelationRecord r;
         std::memcpy(&r, p + i * sizeof(r), sizeof(r));
@@ -134,7 +122,6 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
       return {};
     }
     case ChunkType::kNvtx: {
-      if (!fixed(sizeof(trace::NvtxRecord))) return "record count exceeds payload";
       for (uint32_t i = 0; i < h.count; ++i) {
         trace::NvtxRecord r;
         std::memcpy(&r, p + i * sizeof(r), sizeof(r));
@@ -144,14 +131,12 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
       return {};
     }
     case ChunkType::kClock: {
-      if (!fixed(sizeof(trace::ClockRecord))) return "record count exceeds payload";
       size_t old = t->clocks.size();
       t->clocks.resize(old + h.count);
       if (h.count > 0) std::memcpy(t->clocks.data() + old, p, h.count * sizeof(trace::ClockRecord));
       return {};
     }
     case ChunkType::kThread: {
-      if (!fixed(sizeof(trace::ThreadRecord))) return "record count exceeds payload";
       for (uint32_t i = 0; i < h.count; ++i) {
         trace::ThreadRecord r;
         std::memcpy(&r, p + i * sizeof(r), sizeof(r));
@@ -160,7 +145,6 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
       return {};
     }
     case ChunkType::kDiagnostic: {
-      if (!fixed(sizeof(trace::DiagnosticRecord))) return "record count exceeds payload";
       for (uint32_t i = 0; i < h.count; ++i) {
         trace::DiagnosticRecord r;
         std::memcpy(&r, p + i * sizeof(r), sizeof(r));
@@ -188,41 +172,27 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
       return {};
     }
     case ChunkType::kString: {
-      size_t off = 0;
       for (uint32_t i = 0; i < h.count; ++i) {
-        uint32_t id, len;
-        if (n - off < 8) return "string entry past the payload";
-        std::memcpy(&id, p + off, 4);
-        std::memcpy(&len, p + off + 4, 4);
-        if (len > n - off - 8) return "string length past the payload";
-        t->strings[id] = std::string(reinterpret_cast<const char*>(p + off + 8), len);
-        off += trace::PadTo8(8 + static_cast<size_t>(len));
-        if (off > n) off = n;
+        uint32_t id;
+        std::string_view bytes;
+        if (!entries.String(&id, &bytes)) return entries.error();
+        t->strings[id] = std::string(bytes);
       }
       return {};
     }
     case ChunkType::kStack: {
-      size_t off = 0;
       for (uint32_t i = 0; i < h.count; ++i) {
-        if (n - off < 8) return "stack entry past the payload";
         uint32_t id;
-        uint16_t depth, kind;
-        std::memcpy(&id, p + off, 4);
-        std::memcpy(&depth, p + off + 4, 2);
-        std::memcpy(&kind, p + off + 6, 2);
-        off += 8;
-        // Native: `depth` return addresses; Python: `depth` (string, line)
-        // pairs.
-        const bool python = kind == static_cast<uint16_t>(trace::StackKind::kPython);
-        const size_t words = python ? size_t{2} * depth : depth;
-        if (words * 8 > n - off) return "stack depth past the payload";
+        uint16_t kind, depth;
+        const uint8_t* words;
+        size_t nwords;
+        if (!entries.Stack(&id, &kind, &depth, &words, &nwords)) return entries.error();
         auto offset = static_cast<uint32_t>(t->stack_words.size());
         size_t old = t->stack_words.size();
-        t->stack_words.resize(old + words);
-        if (words > 0) std::memcpy(t->stack_words.data() + old, p + off, words * 8);
-        off += words * 8;
+        t->stack_words.resize(old + nwords);
+        if (nwords > 0) std::memcpy(t->stack_words.data() + old, words, nwords * 8);
         StackRef& ref = t->stacks[id];
-        if (python) {
+        if (kind == static_cast<uint16_t>(trace::StackKind::kPython)) {
           ref.python_offset = offset;
           ref.python_depth = depth;
         } else if (kind == static_cast<uint16_t>(trace::StackKind::kNative)) {
@@ -234,39 +204,25 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
     }
     case ChunkType::kModule: {
       const uint32_t generation = t->module_maps++;
-      size_t off = 0;
       for (uint32_t i = 0; i < h.count; ++i) {
         trace::ModuleRecord r;
-        if (n - off < sizeof(r)) return "module entry past the payload";
-        std::memcpy(&r, p + off, sizeof(r));
-        off += sizeof(r);
-        uint64_t extra = static_cast<uint64_t>(r.path_len) + r.build_id_len;
-        if (extra > n - off) return "module path past the payload";
-        Module m{r.base, r.low, r.high,
-                 std::string(reinterpret_cast<const char*>(p + off), r.path_len),
-                 std::string(reinterpret_cast<const char*>(p + off + r.path_len),
-                             r.build_id_len),
-                 generation};
-        t->modules.push_back(std::move(m));
-        off += trace::PadTo8(extra);
-        if (off > n) off = n;
+        std::string_view path, build_id;
+        if (!entries.Module(&r, &path, &build_id)) return entries.error();
+        t->modules.push_back(
+            Module{r.base, r.low, r.high, std::string(path), std::string(build_id), generation});
       }
       return {};
     }
     case ChunkType::kApiTable: {
-      size_t off = 0;
       for (uint32_t i = 0; i < h.count; ++i) {
         trace::ApiTableEntry e;
-        if (n - off < sizeof(e)) return "api entry past the payload";
-        std::memcpy(&e, p + off, sizeof(e));
-        if (e.name_len > n - off - sizeof(e)) return "api name past the payload";
+        std::string_view name;
+        if (!entries.Api(&e, &name)) return entries.error();
         if (e.api >= t->apis.size()) t->apis.resize(e.api + size_t{1});
-        ApiInfo& info = t->apis[e.api];
-        info.name.assign(reinterpret_cast<const char*>(p + off + sizeof(e)), e.name_len);
-        info.category = static_cast<trace::ApiCategory>(e.category);
-        info.flags = e.flags;
-        off += trace::PadTo8(sizeof(e) + e.name_len);
-        if (off > n) off = n;
+        ApiInfo& api = t->apis[e.api];
+        api.name.assign(name);
+        api.category = static_cast<trace::ApiCategory>(e.category);
+        api.flags = e.flags;
       }
       return {};
     }
@@ -274,7 +230,6 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
       t->ended_cleanly = true;
       return {};
     case ChunkType::kNccl: {
-      if (!fixed(sizeof(trace::NcclRecord))) return "record count exceeds payload";
       for (uint32_t i = 0; i < h.count; ++i) {
         trace::NcclRecord r;
         std::memcpy(&r, p + i * sizeof(r), sizeof(r));
@@ -298,7 +253,7 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
       return {};
     }
     case ChunkType::kRank: {
-      if (h.count < 1 || !fixed(sizeof(trace::RankRecord))) return "record count exceeds payload";
+      if (h.count < 1) return "record count exceeds payload";
       trace::RankRecord r;
       std::memcpy(&r, p, sizeof(r));
       t->rank.known = true;
@@ -313,9 +268,7 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
     case ChunkType::kCpu:
     case ChunkType::kCpuSched: {
       // kCpu is kCpuSched without the run-queue delay (older recorders).
-      const bool sched = static_cast<ChunkType>(h.type) == ChunkType::kCpuSched;
-      const size_t size = sched ? sizeof(trace::CpuSchedRecord) : sizeof(trace::CpuRecord);
-      if (!fixed(size)) return "record count exceeds payload";
+      const size_t size = info->record_bytes;
       std::vector<CpuSample>& samples = t->cpu[h.tid];
       for (uint32_t i = 0; i < h.count; ++i) {
         trace::CpuSchedRecord r{0, 0, trace::kRunDelayUnknown};
@@ -392,10 +345,13 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
       // reserved is bounded by the file's size (a header may claim 1 GiB).
       if (!read(off, sizeof(ch), &ch) || CheckHeader(ch, off, size) != HeaderCheck::kOk) break;
       const uint64_t n = ch.count;
+      const trace::ChunkTypeInfo* info = trace::FindChunkType(ch.type);
+      const uint64_t fits =
+          info != nullptr && info->record_bytes > 0 ? std::min<uint64_t>(n, ch.payload_bytes / info->record_bytes) : 0;
       switch (static_cast<ChunkType>(ch.type)) {
-        case ChunkType::kApi: api += std::min<uint64_t>(n, ch.payload_bytes / sizeof(trace::ApiRecord)); break;
-        case ChunkType::kDevice: device += std::min<uint64_t>(n, ch.payload_bytes / sizeof(trace::DeviceRecord)); break;
-        case ChunkType::kCorrelation: corr += std::min<uint64_t>(n, ch.payload_bytes / sizeof(trace::CorrelationRecord)); break;
+        case ChunkType::kApi: api += fits; break;
+        case ChunkType::kDevice: device += fits; break;
+        case ChunkType::kCorrelation: corr += fits; break;
         default: break;
       }
       off += sizeof(ch) + ch.payload_bytes;

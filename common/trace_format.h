@@ -45,25 +45,36 @@ enum FileFlags : uint32_t {
   kFileTicksAreNs = 1u << 0,  // API/NVTX ticks are CLOCK_MONOTONIC ns already
 };
 
+// The chunk types, the one table of them: X(enumerator, wire type, name,
+// record, one thread). `record` is the fixed-size record a chunk holds
+// `count` of; `Entries` for variable-size entries, each padded to 8 bytes
+// (their encoders and decoders are in common/trace_codec.h); `NoRecords` for
+// an empty payload. Chunks of "one thread" carry the writing thread in `tid`.
+// Payloads are described in docs/trace-format.md; a wire type is never reused.
+#define STALLSCOPE_CHUNK_TYPES(X)                                                  \
+  X(kApi, 1, "api", ApiRecord, true)                                               \
+  X(kDevice, 2, "device", DeviceRecord, false)                                     \
+  X(kCorrelation, 3, "correlation", CorrelationRecord, false)                      \
+  X(kNvtx, 4, "nvtx", NvtxRecord, true)                                            \
+  X(kString, 5, "string", Entries, false)      /* {u32 id, u32 len, bytes} */      \
+  X(kStack, 6, "stack", Entries, false)        /* {u32 id, u16 depth, u16 kind,    \
+                                                  words}: native u64 pc[depth];    \
+                                                  Python depth x (string, line) */ \
+  X(kModule, 7, "module", Entries, false)      /* ModuleRecord, path, build id */  \
+  X(kClock, 8, "clock", ClockRecord, false)                                        \
+  X(kApiTable, 9, "api-table", Entries, false) /* ApiTableEntry, name */           \
+  X(kThread, 10, "thread", ThreadRecord, false)                                    \
+  X(kDiagnostic, 11, "diagnostic", DiagnosticRecord, false)                        \
+  X(kEnd, 12, "end", NoRecords, false)         /* the process finished cleanly */  \
+  X(kCpu, 13, "cpu", CpuRecord, true)          /* superseded by kCpuSched */       \
+  X(kNccl, 14, "nccl", NcclRecord, false)                                          \
+  X(kRank, 15, "rank", RankRecord, false)                                          \
+  X(kCpuSched, 16, "cpu-sched", CpuSchedRecord, true)
+
 enum class ChunkType : uint16_t {
-  kApi = 1,          // ApiRecord[count], one thread (tid)
-  kDevice = 2,       // DeviceRecord[count]
-  kCorrelation = 3,  // CorrelationRecord[count]
-  kNvtx = 4,         // NvtxRecord[count], one thread (tid)
-  kString = 5,       // count x {u32 id, u32 len, bytes, pad to 8}
-  kStack = 6,        // count x {u32 id, u16 depth, u16 kind, words}: native
-                     // u64 pc[depth]; Python depth x (u64 string, u64 line)
-  kModule = 7,       // count x ModuleRecord + path bytes, padded to 8
-  kClock = 8,        // ClockRecord[count]
-  kApiTable = 9,     // count x ApiTableEntry + name bytes, padded to 8
-  kThread = 10,      // ThreadRecord[count]
-  kDiagnostic = 11,  // DiagnosticRecord[count]
-  kEnd = 12,         // empty: the process finished writing cleanly
-  kCpu = 13,         // CpuRecord[count], one thread (tid): CPU-time samples
-  kNccl = 14,        // NcclRecord[count]: the NCCL arguments of kNccl API calls
-  kRank = 15,        // RankRecord[1]: the process's place in a distributed job
-  kCpuSched = 16,    // CpuSchedRecord[count], one thread (tid): CPU-time and
-                     // run-queue samples (supersedes kCpu in new files)
+#define STALLSCOPE_CHUNK_ENUM(id, wire, name, record, per_thread) id = wire,
+  STALLSCOPE_CHUNK_TYPES(STALLSCOPE_CHUNK_ENUM)
+#undef STALLSCOPE_CHUNK_ENUM
 };
 
 struct ChunkHeader {

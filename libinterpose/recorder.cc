@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "clock.h"
+#include "trace_codec.h"
 #include "cupti_source.h"
 #include "hooks.h"
 #include "nccl_state.h"
@@ -299,6 +300,13 @@ void CutBack(int err) {
 
 bool WriteApiTable();
 bool WriteChunk(ChunkType type, uint32_t tid, uint32_t count, const void* payload, size_t bytes);
+// A chunk of fixed-size records, typed by the codec's table.
+template <ChunkType kType>
+bool WriteRecords(uint32_t tid, const typename trace::ChunkRecord<kType>::type* records,
+                  size_t count) {
+  return WriteChunk(kType, tid, uint32_t(count), records, count * sizeof *records);
+}
+
 bool g_writing_preamble = false;  // under g_write_mu (or start-up)
 
 // Writes the file's preamble (header, API table, rank) when the file does
@@ -315,7 +323,7 @@ bool EnsurePreamble() {
   g_file_end = sizeof g_header;
   g_writing_preamble = true;
   const bool ok = WriteApiTable() &&
-                  (g_rank.rank < 0 || WriteChunk(ChunkType::kRank, 0, 1, &g_rank, sizeof g_rank));
+                  (g_rank.rank < 0 || WriteRecords<ChunkType::kRank>(0, &g_rank, 1));
   g_writing_preamble = false;
   if (!ok) {
     g_file_end = 0;
@@ -326,6 +334,8 @@ bool EnsurePreamble() {
 }
 
 // Writes one chunk whole, or nothing: true when it reached the file.
+// `bytes` is a multiple of 8 (the codec pads every entry; records are sized
+// in 8s).
 bool WriteChunk(ChunkType type, uint32_t tid, uint32_t count, const void* payload, size_t bytes) {
   if (g_fd < 0) return false;
   auto lost = [&](int err) {
@@ -334,51 +344,24 @@ bool WriteChunk(ChunkType type, uint32_t tid, uint32_t count, const void* payloa
     CutBack(err);
     return false;
   };
-  if (!EnsurePreamble()) return lost(errno);
-  static const uint64_t kZero = 0;
-  size_t padded = trace::PadTo8(bytes);
-  trace::ChunkHeader h{};
-  h.magic = trace::kChunkMagic;
-  h.type = uint16_t(type);
-  h.tid = tid;
-  h.count = count;
-  h.payload_bytes = uint32_t(padded);
-  // The checksum covers the padded payload; padding bytes are zero.
-  uint32_t sum;
-  if (padded == bytes) {
-    sum = trace::Checksum(payload, bytes);
-  } else {
-    std::vector<unsigned char> tmp(padded, 0);
-    memcpy(tmp.data(), payload, bytes);
-    sum = trace::Checksum(tmp.data(), padded);
+  if (bytes % 8 != 0) {
+    g_diag[int(trace::DiagnosticId::kInternalErrors)]++;
+    return lost(EINVAL);
   }
-  h.checksum = sum;
-  iovec iov[3] = {{&h, sizeof h}, {const_cast<void*>(payload), bytes},
-                  {const_cast<uint64_t*>(&kZero), padded - bytes}};
-  if (!WriteAll(iov, padded == bytes ? 2 : 3)) return lost(errno);
-  g_file_end += sizeof h + padded;
+  if (!EnsurePreamble()) return lost(errno);
+  trace::ChunkHeader h = trace::MakeChunkHeader(trace::kVersion, type, tid, count, payload, bytes);
+  iovec iov[2] = {{&h, sizeof h}, {const_cast<void*>(payload), bytes}};
+  if (!WriteAll(iov, bytes == 0 ? 1 : 2)) return lost(errno);
+  g_file_end += sizeof h + bytes;
   return true;
 }
-
-void PutBytes(std::vector<unsigned char>& out, const void* p, size_t n) {
-  const auto* c = static_cast<const unsigned char*>(p);
-  out.insert(out.end(), c, c + n);
-}
-void Pad8(std::vector<unsigned char>& out) { out.resize(trace::PadTo8(out.size()), 0); }
 
 bool WriteApiTable() {
   size_t n = 0;
   const HookInfo* hooks = Hooks(&n);
   std::vector<unsigned char> out;
   for (size_t i = 0; i < n; ++i) {
-    trace::ApiTableEntry e{};
-    e.api = uint16_t(i);
-    e.category = hooks[i].category;
-    e.flags = hooks[i].flags;
-    e.name_len = uint16_t(strlen(hooks[i].name));
-    PutBytes(out, &e, sizeof e);
-    PutBytes(out, hooks[i].name, e.name_len);
-    Pad8(out);
+    trace::EncodeApi(&out, uint16_t(i), hooks[i].category, hooks[i].flags, hooks[i].name);
   }
   return WriteChunk(ChunkType::kApiTable, 0, uint32_t(n), out.data(), out.size());
 }
@@ -424,16 +407,7 @@ int ModuleCallback(dl_phdr_info* info, size_t size, void* arg) {
     if (n > 0) path.assign(buf, size_t(n));
   }
   if (path.empty()) return 0;  // vdso and anonymous objects
-  trace::ModuleRecord m{};
-  m.base = info->dlpi_addr;
-  m.low = low;
-  m.high = high;
-  m.path_len = uint32_t(path.size());
-  m.build_id_len = uint32_t(build_id.size());
-  PutBytes(scan->out, &m, sizeof m);
-  PutBytes(scan->out, path.data(), path.size());
-  PutBytes(scan->out, build_id.data(), build_id.size());
-  Pad8(scan->out);
+  trace::EncodeModule(&scan->out, info->dlpi_addr, low, high, path, build_id);
   scan->count++;
   return 0;
 }
@@ -452,7 +426,7 @@ void WriteBuffer(ThreadBuffer* b, uint32_t n, bool track) {
   if (n <= b->flushed) return;
   const trace::ApiRecord* first = b->records + b->flushed;
   uint32_t count = n - b->flushed;
-  WriteChunk(ChunkType::kApi, b->tid, count, first, count * sizeof(trace::ApiRecord));
+  WriteRecords<ChunkType::kApi>(b->tid, first, count);
   if (track)
     for (uint32_t i = 0; i < count; ++i)
       if (first[i].correlation) g_stall->Submit(first[i].correlation, first[i].result == 0);
@@ -508,36 +482,24 @@ bool Drain(bool final, bool after_cupti_flush = false) {
   };
   // Strings first: records written after may refer to them.
   if (!pending.threads.empty() &&
-      !WriteChunk(ChunkType::kThread, 0, uint32_t(pending.threads.size()), pending.threads.data(),
-                  pending.threads.size() * sizeof(trace::ThreadRecord))) {
+      !WriteRecords<ChunkType::kThread>(0, pending.threads.data(), pending.threads.size())) {
     requeue(pending.threads, &Pending::threads);
   }
   if (!pending.strings.empty()) {
     std::vector<unsigned char> out;
-    for (auto& [id, s] : pending.strings) {
-      uint32_t hdr[2] = {id, uint32_t(s.size())};
-      PutBytes(out, hdr, sizeof hdr);
-      PutBytes(out, s.data(), s.size());
-      Pad8(out);
-    }
+    for (auto& [id, s] : pending.strings) trace::EncodeString(&out, id, s);
     if (!WriteChunk(ChunkType::kString, 0, uint32_t(pending.strings.size()), out.data(), out.size()))
       requeue(pending.strings, &Pending::strings);
   }
   if (!pending.stacks.empty()) {
     std::vector<unsigned char> out;
-    for (auto& st : pending.stacks) {
-      uint32_t id32 = st.id;
-      uint16_t depth = uint16_t(st.kind == trace::StackKind::kPython ? st.words.size() / 2 : st.words.size());
-      uint16_t hdr[2] = {depth, uint16_t(st.kind)};
-      PutBytes(out, &id32, 4);
-      PutBytes(out, hdr, 4);
-      PutBytes(out, st.words.data(), st.words.size() * 8);
-    }
+    for (auto& st : pending.stacks)
+      trace::EncodeStack(&out, st.id, st.kind, st.words.data(), st.words.size());
     if (!WriteChunk(ChunkType::kStack, 0, uint32_t(pending.stacks.size()), out.data(), out.size()))
       requeue(pending.stacks, &Pending::stacks);
   }
   trace::ClockRecord clock = ReadClockPair();
-  WriteChunk(ChunkType::kClock, 0, 1, &clock, sizeof clock);
+  WriteRecords<ChunkType::kClock>(0, &clock, 1);
 
   ThreadBuffer* done = nullptr;
   while (full) {
@@ -551,8 +513,7 @@ bool Drain(bool final, bool after_cupti_flush = false) {
   }
   for (const LiveSlice& s : live) WriteBuffer(s.buffer, s.count, track);
   if (!pending.nccl.empty())
-    WriteChunk(ChunkType::kNccl, 0, uint32_t(pending.nccl.size()), pending.nccl.data(),
-               pending.nccl.size() * sizeof(trace::NcclRecord));
+    WriteRecords<ChunkType::kNccl>(0, pending.nccl.data(), pending.nccl.size());
   if (!pending.cpu.empty()) {
     // One kCpuSched chunk per thread, samples in the order they were taken.
     std::stable_sort(pending.cpu.begin(), pending.cpu.end(),
@@ -563,17 +524,14 @@ bool Drain(bool final, bool after_cupti_flush = false) {
       recs.clear();
       for (; i < pending.cpu.size() && pending.cpu[i].first == tid; ++i)
         recs.push_back(pending.cpu[i].second);
-      WriteChunk(ChunkType::kCpuSched, tid, uint32_t(recs.size()), recs.data(),
-                 recs.size() * sizeof(trace::CpuSchedRecord));
+      WriteRecords<ChunkType::kCpuSched>(tid, recs.data(), recs.size());
     }
   }
   if (!pending.device.empty())
-    WriteChunk(ChunkType::kDevice, 0, uint32_t(pending.device.size()), pending.device.data(),
-               pending.device.size() * sizeof(trace::DeviceRecord));
+    WriteRecords<ChunkType::kDevice>(0, pending.device.data(), pending.device.size());
   if (!pending.correlations.empty())
-    WriteChunk(ChunkType::kCorrelation, 0, uint32_t(pending.correlations.size()),
-               pending.correlations.data(),
-               pending.correlations.size() * sizeof(trace::CorrelationRecord));
+    WriteRecords<ChunkType::kCorrelation>(0, pending.correlations.data(),
+                                          pending.correlations.size());
   if (!pending.nvtx.empty()) {
     // One chunk per thread, in arrival order.
     std::vector<trace::NvtxRecord> recs;
@@ -587,8 +545,7 @@ bool Drain(bool final, bool after_cupti_flush = false) {
           used[j] = true;
           recs.push_back(pending.nvtx[j].second);
         }
-      WriteChunk(ChunkType::kNvtx, tid, uint32_t(recs.size()), recs.data(),
-                 recs.size() * sizeof(trace::NvtxRecord));
+      WriteRecords<ChunkType::kNvtx>(tid, recs.data(), recs.size());
     }
   }
   WriteModulesIfChanged(final);
@@ -610,8 +567,7 @@ bool Drain(bool final, bool after_cupti_flush = false) {
     }
   }
   if (!diags.empty() &&
-      WriteChunk(ChunkType::kDiagnostic, 0, uint32_t(diags.size()), diags.data(),
-                 diags.size() * sizeof(trace::DiagnosticRecord))) {
+      WriteRecords<ChunkType::kDiagnostic>(0, diags.data(), diags.size())) {
     for (const trace::DiagnosticRecord& d : diags) g_diag_written[d.id] = counts[d.id];
   }
   if (final) WriteChunk(ChunkType::kEnd, 0, 0, nullptr, 0);
@@ -1087,7 +1043,7 @@ bool EnsureStarted() {
   g_writing_preamble = false;
   EnsurePreamble();  // header, API table, rank
   trace::ClockRecord clock = ReadClockPair();
-  WriteChunk(ChunkType::kClock, 0, 1, &clock, sizeof clock);
+  WriteRecords<ChunkType::kClock>(0, &clock, 1);
   g_cpu_gap_ticks = CalibrateCpuGapTicks();
   // A fork child stays host-only: CUPTI's state belongs to the parent.
   if (g_is_fork_child || !cupti::Start()) CountDiagnostic(trace::DiagnosticId::kCuptiUnavailable);

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "trace_format.h"
+#include "trace_codec.h"
 
 namespace stallscope::testing {
 
@@ -214,57 +214,25 @@ class TraceBuilder {
 
   std::string Build() const {
     std::string out(reinterpret_cast<const char*>(&header_), sizeof(header_));
-    {  // api table
+    if (!apis_.empty()) {
       std::string p;
-      for (size_t i = 0; i < apis_.size(); ++i) {
-        tf::ApiTableEntry e{};
-        e.api = static_cast<uint16_t>(i);
-        e.category = apis_[i].category;
-        e.flags = apis_[i].flags;
-        e.name_len = static_cast<uint16_t>(apis_[i].name.size());
-        Append(&p, &e, sizeof(e));
-        p += apis_[i].name;
-        Pad(&p);
-      }
-      if (!apis_.empty()) Chunk(&out, tf::ChunkType::kApiTable, 0, apis_.size(), p);
+      for (size_t i = 0; i < apis_.size(); ++i)
+        tf::EncodeApi(&p, static_cast<uint16_t>(i), apis_[i].category, apis_[i].flags, apis_[i].name);
+      Chunk(&out, tf::ChunkType::kApiTable, 0, apis_.size(), p);
     }
     if (!strings_.empty()) {
       std::string p;
-      for (const auto& [id, s] : strings_) {
-        uint32_t hdr[2] = {id, static_cast<uint32_t>(s.size())};
-        Append(&p, hdr, sizeof(hdr));
-        p += s;
-        Pad(&p);
-      }
+      for (const auto& [id, s] : strings_) tf::EncodeString(&p, id, s);
       Chunk(&out, tf::ChunkType::kString, 0, strings_.size(), p);
     }
     if (!stacks_.empty()) {
       std::string p;
-      for (const StackEntry& s : stacks_) {
-        uint32_t id = s.id;
-        // Python entries count (string, line) pairs.
-        auto depth = static_cast<uint16_t>(s.kind == tf::StackKind::kPython ? s.words.size() / 2
-                                                                             : s.words.size());
-        auto kind = static_cast<uint16_t>(s.kind);
-        Append(&p, &id, 4);
-        Append(&p, &depth, 2);
-        Append(&p, &kind, 2);
-        Append(&p, s.words.data(), s.words.size() * 8);
-      }
+      for (const StackEntry& s : stacks_) tf::EncodeStack(&p, s.id, s.kind, s.words.data(), s.words.size());
       Chunk(&out, tf::ChunkType::kStack, 0, stacks_.size(), p);
     }
     for (const auto& modules : module_maps_) {
       std::string p;
-      for (const ModuleEntry& m : modules) {
-        tf::ModuleRecord r{};
-        r.base = m.base;
-        r.low = m.low;
-        r.high = m.high;
-        r.path_len = static_cast<uint32_t>(m.path.size());
-        Append(&p, &r, sizeof(r));
-        p += m.path;
-        Pad(&p);
-      }
+      for (const ModuleEntry& m : modules) tf::EncodeModule(&p, m.base, m.low, m.high, m.path, "");
       Chunk(&out, tf::ChunkType::kModule, 0, modules.size(), p);
     }
     Fixed(&out, tf::ChunkType::kClock, 0, clocks_);
@@ -326,23 +294,9 @@ class TraceBuilder {
     stacks_.push_back({id, tf::StackKind::kPython, words});
   }
 
-  static void Append(std::string* s, const void* p, size_t n) {
-    s->append(static_cast<const char*>(p), n);
-  }
-  static void Pad(std::string* s) { s->resize(tf::PadTo8(s->size()), '\0'); }
-
   void Chunk(std::string* out, tf::ChunkType type, uint32_t tid, size_t count,
              std::string payload) const {
-    Pad(&payload);
-    tf::ChunkHeader h{};
-    h.magic = tf::kChunkMagic;
-    h.type = static_cast<uint16_t>(type);
-    h.tid = tid;
-    h.count = static_cast<uint32_t>(count);
-    h.payload_bytes = static_cast<uint32_t>(payload.size());
-    h.checksum = tf::ChunkChecksum(header_.version, payload.data(), payload.size());
-    Append(out, &h, sizeof(h));
-    *out += payload;
+    tf::EncodeChunk(out, header_.version, type, tid, static_cast<uint32_t>(count), std::move(payload));
   }
 
   template <typename T>

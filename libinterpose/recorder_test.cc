@@ -1,0 +1,262 @@
+// The recorder and the reader agree on every byte: the recorder writes a
+// trace in this process (its buffers, its writer thread, its final flush) and
+// the analyzer's reader reads it back, and every field of every record kind
+// comes back as written. No driver: the records are put in the recorder's
+// buffers and queues the way the hooks and the CUPTI source put them.
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "analyzer/trace_reader.h"
+#include "clock.h"
+#include "hooks.h"
+#include "recorder.h"
+
+namespace stallscope {
+namespace {
+
+namespace rec = recorder;
+namespace tf = trace;
+
+// The one trace file in `dir`.
+std::string OnlyTrace(const std::string& dir) {
+  std::vector<std::string> found;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      if (name.size() > 8 && name.substr(name.size() - 8) == tf::kFileSuffix) found.push_back(name);
+    }
+    closedir(d);
+  }
+  REQUIRE(found.size() == 1);
+  return dir + "/" + found[0];
+}
+
+// A call record whose every field says which thread and which call it is.
+tf::ApiRecord CallRecord(uint32_t thread, uint32_t i, uint64_t t0, uint16_t api) {
+  tf::ApiRecord r{};
+  r.enter = t0 + uint64_t(i) * 1000 + thread * 100;
+  r.exit = r.enter + 50 + i % 7;
+  r.correlation = 0;
+  r.stream = 0x7000 + thread;
+  r.object = 0xabc00000ull + i;
+  r.bytes = uint64_t(i) * 3;
+  r.api = api;
+  r.result = int32_t(i % 3);
+  return r;
+}
+
+uint32_t Tid() { return uint32_t(syscall(SYS_gettid)); }
+
+TEST_CASE("a trace written by the recorder reads back field for field", "[recorder]") {
+  char dir_template[] = "/tmp/stallscope-recorder-XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  const std::string dir = dir_template;
+  setenv("STALLSCOPE_OUT", dir.c_str(), 1);
+  setenv("STALLSCOPE_NO_CUPTI", "1", 1);
+  setenv("STALLSCOPE_CLOCK", "mono", 1);  // ticks are CLOCK_MONOTONIC ns
+  setenv("RANK", "3", 1);
+  setenv("LOCAL_RANK", "1", 1);
+  setenv("WORLD_SIZE", "8", 1);
+  setenv("LOCAL_WORLD_SIZE", "4", 1);
+  REQUIRE(rec::EnsureStarted());
+
+  size_t nhooks = 0;
+  const HookInfo* hooks = Hooks(&nhooks);
+  REQUIRE(nhooks > 3);
+  const uint64_t t0 = MonoNs();
+
+  // Two threads of calls; the main thread's 2500 fill two buffers and hand
+  // them to the writer, the second thread's 700 leave with the thread.
+  constexpr uint32_t kMain = 2500, kOther = 700;
+  const uint32_t kernel = rec::InternString("kernel\x01name");
+  const uint32_t py_file = rec::InternString("train.py\tstep");
+  const uint64_t py_pairs[4] = {py_file, 41, rec::InternString("main.py\t<module>"), 7};
+  const uint32_t py_stack = rec::InternPythonStack(py_pairs, 2);
+  const uint32_t native_stack = rec::CaptureStack();
+  REQUIRE(kernel != 0);
+  REQUIRE(py_stack != 0);
+  REQUIRE(native_stack != 0);
+  std::atomic<uint32_t> no_slot{0};  // Catch's macros are for this thread only
+  auto fill = [&](uint32_t thread, uint32_t n) {
+    ThreadState& ts = rec::Self();
+    for (uint32_t i = 0; i < n; ++i) {
+      tf::ApiRecord* r = rec::Reserve(ts);
+      if (r == nullptr) {
+        no_slot++;
+        continue;
+      }
+      *r = CallRecord(thread, i, t0, uint16_t(i % nhooks));
+      if (i == 5) {  // one submission, one blocking call with both stacks
+        r->correlation = 0x123456;
+      } else if (i == 6) {
+        r->stack = native_stack;
+        r->python_stack = py_stack;
+        r->flags = tf::kRecordPythonStack;
+      }
+      rec::Commit(ts);
+    }
+  };
+  fill(0, kMain);
+  uint32_t other_tid = 0;
+  std::thread other([&] {
+    other_tid = Tid();
+    fill(1, kOther);
+  });
+  other.join();
+  REQUIRE(no_slot == 0);
+
+  tf::CorrelationRecord corr{0x123456, 77, 0};
+  tf::DeviceRecord dev{};
+  dev.start_ns = t0 + 5000 + 60;
+  dev.end_ns = dev.start_ns + 900;
+  dev.bytes = 4096;
+  dev.correlation = 77;
+  dev.name = kernel;
+  dev.stream = 13;
+  dev.device = 2;
+  dev.context = 9;
+  dev.kind = uint8_t(tf::DeviceOpKind::kMemcpy);
+  dev.copy_kind = 2;
+  dev.src_kind = 3;
+  dev.dst_kind = 1;
+  rec::AddActivity(&corr, 1, &dev, 1);
+
+  const uint32_t range = rec::InternString("step");
+  rec::AddNvtx({t0 + 10, 0, 0, range, uint16_t(tf::NvtxType::kPush), 0});
+  rec::AddNvtx({t0 + 3'000'000, 0, 0, 0, uint16_t(tf::NvtxType::kPop), 0});
+  tf::NcclRecord nccl{};
+  nccl.enter = t0 + 2000;
+  nccl.correlation = 0x123456;
+  nccl.comm = 0xc0ffee;
+  nccl.seq = 4;
+  nccl.count = 1 << 20;
+  nccl.tid = Tid();
+  nccl.rank = 3;
+  nccl.nranks = 8;
+  nccl.peer = -1;
+  nccl.kind = uint8_t(tf::NcclKind::kAllReduce);
+  nccl.datatype = 7;
+  nccl.flags = tf::kNcclCollective;
+  nccl.group_depth = 1;
+  nccl.op = 0;
+  rec::AddNccl(nccl);
+  rec::CountDiagnostic(tf::DiagnosticId::kStacksDropped, 3);
+  rec::Shutdown();
+
+  auto t = analyzer::ReadTraceFile(OnlyTrace(dir));
+  REQUIRE(t.ok());
+
+  {  // the file is whole
+    CHECK(t->ended_cleanly);
+    CHECK(t->header.pid == uint32_t(getpid()));
+    CHECK(t->header.version == tf::kVersion);
+    CHECK(t->ticks_are_ns);
+    CHECK(t->bytes_used == t->file_size);
+  }
+  {  // the API table is the hook table
+    REQUIRE(t->apis.size() == nhooks);
+    for (size_t i = 0; i < nhooks; ++i) {
+      CHECK(t->apis[i].name == hooks[i].name);
+      CHECK(uint8_t(t->apis[i].category) == hooks[i].category);
+      CHECK(t->apis[i].flags == hooks[i].flags);
+    }
+  }
+  {  // every call, every field
+    REQUIRE(t->calls.size() == kMain + kOther);
+    uint32_t seen[2] = {0, 0};
+    for (size_t k = 0; k < t->calls.size(); ++k) {
+      const analyzer::ApiCall& c = t->calls[k];
+      const analyzer::CallInfo& info = t->call_info[k];
+      const uint32_t thread = c.tid == other_tid ? 1 : 0;
+      const uint32_t i = uint32_t(info.object - 0xabc00000ull);
+      const tf::ApiRecord want = CallRecord(thread, i, t0, uint16_t(i % nhooks));
+      ++seen[thread];
+      CHECK(c.tid == (thread == 1 ? other_tid : Tid()));
+      CHECK(c.enter_ns == int64_t(want.enter));
+      CHECK(c.exit_ns == int64_t(want.exit));
+      CHECK(c.api == want.api);
+      CHECK(info.stream == want.stream);
+      CHECK(info.bytes == want.bytes);
+      CHECK(info.result == want.result);
+      CHECK(info.correlation == (i == 5 ? 0x123456u : 0u));
+      CHECK(info.stack == (i == 6 ? native_stack : 0u));
+      CHECK(info.python_stack == (i == 6 ? py_stack : 0u));
+      CHECK(c.flags == (i == 6 ? tf::kRecordPythonStack : 0));
+    }
+    CHECK(seen[0] == kMain);
+    CHECK(seen[1] == kOther);
+  }
+  {  // strings and stacks
+    CHECK(t->String(kernel) == "kernel\x01name");
+    const analyzer::StackRef& py = t->stacks.at(py_stack);
+    REQUIRE(py.python_depth == 2);
+    CHECK(t->stack_words[py.python_offset] == py_file);
+    CHECK(t->stack_words[py.python_offset + 1] == 41);
+    CHECK(t->stack_words[py.python_offset + 3] == 7);
+    CHECK(t->String(uint32_t(t->stack_words[py.python_offset + 2])) == "main.py\t<module>");
+    const analyzer::StackRef& native = t->stacks.at(native_stack);
+    CHECK(native.native_depth > 0);
+    CHECK(!t->modules.empty());
+  }
+  {  // the device op, joined to its call
+    REQUIRE(t->ops.size() == 1);
+    const analyzer::DeviceOp& op = t->ops[0];
+    CHECK(op.start_ns == int64_t(dev.start_ns));
+    CHECK(op.end_ns == int64_t(dev.end_ns));
+    CHECK(op.device == 2);
+    CHECK(op.kind == tf::DeviceOpKind::kMemcpy);
+    CHECK(op.copy_kind == 2);
+    CHECK(t->op_info[0].bytes == 4096);
+    CHECK(t->op_info[0].stream == 13);
+    CHECK(t->op_info[0].context == 9);
+    CHECK(t->String(t->op_info[0].name) == "kernel\x01name");
+    REQUIRE(op.call >= 0);
+    CHECK(t->pageable_copy_calls.contains(op.call));  // DtoH into pageable memory
+    CHECK(t->call_info[size_t(op.call)].correlation == 0x123456u);
+  }
+  {  // NVTX, NCCL, rank, threads and diagnostics
+    REQUIRE(t->ranges.size() == 1);
+    CHECK(t->String(t->ranges[0].name) == "step");
+    CHECK(t->ranges[0].start_ns == int64_t(t0 + 10));
+    CHECK(t->ranges[0].end_ns == int64_t(t0 + 3'000'000));
+    REQUIRE(t->nccl.size() == 1);
+    const analyzer::NcclCall& n = t->nccl[0];
+    CHECK(n.comm == 0xc0ffee);
+    CHECK(n.seq == 4);
+    CHECK(n.count == 1 << 20);
+    CHECK(n.rank == 3);
+    CHECK(n.nranks == 8);
+    CHECK(n.peer == -1);
+    CHECK(n.kind == tf::NcclKind::kAllReduce);
+    CHECK(n.datatype == 7);
+    CHECK(n.group_depth == 1);
+    CHECK(t->rank.known);
+    CHECK(t->rank.rank == 3);
+    CHECK(t->rank.local_rank == 1);
+    CHECK(t->rank.world_size == 8);
+    CHECK(t->rank.local_world_size == 4);
+    CHECK(t->rank.source == tf::RankSource::kTorch);
+    CHECK(t->thread_names.contains(other_tid));
+    uint64_t stacks_dropped = 0, cupti_unavailable = 0;
+    for (const analyzer::Diagnostic& d : t->diagnostics) {
+      if (d.id == analyzer::DiagId::kStacksDropped) stacks_dropped += d.count;
+      if (d.id == analyzer::DiagId::kCuptiUnavailable) cupti_unavailable += d.count;
+    }
+    CHECK(stacks_dropped == 3);
+    CHECK(cupti_unavailable == 1);
+  }
+}
+
+}  // namespace
+}  // namespace stallscope
