@@ -93,7 +93,7 @@ def case_rendezvous(build, work):
     all_reduce = [(k, v) for k, v in by.items() if "AllReduce" in k[2] and len(v) == world]
     all_reduce.sort(key=lambda kv: min(op["start_ns"] for op in kv[1].values()))
     check(len(all_reduce) >= iters, f"expected {iters} all-reduces on 3 ranks, got {len(all_reduce)}")
-    waits = []
+    waits, arrivers = [], []
     for (comm, seq, name), ops in all_reduce[:iters]:
         starts = {r: op["start_ns"] for r, op in ops.items()}
         ends = {op["end_ns"] for op in ops.values()}
@@ -104,13 +104,13 @@ def case_rendezvous(build, work):
         expected = last + LATENCY_NS + int((1 << 20) * 4 / GBPS)
         check(abs(ends.pop() - expected) <= 1,
               f"seq {seq}: end {ops[0]['end_ns']} != last arrival + duration {expected}")
-        # The late rank arrives last; the others waited about its delay.
-        check(max(starts, key=starts.get) == late_rank,
-              f"seq {seq}: last arriver {max(starts, key=starts.get)}, expected {late_rank}")
-        waits.append(min(last - s for r, s in starts.items() if r != late_rank))
-    # How long the others waited is what the machine made of the late rank's
-    # sleep (a loaded machine delays the others too): printed, not assumed.
-    print(f"rendezvous: the others waited {[w // 1000 for w in waits]} us for a {late_us} us sleep")
+        # Who arrived last is what the machine made of the late rank's sleep:
+        # on a loaded machine another rank can be delayed more. Printed, not
+        # assumed; the rendezvous rule above is checked against whoever did.
+        arrivers.append(max(starts, key=starts.get))
+        waits.append(min(last - s for r, s in starts.items() if s != last) if len(set(starts.values())) > 1 else 0)
+    print(f"rendezvous: last arrivers {arrivers} (rank {late_rank} sleeps {late_us} us); "
+          f"the others waited {[w // 1000 for w in waits]} us")
     # A ground-truth op's start is its arrival: each rank's op starts after the
     # previous op on its stream ended (stream order) and its end is not
     # before its start.
