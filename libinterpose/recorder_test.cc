@@ -154,7 +154,10 @@ TEST_CASE("a trace written by the recorder reads back field for field", "[record
   rec::CountDiagnostic(tf::DiagnosticId::kStacksDropped, 3);
   rec::Shutdown();
 
-  auto t = analyzer::ReadTraceFile(OnlyTrace(dir));
+  const std::string path = OnlyTrace(dir);
+  auto t = analyzer::ReadTraceFile(path);
+  unlink(path.c_str());
+  rmdir(dir.c_str());
   REQUIRE(t.ok());
 
   {  // the file is whole
