@@ -34,12 +34,10 @@ const char* ChunkTypeName(uint16_t type) {
 // (empty when fine) for counts or lengths that do not fit the payload.
 std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timeline* t) {
   const trace::ChunkTypeInfo* info = trace::FindChunkType(h.type);
-  if (info == nullptr) {
-    AddDiagnostic(&t->diagnostics, DiagId::kUnknownChunk, 1);
-    return {};
-  }
-  // Fixed-size records: the table's size, checked once for every type.
-  if (info->record_bytes > 0 && static_cast<uint64_t>(h.count) * info->record_bytes > n) {
+  // Fixed-size records: the table's size, checked once for every type (a
+  // type the table does not know is counted after the switch).
+  if (info != nullptr && info->record_bytes > 0 &&
+      static_cast<uint64_t>(h.count) * info->record_bytes > n) {
     return "record count exceeds payload";
   }
   trace::EntryReader entries(p, n);

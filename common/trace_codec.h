@@ -29,29 +29,11 @@ struct ChunkTypeInfo {
   ChunkType type;
   const char* name;     // as reports and messages name it
   size_t record_bytes;  // the fixed record's size; 0 for Entries and NoRecords
-  bool entries;         // variable-size entries (string, stack, module, api table)
-  bool per_thread;      // `tid` is the writing thread
 };
 
-namespace codec_detail {
-template <typename T>
-constexpr size_t RecordBytes() {
-  return sizeof(T);
-}
-template <>
-constexpr size_t RecordBytes<Entries>() {
-  return 0;
-}
-template <>
-constexpr size_t RecordBytes<NoRecords>() {
-  return 0;
-}
-}  // namespace codec_detail
-
 inline constexpr ChunkTypeInfo kChunkTypes[] = {
-#define STALLSCOPE_CHUNK_INFO(id, wire, name, record, per_thread)                   \
-  {ChunkType::id, name, codec_detail::RecordBytes<record>(), std::is_same_v<record, Entries>, \
-   per_thread},
+#define STALLSCOPE_CHUNK_INFO(id, wire, name, record) \
+  {ChunkType::id, name, std::is_empty_v<record> ? 0 : sizeof(record)},
     STALLSCOPE_CHUNK_TYPES(STALLSCOPE_CHUNK_INFO)
 #undef STALLSCOPE_CHUNK_INFO
 };
@@ -68,7 +50,7 @@ constexpr const ChunkTypeInfo* FindChunkType(uint16_t type) {
 // ChunkRecord<ChunkType::kApi>::type is ApiRecord.
 template <ChunkType kType>
 struct ChunkRecord;
-#define STALLSCOPE_CHUNK_RECORD(id, wire, name, record, per_thread) \
+#define STALLSCOPE_CHUNK_RECORD(id, wire, name, record) \
   template <>                                                       \
   struct ChunkRecord<ChunkType::id> {                               \
     using type = record;                                            \

@@ -46,33 +46,34 @@ enum FileFlags : uint32_t {
 };
 
 // The chunk types, the one table of them: X(enumerator, wire type, name,
-// record, one thread). `record` is the fixed-size record a chunk holds
-// `count` of; `Entries` for variable-size entries, each padded to 8 bytes
-// (their encoders and decoders are in common/trace_codec.h); `NoRecords` for
-// an empty payload. Chunks of "one thread" carry the writing thread in `tid`.
-// Payloads are described in docs/trace-format.md; a wire type is never reused.
-#define STALLSCOPE_CHUNK_TYPES(X)                                                  \
-  X(kApi, 1, "api", ApiRecord, true)                                               \
-  X(kDevice, 2, "device", DeviceRecord, false)                                     \
-  X(kCorrelation, 3, "correlation", CorrelationRecord, false)                      \
-  X(kNvtx, 4, "nvtx", NvtxRecord, true)                                            \
-  X(kString, 5, "string", Entries, false)      /* {u32 id, u32 len, bytes} */      \
-  X(kStack, 6, "stack", Entries, false)        /* {u32 id, u16 depth, u16 kind,    \
-                                                  words}: native u64 pc[depth];    \
-                                                  Python depth x (string, line) */ \
-  X(kModule, 7, "module", Entries, false)      /* ModuleRecord, path, build id */  \
-  X(kClock, 8, "clock", ClockRecord, false)                                        \
-  X(kApiTable, 9, "api-table", Entries, false) /* ApiTableEntry, name */           \
-  X(kThread, 10, "thread", ThreadRecord, false)                                    \
-  X(kDiagnostic, 11, "diagnostic", DiagnosticRecord, false)                        \
-  X(kEnd, 12, "end", NoRecords, false)         /* the process finished cleanly */  \
-  X(kCpu, 13, "cpu", CpuRecord, true)          /* superseded by kCpuSched */       \
-  X(kNccl, 14, "nccl", NcclRecord, false)                                          \
-  X(kRank, 15, "rank", RankRecord, false)                                          \
-  X(kCpuSched, 16, "cpu-sched", CpuSchedRecord, true)
+// record). `record` is the fixed-size record a chunk holds `count` of;
+// `Entries` for variable-size entries, each padded to 8 bytes (their encoders
+// and decoders are in common/trace_codec.h); `NoRecords` for an empty
+// payload. kApi, kNvtx, kCpu and kCpuSched chunks hold one thread's records
+// and carry it in `tid`. Payloads are described in docs/trace-format.md; a
+// wire type is never reused.
+#define STALLSCOPE_CHUNK_TYPES(X)                                            \
+  X(kApi, 1, "api", ApiRecord)                                               \
+  X(kDevice, 2, "device", DeviceRecord)                                      \
+  X(kCorrelation, 3, "correlation", CorrelationRecord)                       \
+  X(kNvtx, 4, "nvtx", NvtxRecord)                                            \
+  X(kString, 5, "string", Entries)      /* {u32 id, u32 len, bytes} */       \
+  X(kStack, 6, "stack", Entries)        /* {u32 id, u16 depth, u16 kind,     \
+                                           words}: native u64 pc[depth];     \
+                                           Python depth x (string, line) */  \
+  X(kModule, 7, "module", Entries)      /* ModuleRecord, path, build id */   \
+  X(kClock, 8, "clock", ClockRecord)                                         \
+  X(kApiTable, 9, "api-table", Entries) /* ApiTableEntry, name */            \
+  X(kThread, 10, "thread", ThreadRecord)                                     \
+  X(kDiagnostic, 11, "diagnostic", DiagnosticRecord)                         \
+  X(kEnd, 12, "end", NoRecords)         /* the process finished cleanly */   \
+  X(kCpu, 13, "cpu", CpuRecord)         /* superseded by kCpuSched */        \
+  X(kNccl, 14, "nccl", NcclRecord)                                           \
+  X(kRank, 15, "rank", RankRecord)                                           \
+  X(kCpuSched, 16, "cpu-sched", CpuSchedRecord)
 
 enum class ChunkType : uint16_t {
-#define STALLSCOPE_CHUNK_ENUM(id, wire, name, record, per_thread) id = wire,
+#define STALLSCOPE_CHUNK_ENUM(id, wire, name, record) id = wire,
   STALLSCOPE_CHUNK_TYPES(STALLSCOPE_CHUNK_ENUM)
 #undef STALLSCOPE_CHUNK_ENUM
 };

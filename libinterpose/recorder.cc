@@ -344,9 +344,9 @@ bool WriteChunk(ChunkType type, uint32_t tid, uint32_t count, const void* payloa
     CutBack(err);
     return false;
   };
-  if (bytes % 8 != 0) {
+  if (bytes % 8 != 0) {  // not the disk's doing: an encoder that did not pad
     g_diag[int(trace::DiagnosticId::kInternalErrors)]++;
-    return lost(EINVAL);
+    return false;
   }
   if (!EnsurePreamble()) return lost(errno);
   trace::ChunkHeader h = trace::MakeChunkHeader(trace::kVersion, type, tid, count, payload, bytes);

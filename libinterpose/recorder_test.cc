@@ -47,7 +47,6 @@ tf::ApiRecord CallRecord(uint32_t thread, uint32_t i, uint64_t t0, uint16_t api)
   tf::ApiRecord r{};
   r.enter = t0 + uint64_t(i) * 1000 + thread * 100;
   r.exit = r.enter + 50 + i % 7;
-  r.correlation = 0;
   r.stream = 0x7000 + thread;
   r.object = 0xabc00000ull + i;
   r.bytes = uint64_t(i) * 3;
