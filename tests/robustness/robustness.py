@@ -345,9 +345,7 @@ def case_disk_full(ctx):
 
 def fork_case(ctx, child_end):
     n = 150
-    proc = subprocess.Popen([ctx.job, "fork", child_end, str(n)], env=ctx.env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    out, err = proc.communicate(timeout=90)
+    proc, out, err = run_unless_hung(ctx, [ctx.job, "fork", child_end, str(n)], f"fork/{child_end}")
     check(proc.returncode == 0, f"fork job exited {proc.returncode}: {err[-2000:]}")
     check(out == "fork child status 0\n", f"output {out!r}")
     ts = ctx.traces()
@@ -437,6 +435,21 @@ def wait_unless_hung(proc, idle_s=HUNG_IDLE_S):
         seen = {pid: v for pid, v in seen.items() if pid in cpu}
 
 
+def run_unless_hung(ctx, args, what):
+    """(proc, stdout, stderr) of the traced job `args` once it ends; a
+    Failure with every thread's stack when one of its processes hangs (see
+    wait_unless_hung), after killing the whole group."""
+    proc = subprocess.Popen(args, env=ctx.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    out, err, hung = wait_unless_hung(proc)
+    if hung is not None:
+        stacks = hung_stacks(proc.pid)
+        os.killpg(proc.pid, signal.SIGKILL)  # a hung child holds the pipes too
+        proc.communicate()
+        raise Failure(f"{what}: process {hung} used no CPU for {HUNG_IDLE_S} s, hung\n{stacks}")
+    return proc, out, err
+
+
 def case_fork_storm(ctx):
     """A job forks 200 children, one after another, while a second thread
     keeps launching and synchronizing (a DataLoader's workers beside the
@@ -450,16 +463,8 @@ def case_fork_storm(ctx):
     for child_launches in (0, 5):
         for _ in range(10):
             shutil.rmtree(ctx.out, ignore_errors=True)
-            proc = subprocess.Popen([ctx.job, "fork_storm", "200", str(child_launches)], env=ctx.env(),
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    start_new_session=True)
-            out, err, hung = wait_unless_hung(proc)
-            if hung is not None:
-                stacks = hung_stacks(proc.pid)
-                os.killpg(proc.pid, signal.SIGKILL)  # a hung child holds the pipes too
-                proc.communicate()
-                raise Failure(f"run {runs + 1} (children with {child_launches} launches): child {hung} "
-                              f"used no CPU for {HUNG_IDLE_S} s, hung\n{stacks}")
+            proc, out, err = run_unless_hung(ctx, [ctx.job, "fork_storm", "200", str(child_launches)],
+                                             f"run {runs + 1} (children with {child_launches} launches)")
             runs += 1
             check(proc.returncode == 0, f"job exited {proc.returncode}: {err[-2000:]}")
             check(out == "fork_storm 200 children, 0 failed\n", f"output {out!r}")
@@ -491,9 +496,7 @@ def case_fork_exec(ctx):
     """fork + exec of a CUDA child: traced too, in its own file; the report
     over the folder works with several files."""
     n = 120
-    proc = subprocess.Popen([ctx.job, "fork_exec", str(n)], env=ctx.env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    out, err = proc.communicate(timeout=90)
+    proc, out, err = run_unless_hung(ctx, [ctx.job, "fork_exec", str(n)], "fork_exec")
     check(proc.returncode == 0, f"job exited {proc.returncode}: {err[-2000:]}")
     check(out == "simple done\nfork_exec child status 0\n", f"output {out!r}")
     ts = ctx.traces()
