@@ -1,7 +1,7 @@
 // The trace codec: how chunks and their entries are laid out in bytes, once.
 // The recorder (libinterpose/recorder.cc) writes with the encoders, the test
 // trace builder (analyzer/testing/trace_builder.h) too, and the reader
-// (analyzer/trace_reader.cc) validates with the chunk table and reads the
+// (analyzer/read/trace_reader.cc) validates with the chunk table and reads the
 // variable-size entries with EntryReader. Layouts: common/trace_format.h and
 // docs/trace-format.md.
 //

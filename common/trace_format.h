@@ -327,7 +327,7 @@ struct RankRecord {
 static_assert(sizeof(RankRecord) == 88);
 
 // The recorder's counted problems, the one table of them on the wire:
-// X(id, wire id, the analyzer diagnostic it becomes (analyzer/diagnostics.h),
+// X(id, wire id, the analyzer diagnostic it becomes (analyzer/model/diagnostics.h),
 // what it counts). It generates DiagnosticId, the recorder's counter slots
 // and the reader's mapping; a wire id is never reused.
 #define STALLSCOPE_WIRE_DIAGNOSTICS(X)                                              \

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "analyzer/trace_reader.h"
+#include "analyzer/read/trace_reader.h"
 #include "clock.h"
 #include "hooks.h"
 #include "recorder.h"

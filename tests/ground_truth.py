@@ -104,7 +104,7 @@ def injected_after_syncs(ops, syncs, names=None):
     return out
 
 
-# The analyzer's rule (analyzer/attribution.h hotspot_min_blocked_ns): a
+# The analyzer's rule (analyzer/analyze/attribution.h hotspot_min_blocked_ns): a
 # synchronizing call that returned within this did not block.
 MIN_BLOCKED_NS = 5_000
 

@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "analyzer/analysis.h"
+#include "analyzer/analyze/analysis.h"
 #include "analyzer/testing/trace_builder.h"
-#include "analyzer/trace_reader.h"
+#include "analyzer/read/trace_reader.h"
 
 namespace stallscope::testing {
 

@@ -309,8 +309,8 @@ def truth_waits(by, ranks):
     return late, caused, waited
 
 
-STRAGGLER_MAX_P = 0.01      # analyzer/ranks.h kStragglerMaxP
-STRAGGLER_MIN_SHARE = 0.05  # analyzer/ranks.h kStragglerMinShare
+STRAGGLER_MAX_P = 0.01      # analyzer/analyze/ranks.h kStragglerMaxP
+STRAGGLER_MIN_SHARE = 0.05  # analyzer/analyze/ranks.h kStragglerMinShare
 
 
 def binomial_tail(n, k, p):
@@ -319,7 +319,7 @@ def binomial_tail(n, k, p):
 
 
 def truth_stragglers(late, caused, ranks):
-    """The analyzer's straggler rule (analyzer/ranks.h) applied to the ground
+    """The analyzer's straggler rule (analyzer/analyze/ranks.h) applied to the ground
     truth's late arrivals and caused waits: (ranks that must be named, ranks
     that may be). A rank within a factor of the rule's thresholds (p within
     10x of 0.01, the caused share within 20% of 5%) may go either way: the

@@ -20,8 +20,8 @@ SKIP = 77
 KERNELS = ("*gemm_fwd*=900,*gemm_bwd*=1400,*relu*=40,*sgd_update*=250,*loss_reduce*=30,*load_batch*=60,"
            "*tiny_elementwise*=2,*=20")
 STEPS = 12
-LAUNCH_DISPATCH_NS = 50_000  # analyzer/attribution.h launch_dispatch_ns
-LAUNCH_LATENCY_NS = 20_000   # analyzer/attribution.h launch_latency_ns
+LAUNCH_DISPATCH_NS = 50_000  # analyzer/analyze/attribution.h launch_dispatch_ns
+LAUNCH_LATENCY_NS = 20_000   # analyzer/analyze/attribution.h launch_latency_ns
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -343,7 +343,7 @@ def case_auto_two_streams(build, work):
         check_idle_matches_truth(report, truth)
 
 
-# analyzer/compare.h: a cause changed when |delta| per step is at least
+# analyzer/compare/compare.h: a cause changed when |delta| per step is at least
 # kCompareMinChange of the larger side and kCompareMinStepShare of BASE's
 # mean step; q2 when GPU idle per step drops by kQ2MinIdleDrop (and the share).
 COMPARE_MIN_CHANGE, COMPARE_MIN_STEP_SHARE, Q2_MIN_IDLE_DROP = 0.5, 0.02, 0.25

@@ -411,11 +411,11 @@ def case_torch_ddp(build, work):
 CASES["torch_ddp"] = case_torch_ddp
 
 
-AUTO_MIN_PHASE_GAP_NS = 50_000  # analyzer/steps.h kAutoMinPhaseGapNs
+AUTO_MIN_PHASE_GAP_NS = 50_000  # analyzer/analyze/steps.h kAutoMinPhaseGapNs
 
 
 def wait_phase_stands_out(truth, waits):
-    """The analyzer's phase rule (analyzer/steps.cc) on the ground truth:
+    """The analyzer's phase rule (analyzer/analyze/steps.cc) on the ground truth:
     per position in the loop's iterations (the ops queued from one input
     wait's end to the next's), the median host gap before the op, less the
     time the submitting thread waited for a CPU since its previous op. True

@@ -26,7 +26,7 @@ SKIP = 77
 HOSTILE = "<script>alert(1)</script>"
 SECTIONS = ("verdict", "questions", "utilization", "step-bars", "scatter", "hotspots", "idle-causes",
             "kernels", "steps", "diagnostics", "about")
-# Colours the charts fill with (report_html.cc): busy compute and idle sync.
+# Colours the charts fill with (analyzer/report/html.cc): busy compute and idle sync.
 CHART_COLOURS = {(0x2C, 0xA0, 0x2C), (0xD6, 0x27, 0x28)}
 
 

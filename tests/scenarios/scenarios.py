@@ -340,7 +340,7 @@ def questions(report):
 
 
 def truth_jitter_costs(report):
-    """q4's rule (analyzer/questions.h: the per-step stall above its median,
+    """q4's rule (analyzer/analyze/questions.h: the per-step stall above its median,
     summed, >= 5% of step time, the longest >= 1 ms) applied to 90% of the
     injected idle the ground truth shows per step (check_causes: what the
     analyzer must at least charge to the host), not to the sleeps the
@@ -366,7 +366,7 @@ def check_extra(name, report):
             print("note: in the ground truth the injected waits left idle too even to meet q4's rule "
                   "(a loaded machine stretched the device work over them): q4 not required")
     if name in ("small_batches", "light_model"):
-        # q6's first rule (analyzer/questions.h: launch_overhead >= 10% of wall
+        # q6's first rule (analyzer/analyze/questions.h: launch_overhead >= 10% of wall
         # time) on 90% of the injected idle the ground truth leaves after the
         # host thread's waits for a CPU.
         wall = report["totals"]["wall_ns"]

@@ -1,0 +1,445 @@
+// The analysis pipeline (see analysis.h).
+#include "analyzer/analyze/analysis.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "analyzer/analyze/hotspots.h"
+#include "analyzer/analyze/questions.h"
+#include "analyzer/analyze/ranks.h"
+#include "analyzer/model/format.h"
+#include "analyzer/read/symbolizer.h"
+#include "analyzer/read/trace_reader.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+// STALLSCOPE_TIMING=1 prints each phase's CPU time to stderr (for
+// profiling the analyzer; see docs/analyzer.md "Performance").
+class PhaseTimer {
+ public:
+  PhaseTimer() : on_(getenv("STALLSCOPE_TIMING") != nullptr) { last_ = Now(); }
+  void Mark(const char* phase) {
+    if (!on_) return;
+    const int64_t now = Now();
+    fprintf(stderr, "stallscope: %-10s %8.1f ms\n", phase, static_cast<double>(now - last_) / 1e6);
+    last_ = now;
+  }
+
+ private:
+  static int64_t Now() {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * int64_t{1'000'000'000} + ts.tv_nsec;
+  }
+  bool on_;
+  int64_t last_;
+};
+
+}  // namespace
+
+const char* CauseName(Cause c) {
+  switch (c) {
+    case Cause::kSync: return "sync";
+    case Cause::kHostWait: return "host_wait";
+    case Cause::kHostBusy: return "host_busy";
+    case Cause::kHostPreempted: return "host_preempted";
+    case Cause::kLaunchOverhead: return "launch_overhead";
+    case Cause::kComm: return "comm";
+    case Cause::kDeviceWait: return "device_wait";
+    case Cause::kOther: return "other";
+  }
+  return "other";
+}
+
+absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions& options,
+                                       ProcessAnalysis* details) {
+  auto pattern = CompileStepPattern(options.step_pattern);
+  if (!pattern.ok()) return pattern.status();
+  PhaseTimer timer;
+  Report report;
+  report.diagnostics = t.diagnostics;
+
+  size_t devices = 0;
+  const uint32_t device = BusiestDevice(t, &devices);
+  if (devices > 1) {
+    AddDiagnostic(&report.diagnostics, DiagId::kMultipleDevices, devices,
+                  absl::StrFormat("device ops on %d devices: device %d (the busiest) is "
+                                  "analyzed",
+                                  devices, device));
+  }
+  StepPlan plan = FindSteps(t, *pattern, device);
+  timer.Mark("steps");
+  report.step_source = plan.source;
+  if (plan.dropped_empty_last) AddDiagnostic(&report.diagnostics, DiagId::kEmptyLastStep, 1);
+  if (plan.ops_outside > 0) {
+    AddDiagnostic(&report.diagnostics, DiagId::kOpsOutsideSteps, plan.ops_outside,
+                  absl::StrFormat("%d device ops were submitted outside every step and "
+                                  "count only where they overlap a step",
+                                  plan.ops_outside));
+  }
+  const AttributionOptions& ao = options.attribution;
+  std::vector<CallClass> classes = ClassifyCalls(t, device, ao);
+  timer.Mark("classify");
+  Attribution attribution = AttributeIdle(t, plan, classes, ao);
+  timer.Mark("attribute");
+  report.steps = std::move(attribution.steps);
+
+  Symbolizer symbolizer(t.modules);
+  report.hotspots = FindHotspots(t, plan, classes, attribution.idle_caused, ao, &symbolizer,
+                                 details != nullptr ? &details->hotspot_of_call : nullptr);
+  timer.Mark("hotspots");
+  if (!symbolizer.ChangedModules().empty()) {
+    std::string names;
+    for (const std::string& path : symbolizer.ChangedModules()) {
+      absl::StrAppend(&names, names.empty() ? "" : ", ", BaseName(path));
+    }
+    AddDiagnostic(&report.diagnostics, DiagId::kModuleChanged,
+                  symbolizer.ChangedModules().size(),
+                  absl::StrFormat("%s rebuilt since the trace was recorded (another build id): "
+                                  "its frames are shown as module+offset",
+                                  names));
+  }
+
+  Totals& tot = report.totals;
+  for (const StepStats& s : report.steps) {
+    tot.gpu_busy_ns += s.gpu_busy_ns;
+    tot.gpu_idle_ns += s.gpu_idle_ns;
+    for (int c = 0; c < kNumCauses; ++c) tot.idle_by_cause[c] += s.idle_by_cause[c];
+    tot.busy_by_kind.compute += s.busy_by_kind.compute;
+    tot.busy_by_kind.copy += s.busy_by_kind.copy;
+    tot.busy_by_kind.comm += s.busy_by_kind.comm;
+    tot.launches += s.launches;
+    tot.syncs += s.sync_count;
+  }
+  if (!report.steps.empty()) tot.wall_ns = report.steps.back().end_ns - report.steps.front().start_ns;
+
+  QuestionInputs qi;
+  for (const DeviceOp& op : t.ops) {
+    if (op.device != device) continue;
+    if (op.kind == trace::DeviceOpKind::kNccl) ++qi.nccl_ops;
+    if (op.kind != trace::DeviceOpKind::kKernel || op.call < 0) continue;
+    const ApiCall& c = t.calls[op.call];
+    ++qi.kernels;
+    const int64_t launch = c.exit_ns - c.enter_ns;
+    if (launch <= ao.launch_dispatch_ns && op.end_ns - op.start_ns < launch) ++qi.short_kernels;
+  }
+  qi.cpu_samples = !t.cpu.empty();
+  report.questions = AnswerQuestions(report.steps, tot, qi);
+  timer.Mark("questions");
+
+  const int64_t other = tot.idle_by_cause[static_cast<int>(Cause::kOther)];
+  AddDiagnostic(&report.diagnostics, DiagId::kOtherIdle, static_cast<uint64_t>(other),
+                absl::StrFormat("%s of GPU idle (%.1f%%) is charged to `other`",
+                                FormatDuration(other),
+                                tot.gpu_idle_ns > 0 ? 100.0 * static_cast<double>(other) /
+                                                          static_cast<double>(tot.gpu_idle_ns)
+                                                    : 0.0));
+  uint64_t no_delay = 0;
+  for (const auto& [tid, samples] : t.cpu) {
+    for (const CpuSample& c : samples) no_delay += c.run_delay_ns < 0 ? 1 : 0;
+  }
+  if (no_delay > 0) {
+    AddDiagnostic(&report.diagnostics, DiagId::kNoRunDelay, no_delay,
+                  absl::StrFormat("%d CPU-time samples carry no run-queue delay (a recorder "
+                                  "older than it, or /proc/thread-self/schedstat unreadable): "
+                                  "time the launching thread was runnable but waiting for a "
+                                  "CPU counts as host_wait there",
+                                  no_delay));
+  }
+  if (t.cpu.empty()) {
+    AddDiagnostic(&report.diagnostics, DiagId::kNoCpuTime, 1,
+                  "the trace carries no thread CPU-time samples (a recorder older than "
+                  "them): host stalls longer than the dispatch threshold are charged to "
+                  "host_wait, never host_busy");
+  }
+
+  ProcessSummary p;
+  p.file = BaseName(t.path);
+  p.pid = t.header.pid;
+  p.host = t.host;
+  p.steps = static_cast<int>(report.steps.size());
+  p.device_ops = static_cast<int64_t>(t.ops.size());
+  p.api_calls = static_cast<int64_t>(t.calls.size());
+  p.totals = tot;
+  p.analyzed = true;
+  report.processes.push_back(std::move(p));
+  if (details != nullptr) {
+    details->plan = std::move(plan);
+    details->classes = std::move(classes);
+    details->gaps = std::move(attribution.gaps);
+    details->idle_caused = std::move(attribution.idle_caused);
+  }
+  return report;
+}
+
+absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (const std::string& arg : args) {
+    struct stat st;
+    if (stat(arg.c_str(), &st) != 0) {
+      return absl::NotFoundError(absl::StrFormat("%s: %s", arg, strerror(errno)));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      out.push_back(arg);
+      continue;
+    }
+    DIR* dir = opendir(arg.c_str());
+    if (dir == nullptr) {
+      return absl::NotFoundError(absl::StrFormat("%s: %s", arg, strerror(errno)));
+    }
+    std::vector<std::string> found;
+    while (dirent* e = readdir(dir)) {
+      std::string name = e->d_name;
+      if (std::string_view(name).ends_with(trace::kFileSuffix)) {
+        found.push_back(std::string_view(arg).ends_with("/") ? arg + name : arg + "/" + name);
+      }
+    }
+    closedir(dir);
+    if (found.empty()) {
+      return absl::NotFoundError(absl::StrFormat("%s: no %s files in this folder", arg,
+                                                 trace::kFileSuffix));
+    }
+    std::sort(found.begin(), found.end());
+    out.insert(out.end(), found.begin(), found.end());
+  }
+  if (out.empty()) return absl::NotFoundError("no trace given");
+  return out;
+}
+
+namespace {
+
+// Runs fn(i) for i in [0, n) on up to `jobs` threads (0: one per core).
+template <typename Fn>
+void ParallelFor(size_t n, int jobs, Fn fn) {
+  size_t threads = jobs > 0 ? static_cast<size_t>(jobs) : std::thread::hardware_concurrency();
+  threads = std::clamp<size_t>(threads, 1, n);
+  if (threads <= 1) {
+    for (size_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (size_t k = 0; k < threads; ++k) {
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < n; i = next++) fn(i);
+    });
+  }
+  for (std::thread& t : pool) t.join();
+}
+
+}  // namespace
+
+size_t PrimaryProcess(const std::vector<std::pair<int32_t, int64_t>>& candidates) {
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (candidates[i].first == 0) return i;
+  }
+  size_t best = 0;
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    if (candidates[i].second > candidates[best].second) best = i;
+  }
+  return best;
+}
+
+Report ComposeProcessesReport(Report primary_report, std::vector<ProcessSummary> processes,
+                              size_t primary) {
+  Report out = std::move(primary_report);
+  for (size_t i = 0; i < processes.size(); ++i) processes[i].analyzed = i == primary;
+  if (processes.size() > 1) {
+    const ProcessSummary& chosen = processes[primary];
+    AddDiagnostic(&out.diagnostics, DiagId::kMultipleProcesses, processes.size(),
+                  absl::StrFormat("%d processes traced: steps, hotspots and questions are "
+                                  "those of pid %d (%s, the most device ops)",
+                                  processes.size(), chosen.pid, chosen.file));
+  }
+  out.processes = std::move(processes);
+  return out;
+}
+
+Report ComposeRanksReport(Report primary_report, std::vector<RankSummary> ranks, size_t primary) {
+  Report out = std::move(primary_report);
+  std::vector<ProcessSummary> processes;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    ranks[i].analyzed = i == primary;
+    ProcessSummary p = ranks[i].process;
+    p.analyzed = i == primary;
+    processes.push_back(std::move(p));
+  }
+  if (processes.size() > 1) {
+    const ProcessSummary& chosen = processes[primary];
+    AddDiagnostic(&out.diagnostics, DiagId::kMultipleProcesses, processes.size(),
+                  absl::StrFormat("%d processes traced: steps, hotspots and questions are "
+                                  "those of pid %d (%s, %s)",
+                                  processes.size(), chosen.pid, chosen.file,
+                                  ranks[primary].arrivals.rank == 0 ? "rank 0"
+                                                                    : "the most device ops"));
+  }
+  out.processes = std::move(processes);
+  ReduceRanks(std::move(ranks), &out);
+  return out;
+}
+
+absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
+                                    const AnalysisOptions& options, ProcessAnalysis* primary_out) {
+  auto paths = ExpandTracePaths(args);
+  if (!paths.ok()) return paths.status();
+  const size_t n = paths->size();
+  if (auto re = CompileStepPattern(options.step_pattern); !re.ok()) return re.status();
+
+  // Read every trace (in parallel threads; progress reports serialized).
+  std::vector<absl::StatusOr<Timeline>> timelines(n, absl::UnknownError("not read"));
+  std::mutex progress_mu;
+  ParallelFor(n, options.jobs, [&](size_t i) {
+    PhaseTimer timer;
+    ReadProgress progress;
+    if (options.progress) {
+      progress = [&, i](uint64_t done, uint64_t total) {
+        std::lock_guard<std::mutex> lock(progress_mu);
+        options.progress((*paths)[i], done, total);
+      };
+    }
+    timelines[i] = ReadTraceFile((*paths)[i], progress);
+    timer.Mark("read");
+  });
+  // A file that cannot be read (not a trace, empty, not a regular file) is
+  // left out and named in the report, as long as one trace could be read.
+  std::vector<std::string> unreadable;
+  {
+    size_t kept = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (!timelines[i].ok()) {
+        unreadable.emplace_back(timelines[i].status().message());
+        continue;
+      }
+      if (kept != i) {
+        timelines[kept] = std::move(timelines[i]);
+        (*paths)[kept] = std::move((*paths)[i]);
+      }
+      ++kept;
+    }
+    if (kept == 0) return timelines.front().status();
+    timelines.resize(kept);
+    paths->resize(kept);
+  }
+  const size_t n_read = paths->size();
+  // What the folder says about the job as a whole: files that could not be
+  // read, ranks of the job's world with no trace, and traces of other
+  // processes that end before their process finished (killed, crashed).
+  std::vector<std::string> missing_ranks, incomplete;
+  int32_t world = -1;
+  {
+    std::vector<bool> present;
+    for (const auto& t : timelines) {
+      if (t->rank.known && t->rank.world_size > 0 && t->rank.world_size <= 65536) {
+        world = std::max<int32_t>(world, static_cast<int32_t>(t->rank.world_size));
+      }
+    }
+    if (world > 0) {
+      present.assign(static_cast<size_t>(world), false);
+      for (const auto& t : timelines) {
+        if (t->rank.known && t->rank.rank >= 0 && t->rank.rank < world) {
+          present[static_cast<size_t>(t->rank.rank)] = true;
+        }
+      }
+      for (int32_t r = 0; r < world; ++r) {
+        if (!present[static_cast<size_t>(r)]) missing_ranks.push_back(absl::StrCat(r));
+      }
+    }
+    if (n_read > 1) {
+      for (const auto& t : timelines) {
+        if (t->ended_cleanly) continue;
+        incomplete.push_back(t->rank.known ? absl::StrFormat("%s (rank %d)", BaseName(t->path), t->rank.rank)
+                                           : BaseName(t->path));
+      }
+    }
+  }
+  auto note_job_files = [&](Report* r) {
+    if (!unreadable.empty()) {
+      AddDiagnostic(&r->diagnostics, DiagId::kUnreadableTraces, unreadable.size(),
+                    absl::StrFormat("%d trace file(s) could not be read and are left out: %s",
+                                    unreadable.size(), absl::StrJoin(unreadable, "; ")));
+    }
+    if (!missing_ranks.empty()) {
+      AddDiagnostic(&r->diagnostics, DiagId::kMissingRanks, missing_ranks.size(),
+                    absl::StrFormat("no trace for rank(s) %s of the job's %d: the report covers "
+                                    "the others",
+                                    absl::StrJoin(missing_ranks, ", "), world));
+    }
+    if (!incomplete.empty()) {
+      AddDiagnostic(&r->diagnostics, DiagId::kIncompleteTraces, incomplete.size(),
+                    absl::StrFormat("%d trace(s) end before their process finished (killed or "
+                                    "crashed; records up to its last write are used): %s",
+                                    incomplete.size(), absl::StrJoin(incomplete, ", ")));
+    }
+  };
+
+  // A distributed run: two or more traces with NCCL collectives. The
+  // waiting part of each rank's NCCL kernels becomes idle (ranks.h).
+  std::vector<RankArrivals> arrivals(n_read);
+  ParallelFor(n_read, options.jobs, [&](size_t i) { arrivals[i] = CollectArrivals(*timelines[i]); });
+  size_t with_collectives = 0;
+  for (const RankArrivals& a : arrivals) with_collectives += !a.arrivals.empty();
+  const bool distributed = with_collectives >= 2;
+  LastArrivals last;
+  if (distributed) {
+    last = ReduceArrivals(arrivals);
+    ParallelFor(n_read, options.jobs, [&](size_t i) { ApplyLastArrivals(&*timelines[i], arrivals[i], last); });
+  }
+
+  // The process whose steps the report shows: rank 0 of a distributed run,
+  // else the one with the most device ops (the first of equals).
+  std::vector<std::pair<int32_t, int64_t>> candidates;  // (rank, device ops)
+  for (size_t i = 0; i < n_read; ++i) {
+    candidates.emplace_back(distributed ? arrivals[i].rank : -1,
+                            static_cast<int64_t>(timelines[i]->ops.size()));
+  }
+  const size_t primary = PrimaryProcess(candidates);
+  std::vector<absl::StatusOr<Report>> reports(n_read, absl::UnknownError("not analyzed"));
+  ProcessAnalysis details;
+  ParallelFor(n_read, options.jobs, [&](size_t i) {
+    reports[i] = AnalyzeTimeline(*timelines[i], options,
+                                 i == primary && primary_out != nullptr ? &details : nullptr);
+  });
+  for (const auto& r : reports) {
+    if (!r.ok()) return r.status();
+  }
+  if (distributed) {
+    std::vector<RankSummary> ranks;
+    for (size_t i = 0; i < n_read; ++i) {
+      ranks.push_back(SummarizeRank(*timelines[i], arrivals[i], last, *reports[i]));
+    }
+    Report out = ComposeRanksReport(std::move(*reports[primary]), std::move(ranks), primary);
+    note_job_files(&out);
+    if (primary_out != nullptr) {
+      *primary_out = std::move(details);
+      primary_out->timeline = std::move(*timelines[primary]);
+    }
+    return out;
+  }
+  std::vector<ProcessSummary> processes;
+  for (size_t i = 0; i < n_read; ++i) processes.push_back(reports[i]->processes.front());
+  Report out = ComposeProcessesReport(std::move(*reports[primary]), std::move(processes), primary);
+  note_job_files(&out);
+  if (primary_out != nullptr) {
+    *primary_out = std::move(details);
+    primary_out->timeline = std::move(*timelines[primary]);
+  }
+  return out;
+}
+
+}  // namespace stallscope::analyzer

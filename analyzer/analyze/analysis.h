@@ -1,0 +1,80 @@
+// The analysis pipeline: read → timeline → steps → attribution → hotspots →
+// questions, for one process or for every trace in a folder.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "analyzer/analyze/attribution.h"
+#include "analyzer/analyze/ranks.h"
+#include "analyzer/model/report.h"
+#include "analyzer/analyze/steps.h"
+#include "analyzer/model/timeline.h"
+
+namespace stallscope::analyzer {
+
+struct AnalysisOptions {
+  std::string step_pattern = kDefaultStepPattern;
+  AttributionOptions attribution;
+  // Called while each file is read (see ReadTraceFile): path, bytes read,
+  // file size.
+  std::function<void(const std::string& path, uint64_t done, uint64_t total)> progress;
+  // Threads for reading and analyzing the traces of a folder (0: one per
+  // core).
+  int jobs = 0;
+};
+
+// What the report is made from, kept for the writers that draw the
+// timeline itself (perfetto, sqlite, html): the analyzed process's timeline,
+// its steps, the class of each call, the idle gaps and the hotspot of each
+// call.
+struct ProcessAnalysis {
+  Timeline timeline;
+  StepPlan plan;
+  std::vector<CallClass> classes;        // indexed like timeline.calls
+  std::vector<IdleGap> gaps;             // in time order
+  IdleCaused idle_caused;                // rule-1 ns per call
+  std::vector<int32_t> hotspot_of_call;  // index into Report::hotspots, -1 none
+};
+
+// Analyzes one process. Fails only on an invalid step pattern. With
+// `details`, everything but its timeline is filled.
+absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions& options,
+                                       ProcessAnalysis* details = nullptr);
+
+// Expands folders into their *.sstrace files (sorted by name); files are kept
+// as given. NotFound when a path is missing or a folder holds no trace.
+absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std::string>& args);
+
+// The process a report over several shows: the one of rank 0 when there is
+// one, else the one with the most device ops (the first of equals).
+// `candidates`: (rank or -1, device ops) per process.
+size_t PrimaryProcess(const std::vector<std::pair<int32_t, int64_t>>& candidates);
+
+// The report over several processes that are not ranks of one distributed
+// run: process `primary`'s report with processes[] and the
+// multiple_processes diagnostic.
+Report ComposeProcessesReport(Report primary_report, std::vector<ProcessSummary> processes,
+                              size_t primary);
+
+// The report of a distributed run from rank `primary`'s report (analyzed
+// after ApplyLastArrivals) and every rank's summary: processes[], the
+// multiple_processes diagnostic, ranks[], collectives, stragglers, q5. The
+// serial, threaded and Dask paths all end here.
+Report ComposeRanksReport(Report primary_report, std::vector<RankSummary> ranks, size_t primary);
+
+// Reads and analyzes every trace (in parallel threads). Two or more traces
+// with NCCL collectives are the ranks of one distributed run (ranks.h): the
+// report gets ranks[], collectives, stragglers and q5 over all of them, and
+// its steps, hotspots and questions are those of rank 0. Otherwise they are
+// those of the process with the most device ops;
+// `processes` summarizes each. With `primary`, that process's timeline and
+// analysis are kept there.
+absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
+                                    const AnalysisOptions& options,
+                                    ProcessAnalysis* primary = nullptr);
+
+}  // namespace stallscope::analyzer

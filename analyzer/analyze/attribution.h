@@ -1,0 +1,96 @@
+// Idle-gap attribution (design.md "Idle-gap attribution"): cuts the analyzed
+// device's timeline inside the steps into busy stretches (split compute /
+// copy / comm) and idle intervals, and charges every idle nanosecond to one
+// cause: rule 1 (the counterfactual: the submitting thread was blocked in a
+// synchronizing call when the device drained), then rule 2 (what that thread
+// was doing). See docs/analyzer.md for the rules as implemented.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "analyzer/model/report.h"
+#include "analyzer/analyze/steps.h"
+#include "analyzer/model/timeline.h"
+
+namespace stallscope::analyzer {
+
+// Which frames are user code, for a hotspot's site (hotspots.h): fnmatch
+// globs over a Python frame's file, or a native frame's source file or module
+// path. A frame matching `user_code` is user code; else one matching
+// `not_user_code` is not; else the default rule decides.
+struct SiteRule {
+  std::vector<std::string> user_code;
+  std::vector<std::string> not_user_code;
+};
+
+struct AttributionOptions {
+  // Host gaps between CUDA calls shorter than this are launch dispatch
+  // (launch_overhead); longer ones are host_wait / host_busy.
+  int64_t launch_dispatch_ns = 50'000;
+  // After the submitting call returns, this long is launch latency
+  // (launch_overhead); beyond it a late op is device_wait.
+  int64_t launch_latency_ns = 20'000;
+  // A copy/set/other call longer than this that entered while the device was
+  // busy observably blocked: it counts as synchronizing.
+  int64_t observed_block_ns = 50'000;
+  // Synchronizing calls shorter than this that caused no idle are not
+  // hotspots.
+  int64_t hotspot_min_blocked_ns = 5'000;
+  // A hotspot's site: the innermost frame of user code.
+  SiteRule site;
+};
+
+enum class CallClass : uint8_t {
+  kNonBlocking,  // launch, async copy, query, event record ...
+  kSync,         // explicit or implicit synchronization
+  kNccl,
+};
+
+// Classifies each call of `t` (indexed like t.calls). See docs/analyzer.md
+// "Synchronizing calls".
+std::vector<CallClass> ClassifyCalls(const Timeline& t, uint32_t device,
+                                     const AttributionOptions& options);
+
+// One stretch of an idle interval charged to one cause, inside one step.
+// Consecutive pieces with the same cause, step and call are merged.
+struct IdleGap {
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  Cause cause = Cause::kOther;
+  int32_t step = 0;   // index into Attribution::steps
+  int32_t call = -1;  // the call the cause points at: the synchronizing call
+                      // of rule 1, the thread's call during the piece, or
+                      // (launch latency, device waits) the call that
+                      // submitted the op ending the gap; -1 for host time
+                      // outside calls
+
+};
+
+// Rule-1 ns per call (design.md rule 1), kept only for the few calls that
+// caused idle: 0 for every other call.
+class IdleCaused {
+ public:
+  int64_t Get(size_t call) const {
+    auto it = ns_.find(call);
+    return it == ns_.end() ? 0 : it->second;
+  }
+  void Add(size_t call, int64_t ns) { ns_[call] += ns; }
+
+ private:
+  absl::flat_hash_map<size_t, int64_t> ns_;
+};
+
+struct Attribution {
+  std::vector<StepStats> steps;       // busy, idle, causes, counts per step
+  IdleCaused idle_caused;             // rule-1 ns per call (by index into t.calls)
+  std::vector<IdleGap> gaps;          // in time order; they sum to the steps' idle
+};
+
+Attribution AttributeIdle(const Timeline& t, const StepPlan& plan,
+                          const std::vector<CallClass>& classes,
+                          const AttributionOptions& options);
+
+}  // namespace stallscope::analyzer

@@ -1,0 +1,490 @@
+// Hotspot grouping and call-site resolution (see hotspots.h).
+#include "analyzer/analyze/hotspots.h"
+
+#include <fnmatch.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+
+namespace stallscope::analyzer {
+
+namespace {
+
+std::string_view Basename(std::string_view path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+bool InPackages(std::string_view path) {
+  return path.find("/site-packages/") != std::string_view::npos ||
+         path.find("/dist-packages/") != std::string_view::npos;
+}
+
+bool IsStallscopeModule(std::string_view path) {
+  return Basename(path).starts_with("libstallscope");
+}
+
+// The Python interpreter: libpython3.X.so or a statically linked python3.X.
+bool IsInterpreterModule(std::string_view path) {
+  std::string_view base = Basename(path);
+  return base.starts_with("libpython") || base.starts_with("python");
+}
+
+// A file of the interpreter's standard library: under .../lib/python3.X/ or
+// .../lib64/python3.X/ (outside site-packages, checked before), or frozen.
+bool IsStandardLibrary(std::string_view file) {
+  if (file.starts_with("<frozen ")) return true;
+  for (std::string_view root : {std::string_view("/lib/python3."), std::string_view("/lib64/python3.")}) {
+    for (size_t at = file.find(root); at != std::string_view::npos; at = file.find(root, at + 1)) {
+      size_t i = at + root.size();
+      while (i < file.size() && file[i] >= '0' && file[i] <= '9') ++i;
+      if (i > at + root.size() && i < file.size() && file[i] == '/') return true;
+    }
+  }
+  return false;
+}
+
+// stallscope's own Python package (python/stallscope/, or installed).
+bool IsStallscopePackage(std::string_view file) {
+  size_t slash = file.rfind('/');
+  if (slash == std::string_view::npos) return false;
+  return Basename(file.substr(0, slash)) == "stallscope";
+}
+
+bool MatchesAny(const std::vector<std::string>& globs, std::string_view text) {
+  if (text.empty()) return false;
+  const std::string s(text);
+  for (const std::string& g : globs) {
+    if (fnmatch(g.c_str(), s.c_str(), 0) == 0) return true;
+  }
+  return false;
+}
+
+// The configured patterns first (user code, then not user code), then the
+// default.
+bool Decide(const SiteRule& rule, std::string_view a, std::string_view b, bool by_default) {
+  if (MatchesAny(rule.user_code, a) || MatchesAny(rule.user_code, b)) return true;
+  if (MatchesAny(rule.not_user_code, a) || MatchesAny(rule.not_user_code, b)) return false;
+  return by_default;
+}
+
+}  // namespace
+
+bool IsRuntimeModule(std::string_view path) {
+  if ((std::string_view(path).find("/simgpu/") != std::string_view::npos)) return true;
+  if (InPackages(path)) return true;
+  std::string_view base = Basename(path);
+  static constexpr std::string_view kPrefixes[] = {
+      // stallscope, the CUDA driver and its libraries, NCCL
+      "libstallscope", "libcuda", "libcupti", "libnccl", "libcublas", "libcudnn", "libnvrtc",
+      "libnvJitLink", "libcufft", "libcusparse", "libcusolver", "libcurand", "libcufile",
+      "libnvshmem",
+      // frameworks
+      "libtorch", "libc10", "libcaffe2", "libshm", "libgomp", "libffi", "libpython",
+      // the C and C++ runtime
+      "libc.", "libc-", "libm.", "libm-", "libstdc++", "libgcc_s", "ld-linux", "libpthread"};
+  for (std::string_view p : kPrefixes) {
+    if (std::string_view(base).starts_with(p)) return true;
+  }
+  return false;
+}
+
+void AddSiteRulesFromEnvironment(SiteRule* rule) {
+  for (auto [name, out] : {std::pair{"STALLSCOPE_USER_CODE", &rule->user_code},
+                           std::pair{"STALLSCOPE_NOT_USER_CODE", &rule->not_user_code}}) {
+    const char* v = getenv(name);
+    if (v == nullptr) continue;
+    for (absl::string_view g : absl::StrSplit(v, ':', absl::SkipEmpty())) out->emplace_back(g);
+  }
+}
+
+bool IsUserPythonFile(std::string_view file, const SiteRule& rule) {
+  const bool library = InPackages(file) || IsStandardLibrary(file) || IsStallscopePackage(file);
+  return Decide(rule, file, {}, !library);
+}
+
+bool IsUserNativeFrame(const Frame& f, std::string_view module_path, const SiteRule& rule) {
+  return Decide(rule, f.file, module_path, !IsRuntimeModule(module_path));
+}
+
+void ResolveStack(const Timeline& t, uint32_t native_id, uint32_t python_id,
+                  Symbolizer* symbolizer, const SiteRule& rule, Frame* site,
+                  std::vector<Frame>* frames, bool* site_lost) {
+  *site = Frame{"<unknown>", "", 0, ""};
+  if (site_lost != nullptr) *site_lost = false;
+  // Either id may name a native or a Python stack (or both): take the native
+  // part of the first that has one, and likewise the Python part.
+  StackRef ref;
+  for (uint32_t id : {native_id, python_id}) {
+    auto it = id == 0 ? t.stacks.end() : t.stacks.find(id);
+    if (it == t.stacks.end()) continue;
+    if (ref.native_depth == 0 && it->second.native_depth > 0) {
+      ref.native_offset = it->second.native_offset;
+      ref.native_depth = it->second.native_depth;
+    }
+    if (ref.python_depth == 0 && it->second.python_depth == 1) {
+      const std::string_view lost(trace::kLostSiteFile);
+      const std::string_view s =
+          t.String(static_cast<uint32_t>(t.stack_words[it->second.python_offset]));
+      if (s.size() > lost.size() && s.substr(0, lost.size()) == lost && s[lost.size()] == '\t') {
+        if (site_lost != nullptr) *site_lost = true;
+        continue;
+      }
+    }
+    if (ref.python_depth == 0 && it->second.python_depth > 0) {
+      ref.python_offset = it->second.python_offset;
+      ref.python_depth = it->second.python_depth;
+    }
+  }
+  // Frames innermost first, outermost last: the native frames below the
+  // interpreter (driver, libffi, extension code), then the Python frames, then
+  // — only without Python frames — the rest of the native stack. stallscope's
+  // own frames (the capture and the hook wrapper) are not shown. The site is
+  // the innermost frame of user code (see hotspots.h); with none, the
+  // innermost Python frame, else the innermost native frame outside
+  // stallscope.
+  bool have_site = false;
+  bool in_interpreter = false;
+  Frame fallback;
+  bool have_fallback = false;
+  for (uint32_t i = 0; i < ref.native_depth && !in_interpreter; ++i) {
+    const uint64_t pc = t.stack_words[ref.native_offset + i];
+    const Module* m = symbolizer->FindModule(pc);
+    if (m != nullptr && IsStallscopeModule(m->path)) continue;
+    if (ref.python_depth > 0 && m != nullptr && IsInterpreterModule(m->path)) {
+      in_interpreter = true;
+      break;
+    }
+    const Frame& f = symbolizer->Symbolize(pc);
+    frames->push_back(f);
+    if (ref.python_depth > 0 || have_site || m == nullptr) continue;
+    if (IsUserNativeFrame(f, m->path, rule)) {
+      *site = f;
+      have_site = true;
+    } else if (!have_fallback) {
+      fallback = f;
+      have_fallback = true;
+    }
+  }
+  for (uint32_t i = 0; i < ref.python_depth; ++i) {
+    const uint64_t id = t.stack_words[ref.python_offset + 2 * i];
+    const uint64_t line = t.stack_words[ref.python_offset + 2 * i + 1];
+    std::string_view s = t.String(static_cast<uint32_t>(id));
+    Frame f;
+    size_t tab = s.find('\t');
+    f.file = std::string(s.substr(0, tab));
+    f.function = tab == std::string_view::npos ? "<python>" : std::string(s.substr(tab + 1));
+    f.line = static_cast<int>(line);
+    f.module = "python";
+    if (i == 0) {
+      fallback = f;
+      have_fallback = true;
+    }
+    if (!have_site && IsUserPythonFile(f.file, rule)) {
+      *site = f;
+      have_site = true;
+    }
+    frames->push_back(std::move(f));
+  }
+  if (!have_site && have_fallback) *site = fallback;
+}
+
+std::string HotspotFingerprint(std::string_view api, bool explicit_sync, const Frame& site) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  auto add = [&h](std::string_view bytes) {
+    for (unsigned char c : bytes) {
+      h ^= c;
+      h *= 0x100000001b3ULL;
+    }
+  };
+  add(api);
+  add(std::string_view("\0", 1));
+  add(explicit_sync ? "explicit" : "implicit");
+  add(std::string_view("\0", 1));
+  add(absl::StrCat(site.file, ":", site.line, ":", site.function));
+  return absl::StrFormat("%016x", h);
+}
+
+namespace {
+
+bool NameHas(std::string_view api, std::string_view part) {
+  return api.find(part) != std::string_view::npos;
+}
+
+}  // namespace
+
+std::string HotspotSuggestion(std::string_view api, trace::ApiCategory category, uint16_t flags,
+                              uint16_t direction, uint64_t max_bytes) {
+  using C = trace::ApiCategory;
+  switch (category) {
+    case C::kSync:
+      if (NameHas(api, "Event")) {
+        return "event sync: let the consuming stream wait with cudaStreamWaitEvent (or poll "
+               "cudaEventQuery) instead of blocking the host";
+      }
+      return "explicit sync: wait on an event with cudaStreamWaitEvent instead of blocking the "
+             "host, or drop it: the next blocking read synchronizes anyway";
+    case C::kFree:
+      return "free that synchronizes: use cudaMallocAsync/cudaFreeAsync or a caching allocator "
+             "(keep buffers alive across steps)";
+    case C::kSet:
+      return "synchronous memset (blocks the host, e.g. on pinned or managed memory): use "
+             "cudaMemsetAsync on the work stream";
+    case C::kCopy: {
+      const bool d2h = (direction & trace::kApiDevToHost) != 0 || NameHas(api, "DtoH") ||
+                       NameHas(api, "D2H");
+      const bool h2d = (direction & trace::kApiHostToDev) != 0 || NameHas(api, "HtoD") ||
+                       NameHas(api, "H2D");
+      if (d2h && max_bytes > 0 && max_bytes <= kScalarReadBytes) {
+        return "scalar read-back (.item()-style): copy into pinned memory with "
+               "non_blocking=True and read it a step later";
+      }
+      if (d2h) {
+        return (flags & trace::kApiAsync) != 0
+                   ? "device-to-host copy into pageable memory runs synchronously: copy into "
+                     "pinned memory with non_blocking=True and read it a step later"
+                   : "synchronous device-to-host copy: cudaMemcpyAsync into pinned memory, and "
+                     "wait on an event only where the data is used (a step later)";
+      }
+      if (h2d) {
+        return "synchronous host-to-device copy: copy from pinned memory (pin_memory=True) with "
+               "non_blocking=True / cudaMemcpyAsync";
+      }
+      return "synchronous copy: use cudaMemcpyAsync on the work stream and wait on an event only "
+             "where the result is needed";
+    }
+    case C::kNccl:
+      return "blocking collective: overlap it with compute (bucketed, asynchronous collectives)";
+    default:
+      return "blocked the host until device work finished: move it out of the step or use an "
+             "asynchronous form";
+  }
+}
+
+int32_t StepOfHostTime(const StepPlan& plan, int64_t ns, size_t* hint) {
+  const std::vector<StepSpan>& steps = plan.steps;
+  if (steps.empty()) return -1;
+  size_t i = *hint < steps.size() ? *hint : 0;
+  if (ns < steps[i].host_start_ns) i = 0;
+  while (i < steps.size() && ns >= steps[i].host_end_ns) ++i;
+  if (i == steps.size() || ns < steps[i].host_start_ns) return -1;
+  *hint = i;
+  return static_cast<int32_t>(i);
+}
+
+absl::flat_hash_map<size_t, size_t> FindCopySyncs(const Timeline& t,
+                                                  const std::vector<CallClass>& classes) {
+  absl::flat_hash_map<size_t, size_t> out;
+  // Copy calls whose API names no direction (cuMemcpy, cuMemcpyAsync): their
+  // op's CUPTI copy kind says (1 HtoD, 2 DtoH, 3 HtoA, 4 AtoH). Found once,
+  // when needed.
+  absl::flat_hash_set<int32_t> host_copy_by_op;
+  bool by_op_done = false;
+  auto is_host_copy = [&](size_t i, const ApiInfo& api) {
+    if ((api.flags & (trace::kApiDevToHost | trace::kApiHostToDev)) != 0) return true;
+    if (t.call_info[i].op_count == 0) return false;
+    if (!by_op_done) {
+      by_op_done = true;
+      for (const DeviceOp& op : t.ops) {
+        if (op.call >= 0 && op.kind == trace::DeviceOpKind::kMemcpy && op.copy_kind >= 1 &&
+            op.copy_kind <= 4) {
+          host_copy_by_op.insert(op.call);
+        }
+      }
+    }
+    return host_copy_by_op.contains(static_cast<int32_t>(i));
+  };
+  absl::flat_hash_map<uint32_t, int64_t> last_copy;  // per thread: a pending copy
+  for (size_t i = 0; i < t.calls.size(); ++i) {
+    const ApiCall& c = t.calls[i];
+    const ApiInfo& api = t.Api(c.api);
+    if (api.category == trace::ApiCategory::kCopy && is_host_copy(i, api)) {
+      last_copy[c.tid] = static_cast<int64_t>(i);
+      continue;
+    }
+    if (classes[i] != CallClass::kSync) continue;
+    auto it = last_copy.find(c.tid);
+    if (it == last_copy.end() || it->second < 0) continue;
+    const size_t copy = static_cast<size_t>(it->second);
+    it->second = -1;
+    if (api.category != trace::ApiCategory::kSync) continue;
+    const CallInfo& ci = t.call_info[copy];
+    const CallInfo& si = t.call_info[i];
+    const bool whole_context = NameHas(api.name, "Ctx") || NameHas(api.name, "DeviceSynchronize");
+    if (si.python_stack != 0 && si.python_stack == ci.python_stack &&
+        (whole_context || si.stream == ci.stream)) {
+      out.emplace(i, copy);
+    }
+  }
+  return out;
+}
+
+std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
+                                  const std::vector<CallClass>& classes,
+                                  const IdleCaused& idle_caused,
+                                  const AttributionOptions& options,
+                                  Symbolizer* symbolizer,
+                                  std::vector<int32_t>* hotspot_of_call) {
+  if (hotspot_of_call != nullptr) hotspot_of_call->assign(t.calls.size(), -1);
+  struct Resolved {
+    Frame site;
+    std::vector<Frame> frames;
+    bool site_lost = false;  // its Python frames could not be read
+  };
+  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, Resolved> stacks;
+  absl::flat_hash_map<std::tuple<uint16_t, bool, std::string, int, std::string>, size_t> index;
+  std::vector<Hotspot> out;
+  struct Extra {
+    uint16_t direction = 0;  // kApiHostToDev / kApiDevToHost
+    uint64_t max_bytes = 0;
+    bool completes_copy = false;  // holds synchronizes that completed a copy
+    int32_t last_step = -1;
+  };
+  const absl::flat_hash_map<size_t, size_t> copy_of_sync = FindCopySyncs(t, classes);
+  size_t step_hint = 0;
+  absl::flat_hash_set<size_t> counted_copies;  // copies counted as hits
+  std::vector<Extra> extra;
+  // The hotspot of each grouped call (for the copy direction of its op).
+  absl::flat_hash_map<size_t, size_t> copy_calls;
+  const bool markers = plan.source != "none";
+  for (size_t i = 0; i < t.calls.size(); ++i) {
+    if (classes[i] != CallClass::kSync) continue;
+    const ApiCall& c = t.calls[i];
+    const int64_t blocked = c.exit_ns - c.enter_ns;
+    if (blocked <= options.hotspot_min_blocked_ns && idle_caused.Get(i) == 0) continue;
+    // With markers: calls between the first step's host start and the last
+    // step's host end, or that caused idle inside a step (start-up and
+    // teardown synchronizations are left out).
+    if (markers && idle_caused.Get(i) == 0 &&
+        (c.enter_ns < plan.steps.front().host_start_ns ||
+         c.enter_ns >= plan.steps.back().host_end_ns)) {
+      continue;
+    }
+    const CallInfo& info = t.call_info[i];
+    auto [sit, inserted] = stacks.try_emplace(std::make_pair(info.stack, info.python_stack));
+    if (inserted) {
+      ResolveStack(t, info.stack, info.python_stack, symbolizer, options.site, &sit->second.site,
+                   &sit->second.frames, &sit->second.site_lost);
+    }
+    const Resolved& r = sit->second;
+    // A synchronize completing a read-back joins its copy's hotspot: what the
+    // user wrote is the read-back (the copy blocks when it goes to pageable
+    // memory, the synchronize when it goes to pinned memory).
+    const auto cs = copy_of_sync.find(i);
+    const uint16_t api_id = cs == copy_of_sync.end() ? c.api : t.calls[cs->second].api;
+    const bool explicit_sync = t.Api(api_id).category == trace::ApiCategory::kSync;
+    auto key = std::make_tuple(api_id, explicit_sync, r.site.file, r.site.line, r.site.function);
+    auto [hit, fresh] = index.try_emplace(key, out.size());
+    if (fresh) {
+      Hotspot h;
+      const ApiInfo& api = t.Api(api_id);
+      h.api = api.name;
+      h.explicit_sync = explicit_sync;
+      h.site = r.site;
+      h.stack = r.frames;
+      out.push_back(std::move(h));
+      extra.push_back({static_cast<uint16_t>(api.flags & (trace::kApiHostToDev |
+                                                          trace::kApiDevToHost)),
+                       0, false, -1});
+    }
+    if (cs != copy_of_sync.end()) {
+      // The copy's direction: from its API, else from its op (below).
+      extra[hit->second].completes_copy = true;
+      extra[hit->second].max_bytes =
+          std::max(extra[hit->second].max_bytes, t.call_info[cs->second].bytes);
+      if (extra[hit->second].direction == 0 && t.call_info[cs->second].op_count > 0) {
+        copy_calls.emplace(cs->second, hit->second);
+      }
+    }
+    // The steps it hit: calls come in time order, so a step is new when it
+    // differs from the last one counted.
+    const int32_t step = StepOfHostTime(plan, c.enter_ns, &step_hint);
+    if (step >= 0 && step != extra[hit->second].last_step) {
+      extra[hit->second].last_step = step;
+      ++out[hit->second].steps;
+    }
+    if (hotspot_of_call != nullptr) (*hotspot_of_call)[i] = static_cast<int32_t>(hit->second);
+    Hotspot& h = out[hit->second];
+    // A read-back is its copy and the synchronize completing it: one hit,
+    // whichever of them (or both) blocked.
+    const bool same_copy = cs != copy_of_sync.end() && counted_copies.contains(cs->second);
+    if (t.Api(c.api).category == trace::ApiCategory::kCopy) counted_copies.insert(i);
+    Extra& x = extra[hit->second];
+    x.max_bytes = std::max(x.max_bytes, info.bytes);
+    if (x.direction == 0 && info.op_count > 0 &&
+        t.Api(c.api).category == trace::ApiCategory::kCopy) {
+      copy_calls.emplace(i, hit->second);
+    }
+    if (!same_copy) ++h.count;
+    if (r.site_lost) ++h.sites_lost;
+    // Calls of several threads may overlap: saturate rather than overflow on
+    // absurd (hostile) durations.
+    h.blocked_ns = AddCapped(h.blocked_ns, blocked);
+    h.idle_caused_ns += idle_caused.Get(i);
+  }
+  // Copies without a direction in their API flags: from their op's CUPTI
+  // memcpy kind (1 HtoD, 2 DtoH, 3 HtoA, 4 AtoH), and its bytes.
+  if (!copy_calls.empty()) {
+    for (size_t i = 0; i < t.ops.size(); ++i) {
+      const DeviceOp& op = t.ops[i];
+      if (op.call < 0 || op.kind != trace::DeviceOpKind::kMemcpy) continue;
+      auto it = copy_calls.find(static_cast<size_t>(op.call));
+      if (it == copy_calls.end()) continue;
+      Extra& x = extra[it->second];
+      if (op.copy_kind == 1 || op.copy_kind == 3) x.direction |= trace::kApiHostToDev;
+      if (op.copy_kind == 2 || op.copy_kind == 4) x.direction |= trace::kApiDevToHost;
+      x.max_bytes = std::max(x.max_bytes, t.op_info[i].bytes);
+    }
+  }
+  for (size_t k = 0; k < out.size(); ++k) {
+    Hotspot& h = out[k];
+    h.fingerprint = HotspotFingerprint(h.api, h.explicit_sync, h.site);
+    const ApiInfo* info = nullptr;
+    for (const ApiInfo& a : t.apis) {
+      if (a.name == h.api) {
+        info = &a;
+        break;
+      }
+    }
+    if (extra[k].completes_copy && (extra[k].direction & trace::kApiDevToHost) != 0 &&
+        extra[k].max_bytes > kScalarReadBytes) {
+      h.suggestion =
+          "device-to-host read-back waits for the device: keep the result on the GPU, or copy it "
+          "with non_blocking=True into pinned memory and read it a step later (after an event)";
+      continue;
+    }
+    h.suggestion = HotspotSuggestion(h.api, info ? info->category : trace::ApiCategory::kOther,
+                                     info ? info->flags : 0, extra[k].direction,
+                                     extra[k].max_bytes);
+  }
+  std::vector<int32_t> order(out.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int32_t>(k);
+  std::stable_sort(order.begin(), order.end(), [&out](int32_t x, int32_t y) {
+    const Hotspot& a = out[x];
+    const Hotspot& b = out[y];
+    return std::tie(b.idle_caused_ns, b.blocked_ns, b.count) <
+           std::tie(a.idle_caused_ns, a.blocked_ns, a.count);
+  });
+  std::vector<Hotspot> sorted;
+  sorted.reserve(out.size());
+  std::vector<int32_t> rank(out.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    rank[order[k]] = static_cast<int32_t>(k);
+    sorted.push_back(std::move(out[order[k]]));
+  }
+  if (hotspot_of_call != nullptr) {
+    for (int32_t& h : *hotspot_of_call) {
+      if (h >= 0) h = rank[h];
+    }
+  }
+  return sorted;
+}
+
+}  // namespace stallscope::analyzer

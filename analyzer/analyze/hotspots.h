@@ -1,0 +1,92 @@
+// Forced-sync hotspots: synchronizing calls that actually blocked, grouped by
+// API and user-code call site (innermost Python frame, else innermost native
+// frame outside stallscope, the CUDA/NCCL libraries, the C/C++ runtime and
+// the simulated GPU), with count, host time blocked and GPU idle caused.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "analyzer/analyze/attribution.h"
+#include "analyzer/model/report.h"
+#include "analyzer/analyze/steps.h"
+#include "analyzer/read/symbolizer.h"
+#include "analyzer/model/timeline.h"
+
+namespace stallscope::analyzer {
+
+// True for objects that are never a user call site: stallscope, the CUDA
+// driver and libraries (cudart, CUPTI, cuBLAS, cuDNN, NVRTC, ...), NCCL, the
+// frameworks' native libraries (libtorch*, libc10*, ...), anything under
+// site-packages/dist-packages or a `simgpu` directory, and the C/C++ runtime.
+bool IsRuntimeModule(std::string_view path);
+
+// Whether a Python frame's file is user code: not the interpreter's standard
+// library (.../lib/python3.X/, frozen modules), not site-packages or
+// dist-packages (PyTorch, numba, cuda-python ...), not stallscope's own
+// package; SiteRule's patterns decide first.
+bool IsUserPythonFile(std::string_view file, const SiteRule& rule);
+// Adds the patterns of STALLSCOPE_USER_CODE / STALLSCOPE_NOT_USER_CODE
+// (':'-separated globs) after those already in `rule`: every command reads
+// them.
+void AddSiteRulesFromEnvironment(SiteRule* rule);
+// Whether a native frame is user code: its module is not IsRuntimeModule;
+// SiteRule's patterns (on the source file or the module path) decide first.
+bool IsUserNativeFrame(const Frame& f, std::string_view module_path, const SiteRule& rule);
+
+// Resolves a call's native and Python stacks to frames (innermost first:
+// native, then Python) and its site: the innermost frame of user code (a
+// Python frame when the call came from Python, else a native one); without
+// one, the innermost Python frame, else the innermost native frame outside
+// stallscope. A Python stack that says its frames could not be read (the
+// recorder's one frame in trace::kLostSiteFile) counts as none, and sets
+// *site_lost.
+void ResolveStack(const Timeline& t, uint32_t native_id, uint32_t python_id,
+                  Symbolizer* symbolizer, const SiteRule& rule, Frame* site,
+                  std::vector<Frame>* frames, bool* site_lost = nullptr);
+
+// A device-to-host copy of at most this many bytes is a scalar read-back.
+inline constexpr uint64_t kScalarReadBytes = 64;
+
+// The fingerprint of a hotspot: 16 hex digits of FNV-1a 64 over
+// "api\0kind\0file:line:function".
+std::string HotspotFingerprint(std::string_view api, bool explicit_sync, const Frame& site);
+
+// What a synchronizing call of this API does, from its category, flags,
+// name, the direction of its copy (trace::ApiFlags bits kApiHostToDev /
+// kApiDevToHost, 0 unknown) and its largest transfer: the one-line fix.
+std::string HotspotSuggestion(std::string_view api, trace::ApiCategory category, uint16_t flags,
+                              uint16_t direction, uint64_t max_bytes);
+
+// Synchronizations that complete a copy (indexed like t.calls; value: the
+// copy's call): an explicit stream or context synchronize whose thread's
+// previous copy-or-synchronizing call was a copy between host and device
+// made from the same Python line (and stream). torch's `.item()`, `.cpu()`,
+// `.tolist()`, `print` of a tensor, `if tensor:`, data-dependent sizes
+// (`nonzero`) copy into pinned memory and then synchronize the stream, and
+// `x.to(device)` from pageable memory uploads and synchronizes: what the
+// user wrote is the copy, so such a hotspot is implicit, with the copy's
+// fix; it is the copy's hotspot (same API, site and kind).
+// torch.cuda.synchronize() stays explicit.
+absl::flat_hash_map<size_t, size_t> FindCopySyncs(const Timeline& t,
+                                                  const std::vector<CallClass>& classes);
+
+// The step whose host range holds `ns` (-1: none); `hint` (start at 0)
+// makes a walk in time order linear.
+int32_t StepOfHostTime(const StepPlan& plan, int64_t ns, size_t* hint);
+
+// With step markers, calls count when they entered between the first step's
+// host start and the last step's host end, or caused idle inside a step;
+// without markers, all calls. Sorted by idle_caused_ns, then blocked_ns.
+// With `hotspot_of_call`, it is set (indexed like t.calls) to the index of
+// each call's hotspot in the result, -1 for calls in none.
+std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
+                                  const std::vector<CallClass>& classes,
+                                  const IdleCaused& idle_caused,
+                                  const AttributionOptions& options,
+                                  Symbolizer* symbolizer,
+                                  std::vector<int32_t>* hotspot_of_call = nullptr);
+
+}  // namespace stallscope::analyzer

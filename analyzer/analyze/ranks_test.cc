@@ -1,0 +1,275 @@
+// Tests of the cross-rank analysis on hand-built rank traces: arrivals joined
+// by (communicator, sequence), the last arriver and the wait it caused, the
+// others' waiting turned into `comm` idle, the straggler test, clock
+// offsets across hosts, and the JSON forms the Dask path exchanges.
+#include "analyzer/analyze/ranks.h"
+
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <random>
+
+#include "analyzer/analyze/analysis.h"
+#include "analyzer/report/json.h"
+#include "analyzer/read/trace_reader.h"
+#include "analyzer/testing/test_util.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+using testing::kUs;
+using testing::TraceBuilder;
+namespace tf = stallscope::trace;
+
+constexpr uint64_t kComm = 0xc0ffee;
+
+// One rank of a data-parallel loop: per step, a 300 us kernel, then an
+// all-reduce whose kernel starts when this rank arrives (`late` us after the
+// others on `slow`) and ends 200 us after the last arrival; NVTX steps.
+TraceBuilder BuildRank(int rank, int nranks, int steps, int slow, int64_t late,
+                       const char* host = "node") {
+  TraceBuilder b;
+  b.SetPid(100 + rank);
+  auto api = testing::AddStandardApis(&b);
+  tf::RankRecord rr{};
+  rr.rank = rank;
+  rr.local_rank = rank;
+  rr.world_size = nranks;
+  rr.local_world_size = nranks;
+  rr.source = static_cast<uint32_t>(tf::RankSource::kTorch);
+  std::strncpy(rr.host, host, sizeof(rr.host) - 1);
+  b.Rank(rr);
+  const uint32_t tid = 1;
+  int64_t t = 1'000'000;
+  for (int s = 0; s < steps; ++s) {
+    const int64_t step0 = t;
+    const int64_t delay = rank == slow ? late * kUs : 0;
+    b.Range(tid, step0, step0 + 1000 * kUs + late * kUs, "step");
+    b.Submit(tid, api.launch, step0 + delay, step0 + delay + 5 * kUs, step0 + delay + 10 * kUs,
+             step0 + delay + 310 * kUs);
+    const int64_t enter = step0 + delay + 20 * kUs;
+    const int64_t arrival = step0 + delay + 310 * kUs;
+    const int64_t last = step0 + late * kUs + 310 * kUs;
+    const uint64_t ext = b.Submit(tid, api.nccl, enter, enter + 5 * kUs, arrival, last + 200 * kUs,
+                                  tf::DeviceOpKind::kNccl, "ncclDevKernel_AllReduce_Sum_f32");
+    tf::NcclRecord n{};
+    n.enter = static_cast<uint64_t>(enter);
+    n.correlation = ext;
+    n.comm = kComm;
+    n.seq = static_cast<uint64_t>(s);
+    n.count = 1024;
+    n.tid = tid;
+    n.rank = rank;
+    n.nranks = nranks;
+    n.peer = -1;
+    n.kind = static_cast<uint8_t>(tf::NcclKind::kAllReduce);
+    n.datatype = 7;
+    n.flags = tf::kNcclCollective;
+    n.op = 0;
+    b.Nccl(n);
+    t += 1000 * kUs + late * kUs;
+  }
+  return b;
+}
+
+void WriteRank(const std::string& path, int rank, int nranks, int steps, int slow, int64_t late,
+               const char* host = "node") {
+  BuildRank(rank, nranks, steps, slow, late, host).WriteTo(path);
+}
+
+struct Folder {
+  Folder() {
+    char tmpl[] = "/tmp/stallscope-ranks-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    path = tmpl;
+  }
+  ~Folder() { std::system(("rm -rf '" + path + "'").c_str()); }
+  std::string path;
+};
+
+// Guards the binomial tail the straggler test uses.
+TEST_CASE("binomial tail", "[ranks]") {
+  CHECK(BinomialTail(10, 0, 0.3) == 1.0);
+  CHECK(BinomialTail(10, 11, 0.3) == 0.0);
+  CHECK(BinomialTail(7, 4, 0.25) == Approx(0.07056).epsilon(0.001));
+  CHECK(BinomialTail(20, 20, 0.25) == Approx(std::pow(0.25, 20)));
+  // Large n: the normal approximation agrees with the exact sum near it.
+  CHECK(BinomialTail(20'001, 5'100, 0.25) == Approx(BinomialTail(20'000, 5'100, 0.25)).epsilon(0.05));
+  CHECK(BinomialTail(100'000, 25'000, 0.25) == Approx(0.5).epsilon(0.02));
+}
+
+// Guards the straggler: rank 2 arrives 500 us late at every all-reduce;
+// the others' kernels wait for it, which becomes their `comm` idle; the
+// wait it caused is 3 ranks x 500 us per step.
+TEST_CASE("a late rank is the straggler; the others' wait is comm idle", "[ranks]") {
+  Folder dir;
+  constexpr int kRanks = 4, kSteps = 10;
+  for (int r = 0; r < kRanks; ++r) {
+    WriteRank(dir.path + "/rank" + std::to_string(r) + ".sstrace", r, kRanks, kSteps, 2, 500);
+  }
+  auto report = AnalyzePaths({dir.path}, AnalysisOptions{});
+  REQUIRE(report.ok());
+  REQUIRE(report->ranks.size() == kRanks);
+  CHECK(report->collectives.count == kSteps);
+  REQUIRE(report->stragglers.size() == 1);
+  const Straggler& s = report->stragglers[0];
+  CHECK(s.rank == 2);
+  CHECK(s.times_last == kSteps);
+  CHECK(s.wait_caused_ns == int64_t{kSteps} * (kRanks - 1) * 500 * kUs);
+  CHECK(report->collectives.skew_max_ns == 500 * kUs);
+  CHECK(report->clock.method == "monotonic");
+  // Per step: three of four ranks wait 500 us for rank 2.
+  REQUIRE(report->collectives.per_step.size() == kSteps);
+  for (const StepCollectives& sc : report->collectives.per_step) {
+    CHECK(sc.wait_max_ns == 500 * kUs);
+    CHECK(sc.wait_mean_ns == 3 * 500 * kUs / 4);
+    CHECK(sc.overlap == 0);
+    CHECK(sc.comm_share > 0);
+  }
+  for (const RankRow& row : report->ranks) {
+    const int64_t comm = row.idle_by_cause[static_cast<int>(Cause::kComm)];
+    if (row.rank == 2) {
+      CHECK(row.waited_ns == 0);
+      CHECK(comm == 0);
+    } else {
+      CHECK(row.waited_ns == int64_t{kSteps} * 500 * kUs);
+      CHECK(comm == row.waited_ns);
+      CHECK(row.idle_by_cause[static_cast<int>(Cause::kSync)] == 0);
+    }
+  }
+  // The report's own steps are rank 0's, with the wait as comm idle.
+  CHECK(report->ranks[0].analyzed);
+  CHECK(report->totals.idle_by_cause[static_cast<int>(Cause::kComm)] ==
+        int64_t{kSteps} * 500 * kUs);
+  const Question* q5 = nullptr;
+  for (const Question& q : report->questions) {
+    if (q.id == "q5") q5 = &q;
+  }
+  REQUIRE(q5 != nullptr);
+  CHECK(q5->answer == "yes");
+  CHECK(q5->evidence.find("rank 2 arrives last at 10") != std::string::npos);
+}
+
+// Guards the clean case: equal arrivals, no straggler, no comm idle.
+TEST_CASE("ranks arriving together: no straggler", "[ranks]") {
+  Folder dir;
+  for (int r = 0; r < 3; ++r) {
+    WriteRank(dir.path + "/rank" + std::to_string(r) + ".sstrace", r, 3, 8, -1, 0);
+  }
+  auto report = AnalyzePaths({dir.path}, AnalysisOptions{});
+  REQUIRE(report.ok());
+  REQUIRE(report->ranks.size() == 3);
+  CHECK(report->stragglers.empty());
+  CHECK(report->collectives.skew_max_ns == 0);
+  // 8 all-reduces of 200 us; steps tile the device timeline from the first
+  // call (step 0 ends with its all-reduce at 510 us, the others last 1000).
+  CHECK(report->collectives.comm_share == Approx(1600.0 / 7510.0).epsilon(1e-9));
+  for (const RankRow& row : report->ranks) {
+    CHECK(row.idle_by_cause[static_cast<int>(Cause::kComm)] == 0);
+  }
+}
+
+// Guards the map/reduce pieces and their JSON forms: the same result
+// through JSON as in memory (what the Dask path relies on).
+TEST_CASE("arrivals and summaries survive JSON", "[ranks]") {
+  Folder dir;
+  const std::string path = dir.path + "/rank1.sstrace";
+  WriteRank(path, 1, 2, 3, 1, 200);
+  auto t = ReadTraceFile(path);
+  REQUIRE(t.ok());
+  const RankArrivals a = CollectArrivals(*t);
+  CHECK(a.rank == 1);
+  REQUIRE(a.arrivals.size() == 3);
+  CHECK(a.arrivals[1].seq == 1);
+  auto back = ArrivalsFromJson(nlohmann::json::parse(ArrivalsToJson(a).dump()));
+  REQUIRE(back.ok());
+  CHECK(back->arrivals.size() == 3);
+  CHECK(back->arrivals[2].arrival_ns == a.arrivals[2].arrival_ns);
+  LastArrivals last = ReduceArrivals({a});
+  auto last_back = LastArrivalsFromJson(nlohmann::json::parse(LastArrivalsToJson(last).dump()));
+  REQUIRE(last_back.ok());
+  CHECK(last_back->instances.size() == 3);
+  CHECK(last_back->one_host);
+  CHECK_FALSE(ArrivalsFromJson(nlohmann::json::parse(R"({"schema":"x"})")).ok());
+  auto report = AnalyzeTimeline(*t, AnalysisOptions{});
+  REQUIRE(report.ok());
+  RankSummary s = SummarizeRank(*t, a, last, *report);
+  auto s_back = RankSummaryFromJson(nlohmann::json::parse(RankSummaryToJson(s).dump()));
+  REQUIRE(s_back.ok());
+  CHECK(s_back->comm_ns == s.comm_ns);
+  CHECK(s_back->totals.idle_by_cause == s.totals.idle_by_cause);
+  CHECK(s_back->start_ns == s.start_ns);
+}
+
+// Guards clock alignment across hosts: different hosts convert through
+// their realtime offsets; the report says so.
+TEST_CASE("ranks on two hosts are aligned by realtime offsets", "[ranks]") {
+  Folder dir;
+  WriteRank(dir.path + "/rank0.sstrace", 0, 2, 4, -1, 0, "node-a");
+  WriteRank(dir.path + "/rank1.sstrace", 1, 2, 4, -1, 0, "node-b");
+  auto report = AnalyzePaths({dir.path}, AnalysisOptions{});
+  REQUIRE(report.ok());
+  REQUIRE(report->ranks.size() == 2);
+  CHECK(report->clock.method == "realtime");
+  CHECK(report->ranks[0].host == "node-a");
+}
+
+// Guards "never crash on hostile input" through the whole multi-rank path:
+// a mutated rank trace that still reads is analyzed with an intact one
+// (arrivals, reduce, apply, analysis, summaries, composition, rendering).
+TEST_CASE("mutated rank traces never crash the cross-rank analysis", "[ranks]") {
+  const std::string good = BuildRank(0, 2, 6, 1, 300).Build();
+  const std::string seed = BuildRank(1, 2, 6, 1, 300).Build();
+  auto intact = ReadTraceBytes(good, "rank0");
+  REQUIRE(intact.ok());
+  std::mt19937 rng(777);
+  int analyzed = 0;
+  for (int i = 0; i < 600; ++i) {
+    // Flip payload bytes and fix the checksums, so that the mutations reach
+    // the analysis instead of stopping at the reader.
+    std::string bytes = seed;
+    std::vector<std::pair<size_t, size_t>> payloads;  // (offset, size)
+    tf::FileHeader fh;
+    std::memcpy(&fh, bytes.data(), sizeof fh);
+    for (size_t off = fh.header_bytes; off + sizeof(tf::ChunkHeader) <= bytes.size();) {
+      tf::ChunkHeader ch;
+      std::memcpy(&ch, bytes.data() + off, sizeof ch);
+      payloads.emplace_back(off, ch.payload_bytes);
+      off += sizeof ch + ch.payload_bytes;
+    }
+    const int flips = 1 + static_cast<int>(rng() % 6);
+    for (int k = 0; k < flips; ++k) {
+      const auto& [off, n] = payloads[rng() % payloads.size()];
+      if (n == 0) continue;
+      bytes[off + sizeof(tf::ChunkHeader) + rng() % n] = static_cast<char>(rng());
+    }
+    for (const auto& [off, n] : payloads) {
+      tf::ChunkHeader ch;
+      std::memcpy(&ch, bytes.data() + off, sizeof ch);
+      ch.checksum = tf::Checksum(bytes.data() + off + sizeof ch, n);
+      std::memcpy(bytes.data() + off, &ch, sizeof ch);
+    }
+    auto t = ReadTraceBytes(bytes, "rank1");
+    if (!t.ok()) continue;
+    ++analyzed;
+    std::vector<Timeline> ts = {*intact, std::move(*t)};
+    std::vector<RankArrivals> arrivals = {CollectArrivals(ts[0]), CollectArrivals(ts[1])};
+    const LastArrivals last = ReduceArrivals(arrivals);
+    std::vector<RankSummary> summaries;
+    std::vector<Report> reports;
+    for (size_t r = 0; r < 2; ++r) {
+      ApplyLastArrivals(&ts[r], arrivals[r], last);
+      auto rep = AnalyzeTimeline(ts[r], AnalysisOptions{});
+      REQUIRE(rep.ok());
+      summaries.push_back(SummarizeRank(ts[r], arrivals[r], last, *rep));
+      reports.push_back(std::move(*rep));
+    }
+    Report out = ComposeRanksReport(std::move(reports[0]), std::move(summaries), 0);
+    CHECK(!RenderJson(out).empty());
+  }
+  CHECK(analyzed > 100);
+}
+
+}  // namespace
+}  // namespace stallscope::analyzer

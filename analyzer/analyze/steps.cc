@@ -1,0 +1,534 @@
+// Step finder (see steps.h).
+#include "analyzer/analyze/steps.h"
+
+#include <algorithm>
+#include <limits>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace stallscope::analyzer {
+
+absl::StatusOr<std::regex> CompileStepPattern(const std::string& pattern) {
+  std::string body = pattern;
+  auto flags = std::regex::ECMAScript | std::regex::optimize;
+  if (body.starts_with("(?i)")) {
+    body = body.substr(4);
+    flags |= std::regex::icase;
+  }
+  try {
+    return std::regex(body, flags);
+  } catch (const std::regex_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("invalid --step-pattern '%s': %s", pattern, e.what()));
+  }
+}
+
+std::vector<std::pair<uint32_t, int64_t>> OpsPerDevice(const Timeline& t, int64_t nccl_weight) {
+  std::vector<std::pair<uint32_t, int64_t>> counts;
+  for (const DeviceOpCount& d : t.ops_per_device) {  // counted by FinalizeTimeline
+    counts.push_back({d.device, d.ops + d.nccl * (nccl_weight - 1)});
+  }
+  return counts;
+}
+
+uint32_t BusiestDevice(const Timeline& t, size_t* devices) {
+  const auto counts = OpsPerDevice(t, 1);
+  if (devices != nullptr) *devices = counts.size();
+  uint32_t best = 0;
+  int64_t best_count = -1;
+  for (const auto& [device, count] : counts) {
+    if (count > best_count || (count == best_count && device < best)) {
+      best = device;
+      best_count = count;
+    }
+  }
+  return best;
+}
+
+uint32_t MainThread(const Timeline& t) {
+  uint32_t best = 0;
+  std::pair<int64_t, int64_t> best_count{-1, -1};
+  for (const ThreadCallCount& c : t.calls_per_thread) {  // counted by FinalizeTimeline
+    const std::pair<int64_t, int64_t> count{c.launches, c.calls};
+    if (count > best_count || (count == best_count && c.tid < best)) {
+      best = c.tid;
+      best_count = count;
+    }
+  }
+  return best;
+}
+
+namespace {
+
+// Outermost, non-overlapping ranges among `ranges` (sorted by start, longer
+// first on ties).
+std::vector<StepSpan> Outermost(const std::vector<const NvtxRange*>& ranges) {
+  std::vector<StepSpan> out;
+  int64_t last_end = std::numeric_limits<int64_t>::min();
+  for (const NvtxRange* r : ranges) {
+    if (r->start_ns < last_end) continue;
+    out.push_back({0, 0, r->start_ns, r->end_ns, r->name});
+    last_end = r->end_ns;
+  }
+  return out;
+}
+
+std::vector<StepSpan> MarkerSteps(const Timeline& t, const std::regex& pattern,
+                                  uint32_t main_tid) {
+  absl::flat_hash_map<uint32_t, std::vector<const NvtxRange*>> by_thread;
+  for (const NvtxRange& r : t.ranges) {
+    if (r.explicit_step) continue;
+    // Long names are matched on their first 1024 bytes (bounds the regex's
+    // time and recursion on hostile traces).
+    std::string_view name = t.String(r.name).substr(0, 1024);
+    if (name.empty()) continue;
+    if (std::regex_search(name.begin(), name.end(), pattern)) by_thread[r.tid].push_back(&r);
+  }
+  if (by_thread.empty()) return {};
+  auto it = by_thread.find(main_tid);
+  if (it == by_thread.end()) {
+    // No step ranges on the launching thread: the thread with the most.
+    it = by_thread.begin();
+    for (auto j = by_thread.begin(); j != by_thread.end(); ++j) {
+      if (j->second.size() > it->second.size() ||
+          (j->second.size() == it->second.size() && j->first < it->first)) {
+        it = j;
+      }
+    }
+  }
+  return Outermost(it->second);
+}
+
+std::vector<StepSpan> ExplicitSteps(const Timeline& t) {
+  std::vector<const NvtxRange*> ranges;
+  for (const NvtxRange& r : t.ranges) {
+    if (r.explicit_step) ranges.push_back(&r);
+  }
+  return Outermost(ranges);
+}
+
+}  // namespace
+
+namespace {
+
+bool InLaunchSequence(trace::ApiCategory c) {
+  using C = trace::ApiCategory;
+  return c == C::kLaunch || c == C::kCopy || c == C::kSet || c == C::kSync || c == C::kNccl ||
+         c == C::kGraph || c == C::kFree;
+}
+
+uint64_t Mix64(uint64_t x) {  // splitmix64 finalizer
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+struct Anchor {
+  uint32_t symbol = 0;
+  uint32_t period = 0;  // modal segment length, in calls
+  double score = 0;     // share of the sequence in regular segments
+  int matched = 0;      // regular segments
+  uint32_t first = 0;   // position of the first occurrence
+  uint64_t mode_hash = 0;  // the modal segment's content
+};
+
+}  // namespace
+
+// AutoSteps on the calls of `main_tid`, or of every thread when `all`;
+// `score` gets the period's score (0: none found).
+std::vector<StepSpan> DetectSteps(const Timeline& t, uint32_t main_tid, bool all, double* score) {
+  *score = 0;
+  // The launch sequence: (API, kernel name) of the main thread's calls that
+  // submit or wait for device work; without a joined op, (API, object).
+  // A copy's or set's op has no name (CUPTI gives none): its kind and copy
+  // direction stand in, never the pointers (a caching allocator hands out
+  // other buffers from step to step).
+  std::vector<uint32_t> op_name(t.calls.size(), 0);
+  std::vector<uint16_t> op_kind(t.calls.size(), 0);  // (kind << 8 | copy kind) + 1
+  for (size_t i = 0; i < t.ops.size(); ++i) {
+    const int32_t call = t.ops[i].call;
+    if (call < 0) continue;
+    if (op_name[call] == 0) op_name[call] = t.op_info[i].name;
+    if (op_kind[call] == 0) {
+      op_kind[call] = static_cast<uint16_t>(
+          ((static_cast<unsigned>(t.ops[i].kind) << 8) | t.ops[i].copy_kind) + 1);
+    }
+  }
+  std::vector<uint32_t> seq_call;
+  std::vector<uint32_t> seq;
+  // The host's gap before each sequence call: since the latest exit of any
+  // thread's launch-sequence call that entered before it. A framework that
+  // launches the backward pass from another thread (PyTorch's autograd
+  // engine) keeps the process busy while its main thread waits in
+  // backward(); only an input wait or a blocking read-back leaves the host
+  // silent. Time the calling thread was runnable but waiting for a CPU
+  // (its run-queue delay, from its samples) is not silence of the job's
+  // making: a loaded machine preempts it anywhere in the step.
+  std::vector<int64_t> gap_before;
+  int64_t busy_until = std::numeric_limits<int64_t>::min();
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, uint32_t> symbols;
+  for (size_t i = 0; i < t.calls.size(); ++i) {
+    const ApiCall& c = t.calls[i];
+    if (!InLaunchSequence(t.Api(c.api).category)) continue;
+    int64_t gap = busy_until == std::numeric_limits<int64_t>::min()
+                      ? 0
+                      : std::max<int64_t>(0, c.enter_ns - busy_until);
+    if (gap > 0) {
+      const HostGapSplit g = SplitHostGap(t, c.tid, busy_until, c.enter_ns);
+      if (g.preempted > 0) gap -= std::min(gap, g.preempted);
+    }
+    busy_until = std::max(busy_until, c.exit_ns);
+    if (!all && c.tid != main_tid) continue;
+    // A free's, copy's or set's object is a pointer, another one from step
+    // to step: not part of the symbol.
+    const trace::ApiCategory category = t.Api(c.api).category;
+    const bool pointer = category == trace::ApiCategory::kFree ||
+                         category == trace::ApiCategory::kCopy ||
+                         category == trace::ApiCategory::kSet;
+    const uint64_t what = op_name[i] != 0 ? (uint64_t{1} << 63) | op_name[i]
+                          : op_kind[i] != 0 ? (uint64_t{1} << 62) | op_kind[i]
+                          : pointer         ? 0
+                                            : t.call_info[i].object;
+    auto [it, fresh] = symbols.try_emplace(std::make_pair(uint64_t{c.api}, what),
+                                           static_cast<uint32_t>(symbols.size()));
+    seq.push_back(it->second);
+    seq_call.push_back(static_cast<uint32_t>(i));
+    gap_before.push_back(gap);
+  }
+  const size_t n = seq.size();
+  if (n < 3) return {};
+  const size_t nsym = symbols.size();
+
+  // Occurrences of each symbol (CSR) and prefix sums of a random weight per
+  // symbol: P[j] - P[i] hashes the multiset of seq[i, j).
+  std::vector<uint32_t> offset(nsym + 1, 0);
+  for (uint32_t x : seq) ++offset[x + 1];
+  for (size_t x = 0; x < nsym; ++x) offset[x + 1] += offset[x];
+  std::vector<uint32_t> pos(n);
+  {
+    std::vector<uint32_t> fill(offset.begin(), offset.end() - 1);
+    for (size_t i = 0; i < n; ++i) pos[fill[seq[i]]++] = static_cast<uint32_t>(i);
+  }
+  std::vector<uint64_t> prefix(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + Mix64(seq[i] + 1);
+
+  // Every symbol occurring at least three times is an anchor candidate: cut
+  // the sequence at its occurrences; the modal segment (length, content) is
+  // the period; segments equal to it (or, for periods of 8 calls or more,
+  // within 1/8 of its length) are regular.
+  std::vector<Anchor> anchors;
+  std::vector<std::pair<uint64_t, uint32_t>> segs, sorted;  // (content hash, length)
+  for (size_t x = 0; x < nsym; ++x) {
+    const uint32_t* p = pos.data() + offset[x];
+    const uint32_t count = offset[x + 1] - offset[x];
+    if (count < 3) continue;
+    segs.clear();
+    for (uint32_t j = 0; j + 1 < count; ++j) {
+      segs.emplace_back(prefix[p[j + 1]] - prefix[p[j]], p[j + 1] - p[j]);
+    }
+    sorted.assign(segs.begin(), segs.end());
+    std::sort(sorted.begin(), sorted.end());
+    std::pair<uint64_t, uint32_t> mode = sorted[0];
+    size_t best_run = 0;
+    for (size_t a = 0; a < sorted.size();) {
+      size_t b = a;
+      while (b < sorted.size() && sorted[b] == sorted[a]) ++b;
+      if (b - a > best_run) {
+        best_run = b - a;
+        mode = sorted[a];
+      }
+      a = b;
+    }
+    const uint32_t period = mode.second;
+    if (period < kAutoMinPeriod) continue;
+    const uint32_t slack = period >= 8 ? period / 8 : 0;
+    uint64_t covered = 0;
+    int matched = 0;
+    for (const auto& sgm : segs) {
+      const uint32_t len = sgm.second;
+      if (sgm == mode || (slack > 0 && len + slack >= period && len <= period + slack)) {
+        covered += len;
+        ++matched;
+      }
+    }
+    // Up to one period before the first and after the last occurrence is
+    // expected (the phase of the anchor); more counts against it.
+    const uint64_t head = std::min<uint64_t>(p[0], period);
+    const uint64_t tail = std::min<uint64_t>(n - p[count - 1], period);
+    const double denom = static_cast<double>(n - head - tail);
+    Anchor a;
+    a.symbol = static_cast<uint32_t>(x);
+    a.period = period;
+    a.score = denom > 0 ? static_cast<double>(covered) / denom : 0.0;
+    a.matched = matched;
+    a.first = p[0];
+    a.mode_hash = mode.first;
+    anchors.push_back(a);
+  }
+  if (anchors.empty()) return {};
+  // The best anchor: highest score; ties to the shorter period, then the
+  // earlier first occurrence.
+  const Anchor* best = &anchors[0];
+  for (const Anchor& a : anchors) {
+    if (std::tie(a.score, best->period, best->first) >
+        std::tie(best->score, a.period, a.first)) {
+      best = &a;
+    }
+  }
+  if (best->score < kAutoMinScore || best->matched < kAutoMinSteps) return {};
+  *score = best->score;
+
+  // The phase: among anchors of the same period and nearly the same score,
+  // the one that follows the longest host gap (median of gap_before: after a
+  // blocking read-back or an input wait), when that
+  // gap stands out; else the one that occurs first (the first launch of the
+  // first full period).
+  const uint32_t period = best->period;
+  const uint32_t slack = period >= 8 ? period / 8 : 0;
+  const Anchor* by_gap = nullptr;
+  const Anchor* by_first = nullptr;
+  int64_t gap1 = -1, gap2 = -1;
+  std::vector<int64_t> gaps;
+  for (const Anchor& a : anchors) {
+    if (a.score < best->score - kAutoPhaseScoreSlack || a.period + slack < period ||
+        a.period > period + slack) {
+      continue;
+    }
+    if (by_first == nullptr || a.first < by_first->first) by_first = &a;
+    gaps.clear();
+    for (uint32_t j = offset[a.symbol]; j < offset[a.symbol + 1]; ++j) {
+      const uint32_t i = pos[j];
+      if (i == 0) continue;
+      gaps.push_back(gap_before[i]);
+    }
+    if (gaps.empty()) continue;
+    std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+    const int64_t g = gaps[gaps.size() / 2];
+    if (g > gap1) {
+      gap2 = gap1;
+      gap1 = g;
+      by_gap = &a;
+    } else if (g > gap2) {
+      gap2 = g;
+    }
+  }
+  const Anchor* phase = by_first;
+  if (by_gap != nullptr && gap1 >= kAutoMinPhaseGapNs && gap1 >= 2 * std::max<int64_t>(gap2, 0)) {
+    phase = by_gap;
+  }
+
+  // The phase at any call of the period: the host's longest wait need not
+  // be before a call that occurs once per step (torch uploads x and y, two
+  // copies of one symbol, right after its input wait). For each offset o
+  // into the best anchor's modal segments, the median host gap before the
+  // call at (occurrence + o). When one offset's stands out (>= 50 us and at
+  // least twice any other's), steps begin at the calls of that call's symbol
+  // S: if S occurs c times in a modal segment, at every c-th occurrence of
+  // S, counted from the one at that offset (insertions of other calls, a
+  // warm-up's extra kernels, do not shift it).
+  const uint32_t* bp = pos.data() + offset[best->symbol];
+  const uint32_t bcount = offset[best->symbol + 1] - offset[best->symbol];
+  std::vector<uint32_t> modal;  // occurrences j whose segment [bp[j], bp[j+1]) is the modal one
+  for (uint32_t j = 0; j + 1 < bcount; ++j) {
+    if (bp[j + 1] - bp[j] == period && prefix[bp[j + 1]] - prefix[bp[j]] == best->mode_hash) {
+      modal.push_back(j);
+    }
+  }
+  int64_t off_gap1 = -1, off_gap2 = -1;
+  uint32_t off_best = 0;
+  if (modal.size() >= 2) {
+    std::vector<int64_t> g;
+    for (uint32_t o = 0; o < period; ++o) {
+      g.clear();
+      for (uint32_t j : modal) {
+        const uint32_t i = bp[j] + o;
+        if (i == 0) continue;
+        g.push_back(gap_before[i]);
+      }
+      if (g.empty()) continue;
+      std::nth_element(g.begin(), g.begin() + g.size() / 2, g.end());
+      const int64_t med = g[g.size() / 2];
+      if (med > off_gap1) {
+        off_gap2 = off_gap1;
+        off_gap1 = med;
+        off_best = o;
+      } else if (med > off_gap2) {
+        off_gap2 = med;
+      }
+    }
+  }
+  std::vector<uint32_t> starts;  // sequence positions where steps begin
+  if (off_gap1 >= kAutoMinPhaseGapNs && off_gap1 >= 2 * std::max<int64_t>(off_gap2, 0)) {
+    const uint32_t at = bp[modal[0]] + off_best;
+    const uint32_t sym = seq[at];
+    const uint32_t* q = pos.data() + offset[sym];
+    const uint32_t qn = offset[sym + 1] - offset[sym];
+    uint32_t per = 0;  // occurrences of sym in one modal segment
+    for (uint32_t i = bp[modal[0]]; i < bp[modal[0]] + period; ++i) per += seq[i] == sym;
+    const uint32_t q0 = static_cast<uint32_t>(std::lower_bound(q, q + qn, at) - q);
+    // Within the anchor's reach: a period before its first occurrence to a
+    // period after its last (the same symbol in set-up, e.g. the model's
+    // upload parameter by parameter, is no step).
+    const int64_t lo = int64_t{bp[0]} - period, hi = int64_t{bp[bcount - 1]} + period;
+    for (uint32_t k = q0 % per; k < qn; k += per) {
+      if (q[k] >= lo && q[k] < hi) starts.push_back(q[k]);
+    }
+  } else {
+    const uint32_t* p = pos.data() + offset[phase->symbol];
+    const uint32_t count = offset[phase->symbol + 1] - offset[phase->symbol];
+    starts.assign(p, p + count);
+  }
+
+  std::vector<StepSpan> steps;
+  for (size_t j = 0; j < starts.size(); ++j) {
+    StepSpan s;
+    s.host_start_ns = t.calls[seq_call[starts[j]]].enter_ns;
+    if (j + 1 < starts.size()) {
+      s.host_end_ns = t.calls[seq_call[starts[j + 1]]].enter_ns;
+    } else {
+      // The last step: at most one period of calls (a partial step is kept;
+      // teardown after it is not).
+      s.host_end_ns = s.host_start_ns;
+      const size_t end = std::min<size_t>(n, size_t{starts[j]} + period);
+      for (size_t i = starts[j]; i < end; ++i) {
+        s.host_end_ns = std::max(s.host_end_ns, t.calls[seq_call[i]].exit_ns);
+      }
+    }
+    steps.push_back(s);
+  }
+  return steps;
+}
+
+std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid) {
+  double main_score = 0, all_score = 0;
+  std::vector<StepSpan> main = DetectSteps(t, main_tid, false, &main_score);
+  // Frameworks that launch from several threads in a fixed order (PyTorch:
+  // forward and optimizer from the Python thread, backward from the autograd
+  // engine's) repeat only in the calls of all threads together; threads
+  // that launch independently (one per GPU) do not, and their merged
+  // sequence scores lower.
+  // The merged sequence refines a structure the main thread has; it does
+  // not make one (phases of different threads' work, each ending in a
+  // synchronize, are no training steps).
+  bool several = false;
+  for (const ThreadCallCount& c : t.calls_per_thread) several |= c.tid != main_tid && c.launches > 0;
+  if (!several || main.empty()) return main;
+  std::vector<StepSpan> merged = DetectSteps(t, main_tid, true, &all_score);
+  // The merged sequence has the other threads' calls too, and their own
+  // variation (a first-step allocation): nearly as regular is regular.
+  return all_score >= kAutoMinScore && all_score >= main_score - kAutoPhaseScoreSlack ? merged
+                                                                                      : main;
+}
+
+StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device) {
+  StepPlan plan;
+  plan.device = device;
+  plan.main_tid = MainThread(t);
+  std::vector<StepSpan> steps = MarkerSteps(t, pattern, plan.main_tid);
+  if (steps.empty()) steps = ExplicitSteps(t);
+  plan.source = steps.empty() ? "none" : "marker";
+  if (steps.empty()) {
+    steps = AutoSteps(t, plan.main_tid);
+    if (!steps.empty()) plan.source = "auto";
+  }
+  const bool markers = !steps.empty();
+
+  if (!markers) {
+    // One step: the extent of the analyzed device's ops and of the calls.
+    int64_t first_op = std::numeric_limits<int64_t>::max();
+    int64_t last_op = std::numeric_limits<int64_t>::min();
+    int64_t submitted = 0;
+    for (const DeviceOp& op : t.ops) {
+      if (op.device != device) continue;
+      first_op = std::min(first_op, op.start_ns);
+      last_op = std::max(last_op, op.end_ns);
+      submitted += op.call >= 0;
+    }
+    if (t.calls.empty() && submitted == 0 && first_op > last_op) return plan;
+    StepSpan s;
+    s.host_start_ns = t.calls.empty() ? first_op : t.calls.front().enter_ns;
+    s.host_end_ns = s.host_start_ns;
+    for (const ApiCall& c : t.calls) s.host_end_ns = std::max(s.host_end_ns, c.exit_ns);
+    s.start_ns = std::min(s.host_start_ns, first_op);
+    s.end_ns = std::max({s.start_ns, last_op, first_op > last_op ? s.host_end_ns : last_op});
+    plan.steps.push_back(s);
+    return plan;
+  }
+
+  // Each op takes the step whose host range holds its submitting call's
+  // enter time (host ranges are sorted and disjoint): the first range that
+  // ends after it, if it has begun by then. Ops come in start order, so
+  // their calls mostly do too: the previous op's step is tried first.
+  auto step_of = [&steps](int64_t enter, size_t* hint) -> int32_t {
+    size_t k = *hint;
+    if (!(k < steps.size() && steps[k].host_end_ns > enter &&
+          (k == 0 || steps[k - 1].host_end_ns <= enter))) {
+      k = static_cast<size_t>(
+          std::upper_bound(steps.begin(), steps.end(), enter,
+                           [](int64_t v, const StepSpan& s) { return v < s.host_end_ns; }) -
+          steps.begin());
+      *hint = k;
+    }
+    return k < steps.size() && enter >= steps[k].host_start_ns ? static_cast<int32_t>(k) : -1;
+  };
+  std::vector<int64_t> op_start(steps.size(), std::numeric_limits<int64_t>::max());
+  std::vector<int64_t> op_count(steps.size(), 0);
+  std::vector<int64_t> op_end(steps.size(), std::numeric_limits<int64_t>::min());
+  int64_t submitted = 0;
+  int64_t assigned = 0;
+  size_t hint = 0;
+  for (const DeviceOp& op : t.ops) {
+    if (op.device != device || op.call < 0) continue;
+    ++submitted;
+    const int32_t k = step_of(t.calls[op.call].enter_ns, &hint);
+    if (k < 0) continue;
+    ++assigned;
+    ++op_count[k];
+    op_start[k] = std::min(op_start[k], op.start_ns);
+    op_end[k] = std::max(op_end[k], op.end_ns);
+  }
+  // torch.profiler's step() closes ProfilerStep#k and opens #k+1, so one
+  // last range runs after the loop up to the profiler's stop: when it
+  // submitted nothing on any device, it is that range, not a training step.
+  // (Other markers keep an empty last step: an input-starved step is one.)
+  if (plan.source == "marker" && steps.size() > 1 && op_count.back() == 0 &&
+      t.String(steps.back().name).starts_with("ProfilerStep#")) {
+    const StepSpan& last = steps.back();
+    using C = trace::ApiCategory;
+    bool submitted_any = false;
+    for (auto c = t.calls.rbegin(); c != t.calls.rend() && c->enter_ns >= last.host_start_ns; ++c) {
+      const C cat = t.Api(c->api).category;
+      if (c->enter_ns < last.host_end_ns &&
+          (cat == C::kLaunch || cat == C::kCopy || cat == C::kSet || cat == C::kNccl)) {
+        submitted_any = true;
+        break;
+      }
+    }
+    if (!submitted_any) {
+      steps.pop_back();
+      plan.dropped_empty_last = true;
+    }
+  }
+  for (size_t k = 0; k < steps.size(); ++k) {
+    StepSpan& s = steps[k];
+    const bool none = op_end[k] == std::numeric_limits<int64_t>::min();
+    if (k == 0) {
+      // The host range's start: a marker's push (an input wait right after
+      // it is the step's), an automatic step's first call.
+      s.start_ns = std::min(s.host_start_ns, op_start[k]);
+    } else {
+      s.start_ns = steps[k - 1].end_ns;
+    }
+    // A step that submitted nothing ends with its host range.
+    s.end_ns = std::max(s.start_ns, none ? s.host_end_ns : op_end[k]);
+  }
+  plan.ops_outside = submitted - assigned;
+  plan.steps = std::move(steps);
+  return plan;
+}
+
+}  // namespace stallscope::analyzer

@@ -1,0 +1,78 @@
+// Step finding: NVTX ranges matching the step pattern on the launching
+// thread, else explicit step markers, else steps detected from the repeating
+// launch sequence ("auto"), else the whole run as one step; then the
+// device-timeline span of each step (design.md "A step lives on the device
+// timeline").
+#pragma once
+
+#include <cstdint>
+#include <regex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "analyzer/model/timeline.h"
+
+namespace stallscope::analyzer {
+
+inline constexpr const char* kDefaultStepPattern = "(?i)step|iter|ProfilerStep";
+
+// Compiles a step pattern; a leading "(?i)" makes it case-insensitive.
+absl::StatusOr<std::regex> CompileStepPattern(const std::string& pattern);
+
+struct StepSpan {
+  int64_t start_ns = 0;  // device timeline: tiles [first.start, last.end)
+  int64_t end_ns = 0;
+  int64_t host_start_ns = 0;
+  int64_t host_end_ns = 0;
+  uint32_t name = 0;  // a marked step's range name (Timeline string id); 0 none
+};
+
+struct StepPlan {
+  std::string source = "none";  // marker | auto | none
+  uint32_t main_tid = 0;        // the thread with the most launches
+  uint32_t device = 0;          // the device analyzed
+  std::vector<StepSpan> steps;
+  int64_t ops_outside = 0;  // device ops submitted outside every step
+  // Marked steps only: the last marked range submitted no device work and
+  // was dropped (the range a profiler opens at the loop's last step()).
+  bool dropped_empty_last = false;
+};
+
+// Each device with its number of ops (NCCL kernels counted `nccl_weight`
+// times), in order of first appearance (Timeline::ops_per_device).
+std::vector<std::pair<uint32_t, int64_t>> OpsPerDevice(const Timeline& t, int64_t nccl_weight);
+// The device with the most ops (0 when none); `devices`, when given, gets
+// the number of devices with ops.
+uint32_t BusiestDevice(const Timeline& t, size_t* devices = nullptr);
+// The thread with the most launches (most calls when none launched), from
+// Timeline::calls_per_thread.
+uint32_t MainThread(const Timeline& t);
+
+// Automatic step detection (docs/analyzer.md "Steps without markers").
+// An anchor's segments must cover at least this share of the launch sequence.
+inline constexpr double kAutoMinScore = 0.5;
+// A period is at least this many calls (one kernel launched over and over is
+// not a step structure).
+inline constexpr uint32_t kAutoMinPeriod = 2;
+// At least this many regular segments (full steps) between anchors.
+inline constexpr int kAutoMinSteps = 2;
+// Anchors of the same period whose score is within this of the best are
+// candidates for the step's phase (irregular steps, e.g. warm-up, lower the
+// score of some phases more than others).
+inline constexpr double kAutoPhaseScoreSlack = 0.25;
+// The phase follows the longest host gap only when that gap's median is at
+// least this long and twice the next candidate's.
+inline constexpr int64_t kAutoMinPhaseGapNs = 50'000;
+
+// Host ranges of steps found from the period of the (API, kernel) sequence
+// of `main_tid`'s launches, copies, sets, syncs and NCCL calls; empty when
+// no period is found. Host ranges: [enter of the step's first call, enter of
+// the next step's first call); the last step ends with the exit of its last
+// call at most one period after its start.
+std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid);
+
+StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device);
+
+}  // namespace stallscope::analyzer

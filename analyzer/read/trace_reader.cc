@@ -1,0 +1,560 @@
+// The .sstrace reader: header and chunk validation, record decoding.
+#include "analyzer/read/trace_reader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "trace_codec.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+using trace::ChunkHeader;
+using trace::ChunkType;
+using trace::FileHeader;
+
+// Reads n bytes at offset into dst; returns false on a short read or error.
+using ReadAt = std::function<bool(uint64_t offset, size_t n, void* dst)>;
+
+const char* ChunkTypeName(uint16_t type) {
+  const trace::ChunkTypeInfo* info = trace::FindChunkType(type);
+  return info != nullptr ? info->name : "unknown";
+}
+
+// Decodes one verified chunk payload into the timeline. Returns an error text
+// (empty when fine) for counts or lengths that do not fit the payload.
+std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timeline* t) {
+  const trace::ChunkTypeInfo* info = trace::FindChunkType(h.type);
+  // Fixed-size records: the table's size, checked once for every type (a
+  // type the table does not know is counted after the switch).
+  if (info != nullptr && info->record_bytes > 0 &&
+      static_cast<uint64_t>(h.count) * info->record_bytes > n) {
+    return "record count exceeds payload";
+  }
+  trace::EntryReader entries(p, n);
+  switch (static_cast<ChunkType>(h.type)) {
+    case ChunkType::kApi: {
+      // Sized once per chunk and filled in place (no capacity check per
+      // record).
+      const size_t base = t->calls.size();
+      t->calls.resize(base + h.count);
+      t->call_info.resize(base + h.count);
+      ApiCall* calls = t->calls.data() + base;
+      CallInfo* infos = t->call_info.data() + base;
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::ApiRecord r;
+        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
+        ApiCall& c = calls[i];
+        c.enter_ns = static_cast<int64_t>(r.enter);
+        c.exit_ns = static_cast<int64_t>(r.exit);
+        c.tid = h.tid;
+        c.api = r.api;
+        c.flags = r.flags;
+        if (r.correlation != 0) t->by_external.Set(r.correlation, static_cast<uint32_t>(base + i));
+        CallInfo& info = infos[i];
+        info.correlation = r.correlation;
+        info.stream = r.stream;
+        info.object = r.object;
+        info.bytes = r.bytes;
+        info.stack = r.stack;
+        info.python_stack = r.python_stack;
+        info.result = r.result;
+      }
+      return {};
+    }
+    case ChunkType::kDevice: {
+      const size_t base = t->ops.size();
+      t->ops.resize(base + h.count);
+      t->op_info.resize(base + h.count);
+      DeviceOp* ops = t->ops.data() + base;
+      OpInfo* infos = t->op_info.data() + base;
+      uint64_t bad_devices = 0;
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::DeviceRecord r;
+        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
+        DeviceOp& op = ops[i];
+        op.start_ns = static_cast<int64_t>(r.start_ns);
+        op.end_ns = static_cast<int64_t>(r.end_ns);
+        bad_devices += r.device > kMaxDevice;
+        op.device = static_cast<uint16_t>(std::min(r.device, kMaxDevice));
+        op.kind = static_cast<trace::DeviceOpKind>(r.kind);
+        op.copy_kind = r.copy_kind;
+        if (r.src_kind != 0 || r.dst_kind != 0) {
+          // A pageable host side: DtoH/AtoH into pageable memory, or HtoH
+          // with either side pageable (CUpti_ActivityMemoryKind 1; copy
+          // kinds 2, 4 and 9).
+          t->copy_memory_kinds = true;
+          constexpr uint8_t kPageable = 1;
+          const bool to_host = r.copy_kind == 2 || r.copy_kind == 4;
+          const bool host_to_host = r.copy_kind == 9;
+          if ((to_host && r.dst_kind == kPageable) ||
+              (host_to_host && (r.src_kind == kPageable || r.dst_kind == kPageable))) {
+            t->pageable_copy_ops.insert(r.correlation);
+          }
+        }
+        OpInfo& info = infos[i];
+        info.bytes = r.bytes;
+        info.correlation = r.correlation;
+        info.name = r.name;
+        info.stream = r.stream;
+        info.context = r.context;
+      }
+      if (bad_devices > 0) AddDiagnostic(&t->diagnostics, DiagId::kInvalidRecords, bad_devices);
+      return {};
+    }
+    case ChunkType::kCorrelation: {
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::CorrelationRecord r;
+        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
+        t->correlations.Set(r.correlation, r.external);
+      }
+      return {};
+    }
+    case ChunkType::kNvtx: {
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::NvtxRecord r;
+        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
+        t->nvtx.push_back({static_cast<int64_t>(r.ticks), r.range_id, r.domain, r.name,
+                           static_cast<trace::NvtxType>(r.type), h.tid});
+      }
+      return {};
+    }
+    case ChunkType::kClock: {
+      size_t old = t->clocks.size();
+      t->clocks.resize(old + h.count);
+      if (h.count > 0) std::memcpy(t->clocks.data() + old, p, h.count * sizeof(trace::ClockRecord));
+      return {};
+    }
+    case ChunkType::kThread: {
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::ThreadRecord r;
+        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
+        t->thread_names[r.tid] = std::string(r.name, strnlen(r.name, sizeof(r.name)));
+      }
+      return {};
+    }
+    case ChunkType::kDiagnostic: {
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::DiagnosticRecord r;
+        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
+        DiagId id;
+        if (r.id == uint32_t(trace::DiagnosticId::kWriteFailedRecords)) {
+          t->write_failed_records += r.count;
+          if (r.reserved != 0) t->write_failed_errno = static_cast<int>(r.reserved);
+          continue;
+        }
+        if (r.id == uint32_t(trace::DiagnosticId::kWriteFailedCalls)) {
+          t->write_failed_calls += r.count;
+          continue;
+        }
+        switch (static_cast<trace::DiagnosticId>(r.id)) {
+#define STALLSCOPE_WIRE_DIAG_CASE(wire_id, wire, analyzer, what) \
+  case trace::DiagnosticId::wire_id:                             \
+    id = DiagId::analyzer;                                       \
+    break;
+          STALLSCOPE_WIRE_DIAGNOSTICS(STALLSCOPE_WIRE_DIAG_CASE)
+#undef STALLSCOPE_WIRE_DIAG_CASE
+          default: id = DiagId::kUnknownRecorderDiagnostic; break;
+        }
+        AddDiagnostic(&t->diagnostics, id, r.count);
+      }
+      return {};
+    }
+    case ChunkType::kString: {
+      for (uint32_t i = 0; i < h.count; ++i) {
+        uint32_t id;
+        std::string_view bytes;
+        if (!entries.String(&id, &bytes)) return entries.error();
+        t->strings[id] = std::string(bytes);
+      }
+      return {};
+    }
+    case ChunkType::kStack: {
+      for (uint32_t i = 0; i < h.count; ++i) {
+        uint32_t id;
+        uint16_t kind, depth;
+        const uint8_t* words;
+        size_t nwords;
+        if (!entries.Stack(&id, &kind, &depth, &words, &nwords)) return entries.error();
+        auto offset = static_cast<uint32_t>(t->stack_words.size());
+        size_t old = t->stack_words.size();
+        t->stack_words.resize(old + nwords);
+        if (nwords > 0) std::memcpy(t->stack_words.data() + old, words, nwords * 8);
+        StackRef& ref = t->stacks[id];
+        if (kind == static_cast<uint16_t>(trace::StackKind::kPython)) {
+          ref.python_offset = offset;
+          ref.python_depth = depth;
+        } else if (kind == static_cast<uint16_t>(trace::StackKind::kNative)) {
+          ref.native_offset = offset;
+          ref.native_depth = depth;
+        }
+      }
+      return {};
+    }
+    case ChunkType::kModule: {
+      const uint32_t generation = t->module_maps++;
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::ModuleRecord r;
+        std::string_view path, build_id;
+        if (!entries.Module(&r, &path, &build_id)) return entries.error();
+        t->modules.push_back(
+            Module{r.base, r.low, r.high, std::string(path), std::string(build_id), generation});
+      }
+      return {};
+    }
+    case ChunkType::kApiTable: {
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::ApiTableEntry e;
+        std::string_view name;
+        if (!entries.Api(&e, &name)) return entries.error();
+        if (e.api >= t->apis.size()) t->apis.resize(e.api + size_t{1});
+        ApiInfo& api = t->apis[e.api];
+        api.name.assign(name);
+        api.category = static_cast<trace::ApiCategory>(e.category);
+        api.flags = e.flags;
+      }
+      return {};
+    }
+    case ChunkType::kEnd:
+      t->ended_cleanly = true;
+      return {};
+    case ChunkType::kNccl: {
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::NcclRecord r;
+        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
+        NcclCall c;
+        c.enter_ns = static_cast<int64_t>(r.enter);
+        c.correlation = r.correlation;
+        c.comm = r.comm;
+        c.seq = r.seq;
+        c.count = r.count;
+        c.tid = r.tid;
+        c.rank = r.rank;
+        c.nranks = r.nranks;
+        c.peer = r.peer;
+        c.op = r.op;
+        c.kind = static_cast<trace::NcclKind>(r.kind);
+        c.datatype = r.datatype;
+        c.flags = r.flags;
+        c.group_depth = r.group_depth;
+        t->nccl.push_back(c);
+      }
+      return {};
+    }
+    case ChunkType::kRank: {
+      if (h.count < 1) return "record count exceeds payload";
+      trace::RankRecord r;
+      std::memcpy(&r, p, sizeof(r));
+      t->rank.known = true;
+      t->rank.rank = r.rank;
+      t->rank.local_rank = r.local_rank;
+      t->rank.world_size = r.world_size;
+      t->rank.local_world_size = r.local_world_size;
+      t->rank.source = static_cast<trace::RankSource>(r.source);
+      t->rank.host = std::string(r.host, strnlen(r.host, sizeof(r.host)));
+      return {};
+    }
+    case ChunkType::kCpu:
+    case ChunkType::kCpuSched: {
+      // kCpu is kCpuSched without the run-queue delay (older recorders).
+      const size_t size = info->record_bytes;
+      std::vector<CpuSample>& samples = t->cpu[h.tid];
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::CpuSchedRecord r{0, 0, trace::kRunDelayUnknown};
+        std::memcpy(&r, p + i * size, size);  // CpuRecord is its prefix
+        // Times past int64 become negative and are clamped (and counted)
+        // by FinalizeTimeline; an unknown or impossible delay is -1.
+        const int64_t delay = r.run_delay_ns > uint64_t{INT64_MAX}
+                                  ? -1
+                                  : static_cast<int64_t>(r.run_delay_ns);
+        samples.push_back(
+            {static_cast<int64_t>(r.ticks), static_cast<int64_t>(r.cpu_ns), delay});
+      }
+      return {};
+    }
+  }
+  AddDiagnostic(&t->diagnostics, DiagId::kUnknownChunk, 1);
+  return {};
+}
+
+// A chunk header's own checks, before its payload is read: its magic and a
+// possible size (kBad), and whether the chunk fits in the file (kShort).
+enum class HeaderCheck { kOk, kBad, kShort };
+HeaderCheck CheckHeader(const ChunkHeader& ch, uint64_t at, uint64_t size) {
+  if (ch.magic != trace::kChunkMagic || ch.payload_bytes % 8 != 0 ||
+      ch.payload_bytes > kMaxChunkPayload) {
+    return HeaderCheck::kBad;
+  }
+  return ch.payload_bytes > size - at - sizeof(ch) ? HeaderCheck::kShort : HeaderCheck::kOk;
+}
+
+absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::string& name,
+                              const ReadProgress& progress = nullptr) {
+  Timeline t;
+  t.path = name;
+  t.file_size = size;
+  FileHeader fh;
+  if (size < sizeof(fh) || !read(0, sizeof(fh), &fh)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: not a stallscope trace (%d bytes, shorter than the %d-byte header)", name,
+        size, sizeof(fh)));
+  }
+  if (std::memcmp(fh.magic, trace::kMagic, sizeof(fh.magic)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: not a stallscope trace (bad magic at byte offset 0)", name));
+  }
+  // A newer writer says which readers can still read its files: only an
+  // `oldest_reader` above ours refuses the file (docs/trace-format.md).
+  if (fh.oldest_reader > trace::kVersion) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: written by a newer stallscope (format %d, readable from format %d); this reader "
+        "reads up to %d",
+        name, fh.version, fh.oldest_reader, trace::kVersion));
+  }
+  if (fh.version < trace::kOldestSupported) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: trace format %d is older than the oldest this reader supports (%d)", name,
+        fh.version, trace::kOldestSupported));
+  }
+  if (fh.header_bytes < sizeof(fh) || fh.header_bytes > 4096) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: bad header size %d at byte offset 12", name, fh.header_bytes));
+  }
+  t.header = fh;
+  t.host = std::string(fh.host, strnlen(fh.host, sizeof(fh.host)));
+  t.ticks_are_ns = (fh.flags & trace::kFileTicksAreNs) != 0;
+
+  // A pass over the chunk headers sizes the record vectors once (counts
+  // capped by what each payload can hold), so no vector grows by copying.
+  {
+    uint64_t api = 0, device = 0, corr = 0;
+    for (uint64_t off = fh.header_bytes; off < size && size - off >= sizeof(ChunkHeader);) {
+      ChunkHeader ch;
+      // Counts come only from chunks that fit in the file, so what is
+      // reserved is bounded by the file's size (a header may claim 1 GiB).
+      if (!read(off, sizeof(ch), &ch) || CheckHeader(ch, off, size) != HeaderCheck::kOk) break;
+      const uint64_t n = ch.count;
+      const trace::ChunkTypeInfo* info = trace::FindChunkType(ch.type);
+      const uint64_t fits =
+          info != nullptr && info->record_bytes > 0 ? std::min<uint64_t>(n, ch.payload_bytes / info->record_bytes) : 0;
+      switch (static_cast<ChunkType>(ch.type)) {
+        case ChunkType::kApi: api += fits; break;
+        case ChunkType::kDevice: device += fits; break;
+        case ChunkType::kCorrelation: corr += fits; break;
+        default: break;
+      }
+      off += sizeof(ch) + ch.payload_bytes;
+    }
+    t.calls.reserve(api);
+    t.call_info.reserve(api);
+    t.ops.reserve(device);
+    t.op_info.reserve(device);
+    // Mapped now in one call each: the first write to every page would
+    // otherwise take a fault (most of the reading time on large traces).
+    PopulateCapacity(&t.calls);
+    PopulateCapacity(&t.call_info);
+    PopulateCapacity(&t.ops);
+    PopulateCapacity(&t.op_info);
+    t.correlations.Expect(corr);
+    t.by_external.Expect(api);
+  }
+
+  // A chunk at `at`: verified (its payload in `buffer`), cut short by the end
+  // of the file, or failing a check.
+  std::vector<uint64_t> buffer;  // 8-byte aligned payload buffer, reused
+  enum class Load { kOk, kShort, kBad, kBadChecksum, kReadError };
+  auto load = [&](uint64_t at, ChunkHeader* ch) -> Load {
+    if (size - at < sizeof(*ch)) return Load::kShort;
+    if (!read(at, sizeof(*ch), ch)) return Load::kReadError;
+    switch (CheckHeader(*ch, at, size)) {
+      case HeaderCheck::kBad: return Load::kBad;
+      case HeaderCheck::kShort: return Load::kShort;
+      case HeaderCheck::kOk: break;
+    }
+    buffer.resize(ch->payload_bytes / 8);
+    if (ch->payload_bytes > 0 && !read(at + sizeof(*ch), ch->payload_bytes, buffer.data())) {
+      return Load::kReadError;
+    }
+    if (trace::ChunkChecksum(fh.version, buffer.data(), ch->payload_bytes) != ch->checksum) {
+      return Load::kBadChecksum;
+    }
+    return Load::kOk;
+  };
+  // The first offset at or after `from` where a chunk verifies (its magic,
+  // size and checksum); `size` when none does. Verifying candidates reads
+  // at most twice the file plus 64 MiB (a hostile file of magics claiming
+  // large payloads costs no more).
+  uint64_t verify_budget = 2 * size + (uint64_t{64} << 20);
+  auto resync = [&](uint64_t from) -> uint64_t {
+    constexpr size_t kBlock = 64 * 1024;
+    std::vector<unsigned char> block(kBlock);
+    uint32_t magic = trace::kChunkMagic;
+    for (uint64_t pos = from; pos < size && size - pos >= sizeof(ChunkHeader);) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, size - pos));
+      if (!read(pos, n, block.data())) return size;
+      for (size_t i = 0; i + sizeof(magic) <= n; ++i) {
+        if (std::memcmp(block.data() + i, &magic, sizeof(magic)) != 0) continue;
+        const uint64_t at = pos + i;
+        ChunkHeader ch;
+        if (size - at < sizeof(ch) || !read(at, sizeof(ch), &ch)) return size;
+        if (CheckHeader(ch, at, size) != HeaderCheck::kOk) continue;  // its payload is not read
+        if (ch.payload_bytes > verify_budget) return size;
+        verify_budget -= ch.payload_bytes;
+        if (load(at, &ch) == Load::kOk) return at;
+      }
+      if (n < kBlock) break;
+      pos += n - (sizeof(magic) - 1);  // a magic across the block boundary
+    }
+    return size;
+  };
+
+  uint64_t off = fh.header_bytes;
+  bool truncated = off > size;
+  uint64_t bad_chunks = 0, lost_bytes = 0, first_bad = 0;
+  std::string first_reason;
+  constexpr uint64_t kProgressBytes = uint64_t{32} << 20;
+  uint64_t reported = 0;
+  while (!truncated && off < size) {
+    ChunkHeader ch;
+    const Load l = load(off, &ch);
+    if (l == Load::kReadError) {
+      return absl::DataLossError(absl::StrFormat("%s: read error at byte offset %d", name, off));
+    }
+    std::string reason;
+    if (l == Load::kOk) {
+      reason = ParseChunk(ch, reinterpret_cast<const uint8_t*>(buffer.data()), ch.payload_bytes, &t);
+      if (reason.empty()) {
+        off += sizeof(ch) + ch.payload_bytes;
+        t.bytes_used = off;
+        if (progress && off - reported >= kProgressBytes) {
+          progress(off, size);
+          reported = off;
+        }
+        continue;
+      }
+      reason = absl::StrFormat("malformed %s chunk: %s", ChunkTypeName(ch.type), reason);
+    } else if (l == Load::kBadChecksum) {
+      reason = absl::StrFormat("checksum mismatch in %s chunk", ChunkTypeName(ch.type));
+    } else if (l == Load::kBad) {
+      reason = ch.magic != trace::kChunkMagic
+                   ? std::string("bad chunk magic")
+                   : absl::StrFormat("impossible chunk size %d", ch.payload_bytes);
+    } else {
+      reason = "chunk past the end of the file";
+    }
+    // Resume at the next chunk that verifies. With none after it, a chunk
+    // cut short by the end of the file, or failing its checksum as the last
+    // one, is a torn tail (the writer stopped mid-chunk): a truncation.
+    const uint64_t next = resync(off + 1);
+    if (next >= size) {
+      const bool torn_tail =
+          l == Load::kShort ||
+          (l == Load::kBadChecksum && off + sizeof(ch) + ch.payload_bytes == size);
+      if (torn_tail) {
+        truncated = true;
+        break;
+      }
+    }
+    if (bad_chunks++ == 0) {
+      first_bad = off;
+      first_reason = reason;
+    }
+    lost_bytes += next - off;
+    off = next;
+  }
+  if (progress) progress(off, size);
+  if (t.bytes_used == 0) t.bytes_used = std::min<uint64_t>(fh.header_bytes, size);
+  if (t.write_failed_records > 0) {
+    AddDiagnostic(&t.diagnostics, DiagId::kTraceWriteFailed, t.write_failed_records,
+                  absl::StrFormat("%d records (%d of them API calls) could not be written to the "
+                                  "trace (%s); the records written before and after are kept",
+                                  t.write_failed_records, t.write_failed_calls,
+                                  t.write_failed_errno > 0 && t.write_failed_errno < 4096
+                                      ? strerror(t.write_failed_errno)
+                                      : "write error"));
+  }
+  // CUPTI drops records when the recorder has no buffer to give it (its
+  // budget, STALLSCOPE_BUFFER_MB): then submissions without device records,
+  // or without acknowledgements, need no other profiler to explain them.
+  uint64_t cupti_dropped = 0;
+  for (const Diagnostic& d : t.diagnostics) {
+    if (d.id == DiagId::kCuptiDropped) cupti_dropped += d.count;
+  }
+  if (cupti_dropped > 0) {
+    for (Diagnostic& d : t.diagnostics) {
+      if (d.id != DiagId::kCuptiRecordsStopped && d.id != DiagId::kNoDeviceRecordsAtExit) continue;
+      d.message = absl::StrFormat(
+          "%d submissions %s; CUPTI dropped %d activity records, which the recorder's "
+          "buffers had no room for (a larger STALLSCOPE_BUFFER_MB keeps them): the likely cause",
+          d.count,
+          d.id == DiagId::kCuptiRecordsStopped ? "went unacknowledged by CUPTI"
+                                               : "had no device record when the process exited",
+          cupti_dropped);
+    }
+  }
+  if (bad_chunks > 0) {
+    AddDiagnostic(&t.diagnostics, DiagId::kCorruptChunks, bad_chunks,
+                  absl::StrFormat("%d damaged region(s) skipped, %d of %d bytes lost; the first "
+                                  "at byte offset %d (%s)",
+                                  bad_chunks, lost_bytes, size, first_bad, first_reason));
+  }
+  if (truncated) {
+    AddDiagnostic(&t.diagnostics, DiagId::kTruncatedTrace, 1,
+                  absl::StrFormat("truncated trace: read %d of %d bytes", t.bytes_used, size));
+  } else if (!t.ended_cleanly) {
+    AddDiagnostic(&t.diagnostics, DiagId::kNoEndChunk, 1);
+  }
+  FinalizeTimeline(&t);
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<Timeline> ReadTraceBytes(std::string_view bytes, const std::string& name) {
+  auto read = [bytes](uint64_t offset, size_t n, void* dst) {
+    if (offset > bytes.size() || n > bytes.size() - offset) return false;
+    std::memcpy(dst, bytes.data() + offset, n);
+    return true;
+  };
+  return Read(read, bytes.size(), name);
+}
+
+absl::StatusOr<Timeline> ReadTraceFile(const std::string& path, const ReadProgress& progress) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused
+  // below); reads of a regular file ignore the flag.
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrFormat("%s: %s", path, strerror(errno)));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrFormat("%s: not a regular file", path));
+  }
+  auto read = [fd](uint64_t offset, size_t n, void* dst) {
+    auto* out = static_cast<char*>(dst);
+    while (n > 0) {
+      ssize_t r = pread(fd, out, n, static_cast<off_t>(offset));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      out += r;
+      n -= static_cast<size_t>(r);
+      offset += static_cast<uint64_t>(r);
+    }
+    return true;
+  };
+  auto result = Read(read, static_cast<uint64_t>(st.st_size), path, progress);
+  close(fd);
+  return result;
+}
+
+}  // namespace stallscope::analyzer

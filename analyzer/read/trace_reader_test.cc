@@ -1,0 +1,725 @@
+// Tests of the .sstrace reader: round trip, version checks, truncation,
+// corruption, hostile input and tick conversion.
+#include "analyzer/read/trace_reader.h"
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <string>
+#include <random>
+#include <vector>
+
+#include "analyzer/testing/test_util.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+using testing::kUs;
+using testing::TraceBuilder;
+namespace tf = stallscope::trace;
+
+bool HasDiag(const Timeline& t, DiagId id) {
+  for (const Diagnostic& d : t.diagnostics) {
+    if (d.id == id) return true;
+  }
+  return false;
+}
+
+const Diagnostic* FindDiag(const Timeline& t, DiagId id) {
+  for (const Diagnostic& d : t.diagnostics) {
+    if (d.id == id) return &d;
+  }
+  return nullptr;
+}
+
+// A trace touching every chunk type.
+TraceBuilder FullTrace() {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.Thread(11, "main");
+  b.Submit(11, apis.launch, 0, 5 * kUs, 10 * kUs, 20 * kUs, tf::DeviceOpKind::kKernel, "gemm");
+  uint32_t py = b.PythonStack({{"train.py", "step", 42}, {"train.py", "<module>", 7}});
+  b.Call(11, apis.sync, 6 * kUs, 21 * kUs, {.python_stack = py});
+  b.Range(11, 0, 30 * kUs, "step 0");
+  b.Module(0x1000, 0x1000, 0x2000, "/usr/lib/libfoo.so");
+  uint32_t native = b.NativeStack({0x1234, 0x1800});
+  b.Call(12, apis.free, 40 * kUs, 41 * kUs, {.stack = native});
+  b.Diag(tf::DiagnosticId::kDroppedRecords, 3);
+  return b;
+}
+
+// Guards the writer/reader round trip: every record type comes back with its
+// fields, device ops join to their submitting call, ranges are built.
+TEST_CASE("round trip of every chunk type", "[reader]") {
+  Timeline t = testing::ReadOrDie(FullTrace());
+  REQUIRE(t.calls.size() == 3);
+  REQUIRE(t.ops.size() == 1);
+  CHECK(t.host == "testhost");
+  CHECK(t.header.pid == 4242);
+  CHECK(t.ended_cleanly);
+  CHECK(t.Api(t.calls[0].api).name == "cuLaunchKernel");
+  CHECK(t.Api(t.calls[1].api).category == tf::ApiCategory::kSync);
+  CHECK(t.ops[0].call == 0);
+  CHECK(t.call_info[0].op_count == 1);
+  CHECK(t.call_info[0].last_op_end_ns == 20 * kUs);
+  CHECK(t.String(t.op_info[0].name) == "gemm");
+  CHECK(t.calls[1].tid == 11);
+  CHECK(t.calls[2].tid == 12);
+  CHECK(t.thread_names.at(11) == "main");
+  REQUIRE(t.ranges.size() == 1);
+  CHECK(t.String(t.ranges[0].name) == "step 0");
+  CHECK(t.ranges[0].end_ns == 30 * kUs);
+  CHECK(t.call_info[1].stack == 0);
+  const StackRef& py = t.stacks.at(t.call_info[1].python_stack);
+  REQUIRE(py.python_depth == 2);
+  CHECK(t.String(static_cast<uint32_t>(t.stack_words[py.python_offset])) == "train.py\tstep");
+  CHECK(t.stack_words[py.python_offset + 1] == 42);
+  const StackRef& native = t.stacks.at(t.call_info[2].stack);
+  REQUIRE(native.native_depth == 2);
+  CHECK(t.stack_words[native.native_offset] == 0x1234);
+  REQUIRE(t.modules.size() == 1);
+  CHECK(t.modules[0].path == "/usr/lib/libfoo.so");
+  const Diagnostic* dropped = FindDiag(t, DiagId::kDroppedRecords);
+  REQUIRE(dropped != nullptr);
+  CHECK(dropped->count == 3);
+  CHECK_FALSE(HasDiag(t, DiagId::kTruncatedTrace));
+}
+
+// Guards the accounting of a recorder over its budget: dropped calls are
+// their own diagnostic, and records that CUPTI dropped (no buffer to give
+// it) are named as the cause of missing device records, not another
+// profiler.
+TEST_CASE("dropped calls, and CUPTI's drops explain missing device records", "[reader]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.Submit(11, apis.launch, 0, 5 * kUs, 10 * kUs, 20 * kUs, tf::DeviceOpKind::kKernel, "k");
+  b.Diag(tf::DiagnosticId::kDroppedRecords, 9);
+  b.Diag(tf::DiagnosticId::kDroppedCalls, 4);
+  b.Diag(tf::DiagnosticId::kNoDeviceRecordsAtExit, 300);
+  b.Diag(tf::DiagnosticId::kPythonSitesLost, 2);
+  Timeline plain = testing::ReadOrDie(b);
+  const Diagnostic* calls = FindDiag(plain, DiagId::kDroppedCalls);
+  REQUIRE(calls != nullptr);
+  CHECK(calls->count == 4);
+  const Diagnostic* sites = FindDiag(plain, DiagId::kPythonSitesLost);
+  REQUIRE(sites != nullptr);
+  CHECK(sites->count == 2);
+  const Diagnostic* missing = FindDiag(plain, DiagId::kNoDeviceRecordsAtExit);
+  REQUIRE(missing != nullptr);
+  CHECK(missing->message.find("CUPTI dropped") == std::string::npos);
+  b.Diag(tf::DiagnosticId::kCuptiDropped, 77);
+  Timeline t = testing::ReadOrDie(b);
+  missing = FindDiag(t, DiagId::kNoDeviceRecordsAtExit);
+  REQUIRE(missing != nullptr);
+  CHECK(missing->count == 300);
+  CHECK(missing->message.find("CUPTI dropped 77 activity records") != std::string::npos);
+  CHECK(missing->message.find("STALLSCOPE_BUFFER_MB") != std::string::npos);
+}
+
+// Guards multi-chunk files: records split over many chunks all come back.
+TEST_CASE("records split across chunks", "[reader]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.SetChunkRecords(3);
+  for (int i = 0; i < 20; ++i) {
+    b.Submit(1, apis.launch, i * 100 * kUs, i * 100 * kUs + 5 * kUs, i * 100 * kUs + 10 * kUs,
+             i * 100 * kUs + 50 * kUs);
+  }
+  Timeline t = testing::ReadOrDie(b);
+  CHECK(t.calls.size() == 20);
+  CHECK(t.ops.size() == 20);
+  for (const DeviceOp& op : t.ops) CHECK(op.call >= 0);
+}
+
+// Guards the ordering of the timeline: calls of several threads (one chunk
+// each) and device ops written out of order come back sorted, stably, each
+// call's CallInfo moved along with it.
+TEST_CASE("calls and ops are sorted across chunks", "[reader]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.SetChunkRecords(2);
+  for (int i = 0; i < 9; ++i) {
+    const uint32_t tid = 1 + i % 3;
+    testing::CallOptions o;
+    o.bytes = 100 - i;  // the enter time in µs
+    o.stream = tid;
+    o.stack = 1000 + i;
+    b.Submit(tid, apis.launch, (100 - i) * kUs, (100 - i) * kUs + 1, (200 - i) * kUs,
+             (200 - i) * kUs + 5, tf::DeviceOpKind::kKernel, "kernel" + std::to_string(i), o);
+  }
+  Timeline t = testing::ReadOrDie(b);
+  REQUIRE(t.calls.size() == 9);
+  REQUIRE(t.call_info.size() == 9);
+  for (size_t i = 1; i < t.calls.size(); ++i) CHECK(t.calls[i - 1].enter_ns <= t.calls[i].enter_ns);
+  for (size_t i = 0; i < t.calls.size(); ++i) {
+    const CallInfo& info = t.call_info[i];
+    CHECK(static_cast<int64_t>(info.bytes) * kUs == t.calls[i].enter_ns);
+    CHECK(info.stream == t.calls[i].tid);
+    CHECK(info.stack == 1100 - info.bytes);
+    CHECK(info.op_count == 1);
+  }
+  REQUIRE(t.op_info.size() == 9);
+  for (size_t i = 1; i < t.ops.size(); ++i) CHECK(t.ops[i - 1].start_ns <= t.ops[i].start_ns);
+  for (size_t k = 0; k < t.ops.size(); ++k) {
+    const DeviceOp& op = t.ops[k];
+    REQUIRE(op.call >= 0);
+    CHECK(op.start_ns - t.calls[op.call].enter_ns == 100 * kUs);
+    // Each op keeps its info: op i started at (200 - i) µs.
+    CHECK(t.String(t.op_info[k].name) == "kernel" + std::to_string(200 - op.start_ns / kUs));
+  }
+  // Starts moved later (as the rank merge does) and sorted again: the
+  // infos move with their ops.
+  for (DeviceOp& op : t.ops) op.start_ns = 1000 * kUs - op.start_ns;
+  SortOpsByStart(&t);
+  for (size_t k = 0; k < t.ops.size(); ++k) {
+    if (k > 0) CHECK(t.ops[k - 1].start_ns <= t.ops[k].start_ns);
+    CHECK(t.String(t.op_info[k].name) ==
+          "kernel" + std::to_string(200 - (1000 * kUs - t.ops[k].start_ns) / kUs));
+  }
+}
+
+// Guards the device field's range: an id past kMaxDevice is clamped to it
+// and counted as an invalid record; others are kept.
+TEST_CASE("device ids past the range are clamped and counted", "[reader]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.Call(1, apis.launch, 1 * kUs, 2 * kUs);
+  b.Device(3 * kUs, 4 * kUs, tf::DeviceOpKind::kKernel, "k", 1, 7, 70000);
+  b.Device(5 * kUs, 6 * kUs, tf::DeviceOpKind::kKernel, "k", 2, 7, 65534);
+  Timeline t = testing::ReadOrDie(b);
+  REQUIRE(t.ops.size() == 2);
+  CHECK(t.ops[0].device == kMaxDevice);
+  CHECK(t.ops[1].device == 65534);
+  uint64_t invalid = 0;
+  for (const Diagnostic& d : t.diagnostics) {
+    if (d.id == DiagId::kInvalidRecords) invalid += d.count;
+  }
+  CHECK(invalid == 1);
+}
+
+// Guards the join's id index: external ids in the recorder's form (thread
+// index << 40 | sequence) from many threads, ids far past the flat range,
+// and calls reordered by the sort all join to the right call.
+TEST_CASE("device ops join to their calls whatever the external ids", "[reader]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.SetChunkRecords(3);
+  uint32_t cupti = 1;
+  std::map<uint32_t, uint64_t> external_of;  // CUPTI id → external id
+  for (uint64_t thread = 0; thread < 20; ++thread) {  // more than the flat vectors take
+    for (uint64_t seq = 1; seq <= 4; ++seq) {
+      // The last call of each thread has a sequence far past the flat range.
+      const uint64_t external = (thread << 40) | (seq == 4 ? (uint64_t{1} << 39) : seq);
+      // Later threads enter earlier: the sort reorders every call.
+      const uint64_t enter = (1000 - thread * 40 + seq) * kUs;
+      testing::CallOptions o;
+      o.correlation = external;
+      b.Call(static_cast<uint32_t>(100 + thread), apis.launch, enter, enter + 1 * kUs, o);
+      b.Device(enter + 5 * kUs, enter + 6 * kUs, tf::DeviceOpKind::kKernel, "k", cupti);
+      b.Correlate(external, cupti);
+      external_of[cupti++] = external;
+    }
+  }
+  // A device op whose external id no call carries stays unjoined.
+  b.Device(2000 * kUs, 2001 * kUs, tf::DeviceOpKind::kKernel, "k", cupti);
+  b.Correlate((uint64_t{3} << 40) | 99, cupti);
+  Timeline t = testing::ReadOrDie(b);
+  REQUIRE(t.ops.size() == 81);
+  int joined = 0;
+  for (size_t k = 0; k < t.ops.size(); ++k) {
+    const DeviceOp& op = t.ops[k];
+    const uint32_t correlation = t.op_info[k].correlation;
+    if (op.call < 0) {
+      CHECK(correlation == cupti);
+      continue;
+    }
+    ++joined;
+    CHECK(t.call_info[op.call].correlation == external_of.at(correlation));
+    CHECK(op.start_ns - t.calls[op.call].enter_ns == 5 * kUs);
+  }
+  CHECK(joined == 80);
+  for (const CallInfo& info : t.call_info) CHECK(info.op_count == 1);
+}
+
+// Guards the version contract: a file a newer writer marks as unreadable by
+// this reader (oldest_reader above ours) is refused with a clear line; a newer
+// file that old readers can still read is accepted.
+TEST_CASE("newer format versions are refused only when marked so", "[reader]") {
+  TraceBuilder b = FullTrace();
+  b.SetVersion(tf::kVersion + 1, tf::kVersion + 1);
+  auto t = ReadTraceBytes(b.Build(), "new.sstrace");
+  REQUIRE_FALSE(t.ok());
+  CHECK(std::string(t.status().message()) ==
+        "new.sstrace: written by a newer stallscope (format 3, readable from format 3); this "
+        "reader reads up to 2");
+  b.SetVersion(tf::kVersion + 1, 1);  // newer, but readable by version-1 readers
+  auto t2 = ReadTraceBytes(b.Build(), "x.sstrace");
+  REQUIRE(t2.ok());
+}
+
+// Guards the checksum per format version: a version-1 file (one FNV lane)
+// still reads; each version's checksum catches a flipped bit and two swapped
+// words; the two checksums differ, so a file is checked with its own.
+TEST_CASE("each format version is checked with its own checksum", "[reader]") {
+  for (uint16_t version : {uint16_t{1}, tf::kVersion}) {
+    CAPTURE(version);
+    TraceBuilder b = FullTrace();
+    b.SetVersion(version, 1);
+    const std::string full = b.Build();
+    auto t = ReadTraceBytes(full, "v.sstrace");
+    REQUIRE(t.ok());
+    CHECK(t->calls.size() == ReadTraceBytes(FullTrace().Build(), "x")->calls.size());
+    const auto offsets = TraceBuilder::ChunkOffsets(full);
+    tf::ChunkHeader h;
+    size_t chunk = 0;  // the first chunk with at least two words of payload
+    for (size_t off : offsets) {
+      std::memcpy(&h, full.data() + off, sizeof h);
+      if (h.payload_bytes >= 16) {
+        chunk = off;
+        break;
+      }
+    }
+    REQUIRE(chunk != 0);
+    const size_t payload = chunk + sizeof(tf::ChunkHeader);
+    // A damaged chunk is skipped (corrupt_chunks), the rest read.
+    auto damaged = [](const std::string& bytes) {
+      auto r = ReadTraceBytes(bytes, "d");
+      return r.ok() && HasDiag(*r, DiagId::kCorruptChunks);
+    };
+    std::string flipped = full;
+    flipped[payload + 9] ^= 0x40;
+    CHECK(damaged(flipped));
+    std::string swapped = full;
+    std::swap_ranges(swapped.begin() + static_cast<std::ptrdiff_t>(payload),
+                     swapped.begin() + static_cast<std::ptrdiff_t>(payload + 8),
+                     swapped.begin() + static_cast<std::ptrdiff_t>(payload + 8));
+    if (swapped != full) CHECK(damaged(swapped));
+    std::memcpy(&h, full.data() + chunk, sizeof h);
+    const uint32_t v1 = tf::ChecksumV1(full.data() + payload, h.payload_bytes);
+    const uint32_t v2 = tf::Checksum(full.data() + payload, h.payload_bytes);
+    CHECK(v1 != v2);
+    CHECK(h.checksum == (version == 1 ? v1 : v2));
+  }
+}
+
+// Guards the lanes: payloads of every length up to a few lane rounds give
+// distinct sums for one changed word in any position.
+TEST_CASE("the four-lane checksum sees every word", "[reader]") {
+  for (size_t words = 1; words <= 13; ++words) {
+    std::vector<uint64_t> v(words);
+    for (size_t k = 0; k < words; ++k) v[k] = 0x9e3779b97f4a7c15ull * (k + 1);
+    const uint32_t base = tf::Checksum(v.data(), words * 8);
+    for (size_t k = 0; k < words; ++k) {
+      std::vector<uint64_t> w = v;
+      w[k] ^= 1;
+      CHECK(tf::Checksum(w.data(), words * 8) != base);
+    }
+  }
+}
+
+// Guards the not-a-trace cases: short file, bad magic.
+TEST_CASE("non-traces are refused", "[reader]") {
+  auto shortfile = ReadTraceBytes("STLSCOPE", "short");
+  REQUIRE_FALSE(shortfile.ok());
+  std::string bytes = FullTrace().Build();
+  bytes[0] = 'X';
+  auto bad = ReadTraceBytes(bytes, "bad");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(std::string(bad.status().message()) ==
+        "bad: not a stallscope trace (bad magic at byte offset 0)");
+}
+
+// Guards the truncated-tail contract: everything up to the last complete
+// chunk is kept, with a "truncated trace: read N of M bytes" warning.
+TEST_CASE("a truncated file is read up to the last complete chunk", "[reader]") {
+  const std::string full = FullTrace().Build();
+  const auto offsets = TraceBuilder::ChunkOffsets(full);
+  REQUIRE(offsets.size() > 4);
+  // Cut inside the device chunk (after the api chunks).
+  size_t device_chunk = 0;
+  for (size_t off : offsets) {
+    tf::ChunkHeader h;
+    std::memcpy(&h, full.data() + off, sizeof(h));
+    if (h.type == static_cast<uint16_t>(tf::ChunkType::kDevice)) device_chunk = off;
+  }
+  REQUIRE(device_chunk > 0);
+  SECTION("ends mid-chunk") {
+    const std::string cut = full.substr(0, device_chunk + 30);
+    auto t = ReadTraceBytes(cut, "cut");
+    REQUIRE(t.ok());
+    CHECK(t->calls.size() == 3);
+    CHECK(t->ops.empty());
+    const Diagnostic* d = FindDiag(*t, DiagId::kTruncatedTrace);
+    REQUIRE(d != nullptr);
+    CHECK(d->message == "truncated trace: read " + std::to_string(device_chunk) + " of " +
+                            std::to_string(cut.size()) + " bytes");
+  }
+  SECTION("ends mid-chunk-header") {
+    auto t = ReadTraceBytes(full.substr(0, device_chunk + 10), "cut");
+    REQUIRE(t.ok());
+    CHECK(HasDiag(*t, DiagId::kTruncatedTrace));
+  }
+  SECTION("last chunk fails its checksum") {
+    TraceBuilder b = FullTrace();
+    b.SetEnd(false);
+    std::string torn = b.Build();
+    torn[torn.size() - 3] ^= 0x5a;  // inside the last chunk's payload
+    auto t = ReadTraceBytes(torn, "torn");
+    REQUIRE(t.ok());
+    CHECK(HasDiag(*t, DiagId::kTruncatedTrace));
+  }
+  SECTION("header only") {
+    auto t = ReadTraceBytes(full.substr(0, sizeof(tf::FileHeader)), "empty");
+    REQUIRE(t.ok());
+    CHECK(HasDiag(*t, DiagId::kNoEndChunk));
+  }
+}
+
+// Guards corruption in the middle: the damaged chunk is skipped, reading
+// resumes at the next chunk that verifies, and a corrupt_chunks warning
+// names the bytes lost and the first offset; every other record is kept.
+TEST_CASE("corruption in the middle loses only the damaged chunk", "[reader]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.SetChunkRecords(2);  // several api chunks
+  for (int k = 0; k < 8; ++k) b.Call(11, apis.sync, k * 10 * kUs, k * 10 * kUs + kUs);
+  const std::string full = b.Build();
+  const auto offsets = TraceBuilder::ChunkOffsets(full);
+  // The second api chunk.
+  size_t victim = 0, victim_end = 0, seen = 0;
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    tf::ChunkHeader h;
+    std::memcpy(&h, full.data() + offsets[i], sizeof(h));
+    if (h.type == static_cast<uint16_t>(tf::ChunkType::kApi) && seen++ == 1) {
+      victim = offsets[i];
+      victim_end = victim + sizeof(h) + h.payload_bytes;
+    }
+  }
+  REQUIRE(victim > 0);
+  auto check_lost_one = [&](const std::string& bytes) {
+    auto t = ReadTraceBytes(bytes, "f.sstrace");
+    REQUIRE(t.ok());
+    CHECK(t->calls.size() == 6);
+    CHECK(t->ended_cleanly);
+    const Diagnostic* d = FindDiag(*t, DiagId::kCorruptChunks);
+    REQUIRE(d != nullptr);
+    CHECK(d->count == 1);
+    CHECK(d->message.find(std::to_string(victim_end - victim) + " of " +
+                          std::to_string(bytes.size()) + " bytes lost") != std::string::npos);
+    CHECK(d->message.find("byte offset " + std::to_string(victim)) != std::string::npos);
+    CHECK_FALSE(HasDiag(*t, DiagId::kTruncatedTrace));
+    return d->message;
+  };
+  SECTION("checksum") {
+    std::string bytes = full;
+    bytes[victim + sizeof(tf::ChunkHeader) + 1] ^= 0x01;
+    CHECK(check_lost_one(bytes).find("checksum mismatch in api chunk") != std::string::npos);
+  }
+  SECTION("chunk magic") {
+    std::string bytes = full;
+    bytes[victim] = 'Z';
+    CHECK(check_lost_one(bytes).find("bad chunk magic") != std::string::npos);
+  }
+  SECTION("absurd size") {
+    std::string bytes = full;
+    uint32_t huge = 0xfffffff8u;
+    std::memcpy(bytes.data() + victim + 16, &huge, 4);
+    CHECK(check_lost_one(bytes).find("impossible chunk size") != std::string::npos);
+  }
+  SECTION("a size past the end of the file") {
+    std::string bytes = full;
+    uint32_t past = static_cast<uint32_t>(bytes.size());
+    std::memcpy(bytes.data() + victim + 16, &past, 4);
+    check_lost_one(bytes);
+  }
+  SECTION("count larger than the payload") {
+    std::string bytes = full;
+    uint32_t count = 1000000;
+    std::memcpy(bytes.data() + victim + 12, &count, 4);
+    CHECK(check_lost_one(bytes).find("malformed api chunk") != std::string::npos);
+  }
+  SECTION("a half-written chunk followed by whole ones (a disk-full spell)") {
+    // The writer stopped in the middle of the victim, then went on writing
+    // chunks after it.
+    std::string bytes = full.substr(0, victim + 40) + full.substr(victim_end);
+    auto t = ReadTraceBytes(bytes, "f.sstrace");
+    REQUIRE(t.ok());
+    CHECK(t->calls.size() == 6);
+    const Diagnostic* d = FindDiag(*t, DiagId::kCorruptChunks);
+    REQUIRE(d != nullptr);
+    CHECK(d->message.find("40 of ") != std::string::npos);
+  }
+}
+
+// Guards "one flipped bit loses at most one chunk": every bit past the
+// file header, flipped alone, leaves every record outside its chunk (a
+// flip in a chunk's header may also change how that chunk's own records
+// read, never another chunk's).
+TEST_CASE("a single bit flip loses at most one chunk", "[reader]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.SetChunkRecords(4);
+  for (int k = 0; k < 16; ++k) {
+    b.Submit(11, apis.launch, k * 100 * kUs, k * 100 * kUs + 5 * kUs, k * 100 * kUs + 10 * kUs,
+             k * 100 * kUs + 50 * kUs, tf::DeviceOpKind::kKernel, "k");
+  }
+  const std::string full = b.Build();
+  const auto clean = ReadTraceBytes(full, "f");
+  REQUIRE(clean.ok());
+  const size_t calls = clean->calls.size(), ops = clean->ops.size();
+  for (size_t bit = sizeof(tf::FileHeader) * 8; bit < full.size() * 8; bit += 7) {
+    std::string bytes = full;
+    bytes[bit / 8] ^= static_cast<char>(1 << (bit % 8));
+    auto t = ReadTraceBytes(bytes, "f");
+    INFO("bit " << bit);
+    REQUIRE(t.ok());
+    CHECK(t->calls.size() + 4 >= calls);
+    CHECK(t->ops.size() + 4 >= ops);
+  }
+}
+
+// Guards "allocations bounded by the file's size": a 64 KiB file whose chunk
+// headers claim 1 GiB payloads reserves nothing for them.
+TEST_CASE("a hostile chunk size reserves nothing", "[reader]") {
+  std::string bytes = FullTrace().Build();
+  const auto offsets = TraceBuilder::ChunkOffsets(bytes);
+  bytes.resize(64 * 1024, '\0');
+  for (size_t off = offsets.back() + 64; off + sizeof(tf::ChunkHeader) <= bytes.size(); off += 64) {
+    tf::ChunkHeader h{};
+    h.magic = tf::kChunkMagic;
+    h.type = static_cast<uint16_t>(tf::ChunkType::kApi);
+    h.count = 1u << 24;
+    h.payload_bytes = kMaxChunkPayload;
+    std::memcpy(bytes.data() + off, &h, sizeof(h));
+  }
+  auto t = ReadTraceBytes(bytes, "hostile");
+  REQUIRE(t.ok());
+  CHECK(t->calls.capacity() < 1024);
+  CHECK(t->ops.capacity() < 1024);
+  CHECK(HasDiag(*t, DiagId::kCorruptChunks));
+}
+
+// Guards "never crash or hang on hostile input": random mutations of a valid
+// trace either read or fail with a Status.
+TEST_CASE("random corruption never crashes", "[reader]") {
+  const std::string full = FullTrace().Build();
+  std::mt19937 rng(12345);
+  for (int i = 0; i < 3000; ++i) {
+    std::string bytes = full;
+    const int flips = 1 + static_cast<int>(rng() % 8);
+    for (int k = 0; k < flips; ++k) {
+      size_t at = rng() % bytes.size();
+      bytes[at] = static_cast<char>(rng());
+    }
+    if (rng() % 4 == 0) bytes.resize(rng() % bytes.size());
+    auto t = ReadTraceBytes(bytes, "fuzz");
+    if (t.ok()) CHECK(t->bytes_used <= bytes.size());
+  }
+}
+
+// Guards the hinted conversion used for whole arrays: the same answer as the
+// searched one for rising, falling and random ticks, in and outside every
+// segment.
+TEST_CASE("hinted tick conversion equals the searched one", "[reader][clock]") {
+  std::vector<Diagnostic> diags;
+  std::vector<tf::ClockRecord> pairs;
+  for (uint64_t k = 0; k < 40; ++k) pairs.push_back({1000 + k * 997, 5'000'000 + k * 3001, 0});
+  TickConverter conv(pairs, &diags);
+  std::mt19937_64 rng(7);
+  size_t hint = 0;
+  for (uint64_t x = 0; x < 50'000; x += 37) CHECK(conv.ToNsNear(x, &hint) == conv.ToNs(x));
+  for (uint64_t x = 50'020; x >= 41; x -= 41) CHECK(conv.ToNsNear(x, &hint) == conv.ToNs(x));
+  for (int i = 0; i < 5000; ++i) {
+    const uint64_t x = rng() % 60'000;
+    CHECK(conv.ToNsNear(x, &hint) == conv.ToNs(x));
+  }
+  hint = 12345;  // out of range: a fresh search
+  CHECK(conv.ToNsNear(3000, &hint) == conv.ToNs(3000));
+}
+
+// Guards tick → ns conversion: interpolation between pairs and
+// extrapolation with the nearest segment's slope.
+TEST_CASE("tick conversion", "[reader][clock]") {
+  std::vector<Diagnostic> diags;
+  TickConverter conv({{3000, 2'000'000, 0}, {1000, 1'000'000, 0}, {5000, 5'000'000, 0}}, &diags);
+  CHECK(conv.ToNs(1000) == 1'000'000);
+  CHECK(conv.ToNs(2000) == 1'500'000);   // slope 500 ns/tick
+  CHECK(conv.ToNs(4000) == 3'500'000);   // slope 1500 ns/tick
+  CHECK(conv.ToNs(0) == 500'000);        // extrapolated with the first slope
+  CHECK(conv.ToNs(6000) == 6'500'000);   // extrapolated with the last slope
+  CHECK(diags.empty());
+
+  TickConverter single({{100, 1'000'100, 0}}, &diags);
+  CHECK(single.ToNs(200) == 1'000'200);
+  REQUIRE(diags.size() == 1);
+  CHECK(diags[0].id == DiagId::kClockSinglePair);
+}
+
+// Guards that files whose ticks are not ns convert API and NVTX times.
+TEST_CASE("api ticks are converted through clock records", "[reader][clock]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.SetTicksAreNs(false);
+  b.Clock(0, 1'000'000'000);
+  b.Clock(1'000'000, 1'000'500'000);  // 2 ticks per ns... 0.5 ns per tick
+  b.Call(1, apis.sync, 200'000, 400'000);
+  b.Range(1, 100'000, 600'000, "step");
+  Timeline t = testing::ReadOrDie(b);
+  REQUIRE(t.calls.size() == 1);
+  CHECK(t.calls[0].enter_ns == 1'000'100'000);
+  CHECK(t.calls[0].exit_ns == 1'000'200'000);
+  REQUIRE(t.ranges.size() == 1);
+  CHECK(t.ranges[0].start_ns == 1'000'050'000);
+}
+
+// Guards the kCpu chunk: per-thread samples read, their ticks converted
+// like API ticks, sorted by time; CPU time itself is not converted.
+TEST_CASE("cpu samples are read per thread and converted", "[reader][clock]") {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.SetTicksAreNs(false);
+  b.Clock(0, 1'000'000'000);
+  b.Clock(1'000'000, 1'000'500'000);  // 0.5 ns per tick
+  b.Call(1, apis.sync, 200'000, 400'000);
+  b.Cpu(1, 400'000, 7'000);
+  b.Cpu(1, 200'000, 5'000);  // out of order: sorted by the reader
+  b.Cpu(2, 100'000, 9'000);
+  Timeline t = testing::ReadOrDie(b);
+  REQUIRE(t.cpu.size() == 2);
+  REQUIRE(t.cpu[1].size() == 2);
+  CHECK(t.cpu[1][0].ns == 1'000'100'000);
+  CHECK(t.cpu[1][0].cpu_ns == 5'000);
+  CHECK(t.cpu[1][1].ns == 1'000'200'000);
+  CHECK(t.cpu[1][1].ns == t.calls[0].exit_ns);
+  REQUIRE(t.cpu[2].size() == 1);
+  CHECK(t.cpu[2][0].cpu_ns == 9'000);
+  CHECK_FALSE(HasDiag(t, DiagId::kUnknownChunk));
+}
+
+// Guards the module map rule: the last map wins; older modules survive only
+// where nothing newer overlaps them.
+TEST_CASE("later module maps replace earlier ones", "[reader]") {
+  TraceBuilder b;
+  b.Module(0x1000, 0x1000, 0x2000, "/lib/a.so");
+  b.Module(0x3000, 0x3000, 0x4000, "/lib/unloaded.so");
+  b.NewModuleMap();
+  b.Module(0x1000, 0x1000, 0x2000, "/lib/a.so");
+  b.Module(0x3800, 0x3800, 0x5000, "/lib/reused.so");
+  b.Module(0x6000, 0x6000, 0x7000, "/lib/new.so");
+  b.NewModuleMap();
+  b.Module(0x1000, 0x1000, 0x2000, "/lib/a.so");
+  b.Module(0x6000, 0x6000, 0x7000, "/lib/new.so");
+  Timeline t = testing::ReadOrDie(b);
+  std::vector<std::string> paths;
+  for (const Module& m : t.modules) paths.push_back(m.path);
+  CHECK(paths == std::vector<std::string>{"/lib/a.so", "/lib/reused.so", "/lib/new.so"});
+}
+
+// Guards reading from disk and the missing-file error.
+TEST_CASE("reads files and reports missing ones", "[reader]") {
+  char dir[] = "/tmp/stallscope-reader-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string path = std::string(dir) + "/a.sstrace";
+  FullTrace().WriteTo(path);
+  auto t = ReadTraceFile(path);
+  REQUIRE(t.ok());
+  CHECK(t->calls.size() == 3);
+  unlink(path.c_str());
+  auto missing = ReadTraceFile(path);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(std::string(missing.status().message()).find(path) == 0);
+  rmdir(dir);
+}
+
+
+// kNccl records join their calls by (thread, enter); kRank fills the rank.
+TEST_CASE("NCCL records and the rank chunk", "[reader]") {
+  TraceBuilder b;
+  uint16_t launch = b.Api("cuLaunchKernel", tf::ApiCategory::kLaunch, tf::kApiSubmits);
+  uint16_t all_reduce = b.Api("ncclAllReduce", tf::ApiCategory::kNccl);
+  uint16_t send = b.Api("ncclSend", tf::ApiCategory::kNccl);
+  b.Clock(0, 1000);
+  b.Clock(1'000'000, 1'001'000);
+  b.Call(7, launch, 100, 200);
+  b.Call(7, all_reduce, 300, 400, {.correlation = 55, .stream = 0x10, .bytes = 4096});
+  b.Call(8, send, 300, 420, {.bytes = 40});
+  tf::NcclRecord r{};
+  r.enter = 300;
+  r.tid = 8;  // the send (same enter time as the all-reduce, other thread)
+  r.comm = 0xabc;
+  r.seq = 3;
+  r.count = 10;
+  r.rank = 1;
+  r.nranks = 4;
+  r.peer = 2;
+  r.kind = static_cast<uint8_t>(tf::NcclKind::kSend);
+  r.datatype = 7;
+  r.flags = tf::kNcclP2p | tf::kNcclInGroup;
+  r.group_depth = 1;
+  r.op = -1;
+  b.Nccl(r);
+  r.tid = 7;
+  r.correlation = 55;
+  r.seq = 9;
+  r.count = 1024;
+  r.peer = -1;
+  r.kind = static_cast<uint8_t>(tf::NcclKind::kAllReduce);
+  r.flags = tf::kNcclCollective;
+  r.group_depth = 0;
+  r.op = 0;
+  b.Nccl(r);
+  r.tid = 9;  // no such call
+  b.Nccl(r);
+  tf::RankRecord rank{};
+  rank.rank = 3;
+  rank.local_rank = 1;
+  rank.world_size = 8;
+  rank.local_world_size = 2;
+  rank.source = static_cast<uint32_t>(tf::RankSource::kSlurm);
+  std::strncpy(rank.host, "node-17", sizeof(rank.host) - 1);
+  b.Rank(rank);
+  auto t = ReadTraceBytes(b.Build(), "nccl.sstrace");
+  REQUIRE(t.ok());
+  REQUIRE(t->nccl.size() == 3);
+  int joined = 0;
+  for (const NcclCall& n : t->nccl) {
+    CHECK(n.enter_ns == 300);
+    if (n.tid == 9) {
+      CHECK(n.call == -1);
+      continue;
+    }
+    REQUIRE(n.call >= 0);
+    const ApiCall& c = t->calls[static_cast<size_t>(n.call)];
+    CHECK(c.tid == n.tid);
+    if (n.kind == tf::NcclKind::kSend) {
+      CHECK(t->Api(c.api).name == "ncclSend");
+      CHECK(n.peer == 2);
+      CHECK(n.seq == 3);
+      CHECK(n.group_depth == 1);
+    } else {
+      CHECK(t->Api(c.api).name == "ncclAllReduce");
+      CHECK(t->call_info[static_cast<size_t>(n.call)].bytes == 4096);
+      CHECK(n.correlation == 55);
+      CHECK(n.seq == 9);
+      CHECK(n.comm == 0xabc);
+      CHECK(n.rank == 1);
+      CHECK(n.nranks == 4);
+    }
+    ++joined;
+  }
+  CHECK(joined == 2);
+  CHECK(t->rank.known);
+  CHECK(t->rank.rank == 3);
+  CHECK(t->rank.local_rank == 1);
+  CHECK(t->rank.world_size == 8);
+  CHECK(t->rank.local_world_size == 2);
+  CHECK(t->rank.source == tf::RankSource::kSlurm);
+  CHECK(t->rank.host == "node-17");
+  CHECK_FALSE(HasDiag(*t, DiagId::kUnknownChunk));
+}
+
+}  // namespace
+}  // namespace stallscope::analyzer

@@ -1,0 +1,231 @@
+// JSON rendering of a Report (see report_json.h). Every cause key is present
+// in every idle_by_cause object, zeros included.
+#include "analyzer/report/json.h"
+
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json Causes(const CauseNs& c) {
+  Json j = Json::object();
+  for (int i = 0; i < kNumCauses; ++i) j[CauseName(CauseAt(i))] = c[i];
+  return j;
+}
+
+Json Busy(const BusyByKind& b) {
+  return Json{{"compute", b.compute}, {"copy", b.copy}, {"comm", b.comm}};
+}
+
+Json FrameJson(const Frame& f) {
+  return Json{{"function", f.function}, {"file", f.file}, {"line", f.line}, {"module", f.module}};
+}
+
+Json TotalsJson(const Totals& t) {
+  return Json{{"wall_ns", t.wall_ns},
+              {"gpu_busy_ns", t.gpu_busy_ns},
+              {"gpu_idle_ns", t.gpu_idle_ns},
+              {"idle_by_cause", Causes(t.idle_by_cause)},
+              {"busy_by_kind", Busy(t.busy_by_kind)},
+              {"launches", t.launches},
+              {"syncs", t.syncs}};
+}
+
+// With `with_steps` false the steps array is left empty (RenderJson writes
+// it itself); everything else, per-step rates included, is the same.
+Json ToJson(const Report& r, bool with_steps) {
+  Json j;
+  j["schema"] = kReportSchema;
+  j["step_source"] = r.step_source;
+  Json steps = Json::array();
+  for (const StepStats& s : r.steps) {
+    if (!with_steps) break;
+    steps.push_back(Json{{"index", s.index},
+                         {"device", s.device},
+                         {"start_ns", s.start_ns},
+                         {"end_ns", s.end_ns},
+                         {"host_start_ns", s.host_start_ns},
+                         {"host_end_ns", s.host_end_ns},
+                         {"gpu_busy_ns", s.gpu_busy_ns},
+                         {"gpu_idle_ns", s.gpu_idle_ns},
+                         {"idle_by_cause", Causes(s.idle_by_cause)},
+                         {"busy_by_kind", Busy(s.busy_by_kind)},
+                         {"sync_count", s.sync_count},
+                         {"launches", s.launches}});
+  }
+  j["steps"] = std::move(steps);
+  const double n = r.steps.empty() ? 1.0 : static_cast<double>(r.steps.size());
+  Json hotspots = Json::array();
+  for (const Hotspot& h : r.hotspots) {
+    Json stack = Json::array();
+    for (const Frame& f : h.stack) stack.push_back(FrameJson(f));
+    hotspots.push_back(Json{
+        {"api", h.api},
+        {"kind", h.explicit_sync ? "explicit" : "implicit"},
+        {"site", Json{{"file", h.site.file}, {"line", h.site.line}, {"function", h.site.function}}},
+        {"stack", std::move(stack)},
+        {"count", h.count},
+        {"steps", h.steps},
+        {"blocked_ns", h.blocked_ns},
+        {"idle_caused_ns", h.idle_caused_ns},
+        {"sites_lost", h.sites_lost},
+        {"per_step",
+         Json{{"count", static_cast<double>(h.count) / n},
+              {"blocked_ns", static_cast<double>(h.blocked_ns) / n},
+              {"idle_caused_ns", static_cast<double>(h.idle_caused_ns) / n}}},
+        {"fingerprint", h.fingerprint},
+        {"suggestion", h.suggestion}});
+  }
+  j["hotspots"] = std::move(hotspots);
+  {
+    Json kinds = Json::object();
+    for (const bool expl : {true, false}) {
+      const HotspotKindTotals k = SumHotspotKind(r.hotspots, expl);
+      kinds[expl ? "explicit" : "implicit"] = Json{{"sites", k.sites},
+                                                   {"count", k.count},
+                                                   {"blocked_ns", k.blocked_ns},
+                                                   {"idle_caused_ns", k.idle_caused_ns}};
+    }
+    j["hotspot_kinds"] = std::move(kinds);
+  }
+  j["totals"] = TotalsJson(r.totals);
+  j["totals"]["steps"] = r.steps.size();
+  Json questions = Json::array();
+  for (const Question& q : r.questions) {
+    questions.push_back(Json{{"id", q.id}, {"answer", q.answer}, {"evidence", q.evidence}});
+  }
+  j["questions"] = std::move(questions);
+  Json diagnostics = Json::array();
+  for (const Diagnostic& d : r.diagnostics) {
+    diagnostics.push_back(Json{{"name", DiagName(d.id)},
+                               {"severity", SeverityName(DiagSeverity(d.id))},
+                               {"count", d.count},
+                               {"message", d.message.empty() ? DiagDescription(d.id) : d.message}});
+  }
+  j["diagnostics"] = std::move(diagnostics);
+  Json processes = Json::array();
+  for (const ProcessSummary& p : r.processes) {
+    Json pj{{"file", p.file},     {"pid", p.pid},
+            {"host", p.host},     {"analyzed", p.analyzed},
+            {"steps", p.steps},   {"device_ops", p.device_ops},
+            {"api_calls", p.api_calls}};
+    const Json totals = TotalsJson(p.totals);
+    for (const auto& item : totals.items()) pj[item.key()] = item.value();
+    processes.push_back(std::move(pj));
+  }
+  j["processes"] = std::move(processes);
+  if (!r.ranks.empty()) {
+    Json ranks = Json::array();
+    for (const RankRow& k : r.ranks) {
+      ranks.push_back(Json{{"rank", k.rank},
+                           {"host", k.host},
+                           {"pid", k.pid},
+                           {"file", k.file},
+                           {"analyzed", k.analyzed},
+                           {"steps", k.steps},
+                           {"start_ns", k.start_ns},
+                           {"end_ns", k.end_ns},
+                           {"wall_ns", k.wall_ns},
+                           {"gpu_busy_ns", k.gpu_busy_ns},
+                           {"gpu_idle_ns", k.gpu_idle_ns},
+                           {"comm_ns", k.comm_ns},
+                           {"idle_by_cause", Causes(k.idle_by_cause)},
+                           {"waited_ns", k.waited_ns},
+                           {"times_last", k.times_last},
+                           {"wait_caused_ns", k.wait_caused_ns}});
+    }
+    j["ranks"] = std::move(ranks);
+    const CollectivesSummary& c = r.collectives;
+    Json per_step = Json::array();
+    for (const StepCollectives& sc : c.per_step) {
+      per_step.push_back(Json{{"index", sc.index},
+                              {"comm_share", sc.comm_share},
+                              {"overlap", sc.overlap},
+                              {"wait_share", sc.wait_share},
+                              {"wait_mean_ns", sc.wait_mean_ns},
+                              {"wait_max_ns", sc.wait_max_ns}});
+    }
+    j["collectives"] = Json{{"count", c.count},
+                            {"comm_share", c.comm_share},
+                            {"overlap", c.overlap},
+                            {"wait_share", c.wait_share},
+                            {"arrival_skew_ns", Json{{"p50", c.skew_p50_ns},
+                                                     {"p95", c.skew_p95_ns},
+                                                     {"max", c.skew_max_ns}}},
+                            {"per_step", std::move(per_step)}};
+    Json stragglers = Json::array();
+    for (const Straggler& s : r.stragglers) {
+      stragglers.push_back(Json{{"rank", s.rank},
+                                {"times_last", s.times_last},
+                                {"wait_caused_ns", s.wait_caused_ns},
+                                {"before", Json{{"cause", s.before_cause}, {"share", s.before_share}}},
+                                {"busy_share", s.busy_share},
+                                {"others_busy_share", s.others_busy_share}});
+    }
+    j["stragglers"] = std::move(stragglers);
+    j["clock_alignment"] = Json{{"method", r.clock.method}, {"error_ns", r.clock.error_ns}};
+  }
+  return j;
+}
+
+}  // namespace
+
+Json ReportToJson(const Report& r) { return ToJson(r, true); }
+
+namespace {
+
+// The steps array exactly as nlohmann's dump(2) writes it at this depth
+// (integers only, fixed keys), without building a JSON object per step:
+// reports of long runs have hundreds of thousands of steps.
+void AppendSteps(const std::vector<StepStats>& steps, std::string* out) {
+  if (steps.empty()) {
+    out->append("[]");
+    return;
+  }
+  out->append("[\n");
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const StepStats& s = steps[k];
+    absl::StrAppend(out, "    {\n      \"index\": ", s.index, ",\n      \"device\": ", s.device,
+                    ",\n      \"start_ns\": ", s.start_ns, ",\n      \"end_ns\": ", s.end_ns,
+                    ",\n      \"host_start_ns\": ", s.host_start_ns,
+                    ",\n      \"host_end_ns\": ", s.host_end_ns,
+                    ",\n      \"gpu_busy_ns\": ", s.gpu_busy_ns,
+                    ",\n      \"gpu_idle_ns\": ", s.gpu_idle_ns,
+                    ",\n      \"idle_by_cause\": {\n");
+    for (int c = 0; c < kNumCauses; ++c) {
+      absl::StrAppend(out, "        \"", CauseName(CauseAt(c)), "\": ", s.idle_by_cause[c],
+                      c + 1 < kNumCauses ? ",\n" : "\n");
+    }
+    absl::StrAppend(out, "      },\n      \"busy_by_kind\": {\n        \"compute\": ",
+                    s.busy_by_kind.compute, ",\n        \"copy\": ", s.busy_by_kind.copy,
+                    ",\n        \"comm\": ", s.busy_by_kind.comm,
+                    "\n      },\n      \"sync_count\": ", s.sync_count,
+                    ",\n      \"launches\": ", s.launches,
+                    k + 1 < steps.size() ? "\n    },\n" : "\n    }\n");
+  }
+  out->append("  ]");
+}
+
+}  // namespace
+
+std::string RenderJson(const Report& report) {
+  // Everything but the steps through the JSON library; the steps array is
+  // written directly into its place (byte-identical to the library's).
+  const std::string doc = ToJson(report, false).dump(2, ' ', false,
+                                                     nlohmann::json::error_handler_t::replace);
+  constexpr std::string_view kEmptySteps = "\n  \"steps\": [],\n";
+  const size_t at = doc.find(kEmptySteps);  // the third key: always there
+  std::string out;
+  out.reserve(doc.size() + report.steps.size() * 560 + 1);
+  out.append(doc, 0, at + kEmptySteps.size() - 4);  // up to and including `"steps": `
+  AppendSteps(report.steps, &out);
+  out.append(doc, at + kEmptySteps.size() - 2, std::string::npos);  // `,\n` onwards
+  out.append("\n");
+  return out;
+}
+
+}  // namespace stallscope::analyzer

@@ -1,0 +1,62 @@
+// The timeline export (`report --format perfetto`): Chrome trace JSON in the
+// shape PyTorch's Kineto writes, so that ui.perfetto.dev, chrome://tracing and
+// Holistic Trace Analysis (HTA) read it: host CUDA calls, device ops per
+// stream, launch → op flow arrows, ProfilerStep#N steps, an idle-gap track
+// named by cause, and hotspot call sites on the blocking calls. Written by a
+// streaming writer into one string (no JSON DOM): traces reach 10 M events.
+// See docs/analyzer.md "Timeline export".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "analyzer/analyze/analysis.h"
+#include "analyzer/model/report.h"
+
+namespace stallscope::analyzer {
+
+// The export's top-level "stallscope" object names this schema.
+inline constexpr const char* kPerfettoSchema = "stallscope.perfetto/1";
+
+// The thread id of the idle-gap track, under the analyzed device's pid.
+// Stream ids are CUPTI's (small numbers); this one never is one.
+inline constexpr int64_t kIdleTrackTid = 0x7ffffff0;
+
+// HTA's idle-time threshold between consecutive kernels (its
+// `consecutive_kernel_delay` default, 30), compared in the unit of HTA's
+// timestamps: whole microseconds for Kineto-shaped traces.
+inline constexpr int64_t kHtaKernelWaitUs = 30;
+
+// Timestamps are written relative to this CLOCK_MONOTONIC instant: the
+// earliest call, op or range of the timeline, rounded down to a whole
+// microsecond (0 for an empty timeline).
+int64_t PerfettoBaseNs(const Timeline& t);
+
+// One row of HTA's idle-time breakdown as HTA computes it from this export
+// (HolisticTraceAnalysis 0.5.0, BreakdownAnalysis._analyze_idle_time_for_stream
+// after its parser and `include_last_profiler_step=True` filtering), per step
+// and stream: each GPU op's gap to the previous op on its stream (timestamps
+// rounded to whole µs as HTA's parser rounds them: start up, end down) is
+// host wait when the submitting call began after the previous op ended,
+// kernel wait when under kHtaKernelWaitUs, other otherwise. Gaps are charged
+// to the step of the op after them (the ProfilerStep holding its call); the
+// first op of each stream has no gap.
+struct HtaIdleRow {
+  int step = -1;  // -1: outside every step
+  uint32_t stream = 0;
+  int64_t ops = 0;  // GPU ops kept (kernels, copies, sets)
+  int64_t host_wait_us = 0;
+  int64_t kernel_wait_us = 0;
+  int64_t other_us = 0;
+};
+
+// Rows sorted by step, then stream.
+std::vector<HtaIdleRow> HtaIdleBreakdown(const ProcessAnalysis& analysis);
+
+// Renders the export. `report` supplies the hotspots (indexed by
+// analysis.hotspot_of_call) and the step source.
+absl::StatusOr<std::string> RenderPerfetto(const Report& report, const ProcessAnalysis& analysis);
+
+}  // namespace stallscope::analyzer
