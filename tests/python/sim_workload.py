@@ -15,8 +15,11 @@ import os
 import sys
 import threading
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "python"))
+# The repository's package, unless the test runs the one installed with pip
+# (tests/package).
+if os.environ.get("STALLSCOPE_TEST_INSTALLED_PACKAGE") != "1":
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "python"))
 import stallscope  # noqa: E402  (step markers; no-ops without the library)
 
 c_void_p = ctypes.c_void_p
