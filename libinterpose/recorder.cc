@@ -2,25 +2,20 @@
 #include "recorder.h"
 
 #include <dlfcn.h>
-#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <link.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <unwind.h>
 
 #include <algorithm>
-#include <deque>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -28,11 +23,14 @@
 #include <vector>
 
 #include "clock.h"
-#include "trace_codec.h"
 #include "cupti_source.h"
+#include "cupti_stall.h"
 #include "hooks.h"
 #include "nccl_state.h"
+#include "process_info.h"
 #include "python_frames.h"
+#include "thread_cpu.h"
+#include "trace_codec.h"
 
 namespace stallscope {
 
@@ -90,139 +88,7 @@ trace::FileHeader g_header{};
 trace::RankRecord g_rank{};
 std::atomic<int> g_write_errno{0};
 
-// Detects that CUPTI records stopped arriving (another client took the
-// activity buffers, or disabled kinds). State under g_write_mu.
-//  (a) Per thread, the submissions (ApiRecords with a correlation id and a
-//      successful result) above the highest external id CUPTI acknowledged
-//      through an external-correlation record. Kept as runs of consecutive
-//      sequence numbers, so a long stall costs a few words, not one per call.
-//  (b) Submissions CUPTI acknowledged whose device record never came (the
-//      job disabled the kernel kind, or work was still queued at exit).
-// (a) is evaluated right after a forced CUPTI flush (everything submitted
-// before it must have been acknowledged: CUPTI writes the external-correlation
-// record at submission), counting only submissions written before that flush,
-// and at the final drain. (b) only at the final drain: during the run, device
-// records legitimately lag behind queued work, however long the queue is.
-constexpr uint64_t kStallThreshold = 256;
-constexpr uint64_t kSeqMask = (uint64_t{1} << 40) - 1;
-struct StallTracker {
-  struct Thread {
-    uint64_t max_ack = 0;
-    std::deque<std::pair<uint64_t, uint64_t>> runs;  // [lo, hi] unacknowledged
-  };
-  std::unordered_map<uint32_t, Thread> threads;
-  uint64_t unacked = 0;            // (a): sum of the runs' lengths
-  // (b): CUPTI correlation ids acknowledged (external-correlation record)
-  // whose device record has not come yet; a correlation record always
-  // precedes its device record. CUPTI numbers submissions in order, and
-  // device records come back within a bounded distance of the newest
-  // acknowledgement: one bit per id in a window that slides past ids whose
-  // record came. The window holds at most an eighth of the memory budget in
-  // bits (one id per byte of budget, 64 Ki to 64 Mi ids): an id that far
-  // behind the newest is counted missing for good.
-  struct Outstanding {
-    uint64_t window_ids = uint64_t{1} << 26;
-    uint64_t base = 0;  // the id of words.front()'s bit 0, a multiple of 64
-    std::deque<uint64_t> words;
-    uint64_t count = 0;    // ids in the window waiting for their record
-    uint64_t expired = 0;  // ids pushed out of the window without one
-    void PopFront() {
-      const uint64_t n = uint64_t(__builtin_popcountll(words.front()));
-      count -= n;
-      expired += n;
-      words.pop_front();
-      base += 64;
-    }
-    void Set(uint64_t id) {
-      if (words.empty()) base = id & ~uint64_t{63};
-      if (id < base) return;  // behind the window: counted when it left
-      if (id - base >= window_ids + 64 * uint64_t(words.size())) {
-        // A jump past the whole window: everything in it has expired.
-        while (!words.empty()) PopFront();
-        base = id & ~uint64_t{63};
-      }
-      const uint64_t w = (id - base) / 64;
-      while (words.size() <= w) words.push_back(0);
-      const uint64_t bit = uint64_t{1} << ((id - base) % 64);
-      if (!(words[w] & bit)) {
-        words[w] |= bit;
-        ++count;
-      }
-      while (uint64_t(words.size()) * 64 > window_ids) PopFront();
-    }
-    void Clear(uint64_t id) {
-      if (words.empty() || id < base || (id - base) / 64 >= words.size()) return;
-      const uint64_t w = (id - base) / 64;
-      const uint64_t bit = uint64_t{1} << ((id - base) % 64);
-      if (words[w] & bit) {
-        words[w] &= ~bit;
-        --count;
-      }
-      while (!words.empty() && words.front() == 0) {
-        words.pop_front();
-        base += 64;
-      }
-    }
-    uint64_t Missing() const { return count + expired; }
-  };
-  Outstanding outstanding;
-  StallTracker() {
-    outstanding.window_ids =
-        std::clamp<uint64_t>(BudgetBytes(), uint64_t{1} << 16, uint64_t{1} << 26) & ~uint64_t{63};
-  }
-  void Acknowledged(uint32_t correlation) { outstanding.Set(correlation); }
-  void DeviceRecord(uint32_t correlation) { outstanding.Clear(correlation); }
-  uint64_t worst = 0;              // largest stall seen, the diagnostic's count
-
-  void Ack(uint64_t external) {
-    Thread& t = threads[uint32_t(external >> 40)];
-    uint64_t seq = external & kSeqMask;
-    if (seq <= t.max_ack) return;
-    t.max_ack = seq;
-    while (!t.runs.empty() && t.runs.front().first <= seq) {
-      auto& r = t.runs.front();
-      if (r.second <= seq) {
-        unacked -= r.second - r.first + 1;
-        t.runs.pop_front();
-      } else {
-        unacked -= seq - r.first + 1;
-        r.first = seq + 1;
-        break;
-      }
-    }
-  }
-  void Submit(uint64_t external, bool ok) {
-    if (!ok) return;
-    Thread& t = threads[uint32_t(external >> 40)];
-    uint64_t seq = external & kSeqMask;
-    if (seq <= t.max_ack) return;
-    if (!t.runs.empty() && t.runs.back().second + 1 == seq)
-      t.runs.back().second = seq;
-    else
-      t.runs.push_back({seq, seq});
-    unacked++;
-  }
-  bool Suspect() const { return unacked >= kStallThreshold; }
-  // (a) says CUPTI stopped acknowledging submissions: its records went to
-  // someone else. (b) alone, at exit, cannot tell a disabled kind from work
-  // still queued on the GPU when the job exited without a final
-  // synchronize: it gets a diagnostic of its own that names both.
-  void Evaluate(bool final) {
-    if (unacked >= kStallThreshold && unacked > worst) {
-      worst = unacked;
-      g_diag[int(trace::DiagnosticId::kCuptiRecordsStopped)].store(worst);
-    }
-    // Less the device records the recorder itself dropped (its budget): a
-    // lower bound on the records that never came.
-    const uint64_t own = g_dropped_device.load(std::memory_order_relaxed);
-    const uint64_t all = outstanding.Missing();
-    const uint64_t missing = all > own ? all - own : 0;
-    if (final && unacked < kStallThreshold && missing >= kStallThreshold) {
-      g_diag[int(trace::DiagnosticId::kNoDeviceRecordsAtExit)].store(missing);
-    }
-  }
-};
-StallTracker* g_stall = nullptr;
+StallTracker* g_stall = nullptr;  // under g_write_mu
 
 // Pending variable-size data, written by the next drain.
 struct Pending {
@@ -366,58 +232,19 @@ bool WriteApiTable() {
   return WriteChunk(ChunkType::kApiTable, 0, uint32_t(n), out.data(), out.size());
 }
 
-struct ModuleScan {
-  std::vector<unsigned char> out;
-  uint32_t count = 0;
-  unsigned long long generation = 0;
-};
-
-int ModuleCallback(dl_phdr_info* info, size_t size, void* arg) {
-  auto* scan = static_cast<ModuleScan*>(arg);
-  if (scan->count == 0 && size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs))
-    scan->generation = info->dlpi_adds * 1000003ull + info->dlpi_subs;
-  uint64_t low = ~0ull, high = 0;
-  std::string_view build_id;
-  for (int i = 0; i < info->dlpi_phnum; ++i) {
-    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-    if (ph.p_type == PT_LOAD) {
-      low = std::min<uint64_t>(low, info->dlpi_addr + ph.p_vaddr);
-      high = std::max<uint64_t>(high, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
-    } else if (ph.p_type == PT_NOTE && build_id.empty()) {
-      const char* p = reinterpret_cast<const char*>(info->dlpi_addr + ph.p_vaddr);
-      const char* end = p + ph.p_memsz;
-      while (p + sizeof(ElfW(Nhdr)) <= end) {
-        const auto* nh = reinterpret_cast<const ElfW(Nhdr)*>(p);
-        const char* name = p + sizeof(ElfW(Nhdr));
-        const char* desc = name + ((nh->n_namesz + 3) & ~3u);
-        if (desc + nh->n_descsz > end) break;
-        if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
-          build_id = std::string_view(desc, nh->n_descsz);
-          break;
-        }
-        p = desc + ((nh->n_descsz + 3) & ~3u);
-      }
-    }
-  }
-  if (high == 0) return 0;
-  std::string path = info->dlpi_name ? info->dlpi_name : "";
-  if (path.empty() && scan->count == 0) {
-    char buf[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n > 0) path.assign(buf, size_t(n));
-  }
-  if (path.empty()) return 0;  // vdso and anonymous objects
-  trace::EncodeModule(&scan->out, info->dlpi_addr, low, high, path, build_id);
-  scan->count++;
-  return 0;
-}
-
 void WriteModulesIfChanged(bool force) {
-  ModuleScan scan;
-  dl_iterate_phdr(ModuleCallback, &scan);
+  ModuleScan scan = ScanModules();
   if (!force && scan.generation == g_module_generation) return;
   g_module_generation = scan.generation;
   WriteChunk(ChunkType::kModule, 0, scan.count, scan.out.data(), scan.out.size());
+}
+
+// Judges whether CUPTI's records stopped arriving; the verdicts become the
+// kCuptiRecordsStopped and kNoDeviceRecordsAtExit counts.
+void EvaluateStall(bool final) {
+  const StallTracker::Verdict v = g_stall->Evaluate(final, g_dropped_device.load(std::memory_order_relaxed));
+  if (v.records_stopped) g_diag[int(trace::DiagnosticId::kCuptiRecordsStopped)].store(v.records_stopped);
+  if (v.missing_at_exit) g_diag[int(trace::DiagnosticId::kNoDeviceRecordsAtExit)].store(v.missing_at_exit);
 }
 
 // Writes records [b->flushed, n) of a buffer and moves its watermark. Only
@@ -468,7 +295,7 @@ bool Drain(bool final, bool after_cupti_flush = false) {
     }
     for (uint64_t external : pending.dropped_acks) g_stall->Ack(external);
     for (const auto& d : pending.device) g_stall->DeviceRecord(d.correlation);
-    if (after_cupti_flush && !final) g_stall->Evaluate(false);
+    if (after_cupti_flush && !final) EvaluateStall(false);
   }
 
   // Thread names, strings and stacks are queued once (interned): when their
@@ -549,7 +376,7 @@ bool Drain(bool final, bool after_cupti_flush = false) {
     }
   }
   WriteModulesIfChanged(final);
-  if (track && final) g_stall->Evaluate(true);
+  if (track && final) EvaluateStall(true);
   bool suspect = track && g_stall->Suspect();
   // Diagnostics as deltas since the previous drain (the reader adds them up),
   // so a killed job's file still says what was dropped before its last drain.
@@ -706,88 +533,6 @@ void RegisterThread(ThreadState& ts) {
   pthread_mutex_unlock(&g_mu);
 }
 
-bool TscIsInvariant() {
-  // constant_tsc + nonstop_tsc: the TSC ticks at a fixed rate in every state.
-  int fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char buf[8192];
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return false;
-  buf[n] = 0;
-  return strstr(buf, " constant_tsc") && strstr(buf, " nonstop_tsc");
-}
-
-// A non-negative integer from the environment; -1 when unset or malformed.
-int EnvInt(const char* name) {
-  const char* v = getenv(name);
-  if (!v || !*v) return -1;
-  char* end = nullptr;
-  long x = strtol(v, &end, 10);
-  if (*end != 0 || x < 0 || x > INT32_MAX) return -1;
-  return int(x);
-}
-
-// The process's place in a distributed job, from the first launcher whose
-// rank variable is set: torchrun/torch.distributed, Open MPI, PMI (MPICH,
-// Intel MPI), Slurm. -1 for what that launcher does not say.
-trace::RankRecord ReadRankInfo() {
-  struct Source {
-    trace::RankSource source;
-    const char *rank, *local_rank, *world_size, *local_world_size;
-  };
-  static constexpr Source kSources[] = {
-      {trace::RankSource::kTorch, "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"},
-      {trace::RankSource::kOpenMpi, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
-       "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"},
-      {trace::RankSource::kPmi, "PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE", "MPI_LOCALNRANKS"},
-      {trace::RankSource::kSlurm, "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS",
-       "SLURM_NTASKS_PER_NODE"},
-  };
-  trace::RankRecord r{};
-  r.rank = r.local_rank = r.world_size = r.local_world_size = -1;
-  gethostname(r.host, sizeof r.host - 1);
-  for (const Source& s : kSources) {
-    int rank = EnvInt(s.rank);
-    if (rank < 0) continue;
-    r.rank = rank;
-    r.local_rank = EnvInt(s.local_rank);
-    r.world_size = EnvInt(s.world_size);
-    r.local_world_size = EnvInt(s.local_world_size);
-    r.source = uint32_t(s.source);
-    break;
-  }
-  return r;
-}
-
-
-// <dir>/<host>-<pid>.sstrace, or with a rank
-// <dir>/rank<R>[.<local rank>]-<host>-<pid>.sstrace (rank zero-padded to 5
-// digits so that names sort by rank); "-N" is added if the name exists.
-int OpenTraceFile() {
-  const char* dir = getenv("STALLSCOPE_OUT");
-  if (!dir || !*dir) dir = ".";
-  mkdir(dir, 0750);
-  char host[64] = {0};
-  gethostname(host, sizeof host - 1);
-  std::string prefix;
-  if (g_rank.rank >= 0) {
-    char buf[48];
-    snprintf(buf, sizeof buf, "rank%05d", g_rank.rank);
-    prefix = buf;
-    if (g_rank.local_rank >= 0) prefix += "." + std::to_string(g_rank.local_rank);
-    prefix += "-";
-  }
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    std::string path = std::string(dir) + "/" + prefix + host + "-" + std::to_string(g_pid);
-    if (attempt) path += "-" + std::to_string(attempt);
-    path += trace::kFileSuffix;
-    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
-    if (fd >= 0 || errno != EEXIST) return fd;
-  }
-  return -1;
-}
-
 // fork: the prepare handler takes both locks so that the child inherits
 // consistent tables (no thread of ours is half-way through one); the parent
 // handler releases them. Installed when the library is loaded, so a fork at
@@ -858,7 +603,7 @@ void AtForkChild() {
   t_self.next_corr = 0;
   for (auto& d : g_diag) d.store(0);
   for (auto& d : g_diag_written) d = 0;
-  *g_stall = StallTracker();
+  *g_stall = StallTracker(BudgetBytes());
   g_writer_started = false;
   g_writer_running.store(false);
   g_stop_writer = false;
@@ -894,74 +639,12 @@ void Initialize() {
   g_pending = new Pending;
   g_strings = new std::unordered_map<std::string, uint32_t>;
   g_stacks = new std::unordered_map<uint64_t, uint32_t>;
-  g_stall = new StallTracker;
+  g_stall = new StallTracker(BudgetBytes());
   pthread_key_create(&g_thread_key, OnThreadExit);
   // Warm up the unwinder: its first use allocates.
   uint64_t pcs[64];
   std::pair<uint64_t*, int> v{pcs, 0};
   _Unwind_Backtrace(UnwindCallback, &v);
-}
-
-// kCpuGapNs in ticks: the tick rate measured against CLOCK_MONOTONIC over
-// 200 us at start-up (error well under 1%; the threshold only decides when a
-// sample is taken, and sits 20% below the analyzer's).
-uint64_t CalibrateCpuGapTicks() {
-  if (g_ticks_are_ns) return kCpuGapNs;
-  uint64_t m0 = MonoNs(), t0 = Ticks(), m1, t1;
-  do {
-    m1 = MonoNs();
-    t1 = Ticks();
-  } while (m1 - m0 < 200 * 1000);
-  if (t1 <= t0) return kCpuGapNs;
-  return uint64_t(double(kCpuGapNs) * double(t1 - t0) / double(m1 - m0));
-}
-
-uint64_t ThreadCpuNs() {
-  timespec ts;
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
-// Parses "<sum_exec_runtime> <run_delay> <pcount>\n"; false unless the text
-// is exactly that (a descriptor the job closed and reused is never trusted).
-bool ParseSchedstat(const char* p, const char* end, uint64_t* run_delay) {
-  uint64_t v[3] = {0, 0, 0};
-  for (int f = 0; f < 3; ++f) {
-    if (p == end || *p < '0' || *p > '9') return false;
-    while (p != end && *p >= '0' && *p <= '9') v[f] = v[f] * 10 + uint64_t(*p++ - '0');
-    const char sep = f < 2 ? ' ' : '\n';
-    if (p == end || *p++ != sep) return false;
-  }
-  if (p != end) return false;
-  *run_delay = v[1];
-  return true;
-}
-
-// The thread's run-queue delay so far (ns), or kRunDelayUnknown. The first
-// field of schedstat is not used for CPU time: for a running thread it lags
-// by up to a scheduler tick, where CLOCK_THREAD_CPUTIME_ID is exact; the
-// delay is current (it grows only while the thread waits, and this thread
-// is running).
-uint64_t ThreadRunDelayNs(ThreadState& ts) {
-  if (ts.sched_fd == -2) return trace::kRunDelayUnknown;
-  if (ts.sched_fd < 0) {
-    ts.sched_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
-    if (ts.sched_fd < 0) {
-      ts.sched_fd = -2;
-      return trace::kRunDelayUnknown;
-    }
-  }
-  char buf[96];
-  const ssize_t n = pread(ts.sched_fd, buf, sizeof buf, 0);
-  uint64_t delay;
-  if (n <= 0 || !ParseSchedstat(buf, buf + n, &delay)) {
-    // Not schedstat any more (the job closed the descriptor and reused its
-    // number) or never readable: stop reading, never close what is not ours.
-    // The samples then say kRunDelayUnknown, and the analyzer says so.
-    ts.sched_fd = -2;
-    return trace::kRunDelayUnknown;
-  }
-  return delay;
 }
 
 void QueueCpuSample(ThreadState& ts, uint64_t ticks, uint64_t cpu_ns, uint64_t run_delay) {
@@ -1022,7 +705,7 @@ bool EnsureStarted() {
   }
   g_pid = uint32_t(getpid());
   g_rank = ReadRankInfo();
-  g_fd = OpenTraceFile();
+  g_fd = OpenTraceFile(g_rank, g_pid);
   if (g_fd < 0) {
     g_state.store(int(State::kDisabled));
     return false;

@@ -19,8 +19,11 @@
 
 #include "analyzer/read/trace_reader.h"
 #include "clock.h"
+#include "cupti_stall.h"
 #include "hooks.h"
+#include "process_info.h"
 #include "recorder.h"
+#include "thread_cpu.h"
 
 namespace stallscope {
 namespace {
@@ -258,6 +261,98 @@ TEST_CASE("a trace written by the recorder reads back field for field", "[record
     CHECK(stacks_dropped == 3);
     CHECK(cupti_unavailable == 1);
   }
+}
+
+// CUPTI acknowledges each submission with an external-correlation record:
+// 256 or more unacknowledged submissions say its records stopped coming, and
+// acknowledged ones whose device record never came are counted at exit.
+TEST_CASE("the stall tracker judges unacknowledged and missing CUPTI records", "[recorder][stall]") {
+  constexpr uint64_t kTid = uint64_t{3} << 40;
+  rec::StallTracker t(uint64_t{1} << 20);
+  for (uint64_t seq = 1; seq <= 300; ++seq) t.Submit(kTid | seq, true);
+  t.Submit(kTid | 301, false);  // a failed call submitted nothing
+  CHECK(t.unacked == 300);
+  CHECK(t.Suspect());
+  auto v = t.Evaluate(false, 0);
+  CHECK(v.records_stopped == 300);
+  CHECK(v.missing_at_exit == 0);
+  CHECK(t.Evaluate(false, 0).records_stopped == 0);  // reported once, until a larger stall
+  t.Ack(kTid | 250);
+  CHECK(t.unacked == 50);
+  CHECK_FALSE(t.Suspect());
+  t.Submit(kTid | 200, true);  // at or below the acknowledged: nothing owed
+  CHECK(t.unacked == 50);
+
+  // 1000 acknowledged correlation ids, 700 device records: 300 missing at
+  // exit, less what the recorder dropped itself, when at least 256.
+  for (uint32_t id = 1; id <= 1000; ++id) t.Acknowledged(id);
+  for (uint32_t id = 1; id <= 700; ++id) t.DeviceRecord(id);
+  CHECK(t.Evaluate(false, 0).missing_at_exit == 0);  // only at exit
+  CHECK(t.Evaluate(true, 0).missing_at_exit == 300);
+  CHECK(t.Evaluate(true, 40).missing_at_exit == 260);
+  CHECK(t.Evaluate(true, 50).missing_at_exit == 0);  // 250: under the threshold
+}
+
+TEST_CASE("the stall tracker's window expires ids far behind the newest", "[recorder][stall]") {
+  rec::StallTracker t(uint64_t{1} << 16);  // the smallest window: 65536 ids
+  CHECK(t.outstanding.window_ids == (uint64_t{1} << 16));
+  t.Acknowledged(5);
+  t.Acknowledged(6);
+  t.DeviceRecord(6);
+  t.Acknowledged(200000);  // a jump past the window: id 5 is missing for good
+  CHECK(t.outstanding.expired == 1);
+  CHECK(t.outstanding.count == 1);
+  t.DeviceRecord(5);  // too late: already counted
+  t.DeviceRecord(200000);
+  CHECK(t.outstanding.Missing() == 1);
+}
+
+TEST_CASE("schedstat is parsed only when it is exactly schedstat", "[recorder][cpu]") {
+  auto parse = [](const std::string& text, uint64_t* delay) {
+    return rec::ParseSchedstat(text.data(), text.data() + text.size(), delay);
+  };
+  uint64_t delay = 0;
+  CHECK(parse("123456 7890 12\n", &delay));
+  CHECK(delay == 7890);
+  for (const char* bad : {"", "123 456\n", "123 456 7", "123 456 7\nx", "a 456 7\n", "123  456 7\n",
+                          "-1 456 7\n"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parse(bad, &delay));
+  }
+  CHECK(rec::ThreadCpuNs() > 0);
+}
+
+TEST_CASE("trace files are named by rank, host and pid, never over another", "[recorder][file]") {
+  char tmpl[] = "/tmp/stallscope-name-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  setenv("STALLSCOPE_OUT", dir.c_str(), 1);
+  tf::RankRecord rank{};
+  rank.rank = 7;
+  rank.local_rank = 1;
+  char host[64] = {0};
+  gethostname(host, sizeof host - 1);
+  const std::string base = dir + "/rank00007.1-" + host + "-4242";
+  int a = rec::OpenTraceFile(rank, 4242);
+  int b = rec::OpenTraceFile(rank, 4242);
+  REQUIRE(a >= 0);
+  REQUIRE(b >= 0);
+  close(a);
+  close(b);
+  CHECK(access((base + tf::kFileSuffix).c_str(), F_OK) == 0);
+  CHECK(access((base + "-1" + tf::kFileSuffix).c_str(), F_OK) == 0);
+  unlink((base + tf::kFileSuffix).c_str());
+  unlink((base + "-1" + tf::kFileSuffix).c_str());
+  rmdir(dir.c_str());
+  unsetenv("STALLSCOPE_OUT");
+}
+
+TEST_CASE("the module scan finds this program with its build id", "[recorder][modules]") {
+  const rec::ModuleScan scan = rec::ScanModules();
+  CHECK(scan.count > 0);
+  CHECK(scan.out.size() > 0);
+  const rec::ModuleScan again = rec::ScanModules();
+  CHECK(again.generation == scan.generation);  // nothing loaded in between
 }
 
 }  // namespace
