@@ -25,6 +25,7 @@
 #include "analyzer/model/output_file.h"
 #include "analyzer/read/symbolizer.h"
 #include "analyzer/read/trace_reader.h"
+#include "analyzer/report/dump.h"
 #include "analyzer/report/html.h"
 #include "analyzer/report/json.h"
 #include "analyzer/report/perfetto.h"
@@ -139,10 +140,15 @@ constexpr Subcommand kSubcommands[] = {
      "  -o OUT                  write to OUT (a new file, never overwritten, mode 0640)\n"
      "  --step-pattern RE       as for report (give the same to `rank` and `report`)\n",
      FleetCmd},
-    {"dump", "stallscope dump FILE",
-     "Print one trace's rank (when set), calls, device ops, NCCL call arguments and NVTX "
-     "ranges in time order, one per line (for debugging the recorder and the analyzer).",
-     "", DumpCmd},
+    {"dump", "stallscope dump FILE [--format text|json] [-o OUT]",
+     "Print one trace as it was read, before any analysis: its rank (when set), calls, device "
+     "ops, NCCL call arguments and NVTX ranges in time order, one per line (for debugging the "
+     "recorder and the analyzer), or all of it as JSON for tools and tests.",
+     "  --format F  text (default) or json (schema stallscope.dump/1: the process, threads,\n"
+     "              calls with their Python frames, device ops, NCCL calls, NVTX events and\n"
+     "              ranges, diagnostics)\n"
+     "  -o OUT      write to OUT (a new file, never overwritten, mode 0640)\n",
+     DumpCmd},
     {"help", "stallscope help [COMMAND]", "Show help for stallscope or one of its commands.", "",
      HelpCmd},
 };
@@ -364,25 +370,6 @@ std::string FormatNames() {
   std::string s;
   for (const ReportFormat& f : kFormats) absl::StrAppend(&s, s.empty() ? "" : ", ", f.name);
   return s;
-}
-
-// `s` with control bytes, backslashes and double quotes escaped (\xNN, \\,
-// \"): names from a trace cannot move the terminal's cursor or forge a line
-// or a field of the dump. UTF-8 passes through.
-std::string Printable(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (unsigned char ch : s) {
-    if (ch < 0x20 || ch == 0x7f) {
-      absl::StrAppendFormat(&out, "\\x%02x", ch);
-    } else if (ch == '\\' || ch == '"') {
-      out.push_back('\\');
-      out.push_back(static_cast<char>(ch));
-    } else {
-      out.push_back(static_cast<char>(ch));
-    }
-  }
-  return out;
 }
 
 // Writes `text` to stdout; the exit code. A failed write (a full disk, a
@@ -697,72 +684,39 @@ int FleetCmd(const std::vector<std::string>& args) {
 
 int DumpCmd(const std::vector<std::string>& args) {
   const Subcommand& self = *Find("dump");
-  if (args.size() == 1 && IsHelp(args[0])) {
-    fputs(CommandHelp(self).c_str(), stdout);
-    return kExitOk;
+  std::string path, format = "text", out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (IsHelp(a)) {
+      fputs(CommandHelp(self).c_str(), stdout);
+      return kExitOk;
+    } else if (Matches(a, "--format")) {
+      if (!TakeValue(args, &i, "--format", &format)) return Usage(self, "--format needs a value");
+    } else if (a == "-o" || Matches(a, "--output")) {
+      if (a == "-o") {
+        if (i + 1 >= args.size()) return Usage(self, "-o needs a file");
+        out = args[++i];
+      } else if (!TakeValue(args, &i, "--output", &out)) {
+        return Usage(self, "--output needs a file");
+      }
+    } else if (a.size() > 1 && a[0] == '-') {
+      return Usage(self, absl::StrFormat("unknown option %s", a));
+    } else if (!path.empty()) {
+      return Usage(self, "one trace file");
+    } else {
+      path = a;
+    }
   }
-  if (args.size() != 1) return Usage(self, "one trace file");
-  auto t = ReadTraceFile(args[0]);
+  if (path.empty()) return Usage(self, "one trace file");
+  if (format != "text" && format != "json") {
+    return Usage(self, absl::StrFormat("unknown format %s (text or json)", format));
+  }
+  auto t = ReadTraceFile(path);
   if (!t.ok()) {
     fprintf(stderr, "stallscope: %s\n", std::string(t.status().message()).c_str());
     return kExitBadTrace;
   }
-  struct Line {
-    int64_t t;
-    std::string text;
-  };
-  std::vector<Line> lines;
-  for (size_t i = 0; i < t->calls.size(); ++i) {
-    const ApiCall& c = t->calls[i];
-    const CallInfo& info = t->call_info[i];
-    lines.push_back({c.enter_ns, absl::StrFormat("call %d tid %d %s [%d, %d) %d ns corr %d stream 0x%x "
-                                                 "stack %d python_stack %d result %d ops %d",
-                                                 i, c.tid, Printable(t->Api(c.api).name), c.enter_ns, c.exit_ns,
-                                                 c.exit_ns - c.enter_ns, info.correlation, info.stream,
-                                                 info.stack, info.python_stack, info.result,
-                                                 info.op_count)});
-  }
-  for (size_t i = 0; i < t->ops.size(); ++i) {
-    const DeviceOp& op = t->ops[i];
-    const OpInfo& info = t->op_info[i];
-    lines.push_back({op.start_ns,
-                     absl::StrFormat("op %d kind %d %s [%d, %d) %d ns device %d stream %d call %d",
-                                     i, static_cast<int>(op.kind), Printable(t->String(info.name)),
-                                     op.start_ns, op.end_ns, op.end_ns - op.start_ns, op.device,
-                                     info.stream, op.call)});
-  }
-  for (const NcclCall& n : t->nccl) {
-    const ApiCall* c = n.call >= 0 ? &t->calls[static_cast<size_t>(n.call)] : nullptr;
-    const CallInfo* info = n.call >= 0 ? &t->call_info[static_cast<size_t>(n.call)] : nullptr;
-    lines.push_back(
-        {n.enter_ns,
-         absl::StrFormat("nccl %s call %d api %s tid %d comm 0x%016x rank %d nranks %d seq %d "
-                         "count %d bytes %d datatype %d op %d peer %d stream 0x%x corr %d "
-                         "group_depth %d flags 0x%x",
-                         NcclKindName(n.kind), n.call, c ? Printable(t->Api(c->api).name) : "?", n.tid,
-                         n.comm, n.rank, n.nranks, n.seq, n.count, info ? info->bytes : 0, n.datatype,
-                         n.op, n.peer, info ? info->stream : 0, n.correlation, n.group_depth,
-                         n.flags)});
-  }
-  for (const NvtxRange& r : t->ranges) {
-    lines.push_back({r.start_ns, absl::StrFormat("range tid %d \"%s\" [%d, %d) depth %d%s", r.tid,
-                                                 Printable(t->String(r.name)), r.start_ns,
-                                                 r.end_ns, r.depth,
-                                                 r.explicit_step ? " explicit-step" : "")});
-  }
-  std::stable_sort(lines.begin(), lines.end(),
-                   [](const Line& a, const Line& b) { return a.t < b.t; });
-  if (t->rank.known) {
-    printf("rank %d local_rank %d world_size %d local_world_size %d host %s source %u\n",
-           t->rank.rank, t->rank.local_rank, t->rank.world_size, t->rank.local_world_size,
-           Printable(t->rank.host).c_str(), static_cast<unsigned>(t->rank.source));
-  }
-  for (const Line& l : lines) printf("%s\n", l.text.c_str());
-  for (const Diagnostic& d : t->diagnostics) {
-    printf("diagnostic %s count %llu %s\n", DiagName(d.id),
-           static_cast<unsigned long long>(d.count), Printable(d.message).c_str());
-  }
-  return kExitOk;
+  return Emit(out, format == "json" ? RenderDumpJson(*t) : RenderDumpText(*t));
 }
 
 int HelpCmd(const std::vector<std::string>& args) {

@@ -431,6 +431,40 @@ TEST_CASE("dump lists records in time order", "[cli]") {
   CHECK(box.Run("dump '" + box.root() + "/nope'").code == 2);
 }
 
+// Guards the dump as JSON (stallscope.dump/1), what the Python tests read
+// traces through: every call with its Python frames, ops, diagnostics.
+TEST_CASE("dump as JSON holds every call with its Python frames", "[cli]") {
+  Sandbox box;
+  testing::TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  const uint32_t py = b.PythonStack({{"/w/train.py", "read_back", 88}, {"/w/train.py", "<module>", 120}});
+  b.Submit(1, api.launch, 0, 5 * kUs, 10 * kUs, 500 * kUs);
+  b.Call(1, api.sync, 100 * kUs, 505 * kUs, {.python_stack = py, .flags = 1});
+  const std::string trace = box.root() + "/py.sstrace";
+  b.WriteTo(trace);
+  Result r = box.Run("dump '" + trace + "' --format json");
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["schema"] == "stallscope.dump/1");
+  REQUIRE(j["calls"].size() == 2);
+  CHECK(j["calls"][0]["api"] == "cuLaunchKernel");
+  CHECK_FALSE(j["calls"][0].contains("python_frames"));
+  const auto& sync = j["calls"][1];
+  CHECK(sync["tid"] == 1);
+  CHECK(sync["flags"] == 1);
+  CHECK(sync["exit_ns"].get<int64_t>() - sync["enter_ns"].get<int64_t>() == 405 * kUs);
+  REQUIRE(sync["python_frames"].size() == 2);
+  CHECK(sync["python_frames"][0] == nlohmann::json::array({"/w/train.py", "read_back", 88}));
+  CHECK(sync["python_frames"][1][1] == "<module>");
+  CHECK(j["ops"].size() == 1);
+  // The same records as the text dump, and the same conventions as report.
+  CHECK(box.Run("dump '" + trace + "' --format text").out == box.Run("dump '" + trace + "'").out);
+  CHECK(box.Run("dump '" + trace + "' -o dump.json --format json").code == 0);
+  CHECK(nlohmann::json::parse(Slurp(box.cwd() + "/dump.json")) == j);
+  CHECK(box.Run("dump '" + trace + "' --format xml").code == 1);
+  CHECK(box.Run("dump '" + trace + "' '" + trace + "'").code == 1);
+}
+
 // Guards help generated from the subcommand table, and usage errors.
 TEST_CASE("help and usage", "[cli]") {
   Sandbox box;

@@ -5,7 +5,7 @@
 
 Runs tests/python/sim_workload.py (or exit_workload.py) under
 `stallscope run --sim` with that interpreter, then checks
-  - the trace (read with sstrace.py, independently of the analyzer): every
+  - the trace (`stallscope dump --format json`, tests/trace_dump.py): every
     blocking call of the step loop carries a Python stack whose innermost
     frame is the marked line ("# STALL:<block>") and whose caller is the
     "# CALL:<block>" line, on the expected thread;
@@ -33,10 +33,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import sstrace  # noqa: E402
-
 sys.path.insert(0, os.path.dirname(HERE))
+import trace_dump  # noqa: E402
 from ground_truth import MIN_BLOCKED_NS  # noqa: E402
 
 WORKLOAD = os.path.join(HERE, "sim_workload.py")
@@ -102,8 +100,8 @@ def report(build, out):
     return json.loads(rep.stdout)
 
 
-def check_trace(out, api, block, thread, steps):
-    traces = sstrace.load_dir(out)
+def check_trace(build, out, api, block, thread, steps):
+    traces = trace_dump.load_dir(build, out)
     check(len(traces) == 1, f"expected one trace file in {out}, found {len(traces)}")
     t = traces[0]
     stall = marked_line(WORKLOAD, f"# STALL:{block}")
@@ -113,9 +111,9 @@ def check_trace(out, api, block, thread, steps):
     check(calls, f"no {api} call in the trace")
     hits = []
     for c in calls:
-        frames = t.python_frames(c.python_stack)
-        check(frames, f"{api} on tid {c.tid} has no Python stack (python_stack={c.python_stack})")
-        check(c.flags & sstrace.RECORD_PYTHON_STACK, f"{api}: kRecordPythonStack flag not set")
+        frames = c.python_frames
+        check(frames, f"{api} on tid {c.tid} has no Python stack")
+        check(c.flags & trace_dump.RECORD_PYTHON_STACK, f"{api}: kRecordPythonStack flag not set")
         f, fn, line = frames[0]
         if f.endswith(os.path.basename(WORKLOAD)) and line == stall:
             check(fn == func, f"innermost function {fn!r}, expected {func!r}")
@@ -124,17 +122,17 @@ def check_trace(out, api, block, thread, steps):
             check(all(fr[0].endswith(".py") for fr in frames), f"odd frames {frames}")
             hits.append(c)
     check(len(hits) == steps, f"{len(hits)} {api} calls at line {stall}, expected {steps}: "
-          f"{[t.python_frames(c.python_stack)[:1] for c in calls]}")
+          f"{[c.python_frames[:1] for c in calls]}")
     on_main = [c.tid == t.pid for c in hits]
     if thread == "main":
         check(all(on_main), "expected the blocking calls on the main thread")
     else:
         check(not any(on_main), "expected the blocking calls on the second thread")
-    outer = t.python_frames(hits[0].python_stack)[-1]
+    outer = hits[0].python_frames[-1]
     want = "<module>" if thread == "main" else "_bootstrap"  # threading.Thread._bootstrap
     check(outer[1] == want, f"outermost frame {outer}, expected {want}")
     print(f"trace: {len(hits)} x {api} at {os.path.basename(WORKLOAD)}:{stall} ({func}), "
-          f"stack depth {len(t.python_frames(hits[0].python_stack))}")
+          f"stack depth {len(hits[0].python_frames)}")
     return stall
 
 
@@ -193,12 +191,12 @@ def threads(build, work, exe):
     check(p.returncode == 0, f"exited {p.returncode}: {p.stderr[-3000:]}")
     expect = {marked_line(src, f"# STALL:{k}"): fn
               for k, fn in (("plain", "wärte_日本_\U00020000"), ("gen", "gen"), ("coro", "coro"))}
-    t = sstrace.load_dir(out)[0]
+    t = trace_dump.load_dir(build, out)[0]
     seen = {}
     for c in t.calls:
         if c.name != "cuStreamSynchronize":
             continue
-        frames = t.python_frames(c.python_stack)
+        frames = c.python_frames
         check(frames, f"a cuStreamSynchronize on tid {c.tid} has no Python stack")
         f, fn, line = frames[0]
         check(f == script, f"innermost file {f!r}, expected {script!r}")
@@ -227,8 +225,8 @@ def bench(build, work, exe):
         p, out = run(build, os.path.join(work, name), [exe, script], extra, timeout=300)
         check(p.returncode == 0, f"bench ({name}) exited {p.returncode}: {p.stderr[-2000:]}")
         res[name] = json.loads(p.stdout.strip().splitlines()[-1])
-        t = sstrace.load_dir(out)[0]
-        with_py = sum(1 for c in t.calls if c.name == "cuStreamSynchronize" and c.python_stack)
+        t = trace_dump.load_dir(build, out)[0]
+        with_py = sum(1 for c in t.calls if c.name == "cuStreamSynchronize" and c.python_frames)
         check((with_py > 0) == (name == "python"), f"{name}: {with_py} calls with a Python stack")
     b, n, py = base["ns_per_call"], res["native"]["ns_per_call"], res["python"]["ns_per_call"]
     print(f"bench ({exe}, {base['depth']} Python frames deep, median ns per cuStreamSynchronize): "
@@ -348,7 +346,7 @@ def main():
         if a.case in ("noblock", "exit"):
             p, out = run(a.build, work, [exe, EXIT_WORKLOAD, "noblock" if a.case == "noblock" else "daemon"])
             check(p.returncode == 0, f"exited {p.returncode}: {p.stderr[-3000:]}")
-            traces = sstrace.load_dir(out)
+            traces = trace_dump.load_dir(a.build, out)
             if a.case == "exit":
                 check(traces, "no trace written")
                 n = sum(1 for t in traces for c in t.calls if c.name == "cuStreamSynchronize")
@@ -367,8 +365,8 @@ def main():
             p, out = run(a.build, work, [exe, WORKLOAD, "--markers", "--expect-library",
                                          "--steps", str(STEPS)])
             check(p.returncode == 0, f"exited {p.returncode}: {p.stderr[-3000:]}")
-            t = sstrace.load_dir(out)[0]
-            begins, ends = t.nvtx_types.count(6), t.nvtx_types.count(7)
+            t = trace_dump.load_dir(a.build, out)[0]
+            begins, ends = t.nvtx_types.count(trace_dump.NVTX_STEP_BEGIN), t.nvtx_types.count(trace_dump.NVTX_STEP_END)
             check(begins == STEPS and ends == STEPS,
                   f"{begins} step begins and {ends} step ends in the trace, expected {STEPS}")
             print(f"markers: {begins} stallscope_step_begin / {ends} stallscope_step_end recorded")
@@ -381,7 +379,7 @@ def main():
         p, out = run(a.build, work, [exe, WORKLOAD, "--lib", lib, "--block", block,
                                      "--thread", thread, "--steps", str(STEPS)])
         check(p.returncode == 0, f"exited {p.returncode}: {p.stderr[-3000:]}")
-        stall = check_trace(out, api, block, thread, STEPS)
+        stall = check_trace(a.build, out, api, block, thread, STEPS)
         check_report(report(a.build, out), api, stall, STEPS, blocked_range(work, block, STEPS))
         return 0
     except Failure as e:

@@ -2,22 +2,18 @@
 """Robustness tests: stallscope never disturbs the job, and copes with CUPTI in
 real conditions. Each case runs tests/robustness/rb_job (or rb_dlopen) on the
 simulated GPU with libstallscope.so preloaded, often also without it, and
-checks the job's output and exit code, the trace files (read with
-tests/python/sstrace.py, independently of the analyzer) and the analyzer's
+checks the job's output and exit code, the trace files (read through
+`stallscope dump --format json`, tests/trace_dump.py) and the analyzer's
 JSON report. One case per invocation: robustness.py --build DIR --case NAME."""
-import glob
 import json
 import os
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
-import sstrace  # noqa: E402
 
 KERNELS = "*=2"
 LAUNCH = ("cuLaunchKernel", "cuLaunchKernel_ptsz")
@@ -26,6 +22,7 @@ LAUNCH = ("cuLaunchKernel", "cuLaunchKernel_ptsz")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from checks import Failure, Skip, check  # noqa: E402
 from ground_truth import run_case  # noqa: E402
+import trace_dump  # noqa: E402
 
 
 class Ctx:
@@ -66,15 +63,7 @@ class Ctx:
         check(p.returncode == 0, f"dump {path} exited {p.returncode}: {p.stderr[-1000:]}")
 
     def traces(self):
-        files = sorted(glob.glob(os.path.join(self.out, "*.sstrace")))
-        out = []
-        for f in files:
-            t = sstrace.Trace(f)
-            with open(f, "rb") as fh:
-                head = fh.read(96)
-            t.ppid = struct.unpack_from("<I", head, 20)[0]
-            out.append(t)
-        return out
+        return trace_dump.load_dir(self.build, self.out)
 
 
 def launches(t, tid=None):
@@ -320,9 +309,9 @@ def case_disk_full(ctx):
         check(proc.returncode == 0, f"job exited {proc.returncode} on a full disk: {err[-2000:]}")
         check(out == bare.stdout, f"output {out!r}, without stallscope {bare.stdout!r}")
         try:
-            t = one_trace(ctx)  # sstrace.py stops at the first damaged chunk
+            t = one_trace(ctx)
         except ValueError as e:
-            raise Failure(f"the file holds a torn chunk: {e}")
+            raise Failure(f"the trace does not read: {e}")
         rep = ctx.report(ctx.out)
         check(diag(rep, "corrupt_chunks") is None, f"damaged chunks: {diag(rep, 'corrupt_chunks')}")
         check(diag(rep, "truncated_trace") is None and diag(rep, "no_end_chunk") is None,
