@@ -74,78 +74,36 @@ constexpr uint32_t kObSize = 16;  // PyVarObject.ob_size
 constexpr char kOwnedByGenerator = 1;
 constexpr char kOwnedByCStack = 3;  // 3.12+ shim frames
 
+// One row per CPython minor version (the offsets of its default x86-64
+// build; 3.13's are replaced at run time by the interpreter's own
+// _Py_DebugOffsets, see Init13).
+constexpr Layout kLayouts[] = {
+    {.minor = 9, .frame_objects = true, .ts_frame = 24, .fr_back = 24, .fr_code = 32,
+     .fr_instr = 104, .co_firstlineno = 40, .co_filename = 104, .co_name = 112, .co_linetable = 120,
+     .ascii_size = 48, .compact_size = 72, .uni_has_ready = true},
+    {.minor = 10, .frame_objects = true, .lasti_in_units = true, .ts_frame = 24, .fr_back = 24,
+     .fr_code = 32, .fr_instr = 96, .co_firstlineno = 40, .co_filename = 104, .co_name = 112,
+     .co_linetable = 120, .ascii_size = 48, .compact_size = 72, .uni_has_ready = true},
+    {.minor = 11, .ts_frame = 56, .cframe_current = 8, .fr_back = 48, .fr_code = 32, .fr_instr = 56,
+     .fr_owner = 69, .co_firstlineno = 72, .co_filename = 112, .co_name = 120, .co_linetable = 136,
+     .co_code_adaptive = 184, .co_firsttraceable = 168, .ascii_size = 48, .compact_size = 72,
+     .uni_has_ready = true},
+    {.minor = 12, .ts_frame = 56, .cframe_current = 0, .fr_back = 8, .fr_code = 0, .fr_instr = 56,
+     .fr_owner = 70, .co_firstlineno = 68, .co_filename = 112, .co_name = 120, .co_linetable = 136,
+     .co_code_adaptive = 192, .co_firsttraceable = 176, .ascii_size = 40, .compact_size = 56},
+    {.minor = 13, .ts_frame = 72, .fr_back = 8, .fr_code = 0, .fr_instr = 56, .fr_owner = 70,
+     .co_firstlineno = 68, .co_filename = 112, .co_name = 120, .co_linetable = 136,
+     .co_code_adaptive = 200, .co_firsttraceable = 184, .ascii_size = 40, .compact_size = 56},
+};
+
 bool LayoutFor(int minor, Layout* l) {
-  l->minor = minor;
-  switch (minor) {
-    case 9:
-    case 10:
-      l->frame_objects = true;
-      l->lasti_in_units = minor == 10;
-      l->ts_frame = 24;
-      l->fr_back = 24;
-      l->fr_code = 32;
-      l->fr_instr = minor == 9 ? 104 : 96;
-      l->co_firstlineno = 40;
-      l->co_filename = 104;
-      l->co_name = 112;
-      l->co_linetable = 120;
-      l->ascii_size = 48;
-      l->compact_size = 72;
-      l->uni_has_ready = true;
+  for (const Layout& row : kLayouts) {
+    if (row.minor == minor) {
+      *l = row;
       return true;
-    case 11:
-      l->ts_frame = 56;
-      l->cframe_current = 8;
-      l->fr_code = 32;
-      l->fr_back = 48;
-      l->fr_instr = 56;
-      l->fr_owner = 69;
-      l->co_firstlineno = 72;
-      l->co_filename = 112;
-      l->co_name = 120;
-      l->co_linetable = 136;
-      l->co_code_adaptive = 184;
-      l->co_firsttraceable = 168;
-      l->ascii_size = 48;
-      l->compact_size = 72;
-      l->uni_has_ready = true;
-      return true;
-    case 12:
-      l->ts_frame = 56;
-      l->cframe_current = 0;
-      l->fr_code = 0;
-      l->fr_back = 8;
-      l->fr_instr = 56;
-      l->fr_owner = 70;
-      l->co_firstlineno = 68;
-      l->co_filename = 112;
-      l->co_name = 120;
-      l->co_linetable = 136;
-      l->co_code_adaptive = 192;
-      l->co_firsttraceable = 176;
-      l->ascii_size = 40;
-      l->compact_size = 56;
-      return true;
-    case 13:
-      // Defaults from the 3.13.0 headers; Init13 replaces them with the
-      // runtime's own _Py_DebugOffsets.
-      l->ts_frame = 72;
-      l->fr_code = 0;
-      l->fr_back = 8;
-      l->fr_instr = 56;
-      l->fr_owner = 70;
-      l->co_firstlineno = 68;
-      l->co_filename = 112;
-      l->co_name = 120;
-      l->co_linetable = 136;
-      l->co_code_adaptive = 200;
-      l->co_firsttraceable = 184;
-      l->ascii_size = 40;
-      l->compact_size = 56;
-      return true;
-    default:
-      return false;
+    }
   }
+  return false;
 }
 
 template <typename T>
