@@ -1,10 +1,8 @@
 // The analysis pipeline (see analysis.h).
 #include "analyzer/analyze/analysis.h"
 
-#include <dirent.h>
-#include <sys/stat.h>
-
 #include <algorithm>
+#include <filesystem>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -189,28 +187,24 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
 }
 
 absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std::string>& args) {
+  namespace fs = std::filesystem;
   std::vector<std::string> out;
   for (const std::string& arg : args) {
-    struct stat st;
-    if (stat(arg.c_str(), &st) != 0) {
-      return absl::NotFoundError(absl::StrFormat("%s: %s", arg, strerror(errno)));
-    }
-    if (!S_ISDIR(st.st_mode)) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(arg, ec);
+    if (ec) return absl::NotFoundError(absl::StrFormat("%s: %s", arg, ec.message()));
+    if (!fs::is_directory(st)) {
       out.push_back(arg);
       continue;
     }
-    DIR* dir = opendir(arg.c_str());
-    if (dir == nullptr) {
-      return absl::NotFoundError(absl::StrFormat("%s: %s", arg, strerror(errno)));
-    }
     std::vector<std::string> found;
-    while (dirent* e = readdir(dir)) {
-      std::string name = e->d_name;
+    for (fs::directory_iterator it(arg, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
       if (std::string_view(name).ends_with(trace::kFileSuffix)) {
         found.push_back(std::string_view(arg).ends_with("/") ? arg + name : arg + "/" + name);
       }
     }
-    closedir(dir);
+    if (ec) return absl::NotFoundError(absl::StrFormat("%s: %s", arg, ec.message()));
     if (found.empty()) {
       return absl::NotFoundError(absl::StrFormat("%s: no %s files in this folder", arg,
                                                  trace::kFileSuffix));

@@ -7,9 +7,6 @@
 // the failure; it prints the seed and mutant to replay.
 //
 //   trace_fuzz_driver [--mutations N] [--seed S] FILE_OR_DIR...
-#include <dirent.h>
-#include <sys/stat.h>
-
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -21,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "analyzer/analyze/analysis.h"
 #include "common/trace_format.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -29,21 +27,10 @@ namespace {
 
 namespace tf = stallscope::trace;
 
+// A file, or a folder's *.sstrace files (the analyzer's own expansion).
 std::vector<std::string> Expand(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) return {};
-  if (!S_ISDIR(st.st_mode)) return {path};
-  std::vector<std::string> out;
-  if (DIR* d = opendir(path.c_str())) {
-    while (dirent* e = readdir(d)) {
-      std::string name = e->d_name;
-      if (name.size() > 8 && name.compare(name.size() - 8, 8, ".sstrace") == 0) {
-        out.push_back(path + "/" + name);
-      }
-    }
-    closedir(d);
-  }
-  return out;
+  auto paths = stallscope::analyzer::ExpandTracePaths({path});
+  return paths.ok() ? *paths : std::vector<std::string>{};
 }
 
 std::vector<size_t> ChunkOffsets(const std::string& b) {
