@@ -80,7 +80,7 @@ constexpr Subcommand kSubcommands[] = {
      "                     sqlite: a SQLite database of the report and the analyzed\n"
      "                     process's calls, device ops and idle gaps (stallscope.sqlite/1;\n"
      "                     needs -o)\n"
-     "  -o OUT             write to OUT (a new file, never overwritten, mode 0640)\n"
+     "  -o, --output OUT   write to OUT (a new file, never overwritten, mode 0640)\n"
      "  --step-pattern RE  NVTX range names that mark steps\n"
      "                     (default: (?i)step|iter|ProfilerStep; a leading (?i) ignores case)\n"
      "  --user-code GLOB   frames whose file (or native module) matches are user code, for a\n"
@@ -100,11 +100,13 @@ constexpr Subcommand kSubcommands[] = {
      "input as OTHER) and print per-step and per-cause deltas, hotspots that appeared or "
      "vanished, a verdict, and q2.",
      "  --format F         text (default) or json (schema stallscope.compare/1)\n"
-     "  -o OUT             write to OUT (a new file, never overwritten, mode 0640)\n"
+     "  -o, --output OUT   write to OUT (a new file, never overwritten, mode 0640)\n"
      "  --step-pattern RE  NVTX range names that mark steps (as for report)\n"
      "  --user-code GLOB, --not-user-code GLOB\n"
      "                     which frames are user code (as for report)\n"
-     "  -q, --quiet        no progress on stderr (errors only)\n",
+     "  --color WHEN       accepted as for report (the comparison has no colours yet)\n"
+     "  -q, --quiet        no progress on stderr (errors only)\n"
+     "  -j, --jobs N       threads reading and analyzing each run's traces (as for report)\n",
      CompareCmd},
     {"audit",
      "stallscope audit DIR|FILE... --budget FILE [--baseline DIR] [--junit OUT.xml] "
@@ -137,17 +139,17 @@ constexpr Subcommand kSubcommands[] = {
      "  report --last LAST SUMMARY...\n"
      "                          reduce 2: the report over every rank (re-reads the shown\n"
      "                          rank's trace, named in its summary)\n"
-     "  -o OUT                  write to OUT (a new file, never overwritten, mode 0640)\n"
+     "  -o, --output OUT        write to OUT (a new file, never overwritten, mode 0640)\n"
      "  --step-pattern RE       as for report (give the same to `rank` and `report`)\n",
      FleetCmd},
     {"dump", "stallscope dump FILE [--format text|json] [-o OUT]",
      "Print one trace as it was read, before any analysis: its rank (when set), calls, device "
      "ops, NCCL call arguments and NVTX ranges in time order, one per line (for debugging the "
      "recorder and the analyzer), or all of it as JSON for tools and tests.",
-     "  --format F  text (default) or json (schema stallscope.dump/1: the process, threads,\n"
-     "              calls with their Python frames, device ops, NCCL calls, NVTX events and\n"
-     "              ranges, diagnostics)\n"
-     "  -o OUT      write to OUT (a new file, never overwritten, mode 0640)\n",
+     "  --format F        text (default) or json (schema stallscope.dump/1: the process,\n"
+     "                    threads, calls with their Python frames, device ops, NCCL calls,\n"
+     "                    NVTX events and ranges, diagnostics)\n"
+     "  -o, --output OUT  write to OUT (a new file, never overwritten, mode 0640)\n",
      DumpCmd},
     {"help", "stallscope help [COMMAND]", "Show help for stallscope or one of its commands.", "",
      HelpCmd},
@@ -201,6 +203,19 @@ bool TakeValue(const std::vector<std::string>& args, size_t* i, std::string_view
 
 bool Matches(std::string_view arg, std::string_view name) {
   return arg == name || (std::string_view(arg).starts_with(name) && arg.size() > name.size() && arg[name.size()] == '=');
+}
+
+// Every subcommand that writes a result takes it the same way: -o OUT,
+// --output OUT or --output=OUT.
+bool IsOutput(std::string_view arg) { return arg == "-o" || Matches(arg, "--output"); }
+// Reads the value of -o/--output; false when it is missing.
+bool TakeOutput(const std::vector<std::string>& args, size_t* i, std::string* out) {
+  if (args[*i] == "-o") {
+    if (*i + 1 >= args.size()) return false;
+    *out = args[++*i];
+    return true;
+  }
+  return TakeValue(args, i, "--output", out);
 }
 
 int RunCmd(const std::vector<std::string>& args) {
@@ -287,13 +302,8 @@ std::optional<int> ParseReportArgs(const Subcommand& self, const std::vector<std
       return kExitOk;
     } else if (Matches(a, "--format")) {
       if (!TakeValue(args, &i, "--format", &r->format)) return Usage(self, "--format needs a value");
-    } else if (a == "-o" || Matches(a, "--output")) {
-      if (a == "-o") {
-        if (i + 1 >= args.size()) return Usage(self, "-o needs a file");
-        r->out = args[++i];
-      } else if (!TakeValue(args, &i, "--output", &r->out)) {
-        return Usage(self, "--output needs a file");
-      }
+    } else if (IsOutput(a)) {
+      if (!TakeOutput(args, &i, &r->out)) return Usage(self, absl::StrCat(a, " needs a file"));
     } else if (Matches(a, "--step-pattern")) {
       if (!TakeValue(args, &i, "--step-pattern", &r->pattern)) {
         return Usage(self, "--step-pattern needs a regular expression");
@@ -583,8 +593,8 @@ int FleetCmd(const std::vector<std::string>& args) {
     if (IsHelp(a)) {
       fputs(CommandHelp(self).c_str(), stdout);
       return kExitOk;
-    } else if (a == "-o" && i + 1 < args.size()) {
-      out = args[++i];
+    } else if (IsOutput(a)) {
+      if (!TakeOutput(args, &i, &out)) return Usage(self, absl::StrCat(a, " needs a file"));
     } else if (Matches(a, "--last")) {
       if (!TakeValue(args, &i, "--last", &last_path)) return Usage(self, "--last needs a file");
     } else if (Matches(a, "--format")) {
@@ -692,13 +702,8 @@ int DumpCmd(const std::vector<std::string>& args) {
       return kExitOk;
     } else if (Matches(a, "--format")) {
       if (!TakeValue(args, &i, "--format", &format)) return Usage(self, "--format needs a value");
-    } else if (a == "-o" || Matches(a, "--output")) {
-      if (a == "-o") {
-        if (i + 1 >= args.size()) return Usage(self, "-o needs a file");
-        out = args[++i];
-      } else if (!TakeValue(args, &i, "--output", &out)) {
-        return Usage(self, "--output needs a file");
-      }
+    } else if (IsOutput(a)) {
+      if (!TakeOutput(args, &i, &out)) return Usage(self, absl::StrCat(a, " needs a file"));
     } else if (a.size() > 1 && a[0] == '-') {
       return Usage(self, absl::StrFormat("unknown option %s", a));
     } else if (!path.empty()) {

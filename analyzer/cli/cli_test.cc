@@ -465,6 +465,29 @@ TEST_CASE("dump as JSON holds every call with its Python frames", "[cli]") {
   CHECK(box.Run("dump '" + trace + "' '" + trace + "'").code == 1);
 }
 
+// Guards one convention for output files: -o OUT, --output OUT and
+// --output=OUT on every subcommand that writes a result, and help that
+// names every option a subcommand accepts.
+TEST_CASE("every subcommand takes -o and --output alike", "[cli]") {
+  Sandbox box;
+  const std::string trace = WriteSampleTrace(box.root() + "/sample.sstrace");
+  CHECK(box.Run("report '" + trace + "' --format json --output r1.json").code == 0);
+  CHECK(box.Run("report '" + trace + "' --format json --output=r2.json").code == 0);
+  CHECK(box.Run("dump '" + trace + "' --output d.txt").code == 0);
+  CHECK(box.Run("compare '" + trace + "' '" + trace + "' --output c.txt").code == 0);
+  CHECK(box.Run("fleet arrivals '" + trace + "' --output a.json").code == 0);
+  CHECK(box.Run("fleet arrivals '" + trace + "' -o a2.json").code == 0);
+  CHECK(Slurp(box.cwd() + "/a.json") == Slurp(box.cwd() + "/a2.json"));
+  CHECK(Slurp(box.cwd() + "/r1.json") == Slurp(box.cwd() + "/r2.json"));
+  CHECK(box.Run("report '" + trace + "' -o").code == 1);
+  CHECK(box.Run("fleet arrivals '" + trace + "' --output").code == 1);
+  const std::string compare_help = box.Run("compare --help").out;
+  for (const char* opt : {"-o, --output", "--color", "-q, --quiet", "-j, --jobs"}) {
+    CAPTURE(opt);
+    CHECK(compare_help.find(opt) != std::string::npos);
+  }
+}
+
 // Guards help generated from the subcommand table, and usage errors.
 TEST_CASE("help and usage", "[cli]") {
   Sandbox box;
