@@ -24,20 +24,15 @@
 #include <cstring>
 #include <string>
 
+#include "example_args.h"
+
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWeights = 4096;  // a small "layer": weights reused across the batch
 
-struct Options {
-  int steps = 20;
-  long input_us = 0;
-  bool readback = false;
-  bool sync_log = false;
-  int tiny = 0;
-  bool nvtx = true;
+struct Options : example::LoopOptions {
   bool two_streams = false;
-  size_t batch_bytes = 1 << 20;
 };
 
 void Check(cudaError_t e, const char* what) {
@@ -130,27 +125,11 @@ __attribute__((noinline)) void LogProgress(int step, cudaStream_t stream) {
 
 Options Parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "cuda_train_loop: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--steps") o.steps = std::atoi(value());
-    else if (a == "--input-us") o.input_us = std::atol(value());
-    else if (a == "--readback") o.readback = true;
-    else if (a == "--sync-log") o.sync_log = true;
-    else if (a == "--tiny") o.tiny = std::atoi(value());
-    else if (a == "--no-nvtx") o.nvtx = false;
-    else if (a == "--two-streams") o.two_streams = true;
-    else if (a == "--batch-bytes") o.batch_bytes = size_t(std::atol(value()));
-    else {
-      std::fprintf(stderr, "cuda_train_loop: unknown option %s\n", a.c_str());
-      std::exit(2);
-    }
+  example::Args a("cuda_train_loop", argc, argv);
+  while (a.Next()) {
+    if (example::TakeLoopOption(a, &o)) continue;
+    if (a.Is("--two-streams")) o.two_streams = true;
+    else a.Unknown();
   }
   if (o.batch_bytes < size_t(kWeights)) o.batch_bytes = kWeights;
   return o;

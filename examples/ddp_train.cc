@@ -26,6 +26,7 @@
 #include <cstring>
 #include <string>
 
+#include "example_args.h"
 #include "nccl_abi.h"
 
 extern "C" {
@@ -127,27 +128,17 @@ ncclUniqueId ShareUniqueId(const std::string& path, int rank) {
 Options Parse(int argc, char** argv) {
   Options o;
   if (const char* f = std::getenv("DDP_ID_FILE")) o.id_file = f;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "ddp_train: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--steps") o.steps = std::atoi(value());
-    else if (a == "--grad-bytes") o.grad_bytes = size_t(std::atol(value()));
-    else if (a == "--buckets") o.buckets = std::atoi(value());
-    else if (a == "--slow-rank") o.slow_rank = std::atoi(value());
-    else if (a == "--slow-us") o.slow_us = std::atol(value());
-    else if (a == "--slow-kernels") o.slow_kernels = std::atoi(value());
-    else if (a == "--no-nvtx") o.nvtx = false;
-    else if (a == "--id-file") o.id_file = value();
-    else {
-      std::fprintf(stderr, "ddp_train: unknown option %s\n", a.c_str());
-      std::exit(2);
-    }
+  example::Args a("ddp_train", argc, argv);
+  while (a.Next()) {
+    if (a.Is("--steps")) o.steps = a.Int();
+    else if (a.Is("--grad-bytes")) o.grad_bytes = size_t(a.Long());
+    else if (a.Is("--buckets")) o.buckets = a.Int();
+    else if (a.Is("--slow-rank")) o.slow_rank = a.Int();
+    else if (a.Is("--slow-us")) o.slow_us = a.Long();
+    else if (a.Is("--slow-kernels")) o.slow_kernels = a.Int();
+    else if (a.Is("--no-nvtx")) o.nvtx = false;
+    else if (a.Is("--id-file")) o.id_file = a.Value();
+    else a.Unknown();
   }
   if (o.buckets < 1) o.buckets = 1;
   return o;

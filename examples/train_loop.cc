@@ -22,6 +22,8 @@
 #include <cstring>
 #include <string>
 
+#include "example_args.h"
+
 namespace {
 
 const char kPtx[] = R"(
@@ -37,16 +39,9 @@ const char kPtx[] = R"(
 .visible .entry tiny_elementwise() { ret; }
 )";
 
-struct Options {
-  int steps = 20;
-  long input_us = 0;
-  bool readback = false;
-  bool sync_log = false;
-  int tiny = 0;
+struct Options : example::LoopOptions {
   long dispatch_us = 0;
   long cpu_us = 0;
-  bool nvtx = true;
-  size_t batch_bytes = 1 << 20;
 };
 
 void Check(CUresult r, const char* what) {
@@ -125,28 +120,12 @@ void Launch(CUfunction f, CUstream s) {
 
 Options Parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "train_loop: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--steps") o.steps = std::atoi(value());
-    else if (a == "--input-us") o.input_us = std::atol(value());
-    else if (a == "--readback") o.readback = true;
-    else if (a == "--sync-log") o.sync_log = true;
-    else if (a == "--tiny") o.tiny = std::atoi(value());
-    else if (a == "--dispatch-us") o.dispatch_us = std::atol(value());
-    else if (a == "--cpu-us") o.cpu_us = std::atol(value());
-    else if (a == "--no-nvtx") o.nvtx = false;
-    else if (a == "--batch-bytes") o.batch_bytes = size_t(std::atol(value()));
-    else {
-      std::fprintf(stderr, "train_loop: unknown option %s\n", a.c_str());
-      std::exit(2);
-    }
+  example::Args a("train_loop", argc, argv);
+  while (a.Next()) {
+    if (example::TakeLoopOption(a, &o)) continue;
+    if (a.Is("--dispatch-us")) o.dispatch_us = a.Long();
+    else if (a.Is("--cpu-us")) o.cpu_us = a.Long();
+    else a.Unknown();
   }
   return o;
 }
