@@ -112,13 +112,11 @@ trace::RankRecord ReadRankInfo() {
   return r;
 }
 
-
 int OpenTraceFile(const trace::RankRecord& rank, uint32_t pid) {
   const char* dir = getenv("STALLSCOPE_OUT");
   if (!dir || !*dir) dir = ".";
   mkdir(dir, 0750);
-  char host[64] = {0};
-  gethostname(host, sizeof host - 1);
+  const char* host = rank.host;  // ReadRankInfo's gethostname
   std::string prefix;
   if (rank.rank >= 0) {
     char buf[48];

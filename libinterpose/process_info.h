@@ -21,7 +21,8 @@ int EnvInt(const char* name);
 // Intel MPI), Slurm. -1 for what that launcher does not say.
 trace::RankRecord ReadRankInfo();
 
-// Creates the process's trace file in $STALLSCOPE_OUT (default "."):
+// Creates the process's trace file in $STALLSCOPE_OUT (default "."), named
+// after `rank` (from ReadRankInfo, whose host it takes):
 // <dir>/<host>-<pid>.sstrace, or with a rank
 // <dir>/rank<R>[.<local rank>]-<host>-<pid>.sstrace (rank zero-padded to 5
 // digits so that names sort by rank); "-N" is added if the name exists.

@@ -330,8 +330,8 @@ TEST_CASE("trace files are named by rank, host and pid, never over another", "[r
   tf::RankRecord rank{};
   rank.rank = 7;
   rank.local_rank = 1;
-  char host[64] = {0};
-  gethostname(host, sizeof host - 1);
+  gethostname(rank.host, sizeof rank.host - 1);
+  const std::string host = rank.host;
   const std::string base = dir + "/rank00007.1-" + host + "-4242";
   int a = rec::OpenTraceFile(rank, 4242);
   int b = rec::OpenTraceFile(rank, 4242);

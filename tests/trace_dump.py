@@ -15,14 +15,12 @@ NVTX_STEP_BEGIN, NVTX_STEP_END = 6, 7  # trace::NvtxType
 
 
 class Call:
-    __slots__ = ("tid", "name", "enter", "exit", "flags", "result", "python_frames")
+    __slots__ = ("tid", "name", "flags", "python_frames")
 
     def __init__(self, c):
         self.tid = c["tid"]
         self.name = c["api"]
-        self.enter, self.exit = c["enter_ns"], c["exit_ns"]
         self.flags = c["flags"]
-        self.result = c["result"]
         # [(file, function, line)] innermost first; [] without Python frames.
         self.python_frames = [tuple(f) for f in c.get("python_frames", [])]
 
@@ -39,7 +37,6 @@ class Trace:
         self.pid, self.ppid = d["pid"], d["ppid"]
         self.calls = [Call(c) for c in d["calls"]]
         self.nvtx_types = [e["type"] for e in d["nvtx"]]
-        self.diagnostics = {x["name"]: x for x in d["diagnostics"]}
 
 
 def load_dir(build, folder):

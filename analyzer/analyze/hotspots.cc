@@ -174,15 +174,7 @@ void ResolveStack(const Timeline& t, uint32_t native_id, uint32_t python_id,
     }
   }
   for (uint32_t i = 0; i < ref.python_depth; ++i) {
-    const uint64_t id = t.stack_words[ref.python_offset + 2 * i];
-    const uint64_t line = t.stack_words[ref.python_offset + 2 * i + 1];
-    std::string_view s = t.String(static_cast<uint32_t>(id));
-    Frame f;
-    size_t tab = s.find('\t');
-    f.file = std::string(s.substr(0, tab));
-    f.function = tab == std::string_view::npos ? "<python>" : std::string(s.substr(tab + 1));
-    f.line = static_cast<int>(line);
-    f.module = "python";
+    Frame f = t.PythonFrame(ref.python_offset + 2 * size_t{i});
     if (i == 0) {
       fallback = f;
       have_fallback = true;

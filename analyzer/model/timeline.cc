@@ -21,6 +21,17 @@ std::string_view Timeline::String(uint32_t id) const {
   return it == strings.end() ? std::string_view() : std::string_view(it->second);
 }
 
+Frame Timeline::PythonFrame(size_t word) const {
+  const std::string_view s = String(static_cast<uint32_t>(stack_words[word]));
+  const size_t tab = s.find('\t');
+  Frame f;
+  f.file = std::string(s.substr(0, tab));
+  f.function = tab == std::string_view::npos ? "<python>" : std::string(s.substr(tab + 1));
+  f.line = static_cast<int>(stack_words[word + 1]);
+  f.module = "python";
+  return f;
+}
+
 const ApiInfo& Timeline::UnknownApi() {
   static const ApiInfo* const kUnknown = new ApiInfo{"<unknown api>", {}, 0};
   return *kUnknown;

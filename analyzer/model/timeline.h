@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "analyzer/model/diagnostics.h"
+#include "analyzer/model/report.h"
 #include "trace_format.h"
 
 namespace stallscope::analyzer {
@@ -307,6 +308,9 @@ struct Timeline {
 
   // "" when unknown.
   std::string_view String(uint32_t id) const;
+  // The Python frame whose (string id, line) pair starts at stack_words[word]:
+  // the string is "file\tfunction" ("<python>" when it has no function).
+  Frame PythonFrame(size_t word) const;
   const ApiInfo& Api(uint16_t id) const {
     return id < apis.size() && !apis[id].name.empty() ? apis[id] : UnknownApi();
   }

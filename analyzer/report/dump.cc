@@ -97,13 +97,8 @@ Json PythonFrames(const Timeline& t, uint32_t id) {
   if (it == t.stacks.end()) return frames;
   const StackRef& s = it->second;
   for (uint32_t k = 0; k < s.python_depth; ++k) {
-    const size_t at = size_t{s.python_offset} + 2 * size_t{k};
-    if (at + 1 >= t.stack_words.size()) break;
-    const std::string_view name = t.String(static_cast<uint32_t>(t.stack_words[at]));
-    const size_t tab = name.find('\t');
-    frames.push_back(Json::array({std::string(name.substr(0, tab)),
-                                  tab == std::string_view::npos ? "" : std::string(name.substr(tab + 1)),
-                                  t.stack_words[at + 1]}));
+    const Frame f = t.PythonFrame(size_t{s.python_offset} + 2 * size_t{k});
+    frames.push_back(Json::array({f.file, f.function, f.line}));
   }
   return frames;
 }
