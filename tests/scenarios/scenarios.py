@@ -43,7 +43,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ground_truth import (PREEMPT_SLACK_NS, device_gaps, idle_mismatches,  # noqa: E402
                           injected_after_syncs, note_no_injected_idle, preempted_before,
-                          preemption_mismatch, until_submit)
+                          preemption_mismatch, union_busy, until_submit)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "scenario.cc")
@@ -51,6 +51,8 @@ SKIP = 77
 STEPS = 12
 KERNELS = ("batch_load=60,gemm_fwd=800,gemm_bwd=1000,loss_reduce=30,tiny_op=5,light_*=12,"
            "resume_*=600,producer_long=3000,consume_*=200,*=20")
+# analyzer/analyze/questions.h kQ6MinLaunchShare
+kQ6_MIN_LAUNCH_SHARE = 0.1
 SLACK_NS = 20_000  # per step, on the 90% rule (timer and wake-up granularity)
 
 # (scenario, mode) -> (an analyzer limitation that makes the case fail today,
@@ -355,7 +357,7 @@ def truth_jitter_costs(report):
     return wall > 0 and above >= 0.05 * wall and srt[-1] >= 1_000_000
 
 
-def check_extra(name, report):
+def check_extra(name, report, ops):
     q = questions(report)
     if name == "jitter":
         ev = q["q4"]["evidence"]
@@ -370,14 +372,27 @@ def check_extra(name, report):
         # time) on 90% of the injected idle the ground truth leaves after the
         # host thread's waits for a CPU.
         wall = report["totals"]["wall_ns"]
-        if 0.9 * report.get("_truth_launch_idle", 0) >= 0.1 * wall:
+        if 0.9 * report.get("_truth_launch_idle", 0) >= kQ6_MIN_LAUNCH_SHARE * wall:
             check(q["q6"]["answer"] == "yes", f"q6 {q['q6']}")
         else:
             print("note: in the ground truth the host thread's waits for a CPU left too little launch "
                   "idle for q6's rule: q6 not required")
     if name == "clean":
+        # Nothing is injected, but a slow or loaded host launches the short
+        # kernels late: the idle the ground truth has inside the steps is what
+        # q6's rules (launch_overhead >= 10% of wall time, or idle >= 20%)
+        # could find. Below 10% of wall time q6 must say no.
+        wall = report["totals"]["wall_ns"]
+        idle = sum((st["end_ns"] - st["start_ns"]) - union_busy(ops, st["start_ns"], st["end_ns"])
+                   for st in report["steps"])
+        launch_ok = ("no",)
+        if idle >= kQ6_MIN_LAUNCH_SHARE * wall:
+            launch_ok = ("no", "yes")
+            print(f"note: the ground truth has {idle / 1e6:.2f} ms of GPU idle inside the steps "
+                  f"({100 * idle / max(wall, 1):.1f}% of wall time) with nothing injected: the host "
+                  "launched the kernels late, so q6 may answer yes")
         for qid, qq in q.items():
-            ok = ("no", "unknown") if qid in ("q2", "q5") else ("no",)
+            ok = ("no", "unknown") if qid in ("q2", "q5") else launch_ok if qid == "q6" else ("no",)
             check(qq["answer"] in ok, f"clean run: {qid} answers {qq['answer']}: {qq.get('evidence')}")
 
 
@@ -398,7 +413,7 @@ def run_case(build, name, mode, work, limitation_re):
         injected[0] = check_causes(report, ops, syncs, spec)
 
     groups = [lambda: check_steps(report, ops, spec, mode), lambda: check_idle(report, ops), causes,
-              lambda: check_hotspot(report, spec, mode, injected[0]), lambda: check_extra(name, report)]
+              lambda: check_hotspot(report, spec, mode, injected[0]), lambda: check_extra(name, report, ops)]
     real, known = [], []
     for g in groups:
         try:
