@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "diagnostic_table.h"
+
 namespace stallscope::trace {
 
 inline constexpr char kMagic[8] = {'S', 'T', 'L', 'S', 'C', 'O', 'P', 'E'};
@@ -326,45 +328,8 @@ struct RankRecord {
 };
 static_assert(sizeof(RankRecord) == 88);
 
-// The recorder's counted problems, the one table of them on the wire:
-// X(id, wire id, the analyzer diagnostic it becomes (analyzer/model/diagnostics.h),
-// what it counts). It generates DiagnosticId, the recorder's counter slots
-// and the reader's mapping; a wire id is never reused.
-#define STALLSCOPE_WIRE_DIAGNOSTICS(X)                                              \
-  X(kDroppedRecords, 1, kDroppedRecords, "records dropped: the memory budget was full") \
-  X(kCuptiUnavailable, 2, kCuptiUnavailable, "no device times: host-only inference")   \
-  X(kCuptiDropped, 3, kCuptiDropped, "activity records CUPTI reported dropped")       \
-  X(kCuptiNoTimestampCallback, 4, kCuptiOwnClock, "device times on CUPTI's own clock") \
-  X(kInternalErrors, 5, kInternalErrors, "errors inside stallscope (never the job's)") \
-  X(kStacksDropped, 6, kStacksDropped, "call-site stacks that could not be captured")  \
-  X(kCuptiRecordsStopped, 7, kCuptiRecordsStopped,                                      \
-    "submissions whose CUPTI records never arrived (another client took the activity "  \
-    "buffers or disabled kinds)")                                                       \
-  X(kWriteFailedRecords, 8, kTraceWriteFailed,                                          \
-    "records of chunks that could not be written (a full disk); `reserved`: the last "  \
-    "errno")                                                                            \
-  X(kWriteFailedCalls, 9, kTraceWriteFailed, "of them, API call records")               \
-  X(kNoDeviceRecordsAtExit, 10, kNoDeviceRecordsAtExit,                                 \
-    "submissions CUPTI acknowledged whose device records had not come at exit (work "   \
-    "still queued, or a kind disabled by another client)")                              \
-  X(kDroppedCalls, 11, kDroppedCalls, "of kDroppedRecords, API call records")           \
-  X(kPythonSitesLost, 12, kPythonSitesLost,                                             \
-    "blocking calls of threads with Python frames whose frames could not be read "      \
-    "(their stack: one frame in kLostSiteFile)")
-
-enum class DiagnosticId : uint32_t {
-#define STALLSCOPE_WIRE_DIAG_ENUM(id, wire, analyzer, what) id = wire,
-  STALLSCOPE_WIRE_DIAGNOSTICS(STALLSCOPE_WIRE_DIAG_ENUM)
-#undef STALLSCOPE_WIRE_DIAG_ENUM
-};
-// One past the largest wire id: the recorder's counter slots.
-inline constexpr uint32_t kDiagnosticSlots = [] {
-  uint32_t most = 0;
-#define STALLSCOPE_WIRE_DIAG_MAX(id, wire, analyzer, what) most = most > (wire) ? most : (wire);
-  STALLSCOPE_WIRE_DIAGNOSTICS(STALLSCOPE_WIRE_DIAG_MAX)
-#undef STALLSCOPE_WIRE_DIAG_MAX
-  return most + 1;
-}();
+// The recorder's counted problems (DiagnosticId, kDiagnosticSlots) are rows of
+// the one diagnostics table, common/diagnostic_table.h.
 
 // The file of the one Python frame a call gets when its thread's frames could
 // not be read (kPythonSitesLost): "<site lost>\t<why>", line 0.

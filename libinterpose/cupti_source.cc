@@ -286,7 +286,7 @@ bool Start() {
   if (!enable || !reg || !g_flush || !g_next || !g_push || !g_pop) return false;
   // The timestamp callback must be registered before any kind is enabled.
   if (!ts || ts(Timestamp) != CUPTI_SUCCESS)
-    recorder::CountDiagnostic(trace::DiagnosticId::kCuptiNoTimestampCallback);
+    recorder::CountDiagnostic(trace::DiagnosticId::kCuptiOwnClock);
   if (reg(BufferRequested, BufferCompleted) != CUPTI_SUCCESS) return false;
   // All or nothing: a refused kind (another subscriber, an unsupported
   // device) means host-only, with the kinds already enabled turned off again.

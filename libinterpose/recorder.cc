@@ -205,8 +205,8 @@ bool EnsurePreamble() {
 bool WriteChunk(ChunkType type, uint32_t tid, uint32_t count, const void* payload, size_t bytes) {
   if (g_fd < 0) return false;
   auto lost = [&](int err) {
-    g_diag[int(trace::DiagnosticId::kWriteFailedRecords)] += count;
-    if (type == ChunkType::kApi) g_diag[int(trace::DiagnosticId::kWriteFailedCalls)] += count;
+    g_diag[int(trace::DiagnosticId::kTraceWriteFailed)] += count;
+    if (type == ChunkType::kApi) g_diag[int(trace::DiagnosticId::kTraceWriteFailedCalls)] += count;
     CutBack(err);
     return false;
   };
@@ -387,7 +387,7 @@ bool Drain(bool final, bool after_cupti_flush = false) {
   for (uint32_t i = 1; i < trace::kDiagnosticSlots; ++i) {
     counts[i] = g_diag[i].load();
     if (counts[i] > g_diag_written[i]) {
-      const uint32_t detail = i == uint32_t(trace::DiagnosticId::kWriteFailedRecords)
+      const uint32_t detail = i == uint32_t(trace::DiagnosticId::kTraceWriteFailed)
                                   ? uint32_t(g_write_errno.load())
                                   : 0;
       diags.push_back({i, detail, counts[i] - g_diag_written[i]});

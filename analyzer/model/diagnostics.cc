@@ -11,7 +11,7 @@ struct DiagInfo {
 };
 
 constexpr DiagInfo kDiagInfo[] = {
-#define STALLSCOPE_DIAG_INFO(id, name, sev, desc) {name, Severity::sev, desc},
+#define STALLSCOPE_DIAG_INFO(id, wire, source, name, sev, desc) {name, Severity::sev, desc},
     STALLSCOPE_DIAGNOSTICS(STALLSCOPE_DIAG_INFO)
 #undef STALLSCOPE_DIAG_INFO
 };

@@ -147,21 +147,21 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
         trace::DiagnosticRecord r;
         std::memcpy(&r, p + i * sizeof(r), sizeof(r));
         DiagId id;
-        if (r.id == uint32_t(trace::DiagnosticId::kWriteFailedRecords)) {
+        if (r.id == uint32_t(trace::DiagnosticId::kTraceWriteFailed)) {
           t->write_failed_records += r.count;
           if (r.reserved != 0) t->write_failed_errno = static_cast<int>(r.reserved);
           continue;
         }
-        if (r.id == uint32_t(trace::DiagnosticId::kWriteFailedCalls)) {
+        if (r.id == uint32_t(trace::DiagnosticId::kTraceWriteFailedCalls)) {
           t->write_failed_calls += r.count;
           continue;
         }
         switch (static_cast<trace::DiagnosticId>(r.id)) {
-#define STALLSCOPE_WIRE_DIAG_CASE(wire_id, wire, analyzer, what) \
-  case trace::DiagnosticId::wire_id:                             \
-    id = DiagId::analyzer;                                       \
+#define STALLSCOPE_WIRE_DIAG_CASE(diag, wire, source, name, sev, desc) \
+  case trace::DiagnosticId::diag:                                     \
+    id = DiagId::diag;                                                \
     break;
-          STALLSCOPE_WIRE_DIAGNOSTICS(STALLSCOPE_WIRE_DIAG_CASE)
+          STALLSCOPE_RECORDER_DIAGNOSTICS(STALLSCOPE_WIRE_DIAG_CASE)
 #undef STALLSCOPE_WIRE_DIAG_CASE
           default: id = DiagId::kUnknownRecorderDiagnostic; break;
         }
