@@ -354,7 +354,9 @@ TEST_CASE("report --user-code and --not-user-code", "[cli]") {
   const std::string trace = WriteSampleTrace(box.root() + "/sample.sstrace");
   Result missing = box.Run("report '" + trace + "' --user-code");
   CHECK(missing.code == 1);
-  CHECK(missing.err.find("--user-code needs a glob") != std::string::npos);
+  CHECK(missing.err.rfind("stallscope report: --user-code", 0) == 0);
+  CHECK(Lines(missing.err) == 2);  // the error, then the usage
+  CHECK(box.Run("report '" + trace + "' --user-code ''").code == 1);
   Result ok = box.Run("report '" + trace + "' --user-code '*/mylib/*' --not-user-code '*/wrap.py' "
                       "--not-user-code=x --format json");
   CHECK(ok.code == 0);
@@ -481,11 +483,82 @@ TEST_CASE("every subcommand takes -o and --output alike", "[cli]") {
   CHECK(Slurp(box.cwd() + "/r1.json") == Slurp(box.cwd() + "/r2.json"));
   CHECK(box.Run("report '" + trace + "' -o").code == 1);
   CHECK(box.Run("fleet arrivals '" + trace + "' --output").code == 1);
-  const std::string compare_help = box.Run("compare --help").out;
-  for (const char* opt : {"-o, --output", "--color", "-q, --quiet", "-j, --jobs"}) {
-    CAPTURE(opt);
-    CHECK(compare_help.find(opt) != std::string::npos);
+  // The conventions, declared once (AddConventions), in every subcommand's
+  // help; and every one of them parses on every subcommand.
+  for (const char* cmd : {"run", "report", "compare", "audit", "fleet", "dump"}) {
+    const std::string help = box.Run(std::string("help ") + cmd).out;
+    for (const char* opt : {"--format F", "-o, --output OUT", "--color WHEN", "-q, --quiet",
+                            "-j, --jobs N"}) {
+      CAPTURE(cmd, opt);
+      CHECK(help.find(opt) != std::string::npos);
+    }
   }
+  CHECK(box.Run("dump '" + trace + "' -q --color never -j 2 -o d2.txt").code == 0);
+  CHECK(Slurp(box.cwd() + "/d2.txt") == Slurp(box.cwd() + "/d.txt"));
+  CHECK(box.Run("compare '" + trace + "' '" + trace + "' -q --color=never --jobs=1 -o c2.txt").code == 0);
+  CHECK(Slurp(box.cwd() + "/c2.txt") == Slurp(box.cwd() + "/c.txt"));
+  CHECK(box.Run("report '" + trace + "' -j 4097").code == 1);
+}
+
+// Guards `audit --format json` and -o: the same checks as the text, as data.
+TEST_CASE("audit writes JSON with the conventions", "[cli]") {
+  Sandbox box;
+  const std::string trace = WriteSampleTrace(box.root() + "/sample.sstrace");
+  std::ofstream(box.cwd() + "/budget.toml") << "max_syncs_per_step = 0\nmax_gpu_idle_share = 1.0\n";
+  Result text = box.Run("audit '" + trace + "' --budget budget.toml");
+  CHECK(text.code == 3);
+  Result json = box.Run("audit '" + trace + "' --budget budget.toml --format json -o audit.json");
+  CHECK(json.code == 3);
+  CHECK(json.out.empty());
+  CHECK(json.err == text.err);  // each violation on stderr, whatever the format
+  const auto j = nlohmann::json::parse(Slurp(box.cwd() + "/audit.json"));
+  CHECK(j["schema"] == "stallscope.audit/1");
+  CHECK(j["within_budget"] == false);
+  REQUIRE(j["checks"].size() == 2);
+  CHECK(j["checks"][0]["name"] == "max_syncs_per_step");
+  CHECK(j["checks"][0]["ok"] == false);
+  CHECK(j["checks"][1]["ok"] == true);
+  CHECK(j["violations"] == 1);
+  CHECK(j["metrics"]["steps"].get<int64_t>() >= 1);
+  CHECK(text.out.find("FAIL  max_syncs_per_step") != std::string::npos);
+  CHECK(box.Run("audit '" + trace + "' --budget budget.toml --format xml").code == 1);
+  CHECK(box.Run("audit '" + trace + "'").code == 1);  // --budget is required
+}
+
+// Guards `run --format/-o`: after the command, the whole report as
+// `stallscope report` writes it.
+TEST_CASE("run writes the whole report with --format or -o", "[cli]") {
+  Sandbox box;
+  const std::string trace = WriteSampleTrace(box.root() + "/sample.sstrace");
+  const std::string job = "sh -c 'cp " + trace + " \"$STALLSCOPE_OUT\"/'";
+  Result r = box.Run("run --out traces --format json -o report.json -- " + job);
+  CHECK(r.code == 0);
+  CHECK(Slurp(box.cwd() + "/report.json") == box.Run("report traces --format json").out);
+  Result stdout_report = box.Run("run --out traces2 --format json " + job);
+  CHECK(stdout_report.code == 0);
+  CHECK(nlohmann::json::parse(stdout_report.out)["schema"] == "stallscope.report/1");
+  // The command's exit code stays the answer.
+  CHECK(box.Run("run --out traces3 -o r3.txt -- sh -c 'cp " + trace + " \"$STALLSCOPE_OUT\"/; exit 5'").code == 5);
+  CHECK(Slurp(box.cwd() + "/r3.txt").find("Forced-sync hotspots") != std::string::npos);
+  // An existing -o target: the job ran, the report is refused.
+  CHECK(box.Run("run --out traces4 -o r3.txt -- " + job).code == 1);
+}
+
+// Guards the docs' option tables: docs/analyzer.md holds what
+// `stallscope help --markdown` writes from the declarations.
+TEST_CASE("the docs' option tables are the declarations'", "[cli]") {
+  Sandbox box;
+  const std::string doc = Slurp(std::string(STALLSCOPE_TESTDATA_DIR) + "/../../docs/analyzer.md");
+  const std::string begin = "<!-- options: generated by `stallscope help --markdown`"
+                            " (scripts/gen-cli-docs) -->\n";
+  const std::string end = "<!-- options: end -->";
+  const size_t a = doc.find(begin), b = doc.find(end);
+  REQUIRE(a != std::string::npos);
+  REQUIRE(b != std::string::npos);
+  Result md = box.Run("help --markdown");
+  CHECK(md.code == 0);
+  // On a difference: scripts/gen-cli-docs rewrites the section.
+  CHECK(doc.substr(a + begin.size(), b - a - begin.size()) == md.out);
 }
 
 // Guards help generated from the subcommand table, and usage errors.

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "analyzer/analyze/analysis.h"
 #include "analyzer/analyze/hotspots.h"
+#include "analyzer/cli/commands.h"
 #include "analyzer/report/text.h"
 
 extern char** environ;
@@ -267,7 +268,7 @@ int RunUnderStallscope(const RunOptions& o) {
                                          : 1;
 
   if (launcher_rank >= 0) {
-    if (launcher_rank == 0 && !o.quiet) {
+    if (launcher_rank == 0 && !o.report.quiet) {
       fprintf(stderr,
               "stallscope: rank 0 done; every rank writes its trace into %s; once all have "
               "finished: stallscope report %s\n",
@@ -277,15 +278,20 @@ int RunUnderStallscope(const RunOptions& o) {
   }
   if (IsEmptyDir(dir)) {
     if (created) rmdir(dir.c_str());  // only removes an empty folder
-    if (o.quiet) return code;
+    if (o.report.quiet) return code;
     fprintf(stderr, "stallscope: no CUDA activity recorded%s\n",
             o.sim ? "" : " (on a machine without a GPU driver, try `stallscope run --sim`)");
     return code;
   }
-  if (o.quiet) return code;
-  AnalysisOptions ao;
-  if (!o.step_pattern.empty()) ao.step_pattern = o.step_pattern;
-  AddSiteRulesFromEnvironment(&ao.attribution.site);
+  const AnalysisOptions ao = OptionsFrom(o.report, o.step_pattern, o.site);
+  if (o.full_report) {
+    // The command's exit code stays the answer; a report that could not be
+    // written turns a success into its error code.
+    const int wrote = WriteReport("run", {dir}, o.report, ao);
+    if (!o.report.quiet) fprintf(stderr, "stallscope: traces in %s\n", dir.c_str());
+    return code != 0 ? code : wrote;
+  }
+  if (o.report.quiet) return code;
   auto report = AnalyzePaths({dir}, ao);
   if (report.ok()) {
     fprintf(stderr, "stallscope: %s\n", RenderSummary(*report).c_str());

@@ -6,14 +6,21 @@
 #include <string>
 #include <vector>
 
+#include "analyzer/cli/command.h"
+
 namespace stallscope::analyzer {
 
 struct RunOptions {
   std::string out_dir;  // empty: stallscope-YYYYMMDD-HHMMSS in the cwd
   bool sim = false;     // put <libdir>/simgpu first on LD_LIBRARY_PATH
-  std::string step_pattern;  // for the summary; empty: default
-  bool quiet = false;        // no summary: only errors on stderr
   std::vector<std::string> command;
+  // After the command: one summary line on stderr, or with `full_report`
+  // the report in report.format to report.out (standard output when
+  // empty); report.quiet: neither, errors only.
+  Conventions report;
+  bool full_report = false;
+  std::string step_pattern = kDefaultStepPattern;
+  SiteRule site;
 };
 
 // <dir of /proc/self/exe>/../lib, or $STALLSCOPE_LIBDIR when set.

@@ -541,6 +541,35 @@ std::string RenderAuditText(const AuditResult& r) {
   return s;
 }
 
+std::string RenderAuditJson(const AuditResult& r) {
+  nlohmann::ordered_json j;
+  j["schema"] = "stallscope.audit/1";
+  j["run"] = r.run_path;
+  j["budget"] = r.budget_path;
+  j["within_budget"] = r.violations() == 0;
+  j["violations"] = r.violations();
+  const RunMetrics& m = r.metrics;
+  nlohmann::ordered_json causes = nlohmann::ordered_json::object();
+  for (int i = 0; i < kNumCauses; ++i) causes[CauseName(CauseAt(i))] = m.idle_by_cause[i];
+  j["metrics"] = {{"steps", m.steps},
+                  {"step_time_ns", m.step_time_ns},
+                  {"step_time_p95_ns", m.step_time_p95_ns},
+                  {"gpu_busy_ns", m.gpu_busy_ns},
+                  {"gpu_idle_ns", m.gpu_idle_ns},
+                  {"gpu_idle_ratio", m.gpu_idle_ratio},
+                  {"idle_by_cause", causes},
+                  {"syncs_per_step", m.syncs_per_step},
+                  {"launches_per_step", m.launches_per_step}};
+  j["checks"] = nlohmann::ordered_json::array();
+  for (const AuditCheck& c : r.checks) {
+    j["checks"].push_back({{"name", c.name},
+                           {"summary", c.summary},
+                           {"ok", c.violations.empty()},
+                           {"violations", c.violations}});
+  }
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
 std::string XmlEscape(std::string_view in) {
   std::string s;
   s.reserve(in.size());

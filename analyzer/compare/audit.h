@@ -88,6 +88,9 @@ AuditResult RunAudit(const Budget& budget, const Report& run, const std::string&
                      const Report* baseline);
 
 std::string RenderAuditText(const AuditResult& result);
+// The audit as JSON (schema stallscope.audit/1): run, budget, within_budget,
+// violations, metrics, checks[] (name, summary, ok, violations[]).
+std::string RenderAuditJson(const AuditResult& result);
 std::string RenderJunit(const AuditResult& result);
 std::string RenderPrometheus(const AuditResult& result);
 

@@ -1,0 +1,137 @@
+// The conventions every subcommand shares, and writing a result (see command.h).
+#include "analyzer/cli/command.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "analyzer/analyze/hotspots.h"
+#include "analyzer/analyze/steps.h"
+#include "analyzer/cli/cli.h"
+#include "analyzer/model/format.h"
+#include "analyzer/model/output_file.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+// Progress on stderr while a large file is read, only on a terminal.
+void ShowProgress(const std::string& path, uint64_t done, uint64_t total) {
+  constexpr uint64_t kMinBytes = uint64_t{64} << 20;
+  if (total < kMinBytes) return;
+  if (done >= total) {
+    fputs("\r\033[K", stderr);
+  } else {
+    fprintf(stderr, "\rstallscope: reading %s %3d%% (%d of %d MB)", BaseName(path).c_str(),
+            static_cast<int>(100 * done / total), static_cast<int>(done >> 20),
+            static_cast<int>(total >> 20));
+  }
+  fflush(stderr);
+}
+
+std::string Or(const std::string& text, const char* fallback) {
+  return text.empty() ? fallback : text;
+}
+
+}  // namespace
+
+CLI::Validator NonEmpty(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& value) { return value.empty() ? "needs " + what : std::string(); }, "",
+      "non-empty");
+}
+
+void AddConventions(CLI::App* app, Conventions* c, const std::vector<std::string>& formats,
+                    const ConventionHelp& help) {
+  c->format = formats.front();
+  app->add_option("--format", c->format,
+                  help.format.empty()
+                      ? absl::StrCat("the output's format: ", absl::StrJoin(formats, ", "),
+                                     " (default ", formats.front(), ")")
+                      : absl::StrCat(help.format, " (default ", formats.front(), ")"))
+      ->type_name("F")
+      ->check(CLI::IsMember(formats));
+  app->add_option("-o,--output", c->out,
+                  Or(help.output, "write to OUT (a new file, never overwritten, mode 0640) "
+                                  "instead of standard output"))
+      ->type_name("OUT");
+  app->add_flag("-q,--quiet", c->quiet, Or(help.quiet, "no progress on stderr (errors only)"));
+  app->add_option("--color", c->color,
+                  Or(help.color, "colour the text output: auto (on a terminal, unless NO_COLOR "
+                                 "is set), always or never (default auto)"))
+      ->type_name("WHEN")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+  app->add_option("-j,--jobs", c->jobs,
+                  Or(help.jobs, "threads reading and analyzing the traces (default 0: one per "
+                                "core)"))
+      ->type_name("N")
+      ->check(CLI::Range(0, 4096));
+}
+
+void AddStepPattern(CLI::App* app, std::string* pattern) {
+  *pattern = kDefaultStepPattern;
+  app->add_option("--step-pattern", *pattern,
+                  absl::StrCat("NVTX range names that mark steps (default ", kDefaultStepPattern,
+                               "; a leading (?i) ignores case)"))
+      ->type_name("RE")
+      ->check([](const std::string& re) -> std::string {
+        auto compiled = CompileStepPattern(re);
+        return compiled.ok() ? "" : std::string(compiled.status().message());
+      });
+}
+
+void AddSiteRules(CLI::App* app, SiteRule* rule) {
+  app->add_option("--user-code", rule->user_code,
+                  "frames whose file (or native module) matches are user code, for a "
+                  "hotspot's site (repeatable; e.g. '*/site-packages/mylib/*')")
+      ->type_name("GLOB")
+      ->allow_extra_args(false)
+      ->check(NonEmpty("a glob"));
+  app->add_option("--not-user-code", rule->not_user_code,
+                  "frames that match are not user code (repeatable); by default the standard "
+                  "library, site-packages, dist-packages and stallscope are not")
+      ->type_name("GLOB")
+      ->allow_extra_args(false)
+      ->check(NonEmpty("a glob"));
+}
+
+AnalysisOptions OptionsFrom(const Conventions& c, const std::string& pattern, const SiteRule& rule) {
+  AnalysisOptions options;
+  options.step_pattern = pattern;
+  options.jobs = c.jobs;
+  options.attribution.site = rule;
+  AddSiteRulesFromEnvironment(&options.attribution.site);
+  if (!c.quiet && isatty(STDERR_FILENO)) options.progress = ShowProgress;
+  return options;
+}
+
+bool UseColor(const Conventions& c) {
+  if (c.color == "always") return true;
+  if (c.color != "auto" || !c.out.empty()) return false;
+  const char* no_color = getenv("NO_COLOR");
+  return isatty(STDOUT_FILENO) && (no_color == nullptr || *no_color == '\0');
+}
+
+int Fail(const absl::Status& status, int code) {
+  fprintf(stderr, "stallscope: %s\n", std::string(status.message()).c_str());
+  return code;
+}
+
+int Emit(const std::string& out, std::string_view text) {
+  if (!out.empty()) {
+    if (auto st = WriteNewFile(out, text); !st.ok()) return Fail(st, kExitUsage);
+    return kExitOk;
+  }
+  errno = 0;
+  const size_t wrote = fwrite(text.data(), 1, text.size(), stdout);
+  if (wrote == text.size() && fflush(stdout) == 0 && !ferror(stdout)) return kExitOk;
+  const int err = errno != 0 ? errno : EIO;
+  fprintf(stderr, "stallscope: cannot write the report to standard output: %s\n", strerror(err));
+  return kExitUsage;
+}
+
+}  // namespace stallscope::analyzer

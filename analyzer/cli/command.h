@@ -1,0 +1,69 @@
+// What every subcommand shares: its options are declarations on a CLI11 app
+// (one declaration gives parsing, `--help` and the docs' option tables),
+// the conventions every subcommand spells the same way (-o/--output,
+// --format, -q, --color, -j), and writing a result.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "analyzer/analyze/analysis.h"
+
+namespace stallscope::analyzer {
+
+// Runs a subcommand once its options are parsed; returns the exit code.
+using Runner = std::function<int()>;
+
+// The options each subcommand declares with the same spelling and meaning.
+struct Conventions {
+  std::string format;          // --format (the first of the command's formats by default)
+  std::string out;             // -o/--output: a new file; empty: standard output
+  bool quiet = false;          // -q/--quiet: errors only
+  std::string color = "auto";  // --color auto|always|never
+  int jobs = 0;                // -j/--jobs: threads over traces (0: one per core)
+};
+
+// Declares --format (one of `formats`, the first the default; `help` says
+// what each gives), -o/--output, -q/--quiet, --color and -j/--jobs on `app`.
+// `quiet`, `color` and `jobs` say what they do in this command (empty: the
+// shared sentence).
+struct ConventionHelp {
+  std::string format;
+  std::string output;
+  std::string quiet;
+  std::string color;
+  std::string jobs;
+};
+void AddConventions(CLI::App* app, Conventions* c, const std::vector<std::string>& formats,
+                    const ConventionHelp& help);
+
+// Rejects an empty value ("needs WHAT").
+CLI::Validator NonEmpty(const std::string& what);
+
+// --step-pattern RE, and --user-code / --not-user-code GLOB (repeatable).
+void AddStepPattern(CLI::App* app, std::string* pattern);
+void AddSiteRules(CLI::App* app, SiteRule* rule);
+
+// Analysis options from the conventions: threads, progress on a terminal
+// unless quiet, the user-code rule (with the environment's), the step
+// pattern.
+AnalysisOptions OptionsFrom(const Conventions& c, const std::string& pattern, const SiteRule& rule);
+// Whether the text output is coloured: --color always, or auto on a
+// terminal without NO_COLOR (never into a file unless always).
+bool UseColor(const Conventions& c);
+
+// A usage error of subcommand `name`: one line on stderr, then its usage;
+// kExitUsage.
+int UsageError(std::string_view name, std::string_view message);
+// An error with a status (stallscope: MESSAGE); returns `code`.
+int Fail(const absl::Status& status, int code);
+
+// Writes `text` to stdout (an unwritable stdout is an error with its cause,
+// never a silent partial report) or to the new file `out`; the exit code.
+int Emit(const std::string& out, std::string_view text);
+
+}  // namespace stallscope::analyzer

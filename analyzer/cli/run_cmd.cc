@@ -1,0 +1,49 @@
+// `stallscope run [options] [--] CMD [ARGS...]`: the command line of run
+// (run_command.cc runs the job).
+#include <memory>
+
+#include "absl/strings/str_format.h"
+#include "analyzer/cli/cli.h"
+#include "analyzer/cli/commands.h"
+#include "analyzer/cli/run_command.h"
+
+namespace stallscope::analyzer {
+
+Runner DeclareRun(CLI::App* app) {
+  auto o = std::make_shared<RunOptions>();
+  // Everything from the first word that is not one of run's options is the
+  // command and its arguments.
+  app->prefix_command();
+  app->add_option("--out", o->out_dir,
+                  "trace folder (default: a new stallscope-YYYYMMDD-HHMMSS in the current "
+                  "folder, mode 0750); an empty folder left at the end is removed")
+      ->type_name("DIR")
+      ->check(NonEmpty("a folder"));
+  app->add_flag("--sim", o->sim, "use the simulated GPU libraries (machines without a GPU)");
+  AddConventions(app, &o->report, ReportFormatNames(),
+                 {.format = "after the command, the whole report in this format instead of "
+                            "the summary line (as report --format: text, json, html, perfetto or sqlite)",
+                  .output = "after the command, the whole report to OUT (a new file, never "
+                            "overwritten, mode 0640) instead of the summary line",
+                  .quiet = "no summary after the command (errors only)",
+                  .color = "colour the text report (as for report)",
+                  .jobs = "threads analyzing the traces after the command (as for report)"});
+  AddStepPattern(app, &o->step_pattern);
+  AddSiteRules(app, &o->site);
+  CLI::Option* format = app->get_option("--format");
+  CLI::Option* output = app->get_option("--output");
+  return [app, o, format, output] {
+    std::vector<std::string> rest = app->remaining();
+    if (!rest.empty() && rest[0] == "--") {
+      rest.erase(rest.begin());
+    } else if (!rest.empty() && rest[0].size() > 1 && rest[0][0] == '-') {
+      return UsageError("run", absl::StrFormat("unknown option %s", rest[0]));
+    }
+    if (rest.empty()) return UsageError("run", "no command to run");
+    o->command = std::move(rest);
+    o->full_report = format->count() > 0 || output->count() > 0;
+    return RunUnderStallscope(*o);
+  };
+}
+
+}  // namespace stallscope::analyzer
