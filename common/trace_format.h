@@ -10,19 +10,24 @@
 #include <cstddef>
 #include <cstdint>
 
+// xxHash compiled into each user, every function inline and static: the
+// preload library gains no dependency (its NEEDED list stays as it is).
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "diagnostic_table.h"
 
 namespace stallscope::trace {
 
 inline constexpr char kMagic[8] = {'S', 'T', 'L', 'S', 'C', 'O', 'P', 'E'};
-// Version 2: chunk checksums in four lanes (ChunkChecksum); version 1 files
-// (one lane) are still read.
-inline constexpr uint16_t kVersion = 2;
+// Version 3: chunk checksums by XXH3 (ChunkChecksum); version 2 (FNV-1a in
+// four lanes) and version 1 (one lane) files are still read.
+inline constexpr uint16_t kVersion = 3;
 // A writer sets `oldest_reader` to the oldest reader version able to read its
 // files (kWriterOldestReader: a version-1 reader would reject every chunk's
 // checksum). A reader accepts a file when `oldest_reader <= kVersion` and
 // `version >= kOldestSupported` (files older than that it no longer reads).
-inline constexpr uint16_t kWriterOldestReader = 2;
+inline constexpr uint16_t kWriterOldestReader = 3;
 inline constexpr uint16_t kOldestSupported = 1;
 inline constexpr uint32_t kChunkMagic = 0x4b4e4843;  // "CHNK" little-endian
 inline constexpr const char* kFileSuffix = ".sstrace";
@@ -360,13 +365,13 @@ inline uint32_t ChecksumV1(const void* data, size_t n) {
   return static_cast<uint32_t>(h ^ (h >> 32));
 }
 
-// Version-2 checksum: the same FNV-1a step in four independent lanes (word
+// Version-2 checksum (ChecksumV2): the same FNV-1a step in four independent lanes (word
 // k of the payload goes to lane k mod 4, each lane starting from the FNV
 // offset basis xor its number), the lanes then folded in order into lane 0
 // with the same step, and the result folded to 32 bits. The four chains run
 // in parallel: about four times the version-1 speed, and still enough to
 // reject a torn chunk.
-inline uint32_t Checksum(const void* data, size_t n) {
+inline uint32_t ChecksumV2(const void* data, size_t n) {
   constexpr uint64_t kBasis = 14695981039346656037ull;
   constexpr uint64_t kPrime = 1099511628211ull;
   const auto* p = static_cast<const unsigned char*>(data);
@@ -394,9 +399,15 @@ inline uint32_t Checksum(const void* data, size_t n) {
   return static_cast<uint32_t>(h ^ (h >> 32));
 }
 
+// Version-3 checksum: the low 32 bits of XXH3-64 (xxHash 0.8, Debian's
+// libxxhash-dev) over the payload.
+inline uint32_t Checksum(const void* data, size_t n) {
+  return static_cast<uint32_t>(XXH3_64bits(data, n));
+}
+
 // The checksum a file of format `version` carries in its chunk headers.
 inline uint32_t ChunkChecksum(uint16_t version, const void* data, size_t n) {
-  return version >= 2 ? Checksum(data, n) : ChecksumV1(data, n);
+  return version >= 3 ? Checksum(data, n) : version == 2 ? ChecksumV2(data, n) : ChecksumV1(data, n);
 }
 
 }  // namespace stallscope::trace

@@ -783,8 +783,8 @@ uint32_t InternString(const char* s) { return s ? InternString(s, strlen(s)) : 0
 namespace {
 
 uint32_t InternStack(trace::StackKind kind, const uint64_t* words, size_t n) {
-  uint64_t h = 14695981039346656037ull ^ uint64_t(kind);
-  for (size_t i = 0; i < n; ++i) h = (h ^ words[i]) * 1099511628211ull;
+  // The stack's key (a 64-bit XXH3 of its words, seeded with its kind).
+  const uint64_t h = XXH3_64bits_withSeed(words, n * sizeof(uint64_t), uint64_t(kind));
   pthread_mutex_lock(&g_mu);
   uint32_t id;
   auto it = g_stacks->find(h);

@@ -1,6 +1,32 @@
-"""What every test runner under tests/ raises and checks with: one Failure
-(a check that did not hold), one Skip (the case cannot run here: a part not
-built, an environment missing), and check()."""
+"""The one test library of the runners under tests/ (e2e, frameworks,
+distributed, robustness, scenarios, python, package), on pytest:
+
+- Failure (a check that did not hold), Skip (the case cannot run here: a
+  part not built, an environment missing) and check();
+- run(): one case, once (no retry: the oracles come from the ground truth of
+  that run), Skip or a returned SKIP becoming pytest's skip with its reason;
+- main(): a runner's command line. `--list` prints its case names, one a
+  line (CMake makes one test per name); `--build DIR --case NAME` runs that
+  case through pytest (tests/conftest.py: the work folder, kept when the
+  case fails) and exits 0, 1, or SKIP (77, CTest's SKIP_RETURN_CODE).
+
+A runner is a module with CASES (name -> case) and a pytest test:
+
+    def test_case(case, build, work):
+        checks.run(CASES[case], build, work)
+
+    if __name__ == "__main__":
+        sys.exit(checks.main(CASES, __file__))
+
+`python3 -m pytest tests/e2e/e2e.py --build build` runs all its cases,
+`-k NAME` some of them.
+"""
+import argparse
+import os
+import sys
+
+SKIP = 77
+TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 class Failure(Exception):
@@ -14,3 +40,47 @@ class Skip(Exception):
 def check(cond, msg):
     if not cond:
         raise Failure(msg)
+
+
+def run(case, *args):
+    """Runs `case(*args)` under pytest: Skip, or SKIP returned, skips."""
+    import pytest
+    try:
+        rc = case(*args)
+    except Skip as e:
+        pytest.skip(str(e))
+    if rc == SKIP:
+        pytest.skip("not built")
+
+
+class _Outcome:
+    """A pytest plugin that remembers whether the case was skipped."""
+
+    def __init__(self):
+        self.skipped = False
+
+    def pytest_runtest_logreport(self, report):
+        self.skipped = self.skipped or report.skipped
+
+
+def main(cases, path, argv=None):
+    ap = argparse.ArgumentParser(prog=os.path.basename(path))
+    ap.add_argument("--build")
+    ap.add_argument("--case", choices=sorted(cases))
+    ap.add_argument("--list", action="store_true", help="print the case names and exit")
+    args = ap.parse_args(argv)
+    if args.list:
+        print("\n".join(sorted(cases)))
+        return 0
+    if not args.build or not args.case:
+        ap.error("--build and --case are required (or --list)")
+    import pytest
+    sys.dont_write_bytecode = True  # nothing written into the source tree
+    outcome = _Outcome()
+    rc = pytest.main([f"{os.path.abspath(path)}::test_case[{args.case}]",
+                      f"--build={os.path.abspath(args.build)}", f"--rootdir={TESTS}",
+                      "-q", "-s", "-rs", "-p", "no:cacheprovider", "--tb=short"],
+                     plugins=[outcome])
+    if rc == 0 and outcome.skipped:
+        return SKIP
+    return 0 if rc == 0 else 1

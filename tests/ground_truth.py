@@ -1,13 +1,6 @@
 """Helpers over the simulator's ground truth (SIMGPU_TRACE), shared by the
-end-to-end, scenario, framework and distributed tests, and the one case
-runner (run_case) of the e2e, distributed, framework and robustness tests."""
-import argparse
-import os
-import shutil
-import subprocess
-import tempfile
-
-from checks import Failure, Skip
+end-to-end, scenario, framework and distributed tests (checks.py runs
+their cases)."""
 
 
 def union_in(intervals, lo, hi):
@@ -151,39 +144,3 @@ def preemption_mismatch(report, ops):
         return (f"host_preempted {got} ns, but the threads that enqueued work were runnable "
                 f"and waiting for a CPU only {truth} ns in the ground truth")
     return None
-
-
-def run_case(cases, argv_prog, skip=77, call=None):
-    """main() of a test runner: `--build DIR --case NAME` runs cases[NAME]
-    once in a fresh work folder (no retry: the oracles come from the ground
-    truth of that run), as `call(case, build, work)` (default: case(build,
-    work)); prints ok / FAIL (keeping the folder) / skipped and returns the
-    exit code (`skip` when the case returns it or raises checks.Skip).
-    `--list` prints the case names, one a line: CMake's tests come from it."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build")
-    ap.add_argument("--case", choices=sorted(cases))
-    ap.add_argument("--list", action="store_true", help="print the case names and exit")
-    args = ap.parse_args()
-    if args.list:
-        print("\n".join(sorted(cases)))
-        return 0
-    if not args.build or not args.case:
-        ap.error("--build and --case are required (or --list)")
-    work = tempfile.mkdtemp(prefix=f"stallscope-{argv_prog}-{args.case}-")
-    call = call or (lambda case, build, work: case(build, work))
-    try:
-        if call(cases[args.case], os.path.abspath(args.build), work) == skip:
-            print(f"skipped {args.case}: not built")
-            shutil.rmtree(work, ignore_errors=True)
-            return skip
-    except Skip as e:
-        print(f"SKIP {args.case}: {e}")
-        shutil.rmtree(work, ignore_errors=True)
-        return skip
-    except (Failure, subprocess.TimeoutExpired) as e:
-        print(f"FAIL {args.case}: {e}\n(kept {work})")
-        return 1
-    shutil.rmtree(work, ignore_errors=True)
-    print(f"ok {args.case}")
-    return 0

@@ -253,18 +253,19 @@ TEST_CASE("newer format versions are refused only when marked so", "[reader]") {
   auto t = ReadTraceBytes(b.Build(), "new.sstrace");
   REQUIRE_FALSE(t.ok());
   CHECK(std::string(t.status().message()) ==
-        "new.sstrace: written by a newer stallscope (format 3, readable from format 3); this "
-        "reader reads up to 2");
+        "new.sstrace: written by a newer stallscope (format 4, readable from format 4); this "
+        "reader reads up to 3");
   b.SetVersion(tf::kVersion + 1, 1);  // newer, but readable by version-1 readers
   auto t2 = ReadTraceBytes(b.Build(), "x.sstrace");
   REQUIRE(t2.ok());
 }
 
-// Guards the checksum per format version: a version-1 file (one FNV lane)
-// still reads; each version's checksum catches a flipped bit and two swapped
-// words; the two checksums differ, so a file is checked with its own.
+// Guards the checksum per format version: version-1 (one FNV lane) and
+// version-2 (four lanes) files still read; each version's checksum catches
+// a flipped bit and two swapped words; the three checksums differ, so a
+// file is checked with its own.
 TEST_CASE("each format version is checked with its own checksum", "[reader]") {
-  for (uint16_t version : {uint16_t{1}, tf::kVersion}) {
+  for (uint16_t version : {uint16_t{1}, uint16_t{2}, tf::kVersion}) {
     CAPTURE(version);
     TraceBuilder b = FullTrace();
     b.SetVersion(version, 1);
@@ -299,23 +300,29 @@ TEST_CASE("each format version is checked with its own checksum", "[reader]") {
     if (swapped != full) CHECK(damaged(swapped));
     std::memcpy(&h, full.data() + chunk, sizeof h);
     const uint32_t v1 = tf::ChecksumV1(full.data() + payload, h.payload_bytes);
-    const uint32_t v2 = tf::Checksum(full.data() + payload, h.payload_bytes);
+    const uint32_t v2 = tf::ChecksumV2(full.data() + payload, h.payload_bytes);
+    const uint32_t v3 = tf::Checksum(full.data() + payload, h.payload_bytes);
     CHECK(v1 != v2);
-    CHECK(h.checksum == (version == 1 ? v1 : v2));
+    CHECK(v2 != v3);
+    CHECK(v1 != v3);
+    CHECK(h.checksum == (version == 1 ? v1 : version == 2 ? v2 : v3));
   }
 }
 
-// Guards the lanes: payloads of every length up to a few lane rounds give
-// distinct sums for one changed word in any position.
-TEST_CASE("the four-lane checksum sees every word", "[reader]") {
-  for (size_t words = 1; words <= 13; ++words) {
-    std::vector<uint64_t> v(words);
-    for (size_t k = 0; k < words; ++k) v[k] = 0x9e3779b97f4a7c15ull * (k + 1);
-    const uint32_t base = tf::Checksum(v.data(), words * 8);
-    for (size_t k = 0; k < words; ++k) {
-      std::vector<uint64_t> w = v;
-      w[k] ^= 1;
-      CHECK(tf::Checksum(w.data(), words * 8) != base);
+// Guards the lanes of version 2 and the hash of version 3: payloads of
+// every length up to a few lane rounds give distinct sums for one changed
+// word in any position.
+TEST_CASE("the checksums see every word", "[reader]") {
+  for (auto sum : {&tf::ChecksumV2, &tf::Checksum}) {
+    for (size_t words = 1; words <= 13; ++words) {
+      std::vector<uint64_t> v(words);
+      for (size_t k = 0; k < words; ++k) v[k] = 0x9e3779b97f4a7c15ull * (k + 1);
+      const uint32_t base = sum(v.data(), words * 8);
+      for (size_t k = 0; k < words; ++k) {
+        std::vector<uint64_t> w = v;
+        w[k] ^= 1;
+        CHECK(sum(w.data(), words * 8) != base);
+      }
     }
   }
 }

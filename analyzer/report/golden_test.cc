@@ -124,23 +124,27 @@ void Golden(const std::string& name, const TraceBuilder& b) {
 // Guards the whole pipeline's output for a marked training loop.
 TEST_CASE("golden: marked steps with sync hotspots", "[golden]") { Golden("sync_loop", SyncLoop()); }
 
-// Guards reading format 1 (one-lane checksums): the same loop written by the
-// version-1 writer gives the same report as the current file.
-TEST_CASE("golden: a format-1 trace gives the same report", "[golden]") {
+// Guards reading older formats: the same loop written by the version-1
+// writer (one-lane FNV checksums) and the version-2 writer (four lanes)
+// gives the same report as the current file.
+TEST_CASE("golden: format-1 and format-2 traces give the same report", "[golden]") {
   const std::string dir = STALLSCOPE_TESTDATA_DIR;
-  const std::string old = Slurp(dir + "/format1_sync_loop.sstrace");
-  uint16_t version = 0;
-  REQUIRE(old.size() > 10);
-  std::memcpy(&version, old.data() + 8, 2);
-  CHECK(version == 1);
-  auto report = AnalyzePaths({dir + "/format1_sync_loop.sstrace"}, AnalysisOptions{});
-  REQUIRE(report.ok());
-  std::string json = RenderJson(*report);
-  const std::string from = "format1_sync_loop.sstrace";
-  for (size_t at = json.find(from); at != std::string::npos; at = json.find(from, at)) {
-    json.replace(at, from.size(), "sync_loop.sstrace");
+  for (uint16_t want : {uint16_t{1}, uint16_t{2}}) {
+    CAPTURE(want);
+    const std::string from = "format" + std::to_string(want) + "_sync_loop.sstrace";
+    const std::string old = Slurp(dir + "/" + from);
+    uint16_t version = 0;
+    REQUIRE(old.size() > 10);
+    std::memcpy(&version, old.data() + 8, 2);
+    CHECK(version == want);
+    auto report = AnalyzePaths({dir + "/" + from}, AnalysisOptions{});
+    REQUIRE(report.ok());
+    std::string json = RenderJson(*report);
+    for (size_t at = json.find(from); at != std::string::npos; at = json.find(from, at)) {
+      json.replace(at, from.size(), "sync_loop.sstrace");
+    }
+    CHECK(json == Slurp(dir + "/sync_loop.json"));
   }
-  CHECK(json == Slurp(dir + "/sync_loop.json"));
 }
 
 // Guards the whole pipeline's output for an unmarked launch-bound run.

@@ -24,17 +24,17 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ground_truth import run_case, union_in  # noqa: E402
+from ground_truth import union_in  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCH = os.path.join(ROOT, "scripts", "launch-ranks")
-SKIP = 77
 LATENCY_NS = 10_000  # SIMGPU_NCCL_LATENCY_US default
 GBPS = 10.0          # SIMGPU_NCCL_GBPS default: bytes per ns
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from checks import Failure, check  # noqa: E402
+import checks  # noqa: E402
+from checks import SKIP, Failure, check  # noqa: E402
 
 
 def run(cmd, env, timeout=180):
@@ -601,9 +601,9 @@ CASES = {"rendezvous": case_rendezvous, "interpose": case_interpose, "ddp": case
          "inside_launcher": case_inside_launcher}
 
 
-def main():
-    return run_case(CASES, "nccl", SKIP)
+def test_case(case, build, work):
+    checks.run(CASES[case], build, work)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(checks.main(CASES, __file__))

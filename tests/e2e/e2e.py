@@ -10,13 +10,12 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ground_truth import (run_case, idle_mismatches, note_no_injected_idle, preempted_before,  # noqa: E402
+from ground_truth import (idle_mismatches, note_no_injected_idle, preempted_before,  # noqa: E402
                           preemption_mismatch, union_busy, until_submit, device_gaps, PREEMPT_SLACK_NS)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE_SRC = os.path.join(ROOT, "examples", "train_loop.cc")
 CUDA_EXAMPLE_SRC = os.path.join(ROOT, "examples", "cuda_train_loop.cu")
-SKIP = 77
 KERNELS = ("*gemm_fwd*=900,*gemm_bwd*=1400,*relu*=40,*sgd_update*=250,*loss_reduce*=30,*load_batch*=60,"
            "*tiny_elementwise*=2,*=20")
 STEPS = 12
@@ -25,7 +24,8 @@ LAUNCH_LATENCY_NS = 20_000   # analyzer/analyze/attribution.h launch_latency_ns
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from checks import Failure, check  # noqa: E402
+import checks  # noqa: E402
+from checks import SKIP, Failure, check  # noqa: E402
 
 
 def marker_line(marker, src=EXAMPLE_SRC):
@@ -738,9 +738,9 @@ def case_needed(build, work):
 CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
 
 
-def main():
-    return run_case(CASES, "e2e", SKIP)
+def test_case(case, build, work):
+    checks.run(CASES[case], build, work)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(checks.main(CASES, __file__))

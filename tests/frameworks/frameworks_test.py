@@ -37,7 +37,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ground_truth import (MIN_BLOCKED_NS, run_case, device_gaps, idle_mismatches, injected_after_syncs,  # noqa: E402
+from ground_truth import (MIN_BLOCKED_NS, device_gaps, idle_mismatches, injected_after_syncs,  # noqa: E402
                           note_no_injected_idle, preemption_mismatch, until_submit)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "distributed"))
@@ -48,7 +48,6 @@ TORCH_TRAIN = os.path.join(ROOT, "examples", "torch_train.py")
 NUMBA_TRAIN = os.path.join(ROOT, "examples", "numba_train.py")
 CUDA_PYTHON_TRAIN = os.path.join(ROOT, "examples", "cuda_python_train.py")
 TORCH_DDP = os.path.join(ROOT, "examples", "torch_ddp.py")
-SKIP = 77
 STEPS = 10
 SLACK_NS = 20_000    # per step, on the 90% rule (timer and wake-up granularity)
 # GEMMs at 2 TFLOP/s: about 13 ms of device work per step (the MLP's 4
@@ -57,6 +56,7 @@ ENV = {"SIMGPU_GEMM_TFLOPS": "2", "SIMGPU_KERNEL_US": "*sin_kernel*=3,*=20"}
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import checks  # noqa: E402
 from checks import Failure, Skip, check  # noqa: E402
 
 
@@ -513,9 +513,9 @@ for _stall in SMALL_STALLS:
     CASES[f"cuda_python_{_stall}"] = small_case(CUDA_PYTHON_TRAIN, _stall)
 
 
-def main():
-    return run_case(CASES, "fw", SKIP)
+def test_case(case, build, work):
+    checks.run(CASES[case], build, work)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(checks.main(CASES, __file__))

@@ -26,8 +26,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import checks  # noqa: E402
 from checks import Skip, check  # noqa: E402
-import ground_truth  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKLOAD = os.path.join(ROOT, "tests", "python", "sim_workload.py")
@@ -144,5 +144,9 @@ def case_pip_install(build, work):
 
 CASES = {"cmake_install": case_cmake_install, "pip_install": case_pip_install}
 
+def test_case(case, build, work):
+    checks.run(CASES[case], build, work)
+
+
 if __name__ == "__main__":
-    sys.exit(ground_truth.run_case(CASES, "package"))
+    sys.exit(checks.main(CASES, __file__))

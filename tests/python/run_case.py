@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Python call-site tests: one case under one CPython from pyenv.
 
-    run_case.py --build DIR --python 3.X --case NAME
+    run_case.py --build DIR --case 3.X_NAME      (run_case.py --list: the cases)
 
 Runs tests/python/sim_workload.py (or exit_workload.py) under
 `stallscope run --sim` with that interpreter, then checks
@@ -12,7 +12,7 @@ Runs tests/python/sim_workload.py (or exit_workload.py) under
   - the report (`stallscope report DIR --format json`): a hotspot whose
     site.file ends with the script's name, whose site.line is the marked line
     and whose count is the number of steps.
-Exits 77 (CTest SKIP_RETURN_CODE) when that CPython is not installed.
+Skips (exit 77, CTest's SKIP_RETURN_CODE) when that CPython is not installed.
 
 Cases: {cdll,pydll}_{sync,dtoh}, thread_cdll_sync, thread_pydll_dtoh (the loop
 on a second Python thread), markers (stallscope.step() markers reach the
@@ -22,7 +22,7 @@ pyhooks (torch.profiler's ProfilerStep#N as ranges through stallscope run's
 sitecustomize, with a stand-in torch.profiler; the job's own sitecustomize
 still runs).
 """
-import argparse
+import functools
 import glob
 import json
 import os
@@ -30,7 +30,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -41,12 +40,12 @@ WORKLOAD = os.path.join(HERE, "sim_workload.py")
 EXIT_WORKLOAD = os.path.join(HERE, "exit_workload.py")
 KERNELS = "slow_kernel=2000,*=20"
 STEPS = 6
-SKIP = 77
 BLOCK_API = {"sync": "cuStreamSynchronize", "dtoh": "cuMemcpyDtoH_v2"}
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from checks import Failure, check  # noqa: E402
+import checks  # noqa: E402
+from checks import Failure, Skip, check  # noqa: E402
 
 
 def pyenv_root():
@@ -329,68 +328,61 @@ def pyhooks(build, work, exe):
     return 0
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--python", required=True, help="3.X")
-    ap.add_argument("--case", required=True)
-    ap.add_argument("--keep", action="store_true", help="keep the work folder")
-    a = ap.parse_args()
-    exe = find_python(a.python)
+def one(build, work, version, case):
+    exe = find_python(version)
     if not exe:
-        print(f"SKIP: CPython {a.python} is not installed under pyenv")
-        return SKIP
+        raise Skip(f"CPython {version} is not installed under pyenv")
     print(f"python: {exe}")
-    work = tempfile.mkdtemp(prefix=f"stallscope-py{a.python}-{a.case}-")
-    try:
-        if a.case in ("noblock", "exit"):
-            p, out = run(a.build, work, [exe, EXIT_WORKLOAD, "noblock" if a.case == "noblock" else "daemon"])
-            check(p.returncode == 0, f"exited {p.returncode}: {p.stderr[-3000:]}")
-            traces = trace_dump.load_dir(a.build, out)
-            if a.case == "exit":
-                check(traces, "no trace written")
-                n = sum(1 for t in traces for c in t.calls if c.name == "cuStreamSynchronize")
-                check(n > 0, "no cuStreamSynchronize recorded")
-                print(f"exit: rc 0, {n} cuStreamSynchronize calls recorded")
-            else:
-                print(f"noblock: rc 0, {len(traces)} trace file(s)")
-            return 0
-        if a.case == "threads":
-            return threads(a.build, work, exe)
-        if a.case == "bench":
-            return bench(a.build, work, exe)
-        if a.case == "pyhooks":
-            return pyhooks(a.build, work, exe)
-        if a.case == "markers":
-            p, out = run(a.build, work, [exe, WORKLOAD, "--markers", "--expect-library",
-                                         "--steps", str(STEPS)])
-            check(p.returncode == 0, f"exited {p.returncode}: {p.stderr[-3000:]}")
-            t = trace_dump.load_dir(a.build, out)[0]
-            begins, ends = t.nvtx_types.count(trace_dump.NVTX_STEP_BEGIN), t.nvtx_types.count(trace_dump.NVTX_STEP_END)
-            check(begins == STEPS and ends == STEPS,
-                  f"{begins} step begins and {ends} step ends in the trace, expected {STEPS}")
-            print(f"markers: {begins} stallscope_step_begin / {ends} stallscope_step_end recorded")
-            return 0
-        m = re.fullmatch(r"(thread_)?(cdll|pydll)_(sync|dtoh)", a.case)
-        check(m, f"unknown case {a.case}")
-        thread = "second" if m.group(1) else "main"
-        lib, block = m.group(2), m.group(3)
-        api = BLOCK_API[block]
-        p, out = run(a.build, work, [exe, WORKLOAD, "--lib", lib, "--block", block,
-                                     "--thread", thread, "--steps", str(STEPS)])
+    if case in ("noblock", "exit"):
+        p, out = run(build, work, [exe, EXIT_WORKLOAD, "noblock" if case == "noblock" else "daemon"])
         check(p.returncode == 0, f"exited {p.returncode}: {p.stderr[-3000:]}")
-        stall = check_trace(a.build, out, api, block, thread, STEPS)
-        check_report(report(a.build, out), api, stall, STEPS, blocked_range(work, block, STEPS))
-        return 0
-    except Failure as e:
-        print(f"FAIL: {e}")
-        return 1
-    finally:
-        if a.keep:
-            print(f"work folder: {work}")
+        traces = trace_dump.load_dir(build, out)
+        if case == "exit":
+            check(traces, "no trace written")
+            n = sum(1 for t in traces for c in t.calls if c.name == "cuStreamSynchronize")
+            check(n > 0, "no cuStreamSynchronize recorded")
+            print(f"exit: rc 0, {n} cuStreamSynchronize calls recorded")
         else:
-            shutil.rmtree(work, ignore_errors=True)
+            print(f"noblock: rc 0, {len(traces)} trace file(s)")
+        return 0
+    if case == "threads":
+        return threads(build, work, exe)
+    if case == "bench":
+        return bench(build, work, exe)
+    if case == "pyhooks":
+        return pyhooks(build, work, exe)
+    if case == "markers":
+        p, out = run(build, work, [exe, WORKLOAD, "--markers", "--expect-library", "--steps", str(STEPS)])
+        check(p.returncode == 0, f"exited {p.returncode}: {p.stderr[-3000:]}")
+        t = trace_dump.load_dir(build, out)[0]
+        begins, ends = t.nvtx_types.count(trace_dump.NVTX_STEP_BEGIN), t.nvtx_types.count(trace_dump.NVTX_STEP_END)
+        check(begins == STEPS and ends == STEPS,
+              f"{begins} step begins and {ends} step ends in the trace, expected {STEPS}")
+        print(f"markers: {begins} stallscope_step_begin / {ends} stallscope_step_end recorded")
+        return 0
+    m = re.fullmatch(r"(thread_)?(cdll|pydll)_(sync|dtoh)", case)
+    check(m, f"unknown case {case}")
+    thread = "second" if m.group(1) else "main"
+    lib, block = m.group(2), m.group(3)
+    api = BLOCK_API[block]
+    p, out = run(build, work, [exe, WORKLOAD, "--lib", lib, "--block", block,
+                               "--thread", thread, "--steps", str(STEPS)])
+    check(p.returncode == 0, f"exited {p.returncode}: {p.stderr[-3000:]}")
+    stall = check_trace(build, out, api, block, thread, STEPS)
+    check_report(report(build, out), api, stall, STEPS, blocked_range(work, block, STEPS))
+    return 0
+
+
+# Every case under every CPython 3.9-3.13 (CTest: python3.X_CASE).
+VERSIONS = ("3.9", "3.10", "3.11", "3.12", "3.13")
+NAMES = ("cdll_sync", "pydll_sync", "cdll_dtoh", "pydll_dtoh", "thread_cdll_sync", "thread_pydll_dtoh",
+         "threads", "markers", "noblock", "exit", "bench", "pyhooks")
+CASES = {f"{v}_{n}": functools.partial(one, version=v, case=n) for v in VERSIONS for n in NAMES}
+
+
+def test_case(case, build, work):
+    checks.run(CASES[case], build, work)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(checks.main(CASES, __file__))

@@ -20,8 +20,8 @@ LAUNCH = ("cuLaunchKernel", "cuLaunchKernel_ptsz")
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import checks  # noqa: E402
 from checks import Failure, Skip, check  # noqa: E402
-from ground_truth import run_case  # noqa: E402
 import trace_dump  # noqa: E402
 
 
@@ -670,9 +670,9 @@ def case_cupti_kept(ctx):
 CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
 
 
-def main():
-    return run_case(CASES, "rb", 77, lambda case, build, work: case(Ctx(build, work)))
+def test_case(case, build, work):
+    checks.run(CASES[case], Ctx(build, work))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(checks.main(CASES, __file__))

@@ -4,8 +4,9 @@ article names (tests/scenarios/scenario.cc), run under `stallscope run --sim`
 with NVTX step ranges (--mode markers) or without (--mode no_markers), and the
 report checked against the simulator's ground truth (SIMGPU_TRACE).
 
-  scenarios.py --build DIR --scenario NAME --mode markers|no_markers
-  scenarios.py --build DIR --all         (every scenario and mode; a summary)
+  scenarios.py --build DIR --case NAME_MODE   (e.g. clean_no_markers)
+  scenarios.py --list                         (the cases)
+  python3 -m pytest tests/scenarios/scenarios.py --build DIR   (all of them)
 
 Checks for every scenario:
 - steps: with markers exactly the true count; without, step_source "auto",
@@ -26,19 +27,16 @@ plus the scenario's own: the hotspot at its `// STALL:<name>` line (kind,
 count per step), answers to the questions.
 
 A check that fails because of a known analyzer limitation (LIMITATIONS below)
-exits 77 (CTest: skipped) and prints the limitation and the failure; once the
+skips (exit 77: CTest's skip) and prints the limitation and the failure; once the
 analyzer is fixed the case passes and says that its entry can go.
 """
-import argparse
+import functools
 import glob
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ground_truth import (PREEMPT_SLACK_NS, device_gaps, idle_mismatches,  # noqa: E402
@@ -47,7 +45,6 @@ from ground_truth import (PREEMPT_SLACK_NS, device_gaps, idle_mismatches,  # noq
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "scenario.cc")
-SKIP = 77
 STEPS = 12
 KERNELS = ("batch_load=60,gemm_fwd=800,gemm_bwd=1000,loss_reduce=30,tiny_op=5,light_*=12,"
            "resume_*=600,producer_long=3000,consume_*=200,*=20")
@@ -62,7 +59,8 @@ LIMITATIONS = {}
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from checks import Failure, check  # noqa: E402
+import checks  # noqa: E402
+from checks import Failure, Skip, check  # noqa: E402
 
 
 def marker_line(name):
@@ -396,7 +394,7 @@ def check_extra(name, report, ops):
             check(qq["answer"] in ok, f"clean run: {qid} answers {qq['answer']}: {qq.get('evidence')}")
 
 
-def run_case(build, name, mode, work, limitation_re):
+def run_checks(build, name, mode, work, limitation_re):
     """Runs every check group; returns (real failures, known-limitation
     failures). A group that fails as the known limitation says does not stop
     the others, so the rest of the scenario is still checked."""
@@ -423,49 +421,34 @@ def run_case(build, name, mode, work, limitation_re):
     return real, known
 
 
-def one(build, name, mode):
+def one(build, work, name, mode):
     """One run of a scenario in a mode (no retry: the oracles come from its
-    ground truth)."""
-    work = tempfile.mkdtemp(prefix=f"stallscope-scenario-{name}-{mode}-")
-    t0 = time.monotonic()
+    ground truth). A failure that a known limitation names skips, when every
+    other check passed."""
+    if not os.path.exists(os.path.join(build, "bin", "scenario")):
+        raise Skip("bin/scenario not built")
     limitation, symptom = LIMITATIONS.get((name, mode), (None, None))
     try:
-        real, known = run_case(build, name, mode, work, symptom)
+        real, known = run_checks(build, name, mode, work, symptom)
     except Failure as e:
         real, known = [str(e)], []
     if real:
-        print(f"FAIL {name} {mode}: " + "\n  ".join(real + [f"(known limitation) {k}" for k in known])
-              + f"\n(kept {work})")
-        return 1
+        raise Failure("\n  ".join(real + [f"(known limitation) {k}" for k in known]))
     if known:
-        print(f"SKIP {name} {mode}: known analyzer limitation: {limitation}\n  failure: "
-              + "\n  failure: ".join(known) + f"\n  (every other check passed; kept {work})")
-        return SKIP
-    shutil.rmtree(work, ignore_errors=True)
-    note = (f" (listed as a known limitation, which did not show this time; remove the entry once it "
-            f"passes every time)" if limitation else "")
-    print(f"ok {name} {mode} ({time.monotonic() - t0:.1f} s){note}")
-    return 0
+        raise Skip(f"known analyzer limitation: {limitation}\n  failure: " + "\n  failure: ".join(known)
+                   + "\n  (every other check passed)")
+    if limitation:
+        print("listed as a known limitation, which did not show this time; remove the entry once it "
+              "passes every time")
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--scenario", choices=sorted(SCENARIOS))
-    ap.add_argument("--mode", choices=("markers", "no_markers"), default="markers")
-    ap.add_argument("--all", action="store_true")
-    args = ap.parse_args()
-    build = os.path.abspath(args.build)
-    if not os.path.exists(os.path.join(build, "bin", "scenario")):
-        print("skipped: bin/scenario not built")
-        return SKIP
-    if args.all:
-        rcs = [one(build, n, m) for n in SCENARIOS for m in ("markers", "no_markers")]
-        return 1 if any(rc == 1 for rc in rcs) else 0
-    if not args.scenario:
-        ap.error("--scenario or --all")
-    return one(build, args.scenario, args.mode)
+CASES = {f"{name}_{mode}": functools.partial(one, name=name, mode=mode)
+         for name in SCENARIOS for mode in ("markers", "no_markers")}
+
+
+def test_case(case, build, work):
+    checks.run(CASES[case], build, work)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(checks.main(CASES, __file__))
