@@ -42,6 +42,16 @@ def check(cond, msg):
         raise Failure(msg)
 
 
+def marker_line(src, marker):
+    """The number of the first line of `src` that ends with `marker` (the
+    `// STALL:<name>` comments the tests find call sites by)."""
+    with open(src) as f:
+        for n, line in enumerate(f, 1):
+            if line.rstrip().endswith(marker):
+                return n
+    raise Failure(f"marker {marker} not in {src}")
+
+
 def run(case, *args):
     """Runs `case(*args)` under pytest: Skip, or SKIP returned, skips."""
     import pytest

@@ -54,6 +54,11 @@ const Subcommand kSubcommands[] = {
      "exchanging small JSON documents. `report` gives what `stallscope report` gives over all "
      "the ranks' traces.",
      "", DeclareFleet},
+    {"whatif", "DIR|FILE... [--remove-sync SITE]... [--scale-host-wait X] [options]",
+     "Predict the step time after a fix before making it: the trace's dependency graph "
+     "replayed with the sync at SITE removed, or the host's waits or work scaled; says the "
+     "predicted step time, the next limit, and the replay's own error.",
+     "", DeclareWhatIf},
     {"dump", "FILE [options]",
      "Print one trace as it was read, before any analysis: its rank (when set), calls, device "
      "ops, NCCL call arguments and NVTX ranges in time order, one per line (for debugging the "

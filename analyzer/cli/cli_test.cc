@@ -485,7 +485,7 @@ TEST_CASE("every subcommand takes -o and --output alike", "[cli]") {
   CHECK(box.Run("fleet arrivals '" + trace + "' --output").code == 1);
   // The conventions, declared once (AddConventions), in every subcommand's
   // help; and every one of them parses on every subcommand.
-  for (const char* cmd : {"run", "report", "compare", "audit", "fleet", "dump"}) {
+  for (const char* cmd : {"run", "report", "compare", "audit", "fleet", "whatif", "dump"}) {
     const std::string help = box.Run(std::string("help ") + cmd).out;
     for (const char* opt : {"--format F", "-o, --output OUT", "--color WHEN", "-q, --quiet",
                             "-j, --jobs N"}) {
@@ -542,6 +542,34 @@ TEST_CASE("run writes the whole report with --format or -o", "[cli]") {
   CHECK(Slurp(box.cwd() + "/r3.txt").find("Forced-sync hotspots") != std::string::npos);
   // An existing -o target: the job ran, the report is refused.
   CHECK(box.Run("run --out traces4 -o r3.txt -- " + job).code == 1);
+}
+
+// Guards `whatif`'s contract: the JSON's top-level keys, the replay of an
+// unchanged trace equal to it, and a site that names no hotspot as a
+// one-line usage error.
+TEST_CASE("whatif predicts from one trace", "[cli]") {
+  Sandbox box;
+  const std::string trace = WriteSampleTrace(box.root() + "/sample.sstrace");
+  Result r = box.Run("whatif '" + trace + "' --format json");
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["schema"] == "stallscope.whatif/1");
+  for (const char* key : {"baseline", "predicted", "transformations", "assumptions", "replayed"}) {
+    CAPTURE(key);
+    CHECK(j.contains(key));
+  }
+  CHECK(j["predicted"]["mean_step_ns"] == j["baseline"]["mean_step_ns"]);
+  CHECK(j["replay_error"] == 0.0);
+  const auto report = nlohmann::json::parse(box.Run("report '" + trace + "' --format json").out);
+  CHECK(j["baseline"]["gpu_idle_ns"] == report["totals"]["gpu_idle_ns"]);
+  Result text = box.Run("whatif '" + trace + "' --scale-host-wait 0.5");
+  CHECK(text.code == 0);
+  CHECK(text.out.find("host waits × 0.5 takes the step from ") == 0);
+  Result bad = box.Run("whatif '" + trace + "' --remove-sync nowhere.py:12");
+  CHECK(bad.code == 1);
+  CHECK(bad.err.find("--remove-sync nowhere.py:12: no hotspot") != std::string::npos);
+  CHECK(Lines(bad.err) == 2);
+  CHECK(box.Run("whatif '" + trace + "' --scale-host-wait -1").code == 1);
 }
 
 // Guards the docs' option tables: docs/analyzer.md holds what

@@ -12,6 +12,7 @@ Runner DeclareCompare(CLI::App* app);
 Runner DeclareAudit(CLI::App* app);
 Runner DeclareFleet(CLI::App* app);
 Runner DeclareDump(CLI::App* app);
+Runner DeclareWhatIf(CLI::App* app);
 
 // `report --format`'s names, and what each gives (run takes them too).
 std::vector<std::string> ReportFormatNames();

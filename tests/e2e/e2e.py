@@ -29,11 +29,7 @@ from checks import SKIP, Failure, check  # noqa: E402
 
 
 def marker_line(marker, src=EXAMPLE_SRC):
-    with open(src) as f:
-        for n, line in enumerate(f, 1):
-            if marker in line:
-                return n
-    raise Failure(f"marker {marker} not in {EXAMPLE_SRC}")
+    return checks.marker_line(src, marker)
 
 
 def run_traced(build, work, args, extra_env=None):

@@ -70,11 +70,7 @@ def venv_python():
 
 
 def marker_line(marker, src=TORCH_TRAIN):
-    with open(src) as f:
-        for n, line in enumerate(f, 1):
-            if f"# {marker}" in line and line.rstrip().endswith(marker):
-                return n
-    raise Failure(f"marker {marker} not in {src}")
+    return checks.marker_line(src, f"# {marker}")
 
 
 def read_jsonl(pattern):

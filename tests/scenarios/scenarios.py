@@ -64,12 +64,7 @@ from checks import Failure, Skip, check  # noqa: E402
 
 
 def marker_line(name):
-    tag = f"// STALL:{name}"
-    with open(SOURCE) as f:
-        for n, line in enumerate(f, 1):
-            if line.rstrip().endswith(tag):
-                return n
-    raise Failure(f"marker {tag} not in {SOURCE}")
+    return checks.marker_line(SOURCE, f"// STALL:{name}")
 
 
 # ---- ground truth helpers ----

@@ -1,0 +1,404 @@
+// What-if replay (see replay.h).
+#include "analyzer/analyze/replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string_view>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+constexpr int64_t kNone = INT64_MIN;
+
+// One outermost call of a thread with the calls nested in it (a runtime
+// call and the driver calls it made).
+struct Unit {
+  uint32_t call = 0;  // the outermost call
+  uint32_t tid = 0;
+  int64_t enter = 0, exit = 0;
+  int32_t prev = -1;  // the thread's previous unit
+  int32_t next = -1;  // the thread's next unit
+  bool sync = false;     // it (or a call in it) waits for the device
+  bool removed = false;  // that wait is dropped
+  bool own_ops = false;  // it submitted ops itself (a read-back waits for those)
+  int32_t stream = -1;   // a stream synchronize's stream (index into streams), -1: the device
+};
+
+int64_t Median(std::vector<int64_t> v, int64_t fallback) {
+  if (v.empty()) return fallback;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+int64_t Scale(int64_t ns, double x) { return static_cast<int64_t>(std::llround(static_cast<double>(ns) * x)); }
+
+// A thread's host times, old → replayed: its units' spans, and the gaps
+// between them stretched as the gaps were.
+class Warp {
+ public:
+  Warp(const std::vector<Unit>& units, const std::vector<int32_t>& first_unit,
+       const std::vector<int64_t>& enter2, const std::vector<int64_t>& exit2,
+       const absl::flat_hash_map<uint32_t, int32_t>& thread_index)
+      : units_(units), first_unit_(first_unit), enter2_(enter2), exit2_(exit2),
+        thread_index_(thread_index) {}
+
+  int64_t Map(uint32_t tid, int64_t x) const {
+    auto it = thread_index_.find(tid);
+    if (it == thread_index_.end()) return x;
+    // The thread's last unit that entered at or before x (units of a thread
+    // are chained by `next`, in enter order; found by walking from a hint).
+    int32_t u = first_unit_[it->second];
+    if (u < 0 || x < units_[u].enter) return x;
+    int32_t& hint = hints_[it->second];
+    if (hint >= 0 && units_[hint].enter <= x) u = hint;
+    while (units_[u].next >= 0 && units_[units_[u].next].enter <= x) u = units_[u].next;
+    hint = u;
+    const Unit& a = units_[u];
+    if (x <= a.exit) return std::clamp(enter2_[u] + (x - a.enter), enter2_[u], exit2_[u]);
+    if (a.next < 0) return exit2_[u] + (x - a.exit);
+    const Unit& b = units_[a.next];
+    const int64_t gap = b.enter - a.exit, gap2 = enter2_[a.next] - exit2_[u];
+    if (gap <= 0) return exit2_[u];
+    return exit2_[u] + static_cast<int64_t>(static_cast<double>(x - a.exit) * static_cast<double>(gap2) /
+                                            static_cast<double>(gap));
+  }
+  void ResetHints() { hints_.assign(first_unit_.size(), -1); }
+
+ private:
+  const std::vector<Unit>& units_;
+  const std::vector<int32_t>& first_unit_;
+  const std::vector<int64_t>& enter2_;
+  const std::vector<int64_t>& exit2_;
+  const absl::flat_hash_map<uint32_t, int32_t>& thread_index_;
+  mutable std::vector<int32_t> hints_;
+};
+
+}  // namespace
+
+Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
+                const ReplayOptions& options, ReplayStats* stats) {
+  ReplayStats local;
+  ReplayStats& st = stats != nullptr ? *stats : local;
+  st = ReplayStats{};
+  const size_t nc = t.calls.size(), no = t.ops.size();
+
+  // The ops of each call, in start order.
+  std::vector<uint32_t> op_begin(nc + 1, 0), op_list(no);
+  for (const DeviceOp& op : t.ops) {
+    if (op.call >= 0 && static_cast<size_t>(op.call) < nc) ++op_begin[op.call + 1];
+  }
+  std::partial_sum(op_begin.begin(), op_begin.end(), op_begin.begin());
+  {
+    std::vector<uint32_t> fill(op_begin.begin(), op_begin.end() - 1);
+    for (uint32_t o = 0; o < no; ++o) {
+      const int32_t c = t.ops[o].call;
+      if (c >= 0 && static_cast<size_t>(c) < nc) op_list[fill[c]++] = o;
+    }
+  }
+
+  // Streams: (device, CUPTI stream id) of the ops; a call's stream handle
+  // (per thread for the per-thread default stream) → the stream its
+  // launches' ops ran on.
+  absl::flat_hash_map<uint64_t, int32_t> stream_of_op_key;
+  std::vector<int32_t> op_stream(no);
+  for (uint32_t o = 0; o < no; ++o) {
+    const uint64_t key = (uint64_t{t.ops[o].device} << 32) | t.op_info[o].stream;
+    auto [it, added] = stream_of_op_key.try_emplace(key, static_cast<int32_t>(stream_of_op_key.size()));
+    op_stream[o] = it->second;
+  }
+  const size_t nstreams = stream_of_op_key.size();
+  auto handle_key = [&](size_t c) {
+    const bool per_thread = (t.Api(t.calls[c].api).flags & trace::kApiPerThread) != 0;
+    const uint64_t handle = t.call_info[c].stream;
+    return std::pair<uint64_t, uint32_t>(handle, handle == 0 || per_thread ? t.calls[c].tid : 0);
+  };
+  absl::flat_hash_map<std::pair<uint64_t, uint32_t>, int32_t> stream_of_handle;
+  for (size_t c = 0; c < nc; ++c) {
+    if (op_begin[c + 1] > op_begin[c]) stream_of_handle.try_emplace(handle_key(c), op_stream[op_list[op_begin[c]]]);
+  }
+
+  // Units, per thread in enter order (calls are sorted by enter).
+  std::vector<Unit> units;
+  std::vector<int32_t> unit_of_call(nc, -1);
+  absl::flat_hash_map<uint32_t, int32_t> thread_index;  // tid → index into first/last unit
+  std::vector<int32_t> first_unit, last_unit;
+  for (size_t c = 0; c < nc; ++c) {
+    const ApiCall& call = t.calls[c];
+    auto [it, added] = thread_index.try_emplace(call.tid, static_cast<int32_t>(first_unit.size()));
+    if (added) {
+      first_unit.push_back(-1);
+      last_unit.push_back(-1);
+    }
+    int32_t& last = last_unit[it->second];
+    if (last >= 0 && call.enter_ns < units[last].exit) {
+      unit_of_call[c] = last;  // nested in the thread's current call
+      units[last].exit = std::max(units[last].exit, call.exit_ns);
+    } else {
+      Unit u;
+      u.call = static_cast<uint32_t>(c);
+      u.tid = call.tid;
+      u.enter = call.enter_ns;
+      u.exit = call.exit_ns;
+      u.prev = last;
+      const int32_t id = static_cast<int32_t>(units.size());
+      if (last >= 0) units[last].next = id;
+      if (first_unit[it->second] < 0) first_unit[it->second] = id;
+      last = id;
+      unit_of_call[c] = id;
+      units.push_back(u);
+    }
+    Unit& u = units[unit_of_call[c]];
+    const bool removed = !options.remove_wait.empty() && options.remove_wait[c];
+    if (classes[c] == CallClass::kSync) {
+      u.sync = true;
+      u.removed = u.removed || removed;
+      std::string_view name = t.Api(call.api).name;
+      if (name.find("StreamSynchronize") != std::string_view::npos) {
+        auto s = stream_of_handle.find(handle_key(c));
+        if (s != stream_of_handle.end()) u.stream = s->second;
+      }
+    }
+    if (op_begin[c + 1] > op_begin[c]) u.own_ops = true;
+  }
+  // Calls of a unit, in call order.
+  std::vector<uint32_t> member_begin(units.size() + 1, 0), members(nc);
+  for (size_t c = 0; c < nc; ++c) ++member_begin[unit_of_call[c] + 1];
+  std::partial_sum(member_begin.begin(), member_begin.end(), member_begin.begin());
+  {
+    std::vector<uint32_t> fill(member_begin.begin(), member_begin.end() - 1);
+    for (size_t c = 0; c < nc; ++c) members[fill[unit_of_call[c]]++] = static_cast<uint32_t>(c);
+  }
+
+  // The baseline pass: each op's binding constraint (its submitting call,
+  // or the previous op of its stream) and each sync unit's target; the
+  // typical delays the graph gives the side that did not bind.
+  std::vector<int64_t> prev_end(no, kNone);  // the stream's previous op's end, submission order
+  std::vector<int64_t> target(units.size(), kNone);  // baseline end of the work a sync unit waited for
+  std::vector<int64_t> host_delays, device_delays, posts;
+  {
+    std::vector<int64_t> stream_end(nstreams, kNone), stream_max(nstreams, kNone);
+    int64_t device_max = kNone;
+    for (size_t ui = 0; ui < units.size(); ++ui) {
+      const Unit& u = units[ui];
+      if (u.sync && !u.own_ops) target[ui] = u.stream >= 0 ? stream_max[u.stream] : device_max;
+      int64_t own = kNone;
+      for (uint32_t m = member_begin[ui]; m < member_begin[ui + 1]; ++m) {
+        const uint32_t c = members[m];
+        for (uint32_t k = op_begin[c]; k < op_begin[c + 1]; ++k) {
+          const uint32_t o = op_list[k];
+          const DeviceOp& op = t.ops[o];
+          const int32_t s = op_stream[o];
+          prev_end[o] = stream_end[s];
+          if (prev_end[o] != kNone && prev_end[o] >= t.calls[c].enter_ns) {
+            device_delays.push_back(op.start_ns - prev_end[o]);
+          } else {
+            host_delays.push_back(op.start_ns - t.calls[c].enter_ns);
+          }
+          stream_end[s] = op.end_ns;
+          own = std::max(own, op.end_ns);
+        }
+      }
+      if (u.sync && u.own_ops) target[ui] = own;
+      if (u.sync && target[ui] != kNone && target[ui] > u.enter && target[ui] <= u.exit) {
+        posts.push_back(u.exit - target[ui]);
+      }
+      for (uint32_t m = member_begin[ui]; m < member_begin[ui + 1]; ++m) {
+        const uint32_t c = members[m];
+        for (uint32_t k = op_begin[c]; k < op_begin[c + 1]; ++k) {
+          const uint32_t o = op_list[k];
+          stream_max[op_stream[o]] = std::max(stream_max[op_stream[o]], t.ops[o].end_ns);
+          device_max = std::max(device_max, t.ops[o].end_ns);
+        }
+      }
+    }
+  }
+  int64_t device_delay_min = 0;
+  if (!device_delays.empty()) {
+    device_delay_min = std::max<int64_t>(0, *std::min_element(device_delays.begin(), device_delays.end()));
+  }
+  const int64_t host_delay_typ = std::max<int64_t>(0, Median(host_delays, 0));
+  const int64_t post_typ = std::max<int64_t>(0, Median(posts, 0));
+
+  // The replay, in the trace's order of units.
+  std::vector<int64_t> enter2(units.size()), exit2(units.size());
+  std::vector<int64_t> call_enter2(nc), call_exit2(nc), start2(no), end2(no);
+  std::vector<int64_t> stream_end2(nstreams, kNone), stream_max2(nstreams, kNone);
+  int64_t device_max2 = kNone;
+  // Per thread: the CPU-time and run-delay changes of its scaled gaps, at
+  // the gap's start (for the CPU samples).
+  struct GapChange {
+    int64_t at = 0;
+    int64_t cpu = 0;
+    int64_t delay = 0;
+  };
+  absl::flat_hash_map<uint32_t, std::vector<GapChange>> gap_changes;
+  for (size_t ui = 0; ui < units.size(); ++ui) {
+    const Unit& u = units[ui];
+    if (u.prev < 0) {
+      enter2[ui] = u.enter;
+    } else {
+      const Unit& p = units[u.prev];
+      const int64_t gap = u.enter - p.exit;
+      int64_t gap2 = gap;
+      if (gap >= options.launch_dispatch_ns) {
+        ++st.gaps_scaled;
+        const HostGapSplit split = SplitHostGap(t, u.tid, p.exit, u.enter);
+        int64_t on = split.on;
+        if (on < 0) {
+          ++st.gaps_without_cpu;
+          on = 0;
+        }
+        on = std::min(on, gap);
+        gap2 = Scale(on, options.scale_host_busy) + Scale(gap - on, options.scale_host_wait);
+        const int64_t pre = std::max<int64_t>(0, split.preempted);
+        if (gap2 != gap) {
+          gap_changes[u.tid].push_back({p.exit, Scale(on, options.scale_host_busy) - on,
+                                        Scale(pre, options.scale_host_wait) - pre});
+        }
+      }
+      enter2[ui] = exit2[u.prev] + std::max<int64_t>(0, gap2);
+    }
+    const int64_t shift = enter2[ui] - u.enter;
+    // The device work a sync unit waits for, replayed (before its own ops,
+    // which only a read-back waits for).
+    int64_t target2 = kNone;
+    if (u.sync && !u.own_ops) target2 = u.stream >= 0 ? stream_max2[u.stream] : device_max2;
+    int64_t own2 = kNone;
+    for (uint32_t m = member_begin[ui]; m < member_begin[ui + 1]; ++m) {
+      const uint32_t c = members[m];
+      const int64_t a2 = t.calls[c].enter_ns + shift;
+      for (uint32_t k = op_begin[c]; k < op_begin[c + 1]; ++k) {
+        const uint32_t o = op_list[k];
+        const DeviceOp& op = t.ops[o];
+        const int32_t s = op_stream[o];
+        const int64_t a = t.calls[c].enter_ns, start = op.start_ns;
+        int64_t dh, dd;
+        if (prev_end[o] != kNone && prev_end[o] >= a) {  // the stream bound it
+          dd = start - prev_end[o];
+          dh = std::min(host_delay_typ, start - a);
+        } else {  // its submission bound it
+          dh = start - a;
+          dd = prev_end[o] == kNone ? 0 : std::min(device_delay_min, start - prev_end[o]);
+        }
+        int64_t s2 = a2 + dh;
+        if (stream_end2[s] != kNone) s2 = std::max(s2, stream_end2[s] + dd);
+        start2[o] = s2;
+        end2[o] = s2 + (op.end_ns - op.start_ns);
+        stream_end2[s] = end2[o];
+        own2 = std::max(own2, end2[o]);
+      }
+    }
+    if (u.sync && u.own_ops) target2 = own2;
+    const int64_t base = target[ui];
+    const bool blocked = u.sync && base != kNone && base > u.enter;
+    const int64_t cost = blocked ? std::max<int64_t>(0, u.exit - base) : u.exit - u.enter;
+    exit2[ui] = enter2[ui] + cost;
+    if (u.sync && u.removed) {
+      // Without its wait the call costs what a call returning from a wait
+      // typically does after the work ended (never more than it took):
+      // a thread preempted in the wait in the trace is not preempted here.
+      if (blocked) exit2[ui] = enter2[ui] + std::min(cost, post_typ);
+      ++st.waits_removed;
+    } else if (u.sync && target2 != kNone) {
+      const int64_t post = blocked ? cost : std::min(post_typ, cost);
+      exit2[ui] = std::max(exit2[ui], target2 + post);
+    }
+    for (uint32_t m = member_begin[ui]; m < member_begin[ui + 1]; ++m) {
+      const uint32_t c = members[m];
+      for (uint32_t k = op_begin[c]; k < op_begin[c + 1]; ++k) {
+        const uint32_t o = op_list[k];
+        stream_max2[op_stream[o]] = std::max(stream_max2[op_stream[o]], end2[o]);
+        device_max2 = std::max(device_max2, end2[o]);
+      }
+      call_enter2[c] = std::clamp(enter2[ui] + (t.calls[c].enter_ns - u.enter), enter2[ui], exit2[ui]);
+      call_exit2[c] = std::clamp(exit2[ui] - (u.exit - t.calls[c].exit_ns), call_enter2[c], exit2[ui]);
+    }
+  }
+
+  // The replayed timeline.
+  Timeline r = t;
+  for (size_t c = 0; c < nc; ++c) {
+    r.calls[c].enter_ns = call_enter2[c];
+    r.calls[c].exit_ns = call_exit2[c];
+    int64_t last = 0;
+    for (uint32_t k = op_begin[c]; k < op_begin[c + 1]; ++k) last = std::max(last, end2[op_list[k]]);
+    if (op_begin[c + 1] > op_begin[c]) r.call_info[c].last_op_end_ns = last;
+  }
+  for (size_t o = 0; o < no; ++o) {
+    if (t.ops[o].call >= 0 && static_cast<size_t>(t.ops[o].call) < nc) {
+      r.ops[o].start_ns = start2[o];
+      r.ops[o].end_ns = end2[o];
+    }
+  }
+  Warp warp(units, first_unit, enter2, exit2, thread_index);
+  warp.ResetHints();
+  for (NvtxRange& range : r.ranges) {
+    const int64_t start = warp.Map(range.tid, range.start_ns);
+    range.end_ns = std::max(start, warp.Map(range.tid, range.end_ns));
+    range.start_ns = start;
+  }
+  std::stable_sort(r.ranges.begin(), r.ranges.end(),
+                   [](const NvtxRange& a, const NvtxRange& b) { return a.start_ns < b.start_ns; });
+  warp.ResetHints();
+  for (NvtxEvent& e : r.nvtx) e.ns = warp.Map(e.tid, e.ns);
+  for (auto& [tid, samples] : r.cpu) {
+    warp.ResetHints();
+    const auto changes = gap_changes.find(tid);
+    size_t k = 0;
+    int64_t cpu = 0, delay = 0;
+    for (CpuSample& s : samples) {
+      if (changes != gap_changes.end()) {
+        for (; k < changes->second.size() && changes->second[k].at < s.ns; ++k) {
+          cpu += changes->second[k].cpu;
+          delay += changes->second[k].delay;
+        }
+      }
+      s.ns = warp.Map(tid, s.ns);
+      s.cpu_ns = std::max<int64_t>(0, s.cpu_ns + cpu);
+      if (s.run_delay_ns >= 0) s.run_delay_ns = std::max<int64_t>(0, s.run_delay_ns + delay);
+    }
+  }
+  for (NcclCall& n : r.nccl) {
+    if (n.call >= 0 && static_cast<size_t>(n.call) < nc) n.enter_ns = call_enter2[n.call];
+  }
+
+  // Calls back in enter order (indices change: ops, NCCL calls and the
+  // pageable copies follow), ops in start order.
+  std::vector<uint32_t> order(nc);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return r.calls[a].enter_ns < r.calls[b].enter_ns;
+  });
+  std::vector<uint32_t> to(nc);
+  for (uint32_t k = 0; k < nc; ++k) to[order[k]] = k;
+  {
+    std::vector<ApiCall> calls(nc);
+    std::vector<CallInfo> info(nc);
+    for (uint32_t k = 0; k < nc; ++k) {
+      calls[k] = r.calls[order[k]];
+      info[k] = r.call_info[order[k]];
+    }
+    r.calls = std::move(calls);
+    r.call_info = std::move(info);
+  }
+  for (DeviceOp& op : r.ops) {
+    if (op.call >= 0 && static_cast<size_t>(op.call) < nc) op.call = static_cast<int32_t>(to[op.call]);
+  }
+  for (NcclCall& n : r.nccl) {
+    if (n.call >= 0 && static_cast<size_t>(n.call) < nc) n.call = static_cast<int32_t>(to[n.call]);
+  }
+  std::stable_sort(r.nccl.begin(), r.nccl.end(),
+                   [](const NcclCall& a, const NcclCall& b) { return a.enter_ns < b.enter_ns; });
+  absl::flat_hash_set<int32_t> pageable;
+  for (int32_t c : r.pageable_copy_calls) {
+    pageable.insert(c >= 0 && static_cast<size_t>(c) < nc ? static_cast<int32_t>(to[c]) : c);
+  }
+  r.pageable_copy_calls = std::move(pageable);
+  SortOpsByStart(&r);
+  return r;
+}
+
+}  // namespace stallscope::analyzer

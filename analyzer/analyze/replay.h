@@ -1,0 +1,53 @@
+// What-if replay (docs/analyzer.md "What if"): the trace's dependency graph
+// replayed with transformations, giving the timeline the changed program
+// would leave. The graph, from the trace:
+// - each host thread's outermost calls in order, with the host time between
+//   them (split on-CPU / off-CPU from the thread's CPU samples, as the
+//   attribution splits host_busy / host_wait);
+// - each device op after its submitting call and after the previous op of
+//   its stream, with the delay it showed after whichever of the two bound it
+//   (the other takes the smallest such delay seen in the trace);
+// - each synchronizing call after the device work it waited for: its own
+//   ops (a read-back), else the latest-ending op submitted before it on its
+//   stream (a stream synchronize whose stream the launches identify) or on
+//   the device, returning as long after that op's end as it did in the
+//   trace.
+// It ignores contention between concurrent kernels, cross-stream event
+// waits other than through the measured delays, dependencies between host
+// threads, clocks and memory effects.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "analyzer/analyze/attribution.h"
+#include "analyzer/model/timeline.h"
+
+namespace stallscope::analyzer {
+
+struct ReplayOptions {
+  // Calls whose wait for the device is dropped (indexed like t.calls; empty:
+  // none). A removed read-back's copy stays, as an async copy.
+  std::vector<bool> remove_wait;
+  // Host gaps of at least `launch_dispatch_ns` (host_wait / host_busy in
+  // the attribution): their off-CPU part times scale_host_wait, their
+  // on-CPU part times scale_host_busy. Shorter gaps are launch dispatch and
+  // stay.
+  double scale_host_wait = 1.0;
+  double scale_host_busy = 1.0;
+  int64_t launch_dispatch_ns = 50'000;
+};
+
+struct ReplayStats {
+  int64_t waits_removed = 0;  // calls whose wait was dropped
+  int64_t gaps_scaled = 0;    // host gaps of at least launch_dispatch_ns
+  int64_t gaps_without_cpu = 0;  // of them, without CPU samples (all off-CPU)
+};
+
+// The timeline of `t` replayed with `options`: every call's, op's, NVTX
+// range's and CPU sample's time moved as the graph says (calls re-sorted by
+// enter, ops by start). `classes` is ClassifyCalls' answer for `t`.
+Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
+                const ReplayOptions& options, ReplayStats* stats = nullptr);
+
+}  // namespace stallscope::analyzer

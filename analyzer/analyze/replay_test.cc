@@ -1,0 +1,148 @@
+// Tests of the what-if replay on a hand-built loop whose answers are worked
+// out by hand: the graph replayed unchanged gives the trace back, a removed
+// stream synchronize lets the device run back to back, scaled host waits
+// shorten the loop by what they scaled.
+#include "analyzer/analyze/replay.h"
+
+#include <catch2/catch.hpp>
+
+#include "analyzer/analyze/analysis.h"
+#include "analyzer/testing/test_util.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+using testing::kUs;
+using testing::TraceBuilder;
+
+constexpr int kSteps = 6;
+constexpr int64_t kGap = 100 * kUs;     // host time before each launch (no CPU samples: off-CPU)
+constexpr int64_t kKernel = 1000 * kUs;  // the step's one kernel
+constexpr int64_t kPeriod = kGap + 1015 * kUs;
+
+// Each step: kGap of host time, a launch [T, T+5us) whose kernel runs
+// [T+10us, T+1010us), a stream synchronize [T+6us, T+1015us), all inside a
+// marked step range.
+TraceBuilder SyncLoop() {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  for (int k = 0; k < kSteps; ++k) {
+    const int64_t step = 1'000'000 + k * kPeriod;
+    const int64_t t = step + kGap;
+    b.Range(1, step, step + kPeriod, "step");
+    b.Submit(1, api.launch, t, t + 5 * kUs, t + 10 * kUs, t + 10 * kUs + kKernel);
+    b.Call(1, api.sync, t + 6 * kUs, t + 1015 * kUs);
+  }
+  return b;
+}
+
+struct Replayed {
+  Timeline timeline;
+  Report report;
+  ReplayStats stats;
+};
+
+Replayed Run(const Timeline& t, ReplayOptions o) {
+  const std::vector<CallClass> classes = ClassifyCalls(t, 0, AttributionOptions{});
+  Replayed r;
+  r.timeline = Replay(t, classes, o, &r.stats);
+  auto report = AnalyzeTimeline(r.timeline, AnalysisOptions{});
+  REQUIRE(report.ok());
+  r.report = std::move(*report);
+  return r;
+}
+
+int64_t MeanStep(const Report& r) {
+  REQUIRE(!r.steps.empty());
+  int64_t sum = 0;
+  for (const StepStats& s : r.steps) sum += s.end_ns - s.start_ns;
+  return sum / static_cast<int64_t>(r.steps.size());
+}
+
+// Guards the replay's own error: unchanged, every call, op and range comes
+// back at its time, and so does the report.
+TEST_CASE("the graph replayed unchanged gives the trace back", "[replay]") {
+  const Timeline t = testing::ReadOrDie(SyncLoop());
+  Replayed r = Run(t, ReplayOptions{});
+  REQUIRE(r.timeline.calls.size() == t.calls.size());
+  for (size_t i = 0; i < t.calls.size(); ++i) {
+    CHECK(r.timeline.calls[i].enter_ns == t.calls[i].enter_ns);
+    CHECK(r.timeline.calls[i].exit_ns == t.calls[i].exit_ns);
+  }
+  REQUIRE(r.timeline.ops.size() == t.ops.size());
+  for (size_t i = 0; i < t.ops.size(); ++i) {
+    CHECK(r.timeline.ops[i].start_ns == t.ops[i].start_ns);
+    CHECK(r.timeline.ops[i].end_ns == t.ops[i].end_ns);
+    CHECK(r.timeline.ops[i].call == t.ops[i].call);
+  }
+  auto base = AnalyzeTimeline(t, AnalysisOptions{});
+  REQUIRE(base.ok());
+  CHECK(MeanStep(r.report) == MeanStep(*base));
+  CHECK(r.report.totals.gpu_idle_ns == base->totals.gpu_idle_ns);
+  CHECK(r.stats.waits_removed == 0);
+}
+
+// Guards removing a sync: without the wait, the host (110 us a step) runs
+// ahead and the kernels run back to back, so a step is one kernel.
+TEST_CASE("a removed synchronize lets the device run back to back", "[replay]") {
+  const Timeline t = testing::ReadOrDie(SyncLoop());
+  ReplayOptions o;
+  o.remove_wait.assign(t.calls.size(), false);
+  int removed = 0;
+  for (size_t i = 0; i < t.calls.size(); ++i) {
+    if (t.Api(t.calls[i].api).name == "cudaStreamSynchronize") {
+      o.remove_wait[i] = true;
+      ++removed;
+    }
+  }
+  REQUIRE(removed == kSteps);
+  Replayed r = Run(t, o);
+  CHECK(r.stats.waits_removed == kSteps);
+  REQUIRE(r.report.steps.size() == kSteps);
+  // The ops follow one another with no gap after the first.
+  for (size_t i = 1; i < r.timeline.ops.size(); ++i) {
+    CHECK(r.timeline.ops[i].start_ns == r.timeline.ops[i - 1].end_ns);
+  }
+  // The first step opens at its range's start, 110 us before its kernel;
+  // every later one is one kernel.
+  for (size_t k = 1; k < r.report.steps.size(); ++k) {
+    CHECK(r.report.steps[k].end_ns - r.report.steps[k].start_ns == kKernel);
+  }
+  // The syncs now return at once: each lasts what it lasted after the
+  // kernel's end (5 us).
+  for (size_t i = 0; i < r.timeline.calls.size(); ++i) {
+    if (r.timeline.Api(r.timeline.calls[i].api).name == "cudaStreamSynchronize") {
+      CHECK(r.timeline.calls[i].exit_ns - r.timeline.calls[i].enter_ns == 5 * kUs);
+    }
+  }
+}
+
+// Guards scaling host waits: the off-CPU gaps (no CPU samples) halve, the
+// loop stays bound by its sync, so each step is shorter by half a gap.
+TEST_CASE("scaled host waits shorten the loop by what they scaled", "[replay]") {
+  const Timeline t = testing::ReadOrDie(SyncLoop());
+  ReplayOptions o;
+  o.scale_host_wait = 0.5;
+  Replayed r = Run(t, o);
+  CHECK(r.stats.gaps_scaled == kSteps - 1);  // the first step's gap opens the thread
+  CHECK(r.stats.gaps_without_cpu == kSteps - 1);
+  auto base = AnalyzeTimeline(t, AnalysisOptions{});
+  REQUIRE(base.ok());
+  REQUIRE(r.report.steps.size() == base->steps.size());
+  // Marked steps tile the device timeline from one step's last op's end to
+  // the next one's: every step after the first (whose gap opens the
+  // thread) is shorter by half a gap, and so is its idle.
+  for (size_t k = 1; k < r.report.steps.size(); ++k) {
+    const StepStats& s = r.report.steps[k];
+    const StepStats& b = base->steps[k];
+    CHECK((b.end_ns - b.start_ns) - (s.end_ns - s.start_ns) == kGap / 2);
+    CHECK(b.gpu_idle_ns - s.gpu_idle_ns == kGap / 2);
+  }
+  // Scaled to 1: the trace back.
+  o.scale_host_wait = 1.0;
+  Replayed same = Run(t, o);
+  CHECK(MeanStep(same.report) == MeanStep(*base));
+}
+
+}  // namespace
+}  // namespace stallscope::analyzer

@@ -1,0 +1,235 @@
+// `stallscope whatif` (see whatif.h).
+#include "analyzer/compare/whatif.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "analyzer/analyze/replay.h"
+#include "analyzer/model/format.h"
+#include "nlohmann/json.hpp"
+
+namespace stallscope::analyzer {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Whether hotspot `h` is the one `site` names: its fingerprint, or FILE:LINE
+// with FILE the end of its site's path (whole path components).
+bool Names(const Hotspot& h, const std::string& site) {
+  if (site == h.fingerprint) return true;
+  const size_t colon = site.rfind(':');
+  int line = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(site.substr(colon + 1), &line)) return false;
+  const std::string file = site.substr(0, colon);
+  const std::string& path = h.site.file;
+  if (file.empty() || line != h.site.line || path.size() < file.size()) return false;
+  if (path.compare(path.size() - file.size(), file.size(), file) != 0) return false;
+  return path.size() == file.size() || path[path.size() - file.size() - 1] == '/';
+}
+
+std::string SiteName(const Hotspot& h) {
+  return h.site.file.empty() ? h.fingerprint : absl::StrCat(BaseName(h.site.file), ":", h.site.line);
+}
+
+std::string Percent(double x) { return absl::StrFormat("%+.0f%%", 100.0 * x); }
+
+std::string Factor(double x) { return absl::StrFormat("%g", x); }
+
+Json SummaryJson(const StepSummary& s) {
+  Json causes = Json::object();
+  for (int i = 0; i < kNumCauses; ++i) causes[CauseName(CauseAt(i))] = s.idle_by_cause[i];
+  return Json{{"steps", s.step_ns.size()},
+              {"step_source", s.step_source},
+              {"mean_step_ns", s.mean_step_ns},
+              {"wall_ns", s.wall_ns},
+              {"gpu_idle_ns", s.gpu_idle_ns},
+              {"idle_by_cause", causes},
+              {"step_ns", s.step_ns},
+              {"step_idle_ns", s.step_idle_ns}};
+}
+
+double Relative(int64_t got, int64_t want) {
+  return want == 0 ? 0.0 : static_cast<double>(got - want) / static_cast<double>(want);
+}
+
+}  // namespace
+
+StepSummary SummarizeSteps(const Report& report) {
+  StepSummary s;
+  s.step_source = report.step_source;
+  int64_t sum = 0;
+  for (const StepStats& st : report.steps) {
+    s.step_ns.push_back(st.end_ns - st.start_ns);
+    s.step_idle_ns.push_back(st.gpu_idle_ns);
+    sum += st.end_ns - st.start_ns;
+  }
+  if (!report.steps.empty()) s.mean_step_ns = sum / static_cast<int64_t>(report.steps.size());
+  s.wall_ns = report.totals.wall_ns;
+  s.gpu_idle_ns = report.totals.gpu_idle_ns;
+  s.idle_by_cause = report.totals.idle_by_cause;
+  return s;
+}
+
+absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& analysis,
+                                 const WhatIfRequest& request, const AnalysisOptions& options) {
+  const Timeline& t = analysis.timeline;
+  WhatIf w;
+  w.trace = BaseName(t.path);
+  w.baseline = SummarizeSteps(report);
+
+  ReplayOptions ro;
+  ro.launch_dispatch_ns = options.attribution.launch_dispatch_ns;
+  std::vector<std::string> removed_sites;
+  if (!request.remove_sync.empty()) {
+    ro.remove_wait.assign(t.calls.size(), false);
+    for (const std::string& site : request.remove_sync) {
+      int32_t found = -1;
+      for (size_t i = 0; i < report.hotspots.size(); ++i) {
+        if (Names(report.hotspots[i], site)) {
+          found = static_cast<int32_t>(i);
+          break;
+        }
+      }
+      if (found < 0) {
+        std::vector<std::string> known;
+        for (const Hotspot& h : report.hotspots) known.push_back(SiteName(h));
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "--remove-sync %s: no hotspot at that site or with that fingerprint (hotspots: %s)",
+            site, known.empty() ? "none" : absl::StrJoin(known, ", ")));
+      }
+      int64_t calls = 0;
+      for (size_t c = 0; c < t.calls.size() && c < analysis.hotspot_of_call.size(); ++c) {
+        if (analysis.hotspot_of_call[c] == found) {
+          ro.remove_wait[c] = true;
+          ++calls;
+        }
+      }
+      const Hotspot& h = report.hotspots[found];
+      removed_sites.push_back(SiteName(h));
+      w.transformations.push_back({"remove_sync", SiteName(h) + " (" + h.fingerprint + ")", calls});
+    }
+  }
+  ro.scale_host_wait = request.scale_host_wait;
+  ro.scale_host_busy = request.scale_host_busy;
+
+  // Each replayed timeline lives only while it is analyzed (peak memory:
+  // the trace's timeline and one replay).
+  ReplayStats stats;
+  {
+    auto replayed = AnalyzeTimeline(
+        Replay(t, analysis.classes, ReplayOptions{.launch_dispatch_ns = ro.launch_dispatch_ns}), options);
+    if (!replayed.ok()) return replayed.status();
+    w.replayed = SummarizeSteps(*replayed);
+  }
+  {
+    auto predicted = AnalyzeTimeline(Replay(t, analysis.classes, ro, &stats), options);
+    if (!predicted.ok()) return predicted.status();
+    w.predicted = SummarizeSteps(*predicted);
+  }
+  if (request.scale_host_wait != 1.0) {
+    w.transformations.push_back({"scale_host_wait", Factor(request.scale_host_wait), stats.gaps_scaled});
+  }
+  if (request.scale_host_busy != 1.0) {
+    w.transformations.push_back({"scale_host_busy", Factor(request.scale_host_busy), stats.gaps_scaled});
+  }
+
+  // The next limit: the predicted run's largest idle cause, unless the GPU
+  // is busy nearly all the time.
+  int best = 0;
+  for (int i = 1; i < kNumCauses; ++i) {
+    if (w.predicted.idle_by_cause[i] > w.predicted.idle_by_cause[best]) best = i;
+  }
+  const bool busy = w.predicted.wall_ns > 0 && w.predicted.gpu_idle_ns * 20 < w.predicted.wall_ns;
+  w.next_limit = busy || w.predicted.idle_by_cause[best] == 0 ? "gpu_busy" : CauseName(CauseAt(best));
+
+  w.assumptions = {
+      "the analyzed process only; other processes and ranks keep their times",
+      "device ops keep their durations; ops on different streams do not contend",
+      "an op starts after its submitting call and the previous op of its stream, with the delay "
+      "the trace showed after whichever bound it",
+      "a synchronizing call waits for its own ops, or the latest-ending op submitted before it on "
+      "its stream or device, and returns as long after it as in the trace",
+      "host threads depend on each other only through the device",
+      absl::StrFormat("host gaps of at least %s are host time (scaled); shorter ones are launch "
+                      "dispatch (kept)",
+                      FormatDuration(ro.launch_dispatch_ns)),
+  };
+  if (stats.gaps_without_cpu > 0) {
+    w.assumptions.push_back(absl::StrFormat(
+        "%d host gaps had no CPU samples: taken as off-CPU (host_wait)", stats.gaps_without_cpu));
+  }
+
+  std::vector<std::string> change;
+  if (!removed_sites.empty()) {
+    change.push_back(absl::StrCat("removing the sync", removed_sites.size() > 1 ? "s" : "", " at ",
+                                  absl::StrJoin(removed_sites, ", ")));
+  }
+  if (request.scale_host_wait != 1.0) {
+    change.push_back(absl::StrCat("host waits × ", Factor(request.scale_host_wait)));
+  }
+  if (request.scale_host_busy != 1.0) {
+    change.push_back(absl::StrCat("host work × ", Factor(request.scale_host_busy)));
+  }
+  const std::string what = change.empty() ? "the trace replayed unchanged" : absl::StrJoin(change, " and ");
+  w.headline = absl::StrFormat("%s takes the step from %s to %s (%s); the next limit is %s", what,
+                               FormatDuration(w.baseline.mean_step_ns),
+                               FormatDuration(w.predicted.mean_step_ns),
+                               Percent(Relative(w.predicted.mean_step_ns, w.baseline.mean_step_ns)),
+                               w.next_limit);
+  return w;
+}
+
+std::string RenderWhatIfText(const WhatIf& w) {
+  std::string s = absl::StrCat(w.headline, ".\n\n");
+  absl::StrAppendFormat(&s, "  %-22s %12s %12s\n", "", "measured", "predicted");
+  absl::StrAppendFormat(&s, "  %-22s %12d %12d\n", "steps", w.baseline.step_ns.size(),
+                        w.predicted.step_ns.size());
+  absl::StrAppendFormat(&s, "  %-22s %12s %12s\n", "step time (mean)", FormatDuration(w.baseline.mean_step_ns),
+                        FormatDuration(w.predicted.mean_step_ns));
+  absl::StrAppendFormat(&s, "  %-22s %12s %12s\n", "GPU idle", FormatDuration(w.baseline.gpu_idle_ns),
+                        FormatDuration(w.predicted.gpu_idle_ns));
+  for (int i = 0; i < kNumCauses; ++i) {
+    if (w.baseline.idle_by_cause[i] == 0 && w.predicted.idle_by_cause[i] == 0) continue;
+    absl::StrAppendFormat(&s, "    %-20s %12s %12s\n", CauseName(CauseAt(i)),
+                          FormatDuration(w.baseline.idle_by_cause[i]),
+                          FormatDuration(w.predicted.idle_by_cause[i]));
+  }
+  absl::StrAppendFormat(&s, "\nThe replay's own error (the trace replayed unchanged): mean step %s (%s).\n",
+                        FormatDuration(w.replayed.mean_step_ns),
+                        absl::StrFormat("%+.2f%%", 100.0 * Relative(w.replayed.mean_step_ns,
+                                                                     w.baseline.mean_step_ns)));
+  s += "\nTransformations:\n";
+  for (const auto& x : w.transformations) {
+    absl::StrAppendFormat(&s, "  %s %s (%d %s)\n", x.kind, x.target, x.calls,
+                          x.kind == "remove_sync" ? "calls" : "host gaps");
+  }
+  if (w.transformations.empty()) s += "  none\n";
+  s += "\nAssumptions:\n";
+  for (const std::string& a : w.assumptions) absl::StrAppend(&s, "  - ", a, "\n");
+  return s;
+}
+
+std::string RenderWhatIfJson(const WhatIf& w) {
+  Json j;
+  j["schema"] = "stallscope.whatif/1";
+  j["trace"] = w.trace;
+  j["headline"] = w.headline;
+  j["baseline"] = SummaryJson(w.baseline);
+  j["predicted"] = SummaryJson(w.predicted);
+  j["predicted"]["next_limit"] = w.next_limit;
+  j["replayed"] = SummaryJson(w.replayed);
+  j["replay_error"] = Relative(w.replayed.mean_step_ns, w.baseline.mean_step_ns);
+  Json xs = Json::array();
+  for (const auto& x : w.transformations) {
+    xs.push_back(Json{{"kind", x.kind}, {"target", x.target}, {"changed", x.calls}});
+  }
+  j["transformations"] = xs;
+  j["assumptions"] = w.assumptions;
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace stallscope::analyzer

@@ -1,0 +1,62 @@
+// `stallscope whatif`: the step time after a fix, predicted by replaying the
+// trace's dependency graph with the fix applied (analyze/replay.h), and the
+// replay's own error (the graph replayed unchanged against the trace).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "analyzer/analyze/analysis.h"
+#include "analyzer/model/report.h"
+
+namespace stallscope::analyzer {
+
+struct WhatIfRequest {
+  // Hotspots whose waits are dropped: FILE:LINE (FILE matches the end of the
+  // site's path at a '/') or a fingerprint.
+  std::vector<std::string> remove_sync;
+  double scale_host_wait = 1.0;
+  double scale_host_busy = 1.0;
+};
+
+// The steps of one timeline as the report measures them.
+struct StepSummary {
+  int64_t mean_step_ns = 0;  // mean of end_ns - start_ns over steps[]
+  std::vector<int64_t> step_ns;
+  std::vector<int64_t> step_idle_ns;
+  int64_t wall_ns = 0;
+  int64_t gpu_idle_ns = 0;
+  CauseNs idle_by_cause{};
+  std::string step_source;
+};
+StepSummary SummarizeSteps(const Report& report);
+
+struct WhatIf {
+  std::string trace;  // the analyzed process's file
+  StepSummary baseline;   // the trace
+  StepSummary replayed;   // the graph replayed unchanged (the replay's own error)
+  StepSummary predicted;  // the graph replayed with the transformations
+  std::string next_limit;  // the predicted run's largest idle cause, or "gpu_busy"
+  struct Transformation {
+    std::string kind;    // remove_sync | scale_host_wait | scale_host_busy
+    std::string target;  // the site (FILE:LINE) or fingerprint; the factor
+    int64_t calls = 0;   // calls (or host gaps) it changed
+  };
+  std::vector<Transformation> transformations;
+  std::vector<std::string> assumptions;
+  std::string headline;  // one sentence: the change, the step times, the next limit
+};
+
+// The baseline `report` of `analysis` (its primary process, with details),
+// replayed. InvalidArgument when a --remove-sync site names no hotspot.
+absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& analysis,
+                                 const WhatIfRequest& request, const AnalysisOptions& options);
+
+std::string RenderWhatIfText(const WhatIf& w);
+// JSON, schema stallscope.whatif/1: baseline, predicted, replayed,
+// replay_error, next_limit, transformations, assumptions, headline.
+std::string RenderWhatIfJson(const WhatIf& w);
+
+}  // namespace stallscope::analyzer

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""What-if predictions checked by running the changed program.
+
+Each case runs examples/train_loop under `stallscope run --sim` as it is
+(the baseline), asks `stallscope whatif` for the step time after one change,
+then runs the program with that change made for real (its switch: the
+read-back or the synchronizing log line left out, half the input wait,
+half the host work) and compares:
+
+- the predicted mean step time with the measured one: within 3%, plus what
+  the machine did to either run, from the ground truth (SIMGPU_TRACE): the
+  time it has the launching thread waiting for a CPU (run-queue delay), per
+  step, in the baseline and in the changed run, and the difference between
+  the two runs' device busy time per step (the replay keeps the baseline's
+  op durations; a loaded machine stretches the simulated device's ops in
+  one run and not the other). Neither the replay nor the changed program
+  can know the other run's machine; on a quiet machine both terms are
+  small and the 3% is what is tested;
+- the predicted mean GPU idle per step with the measured one: within 5% of
+  the measured step time, plus the same allowance;
+- the replay's own error: the trace replayed unchanged, within 1% of the
+  baseline.
+
+    whatif_test.py --build DIR --case NAME     (whatif_test.py --list)
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import checks  # noqa: E402
+from checks import Failure, Skip, check  # noqa: E402
+from ground_truth import preempted_before, union_in  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAIN_LOOP_SRC = os.path.join(ROOT, "examples", "train_loop.cc")
+STEPS = 60
+KERNELS = ("*gemm_fwd*=900,*gemm_bwd*=1400,*relu*=40,*sgd_update*=250,*loss_reduce*=30,*load_batch*=60,"
+           "*tiny_elementwise*=2,*=20")
+
+
+def marker_line(marker):
+    return checks.marker_line(TRAIN_LOOP_SRC, marker)
+
+
+def stallscope(build, args, timeout=300):
+    p = subprocess.run([os.path.join(build, "bin", "stallscope")] + args, capture_output=True, text=True,
+                       timeout=timeout)
+    if p.returncode != 0:
+        raise Failure(f"stallscope {' '.join(args)} exited {p.returncode}: {p.stderr[-2000:]}")
+    return p.stdout
+
+
+def run(build, work, name, loop_args):
+    """Runs train_loop with `loop_args` under stallscope; (trace folder,
+    report, the truth's preemption of the launching thread per step, the
+    truth's device busy time per step)."""
+    out = os.path.join(work, name)
+    env = dict(os.environ, SIMGPU_KERNEL_US=KERNELS, SIMGPU_TRACE=os.path.join(work, f"truth-{name}-%p.jsonl"))
+    exe = os.path.join(build, "bin", "train_loop")
+    if not os.path.exists(exe):
+        raise Skip("bin/train_loop not built")
+    cmd = [os.path.join(build, "bin", "stallscope"), "run", "--sim", "-q", "--out", out, "--", exe,
+           "--steps", str(STEPS)] + loop_args
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"{' '.join(cmd)} exited {p.returncode}: {p.stderr[-2000:]}")
+    report = json.loads(stallscope(build, ["report", out, "--format", "json"]))
+    check(len(report["steps"]) == STEPS, f"{name}: {len(report['steps'])} steps, expected {STEPS}")
+    truths = glob.glob(os.path.join(work, f"truth-{name}-*.jsonl"))
+    check(len(truths) == 1, f"{name}: expected one ground-truth file, found {truths}")
+    with open(truths[0]) as f:
+        ops = [json.loads(line) for line in f if line.strip()]
+    preempted = sum(preempted_before(ops).values())
+    busy = union_in([(op["start_ns"], op["end_ns"]) for op in ops if op.get("device", 0) == 0], 0, 1 << 62)
+    return out, report, preempted / STEPS, busy / STEPS
+
+
+def mean_step(report):
+    steps = report["steps"]
+    return sum(s["end_ns"] - s["start_ns"] for s in steps) / len(steps)
+
+
+def mean_idle(report):
+    steps = report["steps"]
+    return sum(s["gpu_idle_ns"] for s in steps) / len(steps)
+
+
+def compare(build, work, base_args, changed_args, transform):
+    base, base_report, base_pre, base_busy = run(build, work, "base", base_args)
+    w = json.loads(stallscope(build, ["whatif", base, "--format", "json"] + transform))
+    for key in ("baseline", "predicted", "transformations", "assumptions"):
+        check(key in w, f"whatif JSON lacks {key}")
+    check(abs(w["baseline"]["mean_step_ns"] - mean_step(base_report)) <= 1,
+          f"baseline.mean_step_ns {w['baseline']['mean_step_ns']}, the report's {mean_step(base_report):.0f}")
+    check(abs(w["replay_error"]) <= 0.01, f"the replay's own error {w['replay_error']:.4f} (over 1%)")
+    _, changed_report, changed_pre, changed_busy = run(build, work, "changed", changed_args)
+    measured, predicted = mean_step(changed_report), w["predicted"]["mean_step_ns"]
+    allowance = (base_pre + changed_pre + abs(changed_busy - base_busy)) / measured
+    error = (predicted - measured) / measured
+    idle_error = (w["predicted"]["gpu_idle_ns"] / len(w["predicted"]["step_ns"]) - mean_idle(changed_report)) / measured
+    print(f"{' '.join(transform)}: baseline {mean_step(base_report) / 1e3:.1f} us, predicted {predicted / 1e3:.1f} us, "
+          f"measured {measured / 1e3:.1f} us: error {100 * error:+.2f}% (allowed 3% + {100 * allowance:.2f}% "
+          f"for the machine); idle per step error {100 * idle_error:+.2f}% of the step; replay error "
+          f"{100 * w['replay_error']:+.2f}%")
+    check(abs(error) <= 0.03 + allowance,
+          f"predicted {predicted:.0f} ns, measured {measured:.0f} ns: error {100 * error:+.2f}% "
+          f"(allowed 3% + {100 * allowance:.2f}% for the machine); {w['headline']}")
+    check(abs(idle_error) <= 0.05 + allowance,
+          f"predicted idle per step off by {100 * idle_error:+.2f}% of the step (allowed 5% + "
+          f"{100 * allowance:.2f}%)")
+    return w
+
+
+def case_remove_readback(build, work):
+    compare(build, work, ["--readback"], [],
+            ["--remove-sync", f"train_loop.cc:{marker_line('STALL:readback')}"])
+
+
+def case_remove_sync_log(build, work):
+    compare(build, work, ["--sync-log"], [],
+            ["--remove-sync", f"examples/train_loop.cc:{marker_line('STALL:sync-log')}"])
+
+
+# The host-bound loops: a step's device work is about 2.7 ms (KERNELS), so
+# 6 ms of input wait or host work a step binds the loop, and half of it
+# (3 ms) still does, by less.
+def case_scale_input(build, work):
+    compare(build, work, ["--input-us", "6000"], ["--input-us", "3000"], ["--scale-host-wait", "0.5"])
+
+
+def case_scale_host_work(build, work):
+    compare(build, work, ["--cpu-us", "6000"], ["--cpu-us", "3000"], ["--scale-host-busy", "0.5"])
+
+
+def case_no_input_wait(build, work):
+    """Synthetic input: the loop becomes device-bound."""
+    compare(build, work, ["--input-us", "6000"], [], ["--scale-host-wait", "0"])
+
+
+def case_unchanged(build, work):
+    """No transformation: the prediction is the replay, within 1% of the
+    baseline; and the same program run again measures within the same
+    bounds as any other case."""
+    w = compare(build, work, [], [], [])
+    check(w["transformations"] == [], f"transformations {w['transformations']}")
+
+
+CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
+
+
+def test_case(case, build, work):
+    checks.run(CASES[case], build, work)
+
+
+if __name__ == "__main__":
+    sys.exit(checks.main(CASES, __file__))
