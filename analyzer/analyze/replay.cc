@@ -163,6 +163,26 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
     }
     if (op_begin[c + 1] > op_begin[c]) u.own_ops = true;
   }
+  // The leading thread: the one that waits for the device most often (the
+  // training loop's; with no waits, the one with the most units). Another
+  // thread's units follow the leader's clock: a helper thread (PyTorch's
+  // autograd thread) is woken by the work the leader hands it.
+  uint32_t leader = 0;
+  {
+    absl::flat_hash_map<uint32_t, std::pair<int64_t, int64_t>> weight;  // tid → (syncs, units)
+    for (const Unit& u : units) {
+      auto& w = weight[u.tid];
+      w.first += u.sync;
+      ++w.second;
+    }
+    std::pair<int64_t, int64_t> best{-1, -1};
+    for (const auto& [tid, w] : weight) {
+      if (w > best || (w == best && tid < leader)) {
+        best = w;
+        leader = tid;
+      }
+    }
+  }
   // Calls of a unit, in call order.
   std::vector<uint32_t> member_begin(units.size() + 1, 0), members(nc);
   for (size_t c = 0; c < nc; ++c) ++member_begin[unit_of_call[c] + 1];
@@ -235,9 +255,22 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
     int64_t delay = 0;
   };
   absl::flat_hash_map<uint32_t, std::vector<GapChange>> gap_changes;
+  int32_t leader_last = -1;  // the leader's last unit replayed so far
+  // The leader's replayed clock at trace time x (from its units replayed so
+  // far: inside one, with it; after one, shifted as its end was).
+  auto leader_clock = [&](int64_t x) {
+    if (leader_last < 0) return x;
+    const Unit& m = units[leader_last];
+    if (x <= m.exit) return std::clamp(enter2[leader_last] + (x - m.enter), enter2[leader_last], exit2[leader_last]);
+    return exit2[leader_last] + (x - m.exit);
+  };
   for (size_t ui = 0; ui < units.size(); ++ui) {
     const Unit& u = units[ui];
-    if (u.prev < 0) {
+    if (u.tid != leader) {
+      // A helper thread: at the leader's clock, after its own previous call.
+      enter2[ui] = leader_clock(u.enter);
+      if (u.prev >= 0) enter2[ui] = std::max(enter2[ui], exit2[u.prev]);
+    } else if (u.prev < 0) {
       enter2[ui] = u.enter;
     } else {
       const Unit& p = units[u.prev];
@@ -316,6 +349,7 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
       call_enter2[c] = std::clamp(enter2[ui] + (t.calls[c].enter_ns - u.enter), enter2[ui], exit2[ui]);
       call_exit2[c] = std::clamp(exit2[ui] - (u.exit - t.calls[c].exit_ns), call_enter2[c], exit2[ui]);
     }
+    if (u.tid == leader) leader_last = static_cast<int32_t>(ui);
   }
 
   // The replayed timeline.

@@ -12,9 +12,11 @@
 //   stream (a stream synchronize whose stream the launches identify) or on
 //   the device, returning as long after that op's end as it did in the
 //   trace.
+// - the thread that waits for the device most often leads; every other
+//   thread's calls follow its clock (after their own previous call).
 // It ignores contention between concurrent kernels, cross-stream event
 // waits other than through the measured delays, dependencies between host
-// threads, clocks and memory effects.
+// threads other than the leader's clock, clocks and memory effects.
 #pragma once
 
 #include <cstdint>

@@ -153,7 +153,8 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
       "the trace showed after whichever bound it",
       "a synchronizing call waits for its own ops, or the latest-ending op submitted before it on "
       "its stream or device, and returns as long after it as in the trace",
-      "host threads depend on each other only through the device",
+      "the thread that waits for the device most often leads; other threads' calls follow its "
+      "clock (helpers woken by the work it hands them), and its waits for them keep their length",
       absl::StrFormat("host gaps of at least %s are host time (scaled); shorter ones are launch "
                       "dispatch (kept)",
                       FormatDuration(ro.launch_dispatch_ns)),
