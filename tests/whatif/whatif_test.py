@@ -53,17 +53,41 @@ def stallscope(build, args, timeout=300):
     return p.stdout
 
 
-def run(build, work, name, loop_args):
-    """Runs train_loop with `loop_args` under stallscope; (trace folder,
-    report, the truth's preemption of the launching thread per step, the
-    truth's device busy time per step)."""
+class TrainLoop:
+    """examples/train_loop (C++, driver API), STEPS marked steps."""
+    source = TRAIN_LOOP_SRC
+    env = {"SIMGPU_KERNEL_US": KERNELS}
+
+    def command(self, build, args):
+        exe = os.path.join(build, "bin", "train_loop")
+        if not os.path.exists(exe):
+            raise Skip("bin/train_loop not built")
+        return [exe, "--steps", str(STEPS)] + args
+
+
+class TorchTrain:
+    """examples/torch_train.py on PyTorch (the framework environment),
+    STEPS steps marked with NVTX ranges; its GEMMs at 2 TFLOP/s (as
+    tests/frameworks), so a step's device work outlasts the host's."""
+    source = os.path.join(ROOT, "examples", "torch_train.py")
+    env = {"SIMGPU_GEMM_TFLOPS": "2", "SIMGPU_KERNEL_US": "*sin_kernel*=3,*=20"}
+
+    def command(self, build, args):
+        venv = os.environ.get("STALLSCOPE_FRAMEWORKS_VENV") or os.path.join(ROOT, "build", "frameworks-venv")
+        py = os.path.join(venv, "bin", "python")
+        if not os.access(py, os.X_OK):
+            raise Skip(f"no framework environment at {venv} (scripts/setup-frameworks makes it)")
+        return [py, self.source, "--steps", str(STEPS), "--markers", "nvtx"] + args
+
+
+def run(build, work, name, program, args):
+    """Runs `program` with `args` under stallscope; (trace folder, report,
+    the truth's preemption of the launching thread per step, the truth's
+    device busy time per step)."""
     out = os.path.join(work, name)
-    env = dict(os.environ, SIMGPU_KERNEL_US=KERNELS, SIMGPU_TRACE=os.path.join(work, f"truth-{name}-%p.jsonl"))
-    exe = os.path.join(build, "bin", "train_loop")
-    if not os.path.exists(exe):
-        raise Skip("bin/train_loop not built")
-    cmd = [os.path.join(build, "bin", "stallscope"), "run", "--sim", "-q", "--out", out, "--", exe,
-           "--steps", str(STEPS)] + loop_args
+    env = dict(os.environ, SIMGPU_TRACE=os.path.join(work, f"truth-{name}-%p.jsonl"), **program.env)
+    cmd = [os.path.join(build, "bin", "stallscope"), "run", "--sim", "-q", "--out", out, "--"] + \
+        program.command(build, args)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     check(p.returncode == 0, f"{' '.join(cmd)} exited {p.returncode}: {p.stderr[-2000:]}")
     report = json.loads(stallscope(build, ["report", out, "--format", "json"]))
@@ -87,15 +111,15 @@ def mean_idle(report):
     return sum(s["gpu_idle_ns"] for s in steps) / len(steps)
 
 
-def compare(build, work, base_args, changed_args, transform):
-    base, base_report, base_pre, base_busy = run(build, work, "base", base_args)
+def compare(build, work, base_args, changed_args, transform, program=TrainLoop()):
+    base, base_report, base_pre, base_busy = run(build, work, "base", program, base_args)
     w = json.loads(stallscope(build, ["whatif", base, "--format", "json"] + transform))
     for key in ("baseline", "predicted", "transformations", "assumptions"):
         check(key in w, f"whatif JSON lacks {key}")
     check(abs(w["baseline"]["mean_step_ns"] - mean_step(base_report)) <= 1,
           f"baseline.mean_step_ns {w['baseline']['mean_step_ns']}, the report's {mean_step(base_report):.0f}")
     check(abs(w["replay_error"]) <= 0.01, f"the replay's own error {w['replay_error']:.4f} (over 1%)")
-    _, changed_report, changed_pre, changed_busy = run(build, work, "changed", changed_args)
+    _, changed_report, changed_pre, changed_busy = run(build, work, "changed", program, changed_args)
     measured, predicted = mean_step(changed_report), w["predicted"]["mean_step_ns"]
     allowance = (base_pre + changed_pre + abs(changed_busy - base_busy)) / measured
     error = (predicted - measured) / measured
@@ -137,6 +161,13 @@ def case_scale_host_work(build, work):
 def case_no_input_wait(build, work):
     """Synthetic input: the loop becomes device-bound."""
     compare(build, work, ["--input-us", "6000"], [], ["--scale-host-wait", "0"])
+
+
+def case_torch_remove_item(build, work):
+    """The real PyTorch loop: `loss.item()` every step, removed."""
+    line = checks.marker_line(TorchTrain.source, "# STALL:item")
+    compare(build, work, ["--stall", "item"], ["--stall", "clean"], ["--remove-sync", f"torch_train.py:{line}"],
+            TorchTrain())
 
 
 def case_unchanged(build, work):
