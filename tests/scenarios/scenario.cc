@@ -4,6 +4,14 @@
 // report against the simulator's ground truth (SIMGPU_TRACE).
 //
 //   scenario --scenario NAME [--steps N] [--no-nvtx] [--seed S]
+//            [--no-sync] [--wait-scale X] [--busy-scale X]
+//
+// The last three make what `stallscope whatif` predicts real
+// (tests/whatif): --no-sync leaves out the scenario's synchronizing calls
+// (the `// STALL:` lines), --wait-scale and --busy-scale multiply every
+// sleep and every spin of 50 us or more (the host time whatif's
+// --scale-host-wait and --scale-host-busy scale; shorter ones are launch
+// dispatch, which they keep).
 //
 // Kernels are empty PTX entry points; on the simulated GPU their durations come
 // from SIMGPU_KERNEL_US (scenarios.py sets the globs). Every step begins with
@@ -16,6 +24,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -54,8 +63,15 @@ void Check(CUresult r, const char* what) {
   }
 }
 
+// --wait-scale and --busy-scale: host time of at least kScaledUs, times these.
+constexpr long kScaledUs = 50;
+double g_wait_scale = 1.0;
+double g_busy_scale = 1.0;
+
 // Off-CPU host time: a data loader queue, storage, a log write.
 void SleepUs(long us) {
+  if (us >= kScaledUs) us = std::lround(double(us) * g_wait_scale);
+  if (us <= 0) return;
   timespec ts{us / 1000000, (us % 1000000) * 1000};
   while (nanosleep(&ts, &ts) != 0) {
   }
@@ -64,6 +80,7 @@ void SleepUs(long us) {
 // On-CPU host time on the launching thread: preprocessing, a framework's
 // dispatcher.
 void SpinUs(long us, bool yield = false) {
+  if (us >= kScaledUs) us = std::lround(double(us) * g_busy_scale);
   timespec t0, t;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   if (yield) sched_yield();  // once: lets a waiting thread (the simulated device) run
@@ -147,6 +164,7 @@ struct Options {
   int steps = 12;
   bool nvtx = true;
   uint64_t seed = 7;
+  bool sync = true;  // --no-sync: the synchronizing calls left out
 };
 
 // The usual step: ~2 ms of device work on the work stream.
@@ -245,31 +263,31 @@ int Run(const Options& o) {
       }
     } else if (s == "scalar_read") {
       TrainStep(j);
-      sink += ReadScalar(buf, j.stream);
+      if (o.sync) sink += ReadScalar(buf, j.stream);
       SleepUs(kAfterSyncUs);
     } else if (s == "sync_log") {
       TrainStep(j);
-      SyncAndLog(step, j.stream);
+      if (o.sync) SyncAndLog(step, j.stream);
       SleepUs(kAfterSyncUs);
     } else if (s == "print_burst") {
       // Three prints per step, each a small synchronous read.
       Launch(j.f("batch_load"), j.stream);
       Launch(j.f("gemm_fwd"), j.stream);
-      sink += PrintMetric("loss", buf);
+      if (o.sync) sink += PrintMetric("loss", buf);
       SleepUs(150);
       Launch(j.f("resume_a"), j.stream);
-      sink += PrintMetric("grad_norm", buf + 8);
+      if (o.sync) sink += PrintMetric("grad_norm", buf + 8);
       SleepUs(150);
       Launch(j.f("resume_b"), j.stream);
-      sink += PrintMetric("lr", buf + 16);
+      if (o.sync) sink += PrintMetric("lr", buf + 16);
       SleepUs(150);
     } else if (s == "free_sync") {
       TrainStep(j);
-      FreeTemp(temps[static_cast<size_t>(step)]);
+      if (o.sync) FreeTemp(temps[static_cast<size_t>(step)]);
       SleepUs(kAfterSyncUs);
     } else if (s == "pageable_htod") {
       TrainStep(j);
-      UploadPageable(buf, pageable, 1 << 16);
+      if (o.sync) UploadPageable(buf, pageable, 1 << 16);
       SleepUs(kAfterSyncUs);
     } else if (s == "cross_stream") {
       // Device 1 produces, device 0 consumes; the host never blocks.
@@ -328,13 +346,17 @@ Options Parse(int argc, char** argv) {
     else if (a == "--steps") o.steps = std::atoi(value());
     else if (a == "--no-nvtx") o.nvtx = false;
     else if (a == "--seed") o.seed = std::strtoull(value(), nullptr, 10);
+    else if (a == "--no-sync") o.sync = false;
+    else if (a == "--wait-scale") g_wait_scale = std::atof(value());
+    else if (a == "--busy-scale") g_busy_scale = std::atof(value());
     else {
       std::fprintf(stderr, "scenario: unknown option %s\n", a.c_str());
       std::exit(2);
     }
   }
   if (o.scenario.empty()) {
-    std::fprintf(stderr, "usage: scenario --scenario NAME [--steps N] [--no-nvtx] [--seed S]\n");
+    std::fprintf(stderr, "usage: scenario --scenario NAME [--steps N] [--no-nvtx] [--seed S] [--no-sync] "
+                         "[--wait-scale X] [--busy-scale X]\n");
     std::exit(2);
   }
   return o;

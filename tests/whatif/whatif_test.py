@@ -80,6 +80,25 @@ class TorchTrain:
         return [py, self.source, "--steps", str(STEPS), "--markers", "nvtx"] + args
 
 
+class Scenario:
+    """One of tests/scenarios' jobs (scenario.cc), STEPS marked steps, with
+    the scenarios' kernel durations; --no-sync, --wait-scale and
+    --busy-scale make the changes real."""
+    source = os.path.join(ROOT, "tests", "scenarios", "scenario.cc")
+
+    def __init__(self, name):
+        self.name = name
+        sys.path.insert(0, os.path.join(ROOT, "tests", "scenarios"))
+        import scenarios  # noqa: E402  (its kernel durations)
+        self.env = {"SIMGPU_KERNEL_US": scenarios.KERNELS}
+
+    def command(self, build, args):
+        exe = os.path.join(build, "bin", "scenario")
+        if not os.path.exists(exe):
+            raise Skip("bin/scenario not built")
+        return [exe, "--scenario", self.name, "--steps", str(STEPS)] + args
+
+
 def run(build, work, name, program, args):
     """Runs `program` with `args` under stallscope; (trace folder, report,
     the truth's preemption of the launching thread per step, the truth's
@@ -179,6 +198,30 @@ def case_unchanged(build, work):
 
 
 CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
+
+
+def scenario_case(name, transform_of, changed):
+    def case(build, work):
+        program = Scenario(name)
+        compare(build, work, [], changed, transform_of(program), program)
+    return case
+
+
+def remove_stall(name):
+    return lambda program: ["--remove-sync", f"scenario.cc:{checks.marker_line(program.source, f'// STALL:{name}')}"]
+
+
+# The scenarios whose stall a transformation removes: the synchronizing
+# ones with their sync left out, the host-bound ones with their host time
+# halved (and input removed).
+for _name in ("scalar_read", "sync_log", "print_burst", "free_sync", "pageable_htod"):
+    CASES[f"scenario_{_name}"] = scenario_case(_name, remove_stall(_name), ["--no-sync"])
+CASES["scenario_input"] = scenario_case("input", lambda p: ["--scale-host-wait", "0.5"], ["--wait-scale", "0.5"])
+CASES["scenario_input_none"] = scenario_case("input", lambda p: ["--scale-host-wait", "0"], ["--wait-scale", "0"])
+CASES["scenario_jitter"] = scenario_case("jitter", lambda p: ["--scale-host-wait", "0.5"], ["--wait-scale", "0.5"])
+CASES["scenario_busy_host"] = scenario_case("busy_host", lambda p: ["--scale-host-busy", "0.5"],
+                                            ["--busy-scale", "0.5"])
+CASES["scenario_clean"] = scenario_case("clean", lambda p: [], [])
 
 
 def test_case(case, build, work):
