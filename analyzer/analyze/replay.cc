@@ -196,7 +196,13 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
   // or the previous op of its stream) and each sync unit's target; the
   // typical delays the graph gives the side that did not bind.
   std::vector<int64_t> prev_end(no, kNone);  // the stream's previous op's end, submission order
-  std::vector<int64_t> target(units.size(), kNone);  // baseline end of the work a sync unit waited for
+  // The baseline time a sync unit waited for: the end of the work before it
+  // (or of its own ops), or the start of its own op when it returned before
+  // that op ended (a pageable upload returns once its copy started); kNone
+  // when it returned before either (what it waited for is not known: it
+  // keeps its duration).
+  std::vector<int64_t> target(units.size(), kNone);
+  std::vector<bool> waits_start(units.size(), false);
   std::vector<int64_t> host_delays, device_delays, posts;
   {
     std::vector<int64_t> stream_end(nstreams, kNone), stream_max(nstreams, kNone);
@@ -204,7 +210,7 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
     for (size_t ui = 0; ui < units.size(); ++ui) {
       const Unit& u = units[ui];
       if (u.sync && !u.own_ops) target[ui] = u.stream >= 0 ? stream_max[u.stream] : device_max;
-      int64_t own = kNone;
+      int64_t own = kNone, own_start = kNone;
       for (uint32_t m = member_begin[ui]; m < member_begin[ui + 1]; ++m) {
         const uint32_t c = members[m];
         for (uint32_t k = op_begin[c]; k < op_begin[c + 1]; ++k) {
@@ -219,9 +225,17 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
           }
           stream_end[s] = op.end_ns;
           own = std::max(own, op.end_ns);
+          own_start = std::max(own_start, op.start_ns);
         }
       }
-      if (u.sync && u.own_ops) target[ui] = own;
+      if (u.sync && u.own_ops) {
+        target[ui] = own;
+        if (own > u.exit) {
+          waits_start[ui] = true;
+          target[ui] = own_start;
+        }
+      }
+      if (target[ui] != kNone && target[ui] > u.exit) target[ui] = kNone;
       if (u.sync && target[ui] != kNone && target[ui] > u.enter && target[ui] <= u.exit) {
         posts.push_back(u.exit - target[ui]);
       }
@@ -299,7 +313,7 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
     // which only a read-back waits for).
     int64_t target2 = kNone;
     if (u.sync && !u.own_ops) target2 = u.stream >= 0 ? stream_max2[u.stream] : device_max2;
-    int64_t own2 = kNone;
+    int64_t own2 = kNone, own_start2 = kNone;
     for (uint32_t m = member_begin[ui]; m < member_begin[ui + 1]; ++m) {
       const uint32_t c = members[m];
       const int64_t a2 = t.calls[c].enter_ns + shift;
@@ -322,9 +336,10 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
         end2[o] = s2 + (op.end_ns - op.start_ns);
         stream_end2[s] = end2[o];
         own2 = std::max(own2, end2[o]);
+        own_start2 = std::max(own_start2, start2[o]);
       }
     }
-    if (u.sync && u.own_ops) target2 = own2;
+    if (u.sync && u.own_ops) target2 = waits_start[ui] ? own_start2 : own2;
     const int64_t base = target[ui];
     const bool blocked = u.sync && base != kNone && base > u.enter;
     const int64_t cost = blocked ? std::max<int64_t>(0, u.exit - base) : u.exit - u.enter;
@@ -335,7 +350,7 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
       // a thread preempted in the wait in the trace is not preempted here.
       if (blocked) exit2[ui] = enter2[ui] + std::min(cost, post_typ);
       ++st.waits_removed;
-    } else if (u.sync && target2 != kNone) {
+    } else if (u.sync && base != kNone && target2 != kNone) {
       const int64_t post = blocked ? cost : std::min(post_typ, cost);
       exit2[ui] = std::max(exit2[ui], target2 + post);
     }
