@@ -40,10 +40,10 @@ int64_t Scale(int64_t ns, double x) { return static_cast<int64_t>(std::llround(s
 class Warp {
  public:
   Warp(const std::vector<Unit>& units, const std::vector<int32_t>& first_unit,
-       const std::vector<int64_t>& enter2, const std::vector<int64_t>& exit2,
-       const absl::flat_hash_map<uint32_t, int32_t>& thread_index)
-      : units_(units), first_unit_(first_unit), enter2_(enter2), exit2_(exit2),
-        thread_index_(thread_index) {}
+       const std::vector<int64_t>& thread_start, const std::vector<int64_t>& enter2,
+       const std::vector<int64_t>& exit2, const absl::flat_hash_map<uint32_t, int32_t>& thread_index)
+      : units_(units), first_unit_(first_unit), thread_start_(thread_start), enter2_(enter2),
+        exit2_(exit2), thread_index_(thread_index) {}
 
   int64_t Map(uint32_t tid, int64_t x) const {
     auto it = thread_index_.find(tid);
@@ -51,7 +51,15 @@ class Warp {
     // The thread's last unit that entered at or before x (units of a thread
     // are chained by `next`, in enter order; found by walking from a hint).
     int32_t u = first_unit_[it->second];
-    if (u < 0 || x < units_[u].enter) return x;
+    if (u < 0) return x;
+    if (x < units_[u].enter) {
+      // Before the thread's first call: from its first NVTX event on, in
+      // proportion to that gap's change.
+      const int64_t s = thread_start_[it->second];
+      if (s == INT64_MIN || x < s || units_[u].enter <= s) return x;
+      return s + static_cast<int64_t>(static_cast<double>(x - s) * static_cast<double>(enter2_[u] - s) /
+                                      static_cast<double>(units_[u].enter - s));
+    }
     int32_t& hint = hints_[it->second];
     if (hint >= 0 && units_[hint].enter <= x) u = hint;
     while (units_[u].next >= 0 && units_[units_[u].next].enter <= x) u = units_[u].next;
@@ -70,6 +78,7 @@ class Warp {
  private:
   const std::vector<Unit>& units_;
   const std::vector<int32_t>& first_unit_;
+  const std::vector<int64_t>& thread_start_;
   const std::vector<int64_t>& enter2_;
   const std::vector<int64_t>& exit2_;
   const absl::flat_hash_map<uint32_t, int32_t>& thread_index_;
@@ -162,6 +171,16 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
       }
     }
     if (op_begin[c + 1] > op_begin[c]) u.own_ops = true;
+  }
+  // Each thread's first NVTX event before its first call (kNone: none).
+  std::vector<int64_t> thread_start(first_unit.size(), kNone);
+  for (const NvtxEvent& e : t.nvtx) {
+    auto it = thread_index.find(e.tid);
+    if (it == thread_index.end() || first_unit[it->second] < 0) continue;
+    if (e.ns < units[first_unit[it->second]].enter) {
+      int64_t& s = thread_start[it->second];
+      s = s == kNone ? e.ns : std::min(s, e.ns);
+    }
   }
   // The leading thread: the one that waits for the device most often (the
   // training loop's; with no waits, the one with the most units). Another
@@ -284,15 +303,19 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
       // A helper thread: at the leader's clock, after its own previous call.
       enter2[ui] = leader_clock(u.enter);
       if (u.prev >= 0) enter2[ui] = std::max(enter2[ui], exit2[u.prev]);
-    } else if (u.prev < 0) {
+    } else if (u.prev < 0 && thread_start[thread_index[u.tid]] == kNone) {
       enter2[ui] = u.enter;
     } else {
-      const Unit& p = units[u.prev];
-      const int64_t gap = u.enter - p.exit;
+      // The host time since the thread's previous call, or, before its
+      // first call, since its first NVTX event (the first step's range
+      // opens before its input wait).
+      const int64_t from = u.prev >= 0 ? units[u.prev].exit : thread_start[thread_index[u.tid]];
+      const int64_t from2 = u.prev >= 0 ? exit2[u.prev] : from;
+      const int64_t gap = u.enter - from;
       int64_t gap2 = gap;
       if (gap >= options.launch_dispatch_ns) {
         ++st.gaps_scaled;
-        const HostGapSplit split = SplitHostGap(t, u.tid, p.exit, u.enter);
+        const HostGapSplit split = SplitHostGap(t, u.tid, from, u.enter);
         int64_t on = split.on;
         if (on < 0) {
           ++st.gaps_without_cpu;
@@ -302,11 +325,11 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
         gap2 = Scale(on, options.scale_host_busy) + Scale(gap - on, options.scale_host_wait);
         const int64_t pre = std::max<int64_t>(0, split.preempted);
         if (gap2 != gap) {
-          gap_changes[u.tid].push_back({p.exit, Scale(on, options.scale_host_busy) - on,
+          gap_changes[u.tid].push_back({from, Scale(on, options.scale_host_busy) - on,
                                         Scale(pre, options.scale_host_wait) - pre});
         }
       }
-      enter2[ui] = exit2[u.prev] + std::max<int64_t>(0, gap2);
+      enter2[ui] = from2 + std::max<int64_t>(0, gap2);
     }
     const int64_t shift = enter2[ui] - u.enter;
     // The device work a sync unit waits for, replayed (before its own ops,
@@ -382,7 +405,7 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
       r.ops[o].end_ns = end2[o];
     }
   }
-  Warp warp(units, first_unit, enter2, exit2, thread_index);
+  Warp warp(units, first_unit, thread_start, enter2, exit2, thread_index);
   warp.ResetHints();
   for (NvtxRange& range : r.ranges) {
     const int64_t start = warp.Map(range.tid, range.start_ns);

@@ -118,21 +118,23 @@ TEST_CASE("a removed synchronize lets the device run back to back", "[replay]") 
 }
 
 // Guards scaling host waits: the off-CPU gaps (no CPU samples) halve, the
-// loop stays bound by its sync, so each step is shorter by half a gap.
+// first one from its step range's start, and the loop stays bound by its
+// sync, so each step is shorter by half a gap.
 TEST_CASE("scaled host waits shorten the loop by what they scaled", "[replay]") {
   const Timeline t = testing::ReadOrDie(SyncLoop());
   ReplayOptions o;
   o.scale_host_wait = 0.5;
   Replayed r = Run(t, o);
-  CHECK(r.stats.gaps_scaled == kSteps - 1);  // the first step's gap opens the thread
-  CHECK(r.stats.gaps_without_cpu == kSteps - 1);
+  // Every step's gap, the first one's from its range's start.
+  CHECK(r.stats.gaps_scaled == kSteps);
+  CHECK(r.stats.gaps_without_cpu == kSteps);
   auto base = AnalyzeTimeline(t, AnalysisOptions{});
   REQUIRE(base.ok());
   REQUIRE(r.report.steps.size() == base->steps.size());
   // Marked steps tile the device timeline from one step's last op's end to
-  // the next one's: every step after the first (whose gap opens the
-  // thread) is shorter by half a gap, and so is its idle.
-  for (size_t k = 1; k < r.report.steps.size(); ++k) {
+  // the next one's (the first from its range's start): every step is
+  // shorter by half a gap, and so is its idle.
+  for (size_t k = 0; k < r.report.steps.size(); ++k) {
     const StepStats& s = r.report.steps[k];
     const StepStats& b = base->steps[k];
     CHECK((b.end_ns - b.start_ns) - (s.end_ns - s.start_ns) == kGap / 2);
