@@ -16,7 +16,6 @@ constexpr int64_t kNone = INT64_MIN;
 // One outermost call of a thread with the calls nested in it (a runtime
 // call and the driver calls it made).
 struct Unit {
-  uint32_t call = 0;  // the outermost call
   uint32_t tid = 0;
   int64_t enter = 0, exit = 0;
   int32_t prev = -1;  // the thread's previous unit
@@ -25,6 +24,37 @@ struct Unit {
   bool removed = false;  // that wait is dropped
   bool own_ops = false;  // it submitted ops itself (a read-back waits for those)
   int32_t stream = -1;   // a stream synchronize's stream (index into streams), -1: the device
+};
+
+// Items grouped by a key in [0, groups), in item order: group g's items are
+// items[begin[g], begin[g + 1]). Items whose key is -1 are left out.
+struct Groups {
+  std::vector<uint32_t> begin, items;
+  template <typename KeyOf>
+  Groups(size_t groups, size_t n, KeyOf key_of) : begin(groups + 1, 0) {
+    for (size_t i = 0; i < n; ++i) {
+      if (const int64_t k = key_of(i); k >= 0) ++begin[k + 1];
+    }
+    std::partial_sum(begin.begin(), begin.end(), begin.begin());
+    items.resize(begin.back());
+    std::vector<uint32_t> fill(begin.begin(), begin.end() - 1);
+    for (size_t i = 0; i < n; ++i) {
+      if (const int64_t k = key_of(i); k >= 0) items[fill[k]++] = static_cast<uint32_t>(i);
+    }
+  }
+};
+
+// The latest end among the ops submitted so far, per stream and over the
+// device: what a synchronizing call entered now would wait for.
+struct SubmittedEnds {
+  std::vector<int64_t> stream;
+  int64_t device = INT64_MIN;
+  explicit SubmittedEnds(size_t streams) : stream(streams, INT64_MIN) {}
+  int64_t Before(int32_t s) const { return s >= 0 ? stream[s] : device; }
+  void Add(int32_t s, int64_t end) {
+    stream[s] = std::max(stream[s], end);
+    device = std::max(device, end);
+  }
 };
 
 int64_t Median(std::vector<int64_t> v, int64_t fallback) {
@@ -95,18 +125,12 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
   const size_t nc = t.calls.size(), no = t.ops.size();
 
   // The ops of each call, in start order.
-  std::vector<uint32_t> op_begin(nc + 1, 0), op_list(no);
-  for (const DeviceOp& op : t.ops) {
-    if (op.call >= 0 && static_cast<size_t>(op.call) < nc) ++op_begin[op.call + 1];
-  }
-  std::partial_sum(op_begin.begin(), op_begin.end(), op_begin.begin());
-  {
-    std::vector<uint32_t> fill(op_begin.begin(), op_begin.end() - 1);
-    for (uint32_t o = 0; o < no; ++o) {
-      const int32_t c = t.ops[o].call;
-      if (c >= 0 && static_cast<size_t>(c) < nc) op_list[fill[c]++] = o;
-    }
-  }
+  const Groups ops_of(nc, no, [&](size_t o) -> int64_t {
+    const int32_t c = t.ops[o].call;
+    return c >= 0 && static_cast<size_t>(c) < nc ? c : -1;
+  });
+  const std::vector<uint32_t>& op_begin = ops_of.begin;
+  const std::vector<uint32_t>& op_list = ops_of.items;
 
   // Streams: (device, CUPTI stream id) of the ops; a call's stream handle
   // (per thread for the per-thread default stream) → the stream its
@@ -147,7 +171,6 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
       units[last].exit = std::max(units[last].exit, call.exit_ns);
     } else {
       Unit u;
-      u.call = static_cast<uint32_t>(c);
       u.tid = call.tid;
       u.enter = call.enter_ns;
       u.exit = call.exit_ns;
@@ -202,14 +225,15 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
       }
     }
   }
-  // Calls of a unit, in call order.
-  std::vector<uint32_t> member_begin(units.size() + 1, 0), members(nc);
-  for (size_t c = 0; c < nc; ++c) ++member_begin[unit_of_call[c] + 1];
-  std::partial_sum(member_begin.begin(), member_begin.end(), member_begin.begin());
-  {
-    std::vector<uint32_t> fill(member_begin.begin(), member_begin.end() - 1);
-    for (size_t c = 0; c < nc; ++c) members[fill[unit_of_call[c]]++] = static_cast<uint32_t>(c);
-  }
+  // Calls of a unit, in call order; f(call, op) for each op a unit's calls
+  // submitted, in submission order.
+  const Groups calls_of(units.size(), nc, [&](size_t c) -> int64_t { return unit_of_call[c]; });
+  auto for_each_op = [&](size_t ui, auto f) {
+    for (uint32_t m = calls_of.begin[ui]; m < calls_of.begin[ui + 1]; ++m) {
+      const uint32_t c = calls_of.items[m];
+      for (uint32_t k = op_begin[c]; k < op_begin[c + 1]; ++k) f(c, op_list[k]);
+    }
+  };
 
   // The baseline pass: each op's binding constraint (its submitting call,
   // or the previous op of its stream) and each sync unit's target; the
@@ -224,29 +248,25 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
   std::vector<bool> waits_start(units.size(), false);
   std::vector<int64_t> host_delays, device_delays, posts;
   {
-    std::vector<int64_t> stream_end(nstreams, kNone), stream_max(nstreams, kNone);
-    int64_t device_max = kNone;
+    std::vector<int64_t> stream_end(nstreams, kNone);
+    SubmittedEnds submitted(nstreams);
     for (size_t ui = 0; ui < units.size(); ++ui) {
       const Unit& u = units[ui];
-      if (u.sync && !u.own_ops) target[ui] = u.stream >= 0 ? stream_max[u.stream] : device_max;
+      if (u.sync && !u.own_ops) target[ui] = submitted.Before(u.stream);
       int64_t own = kNone, own_start = kNone;
-      for (uint32_t m = member_begin[ui]; m < member_begin[ui + 1]; ++m) {
-        const uint32_t c = members[m];
-        for (uint32_t k = op_begin[c]; k < op_begin[c + 1]; ++k) {
-          const uint32_t o = op_list[k];
-          const DeviceOp& op = t.ops[o];
-          const int32_t s = op_stream[o];
-          prev_end[o] = stream_end[s];
-          if (prev_end[o] != kNone && prev_end[o] >= t.calls[c].enter_ns) {
-            device_delays.push_back(op.start_ns - prev_end[o]);
-          } else {
-            host_delays.push_back(op.start_ns - t.calls[c].enter_ns);
-          }
-          stream_end[s] = op.end_ns;
-          own = std::max(own, op.end_ns);
-          own_start = std::max(own_start, op.start_ns);
+      for_each_op(ui, [&](uint32_t c, uint32_t o) {
+        const DeviceOp& op = t.ops[o];
+        const int32_t s = op_stream[o];
+        prev_end[o] = stream_end[s];
+        if (prev_end[o] != kNone && prev_end[o] >= t.calls[c].enter_ns) {
+          device_delays.push_back(op.start_ns - prev_end[o]);
+        } else {
+          host_delays.push_back(op.start_ns - t.calls[c].enter_ns);
         }
-      }
+        stream_end[s] = op.end_ns;
+        own = std::max(own, op.end_ns);
+        own_start = std::max(own_start, op.start_ns);
+      });
       if (u.sync && u.own_ops) {
         target[ui] = own;
         if (own > u.exit) {
@@ -258,14 +278,7 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
       if (u.sync && target[ui] != kNone && target[ui] > u.enter && target[ui] <= u.exit) {
         posts.push_back(u.exit - target[ui]);
       }
-      for (uint32_t m = member_begin[ui]; m < member_begin[ui + 1]; ++m) {
-        const uint32_t c = members[m];
-        for (uint32_t k = op_begin[c]; k < op_begin[c + 1]; ++k) {
-          const uint32_t o = op_list[k];
-          stream_max[op_stream[o]] = std::max(stream_max[op_stream[o]], t.ops[o].end_ns);
-          device_max = std::max(device_max, t.ops[o].end_ns);
-        }
-      }
+      for_each_op(ui, [&](uint32_t, uint32_t o) { submitted.Add(op_stream[o], t.ops[o].end_ns); });
     }
   }
   int64_t device_delay_min = 0;
@@ -278,8 +291,8 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
   // The replay, in the trace's order of units.
   std::vector<int64_t> enter2(units.size()), exit2(units.size());
   std::vector<int64_t> call_enter2(nc), call_exit2(nc), start2(no), end2(no);
-  std::vector<int64_t> stream_end2(nstreams, kNone), stream_max2(nstreams, kNone);
-  int64_t device_max2 = kNone;
+  std::vector<int64_t> stream_end2(nstreams, kNone);
+  SubmittedEnds submitted2(nstreams);
   // Per thread: the CPU-time and run-delay changes of its scaled gaps, at
   // the gap's start (for the CPU samples).
   struct GapChange {
@@ -335,33 +348,28 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
     // The device work a sync unit waits for, replayed (before its own ops,
     // which only a read-back waits for).
     int64_t target2 = kNone;
-    if (u.sync && !u.own_ops) target2 = u.stream >= 0 ? stream_max2[u.stream] : device_max2;
+    if (u.sync && !u.own_ops) target2 = submitted2.Before(u.stream);
     int64_t own2 = kNone, own_start2 = kNone;
-    for (uint32_t m = member_begin[ui]; m < member_begin[ui + 1]; ++m) {
-      const uint32_t c = members[m];
-      const int64_t a2 = t.calls[c].enter_ns + shift;
-      for (uint32_t k = op_begin[c]; k < op_begin[c + 1]; ++k) {
-        const uint32_t o = op_list[k];
-        const DeviceOp& op = t.ops[o];
-        const int32_t s = op_stream[o];
-        const int64_t a = t.calls[c].enter_ns, start = op.start_ns;
-        int64_t dh, dd;
-        if (prev_end[o] != kNone && prev_end[o] >= a) {  // the stream bound it
-          dd = start - prev_end[o];
-          dh = std::min(host_delay_typ, start - a);
-        } else {  // its submission bound it
-          dh = start - a;
-          dd = prev_end[o] == kNone ? 0 : std::min(device_delay_min, start - prev_end[o]);
-        }
-        int64_t s2 = a2 + dh;
-        if (stream_end2[s] != kNone) s2 = std::max(s2, stream_end2[s] + dd);
-        start2[o] = s2;
-        end2[o] = s2 + (op.end_ns - op.start_ns);
-        stream_end2[s] = end2[o];
-        own2 = std::max(own2, end2[o]);
-        own_start2 = std::max(own_start2, start2[o]);
+    for_each_op(ui, [&](uint32_t c, uint32_t o) {
+      const DeviceOp& op = t.ops[o];
+      const int32_t s = op_stream[o];
+      const int64_t a = t.calls[c].enter_ns, start = op.start_ns;
+      int64_t dh, dd;
+      if (prev_end[o] != kNone && prev_end[o] >= a) {  // the stream bound it
+        dd = start - prev_end[o];
+        dh = std::min(host_delay_typ, start - a);
+      } else {  // its submission bound it
+        dh = start - a;
+        dd = prev_end[o] == kNone ? 0 : std::min(device_delay_min, start - prev_end[o]);
       }
-    }
+      int64_t s2 = a + shift + dh;
+      if (stream_end2[s] != kNone) s2 = std::max(s2, stream_end2[s] + dd);
+      start2[o] = s2;
+      end2[o] = s2 + (op.end_ns - op.start_ns);
+      stream_end2[s] = end2[o];
+      own2 = std::max(own2, end2[o]);
+      own_start2 = std::max(own_start2, start2[o]);
+    });
     if (u.sync && u.own_ops) target2 = waits_start[ui] ? own_start2 : own2;
     const int64_t base = target[ui];
     const bool blocked = u.sync && base != kNone && base > u.enter;
@@ -377,13 +385,9 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
       const int64_t post = blocked ? cost : std::min(post_typ, cost);
       exit2[ui] = std::max(exit2[ui], target2 + post);
     }
-    for (uint32_t m = member_begin[ui]; m < member_begin[ui + 1]; ++m) {
-      const uint32_t c = members[m];
-      for (uint32_t k = op_begin[c]; k < op_begin[c + 1]; ++k) {
-        const uint32_t o = op_list[k];
-        stream_max2[op_stream[o]] = std::max(stream_max2[op_stream[o]], end2[o]);
-        device_max2 = std::max(device_max2, end2[o]);
-      }
+    for_each_op(ui, [&](uint32_t, uint32_t o) { submitted2.Add(op_stream[o], end2[o]); });
+    for (uint32_t m = calls_of.begin[ui]; m < calls_of.begin[ui + 1]; ++m) {
+      const uint32_t c = calls_of.items[m];
       call_enter2[c] = std::clamp(enter2[ui] + (t.calls[c].enter_ns - u.enter), enter2[ui], exit2[ui]);
       call_exit2[c] = std::clamp(exit2[ui] - (u.exit - t.calls[c].exit_ns), call_enter2[c], exit2[ui]);
     }

@@ -14,9 +14,9 @@ namespace {
 
 struct AuditArgs {
   std::vector<std::string> inputs;
-  std::string budget, baseline, junit, prometheus, pattern;
+  std::string budget, baseline, junit, prometheus;
   Conventions common;
-  SiteRule site;
+  AnalysisArgs analysis;
 };
 
 int Audit(const AuditArgs& a) {
@@ -30,7 +30,7 @@ int Audit(const AuditArgs& a) {
     return UsageError("audit", absl::StrFormat("%s sets no_new_hotspots: give --baseline DIR",
                                                a.budget));
   }
-  const AnalysisOptions options = OptionsFrom(a.common, a.pattern, a.site);
+  const AnalysisOptions options = OptionsFrom(a.common, a.analysis);
   auto run = AnalyzePaths(a.inputs, options);
   if (!run.ok()) return Fail(run.status(), kExitBadTrace);
   std::optional<Report> base;
@@ -87,8 +87,7 @@ Runner DeclareAudit(CLI::App* app) {
                  {.format = "text: one line per check; json (schema stallscope.audit/1): the "
                             "checks, their violations and the run's metrics",
                   .color = "accepted as for report (the audit has no colours yet)"});
-  AddStepPattern(app, &a->pattern);
-  AddSiteRules(app, &a->site);
+  AddAnalysisArgs(app, &a->analysis);
   return [a] { return Audit(*a); };
 }
 

@@ -72,9 +72,9 @@ void AddConventions(CLI::App* app, Conventions* c, const std::vector<std::string
       ->check(CLI::Range(0, 4096));
 }
 
-void AddStepPattern(CLI::App* app, std::string* pattern) {
-  *pattern = kDefaultStepPattern;
-  app->add_option("--step-pattern", *pattern,
+void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a) {
+  a->step_pattern = kDefaultStepPattern;
+  app->add_option("--step-pattern", a->step_pattern,
                   absl::StrCat("NVTX range names that mark steps (default ", kDefaultStepPattern,
                                "; a leading (?i) ignores case)"))
       ->type_name("RE")
@@ -82,28 +82,31 @@ void AddStepPattern(CLI::App* app, std::string* pattern) {
         auto compiled = CompileStepPattern(re);
         return compiled.ok() ? "" : std::string(compiled.status().message());
       });
+  const struct {
+    const char* name;
+    std::vector<std::string>* globs;
+    const char* help;
+  } kGlobs[] = {
+      {"--user-code", &a->site.user_code,
+       "frames whose file (or native module) matches are user code, for a hotspot's site "
+       "(repeatable; e.g. '*/site-packages/mylib/*')"},
+      {"--not-user-code", &a->site.not_user_code,
+       "frames that match are not user code (repeatable); by default the standard library, "
+       "site-packages, dist-packages and stallscope are not"},
+  };
+  for (const auto& g : kGlobs) {
+    app->add_option(g.name, *g.globs, g.help)
+        ->type_name("GLOB")
+        ->allow_extra_args(false)
+        ->check(NonEmpty("a glob"));
+  }
 }
 
-void AddSiteRules(CLI::App* app, SiteRule* rule) {
-  app->add_option("--user-code", rule->user_code,
-                  "frames whose file (or native module) matches are user code, for a "
-                  "hotspot's site (repeatable; e.g. '*/site-packages/mylib/*')")
-      ->type_name("GLOB")
-      ->allow_extra_args(false)
-      ->check(NonEmpty("a glob"));
-  app->add_option("--not-user-code", rule->not_user_code,
-                  "frames that match are not user code (repeatable); by default the standard "
-                  "library, site-packages, dist-packages and stallscope are not")
-      ->type_name("GLOB")
-      ->allow_extra_args(false)
-      ->check(NonEmpty("a glob"));
-}
-
-AnalysisOptions OptionsFrom(const Conventions& c, const std::string& pattern, const SiteRule& rule) {
+AnalysisOptions OptionsFrom(const Conventions& c, const AnalysisArgs& a) {
   AnalysisOptions options;
-  options.step_pattern = pattern;
+  options.step_pattern = a.step_pattern;
   options.jobs = c.jobs;
-  options.attribution.site = rule;
+  options.attribution.site = a.site;
   AddSiteRulesFromEnvironment(&options.attribution.site);
   if (!c.quiet && isatty(STDERR_FILENO)) options.progress = ShowProgress;
   return options;

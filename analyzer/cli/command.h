@@ -44,14 +44,18 @@ void AddConventions(CLI::App* app, Conventions* c, const std::vector<std::string
 // Rejects an empty value ("needs WHAT").
 CLI::Validator NonEmpty(const std::string& what);
 
-// --step-pattern RE, and --user-code / --not-user-code GLOB (repeatable).
-void AddStepPattern(CLI::App* app, std::string* pattern);
-void AddSiteRules(CLI::App* app, SiteRule* rule);
+// What every subcommand that analyzes traces takes: --step-pattern RE, and
+// --user-code / --not-user-code GLOB (repeatable).
+struct AnalysisArgs {
+  std::string step_pattern;
+  SiteRule site;
+};
+void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a);
 
-// Analysis options from the conventions: threads, progress on a terminal
-// unless quiet, the user-code rule (with the environment's), the step
-// pattern.
-AnalysisOptions OptionsFrom(const Conventions& c, const std::string& pattern, const SiteRule& rule);
+// Analysis options from the conventions and the analysis arguments:
+// threads, progress on a terminal unless quiet, the step pattern, the
+// user-code rule (with the environment's).
+AnalysisOptions OptionsFrom(const Conventions& c, const AnalysisArgs& a);
 // Whether the text output is coloured: --color always, or auto on a
 // terminal without NO_COLOR (never into a file unless always).
 bool UseColor(const Conventions& c);

@@ -11,13 +11,12 @@ namespace {
 struct CompareArgs {
   std::vector<std::string> runs;
   Conventions common;
-  std::string pattern;
-  SiteRule site;
+  AnalysisArgs analysis;
 };
 
 int Compare(const CompareArgs& a) {
   if (a.runs.size() != 2) return UsageError("compare", "two runs: BASE and OTHER (folders or files)");
-  const AnalysisOptions options = OptionsFrom(a.common, a.pattern, a.site);
+  const AnalysisOptions options = OptionsFrom(a.common, a.analysis);
   auto base = AnalyzePaths({a.runs[0]}, options);
   if (!base.ok()) return Fail(base.status(), kExitBadTrace);
   auto other = AnalyzePaths({a.runs[1]}, options);
@@ -36,8 +35,7 @@ Runner DeclareCompare(CLI::App* app) {
                   .color = "accepted as for report (the comparison has no colours yet)",
                   .jobs = "threads reading and analyzing each run's traces (default 0: one per "
                           "core)"});
-  AddStepPattern(app, &a->pattern);
-  AddSiteRules(app, &a->site);
+  AddAnalysisArgs(app, &a->analysis);
   return [a] { return Compare(*a); };
 }
 

@@ -32,9 +32,9 @@ absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
 
 struct FleetArgs {
   std::vector<std::string> inputs;
-  std::string last_path, pattern;
+  std::string last_path;
   Conventions common;
-  SiteRule site;
+  AnalysisArgs analysis;
 };
 
 absl::StatusOr<LastArrivals> LoadLast(const std::string& path) {
@@ -68,7 +68,7 @@ int Rank(const FleetArgs& a) {
   if (!t.ok()) return Fail(t.status(), kExitBadTrace);
   const RankArrivals arrivals = CollectArrivals(*t);
   ApplyLastArrivals(&*t, arrivals, *last);
-  auto report = AnalyzeTimeline(*t, OptionsFrom(a.common, a.pattern, a.site));
+  auto report = AnalyzeTimeline(*t, OptionsFrom(a.common, a.analysis));
   if (!report.ok()) return Fail(report.status(), kExitUsage);
   return Emit(a.common.out,
               RankSummaryToJson(SummarizeRank(*t, arrivals, *last, *report)).dump() + "\n");
@@ -96,7 +96,7 @@ int ReportStep(const FleetArgs& a) {
   auto t = ReadTraceFile(ranks[primary].path);
   if (!t.ok()) return Fail(t.status(), kExitBadTrace);
   if (distributed) ApplyLastArrivals(&*t, ranks[primary].arrivals, *last);
-  auto report = AnalyzeTimeline(*t, OptionsFrom(a.common, a.pattern, a.site));
+  auto report = AnalyzeTimeline(*t, OptionsFrom(a.common, a.analysis));
   if (!report.ok()) return Fail(report.status(), kExitUsage);
   Report composed;
   if (distributed) {
@@ -157,8 +157,7 @@ Runner DeclareFleet(CLI::App* app) {
                     .color = "colours `report --format text` as for report",
                     .jobs = "accepted (each step reads one trace)"});
     if (step.needs_last) {
-      AddStepPattern(sub, &a->pattern);
-      AddSiteRules(sub, &a->site);
+      AddAnalysisArgs(sub, &a->analysis);
     }
     sub->callback([chosen, a, run = step.run] { *chosen = [a, run] { return run(*a); }; });
   }

@@ -51,8 +51,7 @@ const ReportFormat& FindFormat(std::string_view name) {
 struct ReportArgs {
   std::vector<std::string> inputs;
   Conventions common;
-  std::string pattern;
-  SiteRule site;
+  AnalysisArgs analysis;
 };
 
 }  // namespace
@@ -93,11 +92,10 @@ Runner DeclareReport(CLI::App* app) {
                   .quiet = "no progress on stderr while a large trace is read (errors only)",
                   .jobs = "threads reading and analyzing a folder's traces (default 0: one per "
                           "core)"});
-  AddStepPattern(app, &a->pattern);
-  AddSiteRules(app, &a->site);
+  AddAnalysisArgs(app, &a->analysis);
   return [a] {
     if (a->inputs.empty()) return UsageError("report", "no trace folder or file given");
-    return WriteReport("report", a->inputs, a->common, OptionsFrom(a->common, a->pattern, a->site));
+    return WriteReport("report", a->inputs, a->common, OptionsFrom(a->common, a->analysis));
   };
 }
 

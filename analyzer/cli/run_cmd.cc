@@ -28,8 +28,7 @@ Runner DeclareRun(CLI::App* app) {
                   .quiet = "no summary after the command (errors only)",
                   .color = "colour the text report (as for report)",
                   .jobs = "threads analyzing the traces after the command (as for report)"});
-  AddStepPattern(app, &o->step_pattern);
-  AddSiteRules(app, &o->site);
+  AddAnalysisArgs(app, &o->analysis);
   CLI::Option* format = app->get_option("--format");
   CLI::Option* output = app->get_option("--output");
   return [app, o, format, output] {

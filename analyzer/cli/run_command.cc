@@ -283,7 +283,7 @@ int RunUnderStallscope(const RunOptions& o) {
             o.sim ? "" : " (on a machine without a GPU driver, try `stallscope run --sim`)");
     return code;
   }
-  const AnalysisOptions ao = OptionsFrom(o.report, o.step_pattern, o.site);
+  const AnalysisOptions ao = OptionsFrom(o.report, o.analysis);
   if (o.full_report) {
     // The command's exit code stays the answer; a report that could not be
     // written turns a success into its error code.

@@ -18,9 +18,8 @@ struct RunOptions {
   // the report in report.format to report.out (standard output when
   // empty); report.quiet: neither, errors only.
   Conventions report;
+  AnalysisArgs analysis;
   bool full_report = false;
-  std::string step_pattern = kDefaultStepPattern;
-  SiteRule site;
 };
 
 // <dir of /proc/self/exe>/../lib, or $STALLSCOPE_LIBDIR when set.

@@ -12,13 +12,12 @@ struct WhatIfArgs {
   std::vector<std::string> inputs;
   WhatIfRequest request;
   Conventions common;
-  std::string pattern;
-  SiteRule site;
+  AnalysisArgs analysis;
 };
 
 int RunWhatIfCmd(const WhatIfArgs& a) {
   if (a.inputs.empty()) return UsageError("whatif", "no trace folder or file given");
-  const AnalysisOptions options = OptionsFrom(a.common, a.pattern, a.site);
+  const AnalysisOptions options = OptionsFrom(a.common, a.analysis);
   ProcessAnalysis analysis;
   auto report = AnalyzePaths(a.inputs, options, &analysis);
   if (!report.ok()) return Fail(report.status(), kExitBadTrace);
@@ -54,8 +53,7 @@ Runner DeclareWhatIf(CLI::App* app) {
                             "predicted; json (schema stallscope.whatif/1): baseline, predicted, "
                             "replayed, replay_error, transformations, assumptions",
                   .color = "accepted (the prediction has no colours yet)"});
-  AddStepPattern(app, &a->pattern);
-  AddSiteRules(app, &a->site);
+  AddAnalysisArgs(app, &a->analysis);
   return [a] { return RunWhatIfCmd(*a); };
 }
 

@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "analyzer/analyze/questions.h"
+#include "analyzer/model/causes_json.h"
 #include "analyzer/model/format.h"
 #include "analyzer/model/output_file.h"
 #include "nlohmann/json.hpp"
@@ -549,15 +550,13 @@ std::string RenderAuditJson(const AuditResult& r) {
   j["within_budget"] = r.violations() == 0;
   j["violations"] = r.violations();
   const RunMetrics& m = r.metrics;
-  nlohmann::ordered_json causes = nlohmann::ordered_json::object();
-  for (int i = 0; i < kNumCauses; ++i) causes[CauseName(CauseAt(i))] = m.idle_by_cause[i];
   j["metrics"] = {{"steps", m.steps},
                   {"step_time_ns", m.step_time_ns},
                   {"step_time_p95_ns", m.step_time_p95_ns},
                   {"gpu_busy_ns", m.gpu_busy_ns},
                   {"gpu_idle_ns", m.gpu_idle_ns},
                   {"gpu_idle_ratio", m.gpu_idle_ratio},
-                  {"idle_by_cause", causes},
+                  {"idle_by_cause", CausesJson(m.idle_by_cause)},
                   {"syncs_per_step", m.syncs_per_step},
                   {"launches_per_step", m.launches_per_step}};
   j["checks"] = nlohmann::ordered_json::array();

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "analyzer/analyze/questions.h"
+#include "analyzer/model/causes_json.h"
 #include "analyzer/model/format.h"
 
 namespace stallscope::analyzer {
@@ -189,12 +190,8 @@ Json DeltaJson(const Delta& d) {
 }
 
 Json SummaryJson(const RunSummary& s) {
-  Json causes = Json::object();
-  for (int i = 0; i < kNumCauses; ++i) causes[CauseName(CauseAt(i))] = s.idle_by_cause[i];
-  Json totals_causes = Json::object();
-  for (int i = 0; i < kNumCauses; ++i) {
-    totals_causes[CauseName(CauseAt(i))] = s.totals.idle_by_cause[i];
-  }
+  const Json causes = CausesJson(s.idle_by_cause);
+  const Json totals_causes = CausesJson(s.totals.idle_by_cause);
   return Json{{"path", s.path},
               {"step_source", s.step_source},
               {"steps", s.steps},

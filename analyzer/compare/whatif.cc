@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "analyzer/analyze/replay.h"
+#include "analyzer/model/causes_json.h"
 #include "analyzer/model/format.h"
 #include "nlohmann/json.hpp"
 
@@ -40,14 +41,12 @@ std::string Percent(double x) { return absl::StrFormat("%+.0f%%", 100.0 * x); }
 std::string Factor(double x) { return absl::StrFormat("%g", x); }
 
 Json SummaryJson(const StepSummary& s) {
-  Json causes = Json::object();
-  for (int i = 0; i < kNumCauses; ++i) causes[CauseName(CauseAt(i))] = s.idle_by_cause[i];
   return Json{{"steps", s.step_ns.size()},
               {"step_source", s.step_source},
               {"mean_step_ns", s.mean_step_ns},
               {"wall_ns", s.wall_ns},
               {"gpu_idle_ns", s.gpu_idle_ns},
-              {"idle_by_cause", causes},
+              {"idle_by_cause", CausesJson(s.idle_by_cause)},
               {"step_ns", s.step_ns},
               {"step_idle_ns", s.step_idle_ns}};
 }

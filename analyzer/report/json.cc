@@ -5,17 +5,12 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "analyzer/model/causes_json.h"
 
 namespace stallscope::analyzer {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-Json Causes(const CauseNs& c) {
-  Json j = Json::object();
-  for (int i = 0; i < kNumCauses; ++i) j[CauseName(CauseAt(i))] = c[i];
-  return j;
-}
 
 Json Busy(const BusyByKind& b) {
   return Json{{"compute", b.compute}, {"copy", b.copy}, {"comm", b.comm}};
@@ -29,7 +24,7 @@ Json TotalsJson(const Totals& t) {
   return Json{{"wall_ns", t.wall_ns},
               {"gpu_busy_ns", t.gpu_busy_ns},
               {"gpu_idle_ns", t.gpu_idle_ns},
-              {"idle_by_cause", Causes(t.idle_by_cause)},
+              {"idle_by_cause", CausesJson(t.idle_by_cause)},
               {"busy_by_kind", Busy(t.busy_by_kind)},
               {"launches", t.launches},
               {"syncs", t.syncs}};
@@ -52,7 +47,7 @@ Json ToJson(const Report& r, bool with_steps) {
                          {"host_end_ns", s.host_end_ns},
                          {"gpu_busy_ns", s.gpu_busy_ns},
                          {"gpu_idle_ns", s.gpu_idle_ns},
-                         {"idle_by_cause", Causes(s.idle_by_cause)},
+                         {"idle_by_cause", CausesJson(s.idle_by_cause)},
                          {"busy_by_kind", Busy(s.busy_by_kind)},
                          {"sync_count", s.sync_count},
                          {"launches", s.launches}});
@@ -133,7 +128,7 @@ Json ToJson(const Report& r, bool with_steps) {
                            {"gpu_busy_ns", k.gpu_busy_ns},
                            {"gpu_idle_ns", k.gpu_idle_ns},
                            {"comm_ns", k.comm_ns},
-                           {"idle_by_cause", Causes(k.idle_by_cause)},
+                           {"idle_by_cause", CausesJson(k.idle_by_cause)},
                            {"waited_ns", k.waited_ns},
                            {"times_last", k.times_last},
                            {"wait_caused_ns", k.wait_caused_ns}});

@@ -34,6 +34,9 @@ import checks  # noqa: E402
 from checks import Failure, Skip, check  # noqa: E402
 from ground_truth import preempted_before, union_in  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios"))
+import scenarios  # noqa: E402  (the scenario jobs' kernel durations)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN_LOOP_SRC = os.path.join(ROOT, "examples", "train_loop.cc")
 STEPS = 60
@@ -88,8 +91,6 @@ class Scenario:
 
     def __init__(self, name):
         self.name = name
-        sys.path.insert(0, os.path.join(ROOT, "tests", "scenarios"))
-        import scenarios  # noqa: E402  (its kernel durations)
         self.env = {"SIMGPU_KERNEL_US": scenarios.KERNELS}
 
     def command(self, build, args):
