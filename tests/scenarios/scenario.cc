@@ -67,26 +67,41 @@ void Check(CUresult r, const char* what) {
 constexpr long kScaledUs = 50;
 double g_wait_scale = 1.0;
 double g_busy_scale = 1.0;
+// What those sleeps and spins took (printed at the end: the whatif tests
+// compare what a changed run's host time really was with what was asked).
+long long g_scaled_sleep_ns = 0, g_scaled_spin_ns = 0;
+
+long long NowNs() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
 
 // Off-CPU host time: a data loader queue, storage, a log write.
 void SleepUs(long us) {
-  if (us >= kScaledUs) us = std::lround(double(us) * g_wait_scale);
+  const bool scaled = us >= kScaledUs;
+  if (scaled) us = std::lround(double(us) * g_wait_scale);
   if (us <= 0) return;
+  const long long t0 = NowNs();
   timespec ts{us / 1000000, (us % 1000000) * 1000};
   while (nanosleep(&ts, &ts) != 0) {
   }
+  if (scaled) g_scaled_sleep_ns += NowNs() - t0;
 }
 
 // On-CPU host time on the launching thread: preprocessing, a framework's
 // dispatcher.
 void SpinUs(long us, bool yield = false) {
-  if (us >= kScaledUs) us = std::lround(double(us) * g_busy_scale);
+  const bool scaled = us >= kScaledUs;
+  if (scaled) us = std::lround(double(us) * g_busy_scale);
+  const long long start = NowNs();
   timespec t0, t;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   if (yield) sched_yield();  // once: lets a waiting thread (the simulated device) run
   do {
     clock_gettime(CLOCK_MONOTONIC, &t);
   } while ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 < us);
+  if (scaled) g_scaled_spin_ns += NowNs() - start;
 }
 
 // Deterministic jitter (a 64-bit LCG; the same seed gives the same run).
@@ -323,6 +338,7 @@ int Run(const Options& o) {
     Check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent(0)");
   }
   std::printf("scenario %s: %d steps (%g)\n", s.c_str(), o.steps, sink);
+  std::printf("scaled_sleep_ns %lld scaled_spin_ns %lld\n", g_scaled_sleep_ns, g_scaled_spin_ns);
   std::free(pageable);
   cuMemFree(buf);
   cuStreamDestroy(j.stream);
