@@ -13,8 +13,9 @@ half the host work) and compares:
   step, in the baseline and in the changed run, and the difference between
   the two runs' device busy time per step (the replay keeps the baseline's
   op durations; a loaded machine stretches the simulated device's ops in
-  one run and not the other), and, for the scenario jobs (which print what
-  their sleeps and spins of 50 us or more really took), how far the
+  one run and not the other), and, as the programs print what their
+  injected waits and host work (train_loop) or their sleeps and spins of
+  50 us or more (the scenario jobs) really took, how far the
   changed run's host time is from the baseline's times the transformation's
   factor (a 4 ms sleep overshoots by another amount than a 2 ms one).
   Neither the replay nor the changed program can know the other run's
@@ -149,7 +150,8 @@ def compare(build, work, base_args, changed_args, transform, program=TrainLoop()
     _, changed_report, changed_pre, changed_busy, changed_host = run(build, work, "changed", program, changed_args)
     measured, predicted = mean_step(changed_report), w["predicted"]["mean_step_ns"]
     host_off = 0
-    if base_host and changed_host:
+    if base_host or changed_host:  # a change to none or from none prints one side only
+        base_host, changed_host = base_host or (0, 0), changed_host or (0, 0)
         factor = {"--scale-host-wait": 1.0, "--scale-host-busy": 1.0}
         for flag, value in zip(transform, transform[1:]):
             if flag in factor:
