@@ -7,12 +7,16 @@
 //
 //   train_loop [--steps N] [--input-us U] [--readback] [--sync-log]
 //              [--tiny K] [--dispatch-us D] [--cpu-us C] [--no-nvtx]
-//              [--batch-bytes B]
+//              [--batch-bytes B] [--graph]
 //
 // --dispatch-us spins the CPU for D us before every launch: the per-op cost of
 // a framework's dispatcher, which is what makes tiny kernels launch-bound.
 // --cpu-us spins the CPU for C us at the start of every step, on the launching
 // thread (CPU preprocessing of the batch: on-CPU, unlike --input-us's sleep).
+// --graph captures the step's kernels once, before the first step, into a
+// CUDA graph (stream capture) and launches that graph every step instead:
+// one dispatch and one launch call per step, the nodes back to back on the
+// device (what `stallscope whatif --launch-cost` predicts).
 #include <cuda.h>
 #include <nvtx3/nvToolsExt.h>
 #include <time.h>
@@ -42,6 +46,7 @@ const char kPtx[] = R"(
 struct Options : example::LoopOptions {
   long dispatch_us = 0;
   long cpu_us = 0;
+  bool graph = false;
 };
 
 void Check(CUresult r, const char* what) {
@@ -132,6 +137,7 @@ Options Parse(int argc, char** argv) {
     if (example::TakeLoopOption(a, &o)) continue;
     if (a.Is("--dispatch-us")) o.dispatch_us = a.Long();
     else if (a.Is("--cpu-us")) o.cpu_us = a.Long();
+    else if (a.Is("--graph")) o.graph = true;
     else a.Unknown();
   }
   return o;
@@ -167,12 +173,8 @@ int main(int argc, char** argv) {
   Check(cuMemAlloc(&batch, o.batch_bytes), "cuMemAlloc");
   Check(cuMemAlloc(&loss, sizeof(float)), "cuMemAlloc");
 
-  float last_loss = 0;
-  for (int step = 0; step < o.steps; ++step) {
-    if (o.nvtx) nvtxRangePushA(("step " + std::to_string(step)).c_str());
-    if (o.input_us) WaitForBatch(o.input_us);
-    if (o.cpu_us) PreprocessBatch(o.cpu_us);
-    Check(cuMemcpyHtoDAsync(batch, host_batch, o.batch_bytes, stream), "cuMemcpyHtoDAsync");
+  // The step's kernels, after the batch's copy.
+  auto step_kernels = [&] {
     Launch(load_batch, stream);
     if (o.tiny) {
       for (int k = 0; k < o.tiny; ++k) Launch(tiny, stream);
@@ -183,6 +185,33 @@ int main(int argc, char** argv) {
       Launch(sgd_update, stream);
     }
     Launch(loss_reduce, stream);
+  };
+  CUgraphExec graph = nullptr;
+  if (o.graph) {
+    // Captured once, outside every step: the capture itself runs nothing.
+    const long dispatch_us = g_dispatch_us;
+    g_dispatch_us = 0;
+    Check(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+    step_kernels();
+    CUgraph g;
+    Check(cuStreamEndCapture(stream, &g), "cuStreamEndCapture");
+    Check(cuGraphInstantiate(&graph, g, 0), "cuGraphInstantiate");
+    Check(cuGraphDestroy(g), "cuGraphDestroy");
+    g_dispatch_us = dispatch_us;
+  }
+
+  float last_loss = 0;
+  for (int step = 0; step < o.steps; ++step) {
+    if (o.nvtx) nvtxRangePushA(("step " + std::to_string(step)).c_str());
+    if (o.input_us) WaitForBatch(o.input_us);
+    if (o.cpu_us) PreprocessBatch(o.cpu_us);
+    Check(cuMemcpyHtoDAsync(batch, host_batch, o.batch_bytes, stream), "cuMemcpyHtoDAsync");
+    if (graph != nullptr) {
+      Dispatch();  // the replay's own dispatch: one per step
+      Check(cuGraphLaunch(graph, stream), "cuGraphLaunch");
+    } else {
+      step_kernels();
+    }
     if (o.readback) last_loss = ReadLoss(loss, stream);
     if (o.sync_log) LogProgress(step, stream);
     if (o.nvtx) nvtxRangePop();
@@ -196,6 +225,7 @@ int main(int argc, char** argv) {
   if (g_wait_wall_ns > 0 || g_spin_wall_ns > 0) {
     std::printf("scaled_sleep_ns %lld scaled_spin_ns %lld\n", g_wait_wall_ns, g_spin_wall_ns);
   }
+  if (graph != nullptr) cuGraphExecDestroy(graph);
   cuMemFree(batch);
   cuMemFree(loss);
   cuMemFreeHost(host_batch);

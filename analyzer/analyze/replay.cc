@@ -235,6 +235,82 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
     }
   };
 
+  // CUDA-graph capture: graph_head[u] is the first unit of the captured
+  // stretch a later unit u belongs to (-1: none).
+  std::vector<int32_t> graph_head(units.size(), -1);
+  if (options.graph_node_ns >= 0) {
+    const auto& windows = options.graph_windows;
+    auto window_of = [&](int64_t x) -> int64_t {
+      if (windows.empty()) return 0;
+      auto it = std::upper_bound(windows.begin(), windows.end(), x,
+                                 [](int64_t v, const std::pair<int64_t, int64_t>& w) { return v < w.first; });
+      if (it == windows.begin()) return -1;
+      --it;
+      return x <= it->second ? it - windows.begin() : -1;
+    };
+    // The stream of a unit that only launches kernels, all on one stream;
+    // -1 for any other unit.
+    auto kernel_stream = [&](size_t ui) -> int32_t {
+      const Unit& u = units[ui];
+      if (u.sync || !u.own_ops) return -1;
+      for (uint32_t m = calls_of.begin[ui]; m < calls_of.begin[ui + 1]; ++m) {
+        if (t.Api(t.calls[calls_of.items[m]].api).category != trace::ApiCategory::kLaunch) return -1;
+      }
+      int32_t stream = -2;
+      for_each_op(ui, [&](uint32_t, uint32_t o) {
+        if (t.ops[o].kind != trace::DeviceOpKind::kKernel || (stream != -2 && stream != op_stream[o])) {
+          stream = -1;
+        } else if (stream == -2) {
+          stream = op_stream[o];
+        }
+      });
+      return stream < 0 ? -1 : stream;
+    };
+    std::vector<int32_t> run;
+    auto flush = [&] {
+      if (run.size() >= 2) {
+        int64_t device = 0;
+        for (int32_t ui : run) for_each_op(ui, [&](uint32_t, uint32_t o) { device += t.ops[o].end_ns - t.ops[o].start_ns; });
+        if (options.graph_every_stretch || units[run.back()].exit - units[run.front()].enter > device) {
+          for (size_t k = 1; k < run.size(); ++k) graph_head[run[k]] = run.front();
+          ++st.stretches_captured;
+          st.launches_captured += static_cast<int64_t>(run.size() - 1);
+        }
+      }
+      run.clear();
+    };
+    for (int32_t first : first_unit) {
+      int32_t run_stream = -1;
+      int64_t run_window = -1;
+      for (int32_t ui = first; ui >= 0; ui = units[ui].next) {
+        const int32_t stream = kernel_stream(ui);
+        const int64_t window = stream < 0 ? -1 : window_of(units[ui].enter);
+        if (window < 0) {
+          flush();
+          continue;
+        }
+        if (!run.empty()) {
+          const Unit& prev = units[run.back()];
+          bool same = stream == run_stream && window == run_window;
+          if (const int64_t gap = units[ui].enter - prev.exit; same && gap >= options.launch_dispatch_ns) {
+            // A wait between two launches (off-CPU, not for a CPU) is not
+            // launch work; time the thread was preempted is the machine's.
+            const HostGapSplit split = SplitHostGap(t, units[ui].tid, prev.exit, units[ui].enter);
+            const int64_t on = std::clamp<int64_t>(split.on, 0, gap);
+            same = gap - on - std::clamp<int64_t>(split.preempted, 0, gap - on) < options.launch_dispatch_ns;
+          }
+          if (!same) flush();
+        }
+        if (run.empty()) {
+          run_stream = stream;
+          run_window = window;
+        }
+        run.push_back(ui);
+      }
+      flush();
+    }
+  }
+
   // The baseline pass: each op's binding constraint (its submitting call,
   // or the previous op of its stream) and each sync unit's target; the
   // typical delays the graph gives the side that did not bind.
@@ -312,7 +388,11 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
   };
   for (size_t ui = 0; ui < units.size(); ++ui) {
     const Unit& u = units[ui];
-    if (u.tid != leader) {
+    const int32_t head = graph_head[ui];
+    if (head >= 0) {
+      // Folded into its stretch's graph launch: no host time of its own.
+      enter2[ui] = exit2[u.prev];
+    } else if (u.tid != leader) {
       // A helper thread: at the leader's clock, after its own previous call.
       enter2[ui] = leader_clock(u.enter);
       if (u.prev >= 0) enter2[ui] = std::max(enter2[ui], exit2[u.prev]);
@@ -364,6 +444,9 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
       }
       int64_t s2 = a + shift + dh;
       if (stream_end2[s] != kNone) s2 = std::max(s2, stream_end2[s] + dd);
+      if (head >= 0) {  // a graph node after the first: after the previous node
+        s2 = std::max(enter2[head], stream_end2[s] + options.graph_node_ns);
+      }
       start2[o] = s2;
       end2[o] = s2 + (op.end_ns - op.start_ns);
       stream_end2[s] = end2[o];
@@ -374,7 +457,7 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
     const int64_t base = target[ui];
     const bool blocked = u.sync && base != kNone && base > u.enter;
     const int64_t cost = blocked ? std::max<int64_t>(0, u.exit - base) : u.exit - u.enter;
-    exit2[ui] = enter2[ui] + cost;
+    exit2[ui] = enter2[ui] + (head >= 0 ? 0 : cost);
     if (u.sync && u.removed) {
       // Without its wait the call costs what a call returning from a wait
       // typically does after the work ended (never more than it took):

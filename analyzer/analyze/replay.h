@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "analyzer/analyze/attribution.h"
@@ -38,12 +39,31 @@ struct ReplayOptions {
   double scale_host_wait = 1.0;
   double scale_host_busy = 1.0;
   int64_t launch_dispatch_ns = 50'000;
+  // CUDA-graph capture of the launch-bound stretches (negative: off). A
+  // stretch is a run of at least two consecutive calls of one thread that
+  // only launch kernels, all on one stream, with no wait (off-CPU time not
+  // spent waiting for a CPU) of launch_dispatch_ns or more between them,
+  // inside one window, where the
+  // host took longer to launch the kernels than the device to run them
+  // (unless graph_every_stretch).
+  // Replayed as one graph launch: the first call keeps its time, the later
+  // calls and the host time between them go (a graph's replay skips the
+  // code that launched its kernels), and each kernel after the first starts
+  // graph_node_ns after the previous one ended.
+  int64_t graph_node_ns = -1;
+  // Host-time windows [first, second] (sorted, disjoint) that a stretch
+  // must lie in, one window each (the steps' host ranges); empty: anywhere.
+  std::vector<std::pair<int64_t, int64_t>> graph_windows;
+  // Every such stretch, launch-bound or not (the user captures these steps).
+  bool graph_every_stretch = false;
 };
 
 struct ReplayStats {
   int64_t waits_removed = 0;  // calls whose wait was dropped
   int64_t gaps_scaled = 0;    // host gaps of at least launch_dispatch_ns
   int64_t gaps_without_cpu = 0;  // of them, without CPU samples (all off-CPU)
+  int64_t stretches_captured = 0;  // launch-bound stretches replayed as graphs
+  int64_t launches_captured = 0;   // calls of them folded into the graph launch
 };
 
 // The timeline of `t` replayed with `options`: every call's, op's, NVTX

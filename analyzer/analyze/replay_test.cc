@@ -146,5 +146,76 @@ TEST_CASE("scaled host waits shorten the loop by what they scaled", "[replay]") 
   CHECK(MeanStep(same.report) == MeanStep(*base));
 }
 
+// Each step (220 us): 10 launches 20 us apart, each call 5 us, its kernel
+// `kernel` long from 10 us after the call's entry; then a stream synchronize
+// [S+200us, S+201us) that waits for nothing.
+TraceBuilder LaunchLoop(int64_t kernel) {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  for (int k = 0; k < kSteps; ++k) {
+    const int64_t step = 1'000'000 + k * 220 * kUs;
+    b.Range(1, step, step + 220 * kUs, "step");
+    for (int i = 0; i < 10; ++i) {
+      const int64_t t = step + i * 20 * kUs;
+      b.Submit(1, api.launch, t, t + 5 * kUs, t + 10 * kUs, t + 10 * kUs + kernel);
+    }
+    b.Call(1, api.sync, step + 200 * kUs, step + 201 * kUs);
+  }
+  return b;
+}
+
+// Guards CUDA-graph capture: a launch-bound stretch (10 launches in 185 us
+// for 20 us of kernels) becomes one launch, its kernels 1 us apart on the
+// device; the host time between the folded launches goes, so a step is its
+// first launch's kernel start (10 us), 10 kernels and 9 node gaps (29 us),
+// and the 19 us of host time from the sync to the next step's first
+// launch: 58 us.
+TEST_CASE("a captured launch-bound stretch runs as one graph launch", "[replay]") {
+  const Timeline t = testing::ReadOrDie(LaunchLoop(2 * kUs));
+  ReplayOptions o;
+  o.graph_node_ns = 1 * kUs;
+  Replayed r = Run(t, o);
+  CHECK(r.stats.stretches_captured == kSteps);
+  CHECK(r.stats.launches_captured == 9 * kSteps);
+  REQUIRE(r.timeline.ops.size() == 10 * kSteps);
+  for (size_t i = 0; i < r.timeline.ops.size(); ++i) {
+    if (i % 10 != 0) CHECK(r.timeline.ops[i].start_ns == r.timeline.ops[i - 1].end_ns + 1 * kUs);
+  }
+  REQUIRE(r.report.steps.size() == kSteps);
+  for (size_t k = 1; k < r.report.steps.size(); ++k) {
+    CHECK(r.report.steps[k].end_ns - r.report.steps[k].start_ns == 58 * kUs);
+  }
+  // A step range outside the trace's steps captures nothing.
+  o.graph_windows = {{0, 1000}};
+  CHECK(Run(t, o).stats.stretches_captured == 0);
+}
+
+// Guards the launch-bound rule: 30 us kernels (300 us of device work for
+// 185 us of launching) are not captured, unless every stretch is asked
+// for; and an off-CPU wait (no CPU samples) of 50 us or more between two
+// launches splits a stretch.
+TEST_CASE("only launch-bound stretches are captured by default", "[replay]") {
+  const Timeline device_bound = testing::ReadOrDie(LaunchLoop(30 * kUs));
+  ReplayOptions o;
+  o.graph_node_ns = 1 * kUs;
+  CHECK(Run(device_bound, o).stats.stretches_captured == 0);
+  o.graph_every_stretch = true;
+  CHECK(Run(device_bound, o).stats.stretches_captured == kSteps);
+
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  const int64_t s = 1'000'000;
+  b.Range(1, s, s + 400 * kUs, "step");
+  for (int64_t at : {0, 20, 40, 160, 180, 200}) {  // 115 us without a call between 45 and 160
+    const int64_t t = s + at * kUs;
+    b.Submit(1, api.launch, t, t + 5 * kUs, t + 10 * kUs, t + 12 * kUs);
+  }
+  ReplayOptions one;
+  one.graph_node_ns = 1 * kUs;
+  Replayed r = Run(testing::ReadOrDie(b), one);
+  CHECK(r.stats.stretches_captured == 2);
+  CHECK(r.stats.launches_captured == 4);
+}
+
 }  // namespace
 }  // namespace stallscope::analyzer

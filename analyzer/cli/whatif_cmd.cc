@@ -1,5 +1,10 @@
 // `stallscope whatif DIR`: the step time after a fix, before making it.
 #include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 
 #include "analyzer/cli/cli.h"
 #include "analyzer/cli/commands.h"
@@ -11,17 +16,37 @@ namespace {
 struct WhatIfArgs {
   std::vector<std::string> inputs;
   WhatIfRequest request;
+  CLI::Option* launch_cost = nullptr;
+  std::string launch_cost_ns;
+  std::string launch_steps;
   Conventions common;
   AnalysisArgs analysis;
 };
 
 int RunWhatIfCmd(const WhatIfArgs& a) {
   if (a.inputs.empty()) return UsageError("whatif", "no trace folder or file given");
+  WhatIfRequest request = a.request;
+  if (a.launch_cost->count() > 0) {
+    request.launch_cost_ns = kDefaultGraphNodeNs;
+    if (!a.launch_cost_ns.empty() && (!absl::SimpleAtoi(a.launch_cost_ns, &request.launch_cost_ns) ||
+                                      request.launch_cost_ns < 0)) {
+      return UsageError("whatif", "--launch-cost " + a.launch_cost_ns + ": not a number of ns (0 or more)");
+    }
+  }
+  if (!a.launch_steps.empty()) {
+    if (request.launch_cost_ns < 0) return UsageError("whatif", "--launch-steps needs --launch-cost");
+    const std::vector<std::string> ab = absl::StrSplit(a.launch_steps, absl::MaxSplits('-', 1));
+    if (!absl::SimpleAtoi(ab[0], &request.launch_first_step) ||
+        !absl::SimpleAtoi(ab.size() > 1 ? ab[1] : ab[0], &request.launch_last_step) ||
+        request.launch_first_step < 0 || request.launch_last_step < request.launch_first_step) {
+      return UsageError("whatif", "--launch-steps " + a.launch_steps + ": not a step range A-B (0 <= A <= B)");
+    }
+  }
   const AnalysisOptions options = OptionsFrom(a.common, a.analysis);
   ProcessAnalysis analysis;
   auto report = AnalyzePaths(a.inputs, options, &analysis);
   if (!report.ok()) return Fail(report.status(), kExitBadTrace);
-  auto w = RunWhatIf(*report, analysis, a.request, options);
+  auto w = RunWhatIf(*report, analysis, request, options);
   if (!w.ok()) return UsageError("whatif", std::string(w.status().message()));
   return Emit(a.common.out, a.common.format == "json" ? RenderWhatIfJson(*w) : RenderWhatIfText(*w));
 }
@@ -48,6 +73,17 @@ Runner DeclareWhatIf(CLI::App* app) {
                   "the host's on-CPU time between CUDA calls (host_busy) times X (default 1)")
       ->type_name("X")
       ->check(CLI::Range(0.0, 1e6));
+  a->launch_cost =
+      app->add_option("--launch-cost", a->launch_cost_ns,
+                      "capture the launch-bound stretches in CUDA graphs: one launch per stretch, "
+                      "each kernel NS after the previous one on the device (default 500, NVIDIA's "
+                      "figure of about 0.5 us per graph node)")
+          ->type_name("[NS]")
+          ->expected(0, 1);
+  app->add_option("--launch-steps", a->launch_steps,
+                  "with --launch-cost: capture every stretch of kernel launches in steps A to B (by "
+                  "index), launch-bound or not (default: the launch-bound stretches of every step)")
+      ->type_name("A-B");
   AddConventions(app, &a->common, {"text", "json"},
                  {.format = "text: the prediction in one sentence, then measured against "
                             "predicted; json (schema stallscope.whatif/1): baseline, predicted, "

@@ -1,6 +1,7 @@
 // `stallscope whatif` (see whatif.h).
 #include "analyzer/compare/whatif.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -114,6 +115,22 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
   }
   ro.scale_host_wait = request.scale_host_wait;
   ro.scale_host_busy = request.scale_host_busy;
+  ro.graph_node_ns = request.launch_cost_ns;
+  if (request.launch_cost_ns >= 0) {
+    // Stretches stay inside one step's host range (of the chosen steps).
+    const bool all = request.launch_first_step > request.launch_last_step;
+    ro.graph_every_stretch = !all;  // the steps the user captures: all their stretches
+    for (const StepStats& st : report.steps) {
+      if (!all && (st.index < request.launch_first_step || st.index > request.launch_last_step)) continue;
+      ro.graph_windows.emplace_back(st.host_start_ns, st.host_end_ns);
+    }
+    std::sort(ro.graph_windows.begin(), ro.graph_windows.end());
+    if (!all && ro.graph_windows.empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--launch-steps %d-%d: no such step (the trace has %d)", request.launch_first_step,
+          request.launch_last_step, report.steps.size()));
+    }
+  }
 
   // Each replayed timeline lives only while it is analyzed (peak memory:
   // the trace's timeline and one replay).
@@ -134,6 +151,16 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
   }
   if (request.scale_host_busy != 1.0) {
     w.transformations.push_back({"scale_host_busy", Factor(request.scale_host_busy), stats.gaps_scaled});
+  }
+  if (request.launch_cost_ns >= 0) {
+    w.transformations.push_back(
+        {"launch_cost",
+         absl::StrFormat("%s per graph node, %d %sstretches captured%s", FormatDuration(request.launch_cost_ns),
+                         stats.stretches_captured, ro.graph_every_stretch ? "" : "launch-bound ",
+                         ro.graph_every_stretch ? absl::StrFormat(" in steps %d-%d", request.launch_first_step,
+                                                                  request.launch_last_step)
+                                                : ""),
+         stats.launches_captured});
   }
 
   // The next limit: the predicted run's largest idle cause, unless the GPU
@@ -158,6 +185,12 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
                       "dispatch (kept)",
                       FormatDuration(ro.launch_dispatch_ns)),
   };
+  if (request.launch_cost_ns >= 0) {
+    w.assumptions.push_back(
+        "a captured stretch is one graph launch costing its first launch call; the host time "
+        "between its launches is the framework's launch path, which a graph's replay skips; its "
+        "kernels keep their durations");
+  }
   if (stats.gaps_without_cpu > 0) {
     w.assumptions.push_back(absl::StrFormat(
         "%d host gaps had no CPU samples: taken as off-CPU (host_wait)", stats.gaps_without_cpu));
@@ -173,6 +206,11 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
   }
   if (request.scale_host_busy != 1.0) {
     change.push_back(absl::StrCat("host work × ", Factor(request.scale_host_busy)));
+  }
+  if (request.launch_cost_ns >= 0) {
+    change.push_back(absl::StrFormat("capturing %d %sstretch%s of kernel launches in CUDA graphs",
+                                     stats.stretches_captured, ro.graph_every_stretch ? "" : "launch-bound ",
+                                     stats.stretches_captured == 1 ? "" : "es"));
   }
   const std::string what = change.empty() ? "the trace replayed unchanged" : absl::StrJoin(change, " and ");
   w.headline = absl::StrFormat("%s takes the step from %s to %s (%s); the next limit is %s", what,
@@ -205,7 +243,9 @@ std::string RenderWhatIfText(const WhatIf& w) {
   s += "\nTransformations:\n";
   for (const auto& x : w.transformations) {
     absl::StrAppendFormat(&s, "  %s %s (%d %s)\n", x.kind, x.target, x.calls,
-                          x.kind == "remove_sync" ? "calls" : "host gaps");
+                          x.kind == "remove_sync"   ? "calls"
+                          : x.kind == "launch_cost" ? "launch calls folded"
+                                                    : "host gaps");
   }
   if (w.transformations.empty()) s += "  none\n";
   s += "\nAssumptions:\n";

@@ -115,6 +115,38 @@ Function* AsFunction(const void* h) {
 }
 
 // ---- launches ----
+// ---- graphs (stream capture of kernel launches) ----
+// A graph is the kernels launched on a stream between cuStreamBeginCapture
+// and cuStreamEndCapture, in order (a straight line). cuGraphLaunch enqueues
+// them together as one launch: one correlation id, as CUPTI gives a graph's
+// kernels their launch call's; the first node starts like a kernel launched
+// then, each later one SIMGPU_GRAPH_NODE_US after the previous ended.
+constexpr uint32_t kGraphMagic = 0x47524150;      // "GRAP"
+constexpr uint32_t kGraphExecMagic = 0x47455843;  // "GEXC"
+struct GraphNode {
+  Function* fn;
+  int32_t grid[3], block[3], shared_bytes;
+};
+struct Graph {
+  uint32_t magic = kGraphMagic;
+  std::vector<GraphNode> nodes;
+  bool invalidated = false;
+};
+struct GraphExec {
+  uint32_t magic = kGraphExecMagic;
+  std::vector<GraphNode> nodes;
+};
+
+CUresult CaptureLaunch(Stream* s, Function* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                       unsigned by, unsigned bz, unsigned shmem) {
+  GraphNode n{fn,
+              {static_cast<int32_t>(gx), static_cast<int32_t>(gy), static_cast<int32_t>(gz)},
+              {static_cast<int32_t>(bx), static_cast<int32_t>(by), static_cast<int32_t>(bz)},
+              static_cast<int32_t>(shmem)};
+  static_cast<Graph*>(s->capture)->nodes.push_back(n);
+  return CUDA_SUCCESS;
+}
+
 CUresult LaunchImpl(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                     unsigned bz, unsigned shmem, CUstream h, bool ptsz) {
   SIM_CHECK_INIT();
@@ -123,6 +155,7 @@ CUresult LaunchImpl(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigne
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
   Stream* s;
   SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
+  if (s->capture != nullptr) return CaptureLaunch(s, fn, gx, gy, gz, bx, by, bz, shmem);
   auto op = std::make_shared<Op>();
   op->kind = OpKind::kKernel;
   op->name = fn->name.c_str();
@@ -167,6 +200,7 @@ CUresult CopyImpl(void* dst, const void* src, size_t n, Dir dir, CUstream h, boo
   if ((dst == nullptr || src == nullptr) && n > 0) return CUDA_ERROR_INVALID_VALUE;
   Stream* s;
   SIM_RETURN_IF_ERROR(ResolveStream(h, per_thread, &s));
+  if (s->capture != nullptr) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // kernels only
   MemKind dk, sk;
   switch (dir) {
     case Dir::kHtoD: dk = MemKind::kDevice; sk = Classify(src); break;
@@ -237,6 +271,7 @@ CUresult MemsetImpl(CUdeviceptr dst, uint32_t value, uint32_t elem, size_t count
   if (elem > 1 && dst % elem != 0) return CUDA_ERROR_INVALID_VALUE;
   Stream* s;
   SIM_RETURN_IF_ERROR(ResolveStream(h, per_thread, &s));
+  if (s->capture != nullptr) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // kernels only
   if (count == 0) return CUDA_SUCCESS;
   void* p = reinterpret_cast<void*>(dst);
   MemKind k = Classify(p);
@@ -307,6 +342,7 @@ CUresult StreamSyncImpl(CUstream h, bool ptsz) {
   SIM_CHECK_INIT();
   Stream* s;
   SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
+  if (s->capture != nullptr) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   const uint64_t t0 = NowNs();
   SyncStream(s);
   SyncTrace("cuStreamSynchronize", t0, NowNs());
@@ -853,6 +889,64 @@ CUresult PointerAttributeImpl(void* data, CUpointer_attribute attribute, CUdevic
       return CUDA_ERROR_INVALID_VALUE;
   }
 }
+
+// ---- graphs ----
+CUresult BeginCaptureImpl(CUstream h, bool ptsz) {
+  SIM_CHECK_INIT();
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
+  if (s->legacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // the NULL stream cannot capture
+  if (s->capture != nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  s->capture = new Graph();
+  return CUDA_SUCCESS;
+}
+CUresult EndCaptureImpl(CUstream h, CUgraph* out, bool ptsz) {
+  SIM_CHECK_INIT();
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
+  if (s->capture == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  *out = reinterpret_cast<CUgraph>(s->capture);
+  s->capture = nullptr;
+  return CUDA_SUCCESS;
+}
+CUresult IsCapturingImpl(CUstream h, CUstreamCaptureStatus* status, bool ptsz) {
+  SIM_CHECK_INIT();
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(h, ptsz, &s));
+  *status = s->capture != nullptr ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+CUresult GraphLaunchImpl(CUgraphExec h, CUstream hs, bool ptsz) {
+  SIM_CHECK_INIT();
+  const GraphExec* g = reinterpret_cast<const GraphExec*>(h);
+  if (g == nullptr || g->magic != kGraphExecMagic) return CUDA_ERROR_INVALID_HANDLE;
+  Stream* s;
+  SIM_RETURN_IF_ERROR(ResolveStream(hs, ptsz, &s));
+  if (s->capture != nullptr) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (g->nodes.empty()) return CUDA_SUCCESS;
+  const uint64_t correlation = NextCorrelation();
+  const uint64_t node_ns = GetKnobs().graph_node_ns;
+  std::vector<OpPtr> ops;
+  ops.reserve(g->nodes.size());
+  for (const GraphNode& n : g->nodes) {
+    auto op = std::make_shared<Op>();
+    op->kind = OpKind::kKernel;
+    op->name = n.fn->name.c_str();
+    op->duration_ns = n.fn->duration_ns.load(std::memory_order_relaxed);
+    op->is_async = true;
+    std::copy(n.grid, n.grid + 3, op->grid);
+    std::copy(n.block, n.block + 3, op->block);
+    op->shared_bytes = n.shared_bytes;
+    op->correlation = correlation;
+    if (!ops.empty()) op->after_prev_ns = node_ns;
+    ops.push_back(std::move(op));
+  }
+  SubmitAll(s, ops.data(), ops.size());
+  return CUDA_SUCCESS;
+}
+
 
 }  // namespace
 
@@ -1747,5 +1841,47 @@ extern "C" __attribute__((visibility("default"))) int simgpu_submit_external(
   op->ext = *ext;
   op->correlation = NextCorrelation();
   Submit(s, op);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode) {
+  return BeginCaptureImpl(h, false);
+}
+CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream h, CUstreamCaptureMode mode) {
+  return BeginCaptureImpl(h, true);
+}
+CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph* out) { return EndCaptureImpl(h, out, false); }
+CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream h, CUgraph* out) {
+  return EndCaptureImpl(h, out, true);
+}
+CUresult CUDAAPI cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus* status) {
+  return IsCapturingImpl(h, status, false);
+}
+CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream h, CUstreamCaptureStatus* status) {
+  return IsCapturingImpl(h, status, true);
+}
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph h, unsigned long long flags) {
+  SIM_CHECK_INIT();
+  const Graph* g = reinterpret_cast<const Graph*>(h);
+  if (out == nullptr || g == nullptr || g->magic != kGraphMagic) return CUDA_ERROR_INVALID_VALUE;
+  GraphExec* e = new GraphExec();
+  e->nodes = g->nodes;
+  *out = reinterpret_cast<CUgraphExec>(e);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec h, CUstream s) { return GraphLaunchImpl(h, s, false); }
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec h, CUstream s) { return GraphLaunchImpl(h, s, true); }
+CUresult CUDAAPI cuGraphDestroy(CUgraph h) {
+  Graph* g = reinterpret_cast<Graph*>(h);
+  if (g == nullptr || g->magic != kGraphMagic) return CUDA_ERROR_INVALID_VALUE;
+  g->magic = 0;
+  delete g;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec h) {
+  GraphExec* e = reinterpret_cast<GraphExec*>(h);
+  if (e == nullptr || e->magic != kGraphExecMagic) return CUDA_ERROR_INVALID_VALUE;
+  e->magic = 0;
+  delete e;  // a launch in flight holds its own ops
   return CUDA_SUCCESS;
 }

@@ -1,7 +1,7 @@
 // Driver entry points that libinterpose/hooks.def hooks and the simulator
 // does not simulate: the CUDA 2.x-era forms with 32-bit device pointers
 // (cuMemcpyHtoD, cuMemsetD8, cuMemFree ... without _v2), the legacy launch
-// API (cuLaunch, cuLaunchGrid), multi-device cooperative launches, graphs,
+// API (cuLaunch, cuLaunchGrid), multi-device cooperative launches,
 // CUDA arrays, 3D and batched copies, stream memory operations and external
 // semaphores. Each is exported (a program linked against it loads; every
 // hooked entry point resolves) and returns CUDA_ERROR_NOT_SUPPORTED.
@@ -16,8 +16,6 @@ SIMGPU_DRIVER_UNSUPPORTED(cuLaunchCooperativeKernelMultiDevice)
 SIMGPU_DRIVER_UNSUPPORTED(cuLaunch)
 SIMGPU_DRIVER_UNSUPPORTED(cuLaunchGrid)
 SIMGPU_DRIVER_UNSUPPORTED(cuLaunchGridAsync)
-SIMGPU_DRIVER_UNSUPPORTED(cuGraphLaunch)
-SIMGPU_DRIVER_UNSUPPORTED(cuGraphLaunch_ptsz)
 SIMGPU_DRIVER_UNSUPPORTED(cuMemcpyHtoA_v2)
 SIMGPU_DRIVER_UNSUPPORTED(cuMemcpyHtoA_v2_ptds)
 SIMGPU_DRIVER_UNSUPPORTED(cuMemcpyAtoH_v2)

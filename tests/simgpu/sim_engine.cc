@@ -31,6 +31,8 @@ namespace {
 constexpr uint64_t kSleepThresholdNs = 200000;  // sleep when the next event is farther
 constexpr uint64_t kWakeEarlyNs = 150000;       // ... and wake this much before it
 constexpr uint64_t kYieldThresholdNs = 30000;   // spin with sched_yield above this
+constexpr uint64_t kReportDeferNs = 20000;      // report completed ops later when the next is this close
+constexpr size_t kMaxDeferred = 64;             // ... but never hold back more than this many
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -80,6 +82,8 @@ Knobs* LoadKnobs() {
   }
   k->launch_latency_ns =
       static_cast<uint64_t>(EnvDouble("SIMGPU_LAUNCH_LATENCY_US", 4.0) * 1000.0);
+  const double node_us = EnvDouble("SIMGPU_GRAPH_NODE_US", 0.5);
+  k->graph_node_ns = node_us > 0 ? static_cast<uint64_t>(node_us * 1000.0) : 0;
   double depth = EnvDouble("SIMGPU_QUEUE_DEPTH", 1024);
   k->queue_depth = depth < 1 ? 1 : static_cast<size_t>(depth);
   double gbps = EnvDouble("SIMGPU_COPY_GBPS", 25.0);
@@ -290,6 +294,7 @@ void DeviceLoop(Device* d) {
   pthread_setname_np(pthread_self(), name);
   std::vector<OpPtr> completed;
   std::vector<Op*> actions;
+  const size_t queue_depth = GetKnobs().queue_depth;
   std::unique_lock<std::mutex> lk(d->mu);
   for (;;) {
     d->kick = false;
@@ -297,7 +302,8 @@ void DeviceLoop(Device* d) {
     uint64_t now = NowNs();
     uint64_t next = UINT64_MAX;
     uint64_t next_poll = UINT64_MAX;  // an external op's next poll
-    bool wake_host = false;
+    bool wake_host = false;  // an op started or ended
+    bool wake_awaited = false;  // ... one a host thread waits for
     bool completed_any = false;
     bool progress = true;
     while (progress) {
@@ -327,8 +333,13 @@ void DeviceLoop(Device* d) {
             }
             op->end_ns = op->external ? op->target_end_ns : now;
             op->finished.store(true);
+            wake_awaited |= op->awaited;
             completed.push_back(std::move(s->queue.front()));
             s->queue.pop_front();
+            if (!s->queue.empty() && s->queue.front()->after_prev_ns != 0) {
+              Op* n = s->queue.front().get();  // the next graph node: not started yet
+              n->ready_ns = std::max(n->ready_ns, op->end_ns + n->after_prev_ns);
+            }
             completed_any = true;
             wake_host = true;
             progress = true;
@@ -348,10 +359,13 @@ void DeviceLoop(Device* d) {
           if (!ready) break;  // rescanned when the dependency completes
           op->deps.clear();
           op->started = true;
+          wake_awaited |= op->awaited;
           op->start_ns = now;
           op->target_end_ns = now + op->duration_ns;
           if (op->external && op->ext.on_start != nullptr) op->ext.on_start(op->ext.user, now);
           s->not_started--;
+          // A host thread may wait for room in this stream's queue.
+          wake_awaited |= s->not_started + 1 == queue_depth;
           wake_host = true;
           progress = true;
           if (op->HasAction()) {
@@ -364,10 +378,24 @@ void DeviceLoop(Device* d) {
       }
     }
     PruneStreams(d);
-    if (wake_host && d->host_waiters > 0 && completed.empty()) d->host_cv.notify_all();
+    // Host threads wake only for what they wait for: a sync woken by every
+    // op of a queue would take the device mutex from the device thread once
+    // per op (microseconds between back-to-back kernels).
+    const bool wake = wake_awaited || (wake_host && d->any_op_waiters > 0);
     // Another device may wait on one of these ops (cuStreamWaitEvent).
     bool kick_others = completed_any && G().devices.size() > 1;
-    if (!actions.empty() || !completed.empty() || kick_others) {
+    // Reporting an op (its CUPTI record, its ground-truth line) takes the
+    // device thread a microsecond or so; a real device starts its next
+    // kernel meanwhile. When the next op is due within kReportDeferNs and
+    // no host thread waits for a completed op, the reports wait for the
+    // next slack (at most kMaxDeferred ops), so back-to-back ops (graph
+    // nodes) start on time.
+    bool defer = actions.empty() && !kick_others && !completed.empty() &&
+                 completed.size() < kMaxDeferred && next != UINT64_MAX && next_poll == UINT64_MAX &&
+                 next < NowNs() + kReportDeferNs;
+    for (size_t i = 0; defer && i < completed.size(); ++i) defer = !completed[i]->awaited;
+    if (wake && d->host_waiters > 0 && (completed.empty() || defer)) d->host_cv.notify_all();
+    if (!defer && (!actions.empty() || !completed.empty() || kick_others)) {
       lk.unlock();
       if (kick_others) KickOthers(d);
       if (niced && !actions.empty()) setpriority(PRIO_PROCESS, tid, 0);
@@ -377,8 +405,13 @@ void DeviceLoop(Device* d) {
         if (op->kind != OpKind::kMarker) Report(*op, d);
       }
       lk.lock();
-      for (const OpPtr& op : completed) op->done.store(true);
-      if (!completed.empty() && d->host_waiters > 0) d->host_cv.notify_all();
+      // A waiter may have marked an op while the lock was dropped.
+      bool wake_done = wake;
+      for (const OpPtr& op : completed) {
+        op->done.store(true);
+        wake_done |= op->awaited;
+      }
+      if (!completed.empty() && wake_done && d->host_waiters > 0) d->host_cv.notify_all();
       completed.clear();
       for (Op* op : actions) op->action_pending = false;
       actions.clear();
@@ -462,6 +495,7 @@ void ResetAfterFork() {
     new (&d->work_cv) std::condition_variable();
     new (&d->host_cv) std::condition_variable();
     d->host_waiters = 0;
+    d->any_op_waiters = 0;
     d->thread_started = false;
     d->kick = false;
     // The parent's pending work is not the child's: drop it (as done), so
@@ -518,6 +552,7 @@ void WaitForDrain(uint64_t timeout_ns) {
     std::unique_lock<std::mutex> lk(d->mu);
     if (!d->thread_started) continue;
     d->host_waiters++;
+    d->any_op_waiters++;
     for (;;) {
       bool idle = true;
       for (Stream* s : d->streams) idle &= !s->tail || s->tail->done.load();
@@ -526,6 +561,7 @@ void WaitForDrain(uint64_t timeout_ns) {
       d->host_cv.wait_for(lk, std::chrono::nanoseconds(std::min<uint64_t>(deadline - now, 10000000)));
     }
     d->host_waiters--;
+    d->any_op_waiters--;
   }
 }
 
@@ -681,15 +717,19 @@ uint64_t ThreadRunDelayNs() {
   return delay;
 }
 
-void Submit(Stream* s, const OpPtr& op) {
-  if (op->correlation != 0) NotifySubmit(op->correlation);
+void Submit(Stream* s, const OpPtr& op) { SubmitAll(s, &op, 1); }
+
+void SubmitAll(Stream* s, const OpPtr* ops, size_t n) {
+  if (n == 0) return;
+  if (ops[0]->correlation != 0) NotifySubmit(ops[0]->correlation);
   const Knobs& k = GetKnobs();
+  uint32_t host_tid = 0;
+  uint64_t run_delay = ~0ull;
   if (!k.trace_path.empty()) {
-    op->host_tid = static_cast<uint32_t>(syscall(SYS_gettid));
-    op->host_run_delay_ns = ThreadRunDelayNs();
+    host_tid = static_cast<uint32_t>(syscall(SYS_gettid));
+    run_delay = ThreadRunDelayNs();
   }
   Device* d = s->dev;
-  op->stream = s;
   {
     std::unique_lock<std::mutex> lk(d->mu);
     EnsureThread(d);
@@ -698,20 +738,27 @@ void Submit(Stream* s, const OpPtr& op) {
       d->host_cv.wait(lk, [&] { return s->not_started < k.queue_depth; });
       d->host_waiters--;
     }
-    op->enqueue_ns = NowNs();
-    op->ready_ns = op->enqueue_ns + k.launch_latency_ns;
+    const uint64_t enqueue = NowNs();
     Context* c = s->ctx;
-    if (s->legacy) {
-      for (Stream* t : c->streams) {
-        if (t != s && t->blocking && t->tail && !t->tail->finished) op->deps.push_back(t->tail);
+    for (size_t i = 0; i < n; ++i) {
+      Op* op = ops[i].get();
+      op->stream = s;
+      op->host_tid = host_tid;
+      op->host_run_delay_ns = run_delay;
+      op->enqueue_ns = enqueue;
+      op->ready_ns = enqueue + k.launch_latency_ns;
+      if (s->legacy) {
+        for (Stream* t : c->streams) {
+          if (t != s && t->blocking && t->tail && !t->tail->finished) op->deps.push_back(t->tail);
+        }
+      } else if (s->blocking) {
+        Stream* l = c->legacy;
+        if (l->tail && !l->tail->finished) op->deps.push_back(l->tail);
       }
-    } else if (s->blocking) {
-      Stream* l = c->legacy;
-      if (l->tail && !l->tail->finished) op->deps.push_back(l->tail);
+      s->queue.push_back(ops[i]);
+      s->not_started++;
+      s->tail = ops[i];
     }
-    s->queue.push_back(op);
-    s->not_started++;
-    s->tail = op;
     d->kick = true;
     d->kick_flag.store(true, std::memory_order_relaxed);
   }
@@ -727,6 +774,7 @@ void WaitDone(Device* d, const std::vector<OpPtr>& ops) {
     return true;
   };
   if (all_done()) return;
+  for (const OpPtr& op : ops) op->awaited = true;
   d->host_waiters++;
   d->host_cv.wait(lk, all_done);
   d->host_waiters--;
@@ -735,6 +783,7 @@ void WaitDone(Device* d, const std::vector<OpPtr>& ops) {
 void WaitStarted(Device* d, const OpPtr& op) {
   std::unique_lock<std::mutex> lk(d->mu);
   if (op->started) return;
+  op->awaited = true;
   d->host_waiters++;
   d->host_cv.wait(lk, [&] { return op->started; });
   d->host_waiters--;

@@ -32,6 +32,7 @@ struct Knobs {
   std::vector<KernelRule> kernel_rules;  // SIMGPU_KERNEL_US, first match wins
   uint64_t default_kernel_ns = 20000;
   uint64_t launch_latency_ns = 4000;     // SIMGPU_LAUNCH_LATENCY_US
+  uint64_t graph_node_ns = 500;          // SIMGPU_GRAPH_NODE_US: a graph node's device cost
   size_t queue_depth = 1024;             // SIMGPU_QUEUE_DEPTH
   double copy_bytes_per_ns = 25.0;       // SIMGPU_COPY_GBPS (1 GB/s = 1 byte/ns)
   int devices = 1;                       // SIMGPU_DEVICES
@@ -61,6 +62,9 @@ struct Op {
   std::atomic<bool> finished{false};
   std::atomic<bool> done{false};
   bool is_async = false;
+  // A host thread waits for this op to start or be done (guarded by the
+  // device mutex): only then does its start or end wake the host waiters.
+  bool awaited = false;
   const char* name = "";
   Stream* stream = nullptr;
   uint64_t correlation = 0;
@@ -68,6 +72,9 @@ struct Op {
   uint32_t host_tid = 0;                  // the enqueuing thread
   uint64_t host_run_delay_ns = ~0ull;     // its run-queue delay then (SIMGPU_TRACE only)
   uint64_t ready_ns = 0;  // enqueue + launch latency
+  // A graph node after the first: it starts no sooner than this long after
+  // the previous op of its stream ended (SIMGPU_GRAPH_NODE_US).
+  uint64_t after_prev_ns = 0;
   uint64_t duration_ns = 0;
   uint64_t start_ns = 0;
   uint64_t target_end_ns = 0;
@@ -121,6 +128,9 @@ struct Stream {
   std::deque<OpPtr> queue;  // not yet completed, in order; front may run
   size_t not_started = 0;
   OpPtr tail;  // last op enqueued
+  // The graph being captured on this stream (cuStreamBeginCapture), owned by
+  // the driver; nullptr when not capturing. Touched by the capturing thread.
+  void* capture = nullptr;
 };
 
 struct Context {
@@ -140,6 +150,9 @@ struct Device {
   std::condition_variable work_cv;  // the device thread waits here
   std::condition_variable host_cv;  // host threads wait here
   int host_waiters = 0;
+  // Host waiters woken by every start and end (the drain at exit); the
+  // others wait for ops marked `awaited`, or for room in a full queue.
+  int any_op_waiters = 0;
   bool kick = false;
   std::atomic<bool> kick_flag{false};
   bool thread_started = false;
@@ -198,6 +211,9 @@ uint32_t NextStreamId();
 // the implicit legacy-stream dependencies. Calls the observer's on_submit when
 // op->correlation != 0.
 void Submit(Stream* s, const OpPtr& op);
+// Enqueues ops[0..n) on stream s together, under one lock, as one launch
+// (a graph launch): the observer's on_submit once, for ops[0]'s correlation.
+void SubmitAll(Stream* s, const OpPtr* ops, size_t n);
 // Host waits (condition variable, no spin).
 void WaitDone(Device* d, const std::vector<OpPtr>& ops);
 void WaitStarted(Device* d, const OpPtr& op);

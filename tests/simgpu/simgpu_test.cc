@@ -198,6 +198,63 @@ TEST_CASE("cross-stream wait on an event", "[driver][streams]") {
   CHECK(kb->stream == cu.StreamId(b));
 }
 
+// Guards: kernels launched on a capturing stream run nothing; the graph
+// they form runs, at each cuGraphLaunch, as one launch: every node under the
+// launch's one correlation id, in capture order, the first after the launch
+// latency and each later one SIMGPU_GRAPH_NODE_US (default 0.5) after the
+// previous ended. The legacy stream cannot capture; a copy or a synchronize
+// on a capturing stream is refused.
+TEST_CASE("graph launch runs the captured kernels as one launch", "[driver][graphs]") {
+  Cu cu;
+  cu.Setup();
+  CUstream s = NewStream(cu);
+  CUstreamCaptureStatus status;
+  CHECK(cu.cuStreamBeginCapture_v2(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL) ==
+        CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  REQUIRE(cu.cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+  REQUIRE(cu.cuStreamIsCapturing(s, &status) == CUDA_SUCCESS);
+  CHECK(status == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  const char* names[] = {"relu_graph_a", "relu_graph_b", "relu_graph_c"};
+  for (const char* n : names) REQUIRE(cu.Launch(n, s) == CUDA_SUCCESS);
+  CUdeviceptr d;
+  REQUIRE(cu.cuMemAlloc_v2(&d, 64) == CUDA_SUCCESS);
+  CHECK(cu.cuMemsetD32Async(d, 1, 16, s) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CHECK(cu.cuStreamSynchronize(s) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CUgraph g;
+  REQUIRE(cu.cuStreamEndCapture(s, &g) == CUDA_SUCCESS);
+  REQUIRE(cu.cuStreamIsCapturing(s, &status) == CUDA_SUCCESS);
+  CHECK(status == CU_STREAM_CAPTURE_STATUS_NONE);
+  CUgraphExec exec;
+  REQUIRE(cu.cuGraphInstantiateWithFlags(&exec, g, 0) == CUDA_SUCCESS);
+  REQUIRE(cu.cuGraphDestroy(g) == CUDA_SUCCESS);
+  REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
+  CHECK(FindOp(FlushAndReadTrace(cu), "relu_graph_a") == nullptr);  // capture ran nothing
+  const uint64_t t0 = NowNs();
+  REQUIRE(cu.cuGraphLaunch(exec, s) == CUDA_SUCCESS);
+  REQUIRE(cu.cuGraphLaunch(exec, s) == CUDA_SUCCESS);
+  REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
+  REQUIRE(cu.cuGraphExecDestroy(exec) == CUDA_SUCCESS);
+  std::vector<TraceOp> ops;
+  for (const TraceOp& op : FlushAndReadTrace(cu)) {
+    if (op.name.rfind("relu_graph_", 0) == 0) ops.push_back(op);
+  }
+  REQUIRE(ops.size() == 6);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    INFO("node " << i);
+    CHECK(ops[i].name == names[i % 3]);
+    CHECK(ops[i].stream == cu.StreamId(s));
+    CHECK(ops[i].correlation == ops[i - i % 3].correlation);
+    CHECK(ops[i].start_ns >= t0);
+    if (i % 3 == 0) {
+      CHECK(ops[i].start_ns >= ops[i].queued_ns + 4 * kUs);
+    } else {
+      CHECK(ops[i].start_ns >= ops[i - 1].end_ns + 500);
+    }
+    if (i > 0) CHECK(ops[i].start_ns >= ops[i - 1].end_ns);
+  }
+  CHECK(ops[3].correlation != ops[0].correlation);
+}
+
 // Guards: the legacy default stream waits for blocking streams and they wait
 // for it; CU_STREAM_NON_BLOCKING streams skip both.
 TEST_CASE("legacy stream barrier semantics", "[driver][streams]") {
@@ -574,7 +631,7 @@ TEST_CASE("cuGetProcAddress version, flags and not-found", "[driver][procaddr]")
   CHECK(Resolve(cu, "cuGraphCreate", 13000, 0, &st, &rc) == nullptr);  // not simulated
   CHECK(rc == CUDA_ERROR_NOT_FOUND);
   // Hooked by libinterpose but not simulated: found, and "not supported".
-  void* launch = Resolve(cu, "cuGraphLaunch", 13000, 0, &st, &rc);
+  void* launch = Resolve(cu, "cuLaunchGrid", 2000, 0, &st, &rc);
   REQUIRE(launch != nullptr);
   CHECK(reinterpret_cast<int (*)()>(launch)() == CUDA_ERROR_NOT_SUPPORTED);
   CHECK(Resolve(cu, "cuMemAlloc", 2000, 0, &st, &rc) == nullptr);

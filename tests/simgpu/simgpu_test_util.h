@@ -77,6 +77,13 @@ struct Cu {
   SIMGPU_FN(cuEventSynchronize);
   SIMGPU_FN(cuEventQuery);
   SIMGPU_FN(cuEventElapsedTime_v2);
+  SIMGPU_FN(cuStreamBeginCapture_v2);
+  SIMGPU_FN(cuStreamEndCapture);
+  SIMGPU_FN(cuStreamIsCapturing);
+  SIMGPU_FN(cuGraphInstantiateWithFlags);
+  SIMGPU_FN(cuGraphLaunch);
+  SIMGPU_FN(cuGraphDestroy);
+  SIMGPU_FN(cuGraphExecDestroy);
   SIMGPU_FN(cuGetProcAddress);
   SIMGPU_FN(cuGetProcAddress_v2);
   SIMGPU_FN(cuGetErrorName);
