@@ -18,6 +18,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "analyzer/analyze/hotspots.h"
+#include "analyzer/analyze/parallel.h"
+#include "analyzer/analyze/predict.h"
 #include "analyzer/analyze/questions.h"
 #include "analyzer/analyze/ranks.h"
 #include "analyzer/model/format.h"
@@ -216,29 +218,6 @@ absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std:
   return out;
 }
 
-namespace {
-
-// Runs fn(i) for i in [0, n) on up to `jobs` threads (0: one per core).
-template <typename Fn>
-void ParallelFor(size_t n, int jobs, Fn fn) {
-  size_t threads = jobs > 0 ? static_cast<size_t>(jobs) : std::thread::hardware_concurrency();
-  threads = std::clamp<size_t>(threads, 1, n);
-  if (threads <= 1) {
-    for (size_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> pool;
-  for (size_t k = 0; k < threads; ++k) {
-    pool.emplace_back([&] {
-      for (size_t i = next++; i < n; i = next++) fn(i);
-    });
-  }
-  for (std::thread& t : pool) t.join();
-}
-
-}  // namespace
-
 size_t PrimaryProcess(const std::vector<std::pair<int32_t, int64_t>>& candidates) {
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (candidates[i].first == 0) return i;
@@ -405,13 +384,14 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   const size_t primary = PrimaryProcess(candidates);
   std::vector<absl::StatusOr<Report>> reports(n_read, absl::UnknownError("not analyzed"));
   ProcessAnalysis details;
+  const bool keep_details = primary_out != nullptr || options.predict;
   ParallelFor(n_read, options.jobs, [&](size_t i) {
-    reports[i] = AnalyzeTimeline(*timelines[i], options,
-                                 i == primary && primary_out != nullptr ? &details : nullptr);
+    reports[i] = AnalyzeTimeline(*timelines[i], options, i == primary && keep_details ? &details : nullptr);
   });
   for (const auto& r : reports) {
     if (!r.ok()) return r.status();
   }
+  if (options.predict) PredictFixes(*timelines[primary], details, options, &*reports[primary]);
   if (distributed) {
     std::vector<RankSummary> ranks;
     for (size_t i = 0; i < n_read; ++i) {

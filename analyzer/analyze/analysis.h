@@ -25,6 +25,9 @@ struct AnalysisOptions {
   // Threads for reading and analyzing the traces of a folder (0: one per
   // core).
   int jobs = 0;
+  // The primary process's report gets predicted step times (predict.h):
+  // `report` and `run` ask for them, unless --no-predict.
+  bool predict = false;
 };
 
 // What the report is made from, kept for the writers that draw the

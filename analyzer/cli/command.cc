@@ -72,8 +72,14 @@ void AddConventions(CLI::App* app, Conventions* c, const std::vector<std::string
       ->check(CLI::Range(0, 4096));
 }
 
-void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a) {
+void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a, bool predictions) {
   a->step_pattern = kDefaultStepPattern;
+  a->predictions = predictions;
+  if (predictions) {
+    app->add_flag("--no-predict", a->no_predict,
+                  "leave out the predicted step times (each top hotspot removed, all of them, "
+                  "the launch-bound stretches in CUDA graphs: a replay of the trace each)");
+  }
   app->add_option("--step-pattern", a->step_pattern,
                   absl::StrCat("NVTX range names that mark steps (default ", kDefaultStepPattern,
                                "; a leading (?i) ignores case)"))
@@ -107,6 +113,7 @@ AnalysisOptions OptionsFrom(const Conventions& c, const AnalysisArgs& a) {
   options.step_pattern = a.step_pattern;
   options.jobs = c.jobs;
   options.attribution.site = a.site;
+  options.predict = a.predictions && !a.no_predict;
   AddSiteRulesFromEnvironment(&options.attribution.site);
   if (!c.quiet && isatty(STDERR_FILENO)) options.progress = ShowProgress;
   return options;

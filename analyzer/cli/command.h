@@ -46,11 +46,15 @@ CLI::Validator NonEmpty(const std::string& what);
 
 // What every subcommand that analyzes traces takes: --step-pattern RE, and
 // --user-code / --not-user-code GLOB (repeatable).
+// With `predictions` (report, run), also --no-predict: the report's
+// predicted step times (analyze/predict.h) are made unless it is given.
 struct AnalysisArgs {
   std::string step_pattern;
   SiteRule site;
+  bool predictions = false;
+  bool no_predict = false;
 };
-void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a);
+void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a, bool predictions = false);
 
 // Analysis options from the conventions and the analysis arguments:
 // threads, progress on a terminal unless quiet, the step pattern, the

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "absl/strings/str_format.h"
+#include "analyzer/analyze/predict.h"
 #include "analyzer/analyze/ranks.h"
 #include "analyzer/cli/cli.h"
 #include "analyzer/cli/commands.h"
@@ -96,8 +97,11 @@ int ReportStep(const FleetArgs& a) {
   auto t = ReadTraceFile(ranks[primary].path);
   if (!t.ok()) return Fail(t.status(), kExitBadTrace);
   if (distributed) ApplyLastArrivals(&*t, ranks[primary].arrivals, *last);
-  auto report = AnalyzeTimeline(*t, OptionsFrom(a.common, a.analysis));
+  const AnalysisOptions options = OptionsFrom(a.common, a.analysis);
+  ProcessAnalysis details;
+  auto report = AnalyzeTimeline(*t, options, &details);
   if (!report.ok()) return Fail(report.status(), kExitUsage);
+  if (options.predict) PredictFixes(*t, details, options, &*report);  // as `report` does
   Report composed;
   if (distributed) {
     composed = ComposeRanksReport(std::move(*report), std::move(ranks), primary);
@@ -157,7 +161,7 @@ Runner DeclareFleet(CLI::App* app) {
                     .color = "colours `report --format text` as for report",
                     .jobs = "accepted (each step reads one trace)"});
     if (step.needs_last) {
-      AddAnalysisArgs(sub, &a->analysis);
+      AddAnalysisArgs(sub, &a->analysis, /*predictions=*/step.run == ReportStep);
     }
     sub->callback([chosen, a, run = step.run] { *chosen = [a, run] { return run(*a); }; });
   }

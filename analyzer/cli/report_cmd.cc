@@ -92,7 +92,7 @@ Runner DeclareReport(CLI::App* app) {
                   .quiet = "no progress on stderr while a large trace is read (errors only)",
                   .jobs = "threads reading and analyzing a folder's traces (default 0: one per "
                           "core)"});
-  AddAnalysisArgs(app, &a->analysis);
+  AddAnalysisArgs(app, &a->analysis, /*predictions=*/true);
   return [a] {
     if (a->inputs.empty()) return UsageError("report", "no trace folder or file given");
     return WriteReport("report", a->inputs, a->common, OptionsFrom(a->common, a->analysis));

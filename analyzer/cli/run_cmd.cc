@@ -28,7 +28,7 @@ Runner DeclareRun(CLI::App* app) {
                   .quiet = "no summary after the command (errors only)",
                   .color = "colour the text report (as for report)",
                   .jobs = "threads analyzing the traces after the command (as for report)"});
-  AddAnalysisArgs(app, &o->analysis);
+  AddAnalysisArgs(app, &o->analysis, /*predictions=*/true);
   CLI::Option* format = app->get_option("--format");
   CLI::Option* output = app->get_option("--output");
   return [app, o, format, output] {

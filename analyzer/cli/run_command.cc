@@ -292,7 +292,9 @@ int RunUnderStallscope(const RunOptions& o) {
     return code != 0 ? code : wrote;
   }
   if (o.report.quiet) return code;
-  auto report = AnalyzePaths({dir}, ao);
+  AnalysisOptions summary = ao;
+  summary.predict = false;  // the summary line shows none
+  auto report = AnalyzePaths({dir}, summary);
   if (report.ok()) {
     fprintf(stderr, "stallscope: %s\n", RenderSummary(*report).c_str());
   } else {

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 
+#include "analyzer/analyze/replay.h"
 #include "analyzer/cli/cli.h"
 #include "analyzer/cli/commands.h"
 #include "analyzer/compare/whatif.h"

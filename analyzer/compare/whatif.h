@@ -27,10 +27,6 @@ struct WhatIfRequest {
   int launch_first_step = 0, launch_last_step = -1;
 };
 
-// The default device cost per graph node: NVIDIA's "Getting Started with
-// CUDA Graphs" (2019) measured 3.4 us per kernel for a graph of 20 kernels
-// that each ran 2.9 us on a V100, about 0.5 us per node.
-inline constexpr int64_t kDefaultGraphNodeNs = 500;
 
 // The steps of one timeline as the report measures them.
 struct StepSummary {

@@ -88,6 +88,26 @@ struct Hotspot {
   // site's file:line:function (never addresses).
   std::string fingerprint;
   std::string suggestion;  // one line: how to remove this synchronization
+  // The mean step time removing this hotspot alone saves, predicted by the
+  // what-if replay (analyze/predict.h); -1: not predicted.
+  int64_t predicted_saving_ns = -1;
+};
+
+// Step times predicted by the what-if replay for the fixes every report
+// offers (analyze/predict.h): all hotspots removed, the launch-bound
+// stretches captured in CUDA graphs. Means are over the report's steps.
+struct Predictions {
+  bool made = false;
+  std::string skipped;  // why none were made (a trace too large), or empty
+  int64_t baseline_mean_step_ns = 0;
+  int hotspots_removed = 0;
+  int64_t all_removed_mean_step_ns = -1;  // -1: no hotspot
+  std::vector<int64_t> all_removed_step_ns;
+  int64_t graph_node_ns = 0;
+  int64_t graph_stretches = 0;  // 0: no launch-bound stretch
+  int64_t graph_launches_folded = 0;
+  int64_t graph_mean_step_ns = -1;
+  std::vector<int64_t> graph_step_ns;
 };
 
 // The explicit or the implicit hotspots summed: every report's split of the
@@ -212,6 +232,7 @@ struct Report {
   CollectivesSummary collectives;
   std::vector<Straggler> stragglers;  // by wait_caused_ns, descending
   ClockAlignment clock;
+  Predictions predictions;
 };
 
 }  // namespace stallscope::analyzer

@@ -101,6 +101,13 @@ void Spit(const std::string& path, const std::string& data) {
   f << data;
 }
 
+// What `report` asks for: the predicted fixes too.
+AnalysisOptions ReportOptions() {
+  AnalysisOptions o;
+  o.predict = true;
+  return o;
+}
+
 void Golden(const std::string& name, const TraceBuilder& b) {
   const std::string dir = STALLSCOPE_TESTDATA_DIR;
   const std::string trace = dir + "/" + name + ".sstrace";
@@ -108,7 +115,7 @@ void Golden(const std::string& name, const TraceBuilder& b) {
   if (update) Spit(trace, b.Build());
   // The checked-in trace is what the builder writes (catches format drift).
   CHECK(Slurp(trace) == b.Build());
-  auto report = AnalyzePaths({trace}, AnalysisOptions{});
+  auto report = AnalyzePaths({trace}, ReportOptions());
   REQUIRE(report.ok());
   const std::string json = RenderJson(*report);
   const std::string text = RenderText(*report);
@@ -137,7 +144,7 @@ TEST_CASE("golden: format-1 and format-2 traces give the same report", "[golden]
     REQUIRE(old.size() > 10);
     std::memcpy(&version, old.data() + 8, 2);
     CHECK(version == want);
-    auto report = AnalyzePaths({dir + "/" + from}, AnalysisOptions{});
+    auto report = AnalyzePaths({dir + "/" + from}, ReportOptions());
     REQUIRE(report.ok());
     std::string json = RenderJson(*report);
     for (size_t at = json.find(from); at != std::string::npos; at = json.find(from, at)) {

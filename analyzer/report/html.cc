@@ -398,25 +398,41 @@ void RenderStepBars(std::string* out, const Report& r, size_t* bars) {
     absl::StrAppend(out, "<p class=\"empty\">No steps: nothing to draw.</p></section>");
     return;
   }
+  // The predicted step times drawn beside the measured ones: all hotspots
+  // removed, else the launch-bound stretches in CUDA graphs.
+  const Predictions& p = r.predictions;
+  const std::vector<int64_t>* predicted = nullptr;
+  std::string predicted_what;
+  if (p.made && p.all_removed_step_ns.size() == n) {
+    predicted = &p.all_removed_step_ns;
+    predicted_what = p.hotspots_removed == 1 ? "the hotspot removed"
+                                             : absl::StrFormat("all %d hotspots removed", p.hotspots_removed);
+  } else if (p.made && p.graph_step_ns.size() == n) {
+    predicted = &p.graph_step_ns;
+    predicted_what = absl::StrFormat("the %d launch-bound stretches in CUDA graphs", p.graph_stretches);
+  }
   struct Bar {
     size_t first, last;  // positions in r.steps
     std::array<double, 3 + kNumCauses> v;
     double total;
+    double predicted;
   };
   std::vector<Bar> list;
   double ymax = 0;
   for (size_t b = 0; b < n; b += bucket) {
     const size_t e = std::min(n, b + bucket);
-    Bar bar{b, e - 1, {}, 0};
+    Bar bar{b, e - 1, {}, 0, 0};
     for (size_t i = b; i < e; ++i) {
       const auto v = StackOf(r.steps[i]);
       for (size_t k = 0; k < v.size(); ++k) bar.v[k] += v[k];
+      if (predicted != nullptr) bar.predicted += static_cast<double>((*predicted)[i]);
     }
     for (double& x : bar.v) {
       x /= static_cast<double>(e - b);
       bar.total += x;
     }
-    ymax = std::max(ymax, bar.total);
+    bar.predicted /= static_cast<double>(e - b);
+    ymax = std::max({ymax, bar.total, bar.predicted});
     list.push_back(bar);
   }
   *bars = list.size();
@@ -426,7 +442,9 @@ void RenderStepBars(std::string* out, const Report& r, size_t* bars) {
   SvgOpen(out, a.top + a.height + 34, "per-step stacked bars");
   YAxis(out, a, true);
   const double slot = a.width / static_cast<double>(list.size());
-  const double w = slot > 3 ? slot * 0.85 : slot;
+  double w = slot > 3 ? slot * 0.85 : slot;
+  const double pw = predicted != nullptr ? w * 0.35 : 0;  // the predicted bar, right of the measured
+  w -= pw;
   for (size_t i = 0; i < list.size(); ++i) {
     const Bar& bar = list[i];
     const StepStats& f = r.steps[bar.first];
@@ -458,6 +476,15 @@ void RenderStepBars(std::string* out, const Report& r, size_t* bars) {
                             x, y, w, h, StackColor(static_cast<int>(k)));
     }
     absl::StrAppend(out, "</g>");
+    if (predicted != nullptr && bar.predicted > 0) {
+      const double h = a.height * bar.predicted / a.y1;
+      absl::StrAppendFormat(out,
+                            "<g class=\"predicted\"><title>%s predicted with %s: %s</title><rect x=\"%.2f\" "
+                            "y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"none\" stroke=\"#333\" "
+                            "stroke-width=\"1\"/></g>",
+                            E(name), E(predicted_what), E(FormatDuration(static_cast<int64_t>(bar.predicted))),
+                            x + w, a.Y(0) - h, pw, h);
+    }
   }
   // x labels: a few step indices.
   const size_t label_every = std::max<size_t>(1, list.size() / 10);
@@ -468,7 +495,18 @@ void RenderStepBars(std::string* out, const Report& r, size_t* bars) {
   }
   absl::StrAppendFormat(out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">step</text>",
                         a.left + a.width / 2, a.top + a.height + 31);
-  absl::StrAppend(out, "</svg>", CauseLegend(BusyKey::kKinds, false), "</section>");
+  absl::StrAppend(out, "</svg>", CauseLegend(BusyKey::kKinds, false));
+  if (predicted != nullptr) {
+    absl::StrAppendFormat(out,
+                          "<p>Outlined, right of each bar: the step time predicted with %s "
+                          "(what-if replay of this trace: %s a step, against %s measured; "
+                          "<code>stallscope whatif</code> for one fix at a time).</p>",
+                          E(predicted_what),
+                          E(FormatDuration(predicted == &p.all_removed_step_ns ? p.all_removed_mean_step_ns
+                                                                                : p.graph_mean_step_ns)),
+                          E(FormatDuration(p.baseline_mean_step_ns)));
+  }
+  absl::StrAppend(out, "</section>");
 }
 
 // ---- (c) step time versus idle ----------------------------------------------
@@ -559,10 +597,12 @@ void RenderHotspots(std::string* out, const Report& r) {
     absl::StrAppend(out, "<p class=\"empty\">None: no synchronizing call blocked the host.</p></section>");
     return;
   }
+  const bool saves = r.predictions.made;
   absl::StrAppend(out,
                   "<table><thead><tr><th>#</th><th>api</th><th>kind</th><th>count</th>"
-                  "<th>blocked</th><th>GPU idle caused</th><th>site and stacks</th>"
-                  "<th>suggestion</th><th>fingerprint</th></tr></thead><tbody>");
+                  "<th>blocked</th><th>GPU idle caused</th>",
+                  saves ? "<th>step time saved (predicted)</th>" : "",
+                  "<th>site and stacks</th><th>suggestion</th><th>fingerprint</th></tr></thead><tbody>");
   const size_t shown = std::min(r.hotspots.size(), kHtmlMaxHotspots);
   for (size_t i = 0; i < shown; ++i) {
     const Hotspot& h = r.hotspots[i];
@@ -570,11 +610,15 @@ void RenderHotspots(std::string* out, const Report& r) {
     for (const Frame& f : h.stack) (f.module == "python" ? py : native).push_back(&f);
     absl::StrAppendFormat(out,
                           "<tr><td>%d</td><td class=\"api\"><code>%s</code></td><td>%s</td><td class=\"num\">%d"
-                          "</td><td class=\"num\">%s</td><td class=\"num\">%s</td><td>"
+                          "</td><td class=\"num\">%s</td><td class=\"num\">%s</td>%s<td>"
                           "<code>%s</code><details><summary>stacks: %d Python, %d native frame%s"
                           "</summary>",
                           i + 1, E(h.api), h.explicit_sync ? "explicit" : "implicit", h.count,
                           E(FormatDuration(h.blocked_ns)), E(FormatDuration(h.idle_caused_ns)),
+                          !saves ? std::string()
+                                 : absl::StrCat("<td class=\"num\">",
+                                                h.predicted_saving_ns < 0 ? "-" : E(FormatDuration(h.predicted_saving_ns)),
+                                                "</td>"),
                           E(SiteText(h.site)), py.size(), native.size(),
                           native.size() == 1 ? "" : "s");
     absl::StrAppend(out, "<div class=\"stack\"><b>Python</b> (innermost first)");

@@ -74,8 +74,33 @@ Json ToJson(const Report& r, bool with_steps) {
               {"idle_caused_ns", static_cast<double>(h.idle_caused_ns) / n}}},
         {"fingerprint", h.fingerprint},
         {"suggestion", h.suggestion}});
+    if (h.predicted_saving_ns >= 0 || r.predictions.made) {
+      hotspots.back()["predicted_saving_ns"] =
+          h.predicted_saving_ns >= 0 ? Json(h.predicted_saving_ns) : Json(nullptr);
+    }
   }
   j["hotspots"] = std::move(hotspots);
+  if (const Predictions& p = r.predictions; p.made || !p.skipped.empty()) {
+    Json pj{{"made", p.made}};
+    if (!p.skipped.empty()) pj["skipped"] = p.skipped;
+    if (p.made) {
+      pj["baseline_mean_step_ns"] = p.baseline_mean_step_ns;
+      pj["all_hotspots_removed"] =
+          p.all_removed_mean_step_ns < 0
+              ? Json(nullptr)
+              : Json{{"hotspots", p.hotspots_removed},
+                     {"mean_step_ns", p.all_removed_mean_step_ns},
+                     {"step_ns", p.all_removed_step_ns}};
+      pj["cuda_graphs"] = p.graph_mean_step_ns < 0
+                              ? Json(nullptr)
+                              : Json{{"node_ns", p.graph_node_ns},
+                                     {"stretches", p.graph_stretches},
+                                     {"launches_folded", p.graph_launches_folded},
+                                     {"mean_step_ns", p.graph_mean_step_ns},
+                                     {"step_ns", p.graph_step_ns}};
+    }
+    j["predictions"] = std::move(pj);
+  }
   {
     Json kinds = Json::object();
     for (const bool expl : {true, false}) {

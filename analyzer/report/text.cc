@@ -125,13 +125,18 @@ std::string RenderText(const Report& r, const TextStyle& style) {
                             k.count, FormatDuration(k.blocked_ns),
                             FormatDuration(k.idle_caused_ns));
     }
-    absl::StrAppendFormat(&out, "  %3s %-28s %-8s %7s %12s %12s  %s\n", "#", "api", "kind",
-                          "count", "blocked", "idle caused", "site");
+    const bool saves = r.predictions.made;
+    absl::StrAppendFormat(&out, "  %3s %-28s %-8s %7s %12s %12s%s  %s\n", "#", "api", "kind",
+                          "count", "blocked", "idle caused", saves ? "   saves/step" : "", "site");
     for (size_t i = 0; i < r.hotspots.size(); ++i) {
       const Hotspot& h = r.hotspots[i];
-      absl::StrAppendFormat(&out, "  %3d %-28s %-8s %7d %12s %12s  %s\n", i + 1, h.api,
+      std::string saving;
+      if (saves) {
+        saving = absl::StrFormat(" %12s", h.predicted_saving_ns < 0 ? "-" : FormatDuration(h.predicted_saving_ns));
+      }
+      absl::StrAppendFormat(&out, "  %3d %-28s %-8s %7d %12s %12s%s  %s\n", i + 1, h.api,
                             h.explicit_sync ? "explicit" : "implicit", h.count,
-                            FormatDuration(h.blocked_ns), FormatDuration(h.idle_caused_ns),
+                            FormatDuration(h.blocked_ns), FormatDuration(h.idle_caused_ns), saving,
                             Site(h.site));
       absl::StrAppendFormat(&out, "      fix: %s  [%s]\n", h.suggestion, h.fingerprint);
       if (h.sites_lost > 0) {
@@ -140,6 +145,37 @@ std::string RenderText(const Report& r, const TextStyle& style) {
                               "read: the site shown is the native one\n",
                               h.sites_lost);
       }
+    }
+  }
+
+  if (const Predictions& p = r.predictions; p.made || !p.skipped.empty()) {
+    absl::StrAppend(&out, "\n", paint.Heading("Predicted fixes (what-if replay of this trace)"), "\n");
+    if (!p.made) {
+      absl::StrAppend(&out, "  ", p.skipped, "\n");
+    } else {
+      const auto change = [&](int64_t to) {
+        return absl::StrFormat("step %s -> %s (%+.0f%%)", FormatDuration(p.baseline_mean_step_ns),
+                               FormatDuration(to),
+                               p.baseline_mean_step_ns > 0
+                                   ? 100.0 * static_cast<double>(to - p.baseline_mean_step_ns) /
+                                         static_cast<double>(p.baseline_mean_step_ns)
+                                   : 0.0);
+      };
+      if (p.all_removed_mean_step_ns >= 0) {
+        absl::StrAppendFormat(&out, "  removing %s: %s\n",
+                              p.hotspots_removed == 1 ? std::string("the hotspot")
+                                                      : absl::StrFormat("all %d hotspots", p.hotspots_removed),
+                              change(p.all_removed_mean_step_ns));
+      }
+      if (p.graph_mean_step_ns >= 0) {
+        absl::StrAppendFormat(&out, "  capturing %d launch-bound stretch%s in CUDA graphs (%s a node): %s\n",
+                              p.graph_stretches, p.graph_stretches == 1 ? "" : "es",
+                              FormatDuration(p.graph_node_ns), change(p.graph_mean_step_ns));
+      }
+      if (p.all_removed_mean_step_ns < 0 && p.graph_mean_step_ns < 0) {
+        absl::StrAppend(&out, "  nothing to predict: no hotspot, no launch-bound stretch\n");
+      }
+      absl::StrAppend(&out, "  (`stallscope whatif` for one fix at a time, with its assumptions)\n");
     }
   }
 

@@ -176,6 +176,14 @@ def compare(build, work, base_args, changed_args, transform, program=TrainLoop()
     check(abs(w["baseline"]["mean_step_ns"] - mean_step(base_report)) <= 1,
           f"baseline.mean_step_ns {w['baseline']['mean_step_ns']}, the report's {mean_step(base_report):.0f}")
     check(abs(w["replay_error"]) <= 0.01, f"the replay's own error {w['replay_error']:.4f} (over 1%)")
+    if transform[:1] == ["--remove-sync"]:
+        # The report's own prediction for that hotspot is the same replay.
+        fingerprint = re.search(r"\((\w+)\)$", w["transformations"][0]["target"])[1]
+        h = [h for h in base_report["hotspots"] if h["fingerprint"] == fingerprint]
+        check(len(h) == 1, f"no hotspot {fingerprint} in the report")
+        saving = w["baseline"]["mean_step_ns"] - w["predicted"]["mean_step_ns"]
+        check(h[0].get("predicted_saving_ns") == saving,
+              f"the report predicts {h[0].get('predicted_saving_ns')} ns saved per step, whatif {saving}")
     c = run(build, work, "changed", program, changed_args)
     changed_report, changed_pre, changed_busy, changed_host = c.report, c.preempted, c.busy, c.host
     measured, predicted = mean_step(changed_report), w["predicted"]["mean_step_ns"]
