@@ -85,7 +85,10 @@ void PredictFixes(const Timeline& t, const ProcessAnalysis& details, const Analy
     std::sort(k.options.graph_windows.begin(), k.options.graph_windows.end());
     tasks.push_back(std::move(k));
   }
-  ParallelFor(tasks.size(), options.jobs, [&](size_t i) {
+  // One replay at a time: each holds a copy of the timeline and its
+  // analysis, so that the report's peak memory stays about three times
+  // what it is without predictions (scripts/bench), not more.
+  ParallelFor(tasks.size(), 1, [&](size_t i) {
     Task& k = tasks[i];
     Timeline replayed = Replay(t, details.classes, k.options, &k.stats);
     if (k.hotspot == -2 && k.stats.stretches_captured == 0) return;  // nothing to capture

@@ -18,7 +18,7 @@ namespace stallscope::analyzer {
 inline constexpr size_t kPredictHotspots = 5;
 // Calls and device ops above which no prediction is made (each replay
 // copies the timeline and analyzes it again): `stallscope whatif` still can.
-inline constexpr int64_t kPredictMaxEvents = 2'000'000;
+inline constexpr int64_t kPredictMaxEvents = 1'000'000;
 
 // Fills report->predictions and the top hotspots' predicted_saving_ns.
 // `details` is AnalyzeTimeline's for `t` (its classes and hotspot_of_call).
