@@ -402,6 +402,9 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     if (primary_out != nullptr) {
       *primary_out = std::move(details);
       primary_out->timeline = std::move(*timelines[primary]);
+      primary_out->rank_arrivals = std::move(arrivals);
+      primary_out->one_host = last.one_host;
+      primary_out->rank_index = primary;
     }
     return out;
   }

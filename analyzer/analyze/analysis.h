@@ -41,6 +41,11 @@ struct ProcessAnalysis {
   std::vector<IdleGap> gaps;             // in time order
   IdleCaused idle_caused;                // rule-1 ns per call
   std::vector<int32_t> hotspot_of_call;  // index into Report::hotspots, -1 none
+  // A distributed run (AnalyzePaths): every rank's collective arrivals, the
+  // common clock, and this process's entry; empty otherwise.
+  std::vector<RankArrivals> rank_arrivals;
+  bool one_host = true;
+  size_t rank_index = 0;
 };
 
 // Analyzes one process. Fails only on an invalid step pattern. With

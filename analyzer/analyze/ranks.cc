@@ -266,6 +266,60 @@ int64_t ApplyLastArrivals(Timeline* t, const RankArrivals& mine, const LastArriv
   return moved;
 }
 
+std::vector<int64_t> StragglerCuts(const Timeline& t, const RankArrivals& mine,
+                                   const std::vector<RankArrivals>& all, int32_t straggler, bool one_host,
+                                   int64_t* moved) {
+  std::vector<int64_t> cuts(t.ops.size(), 0);
+  if (moved != nullptr) *moved = 0;
+  // Every instance's arrivals on the common clock, the straggler's apart.
+  struct Instance {
+    std::vector<int64_t> others;
+    int64_t straggler = INT64_MIN;
+  };
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, Instance> instances;
+  for (const RankArrivals& r : all) {
+    const int64_t offset = CommonOffset(r, one_host);
+    for (const Arrival& a : r.arrivals) {
+      Instance& in = instances[std::make_pair(a.comm, a.seq)];
+      if (r.rank == straggler) {
+        in.straggler = a.arrival_ns + offset;
+      } else {
+        in.others.push_back(a.arrival_ns + offset);
+      }
+    }
+  }
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, int64_t> own;  // this rank's arrival, own clock
+  for (const Arrival& a : mine.arrivals) own[std::make_pair(a.comm, a.seq)] = a.arrival_ns;
+  const int64_t offset = CommonOffset(mine, one_host);
+  const auto launched = LaunchedCollectives(t);
+  for (size_t o = 0; o < t.ops.size(); ++o) {
+    const DeviceOp& op = t.ops[o];
+    if (op.kind != trace::DeviceOpKind::kNccl || op.device != mine.device || op.call < 0) continue;
+    auto l = launched.find(op.call);
+    if (l == launched.end()) continue;
+    const auto key = std::make_pair(l->second->comm, l->second->seq);
+    auto it = instances.find(key);
+    auto mine_at = own.find(key);
+    if (it == instances.end() || mine_at == own.end()) continue;
+    const Instance& in = it->second;
+    if (in.straggler == INT64_MIN || in.others.empty()) continue;
+    std::vector<int64_t> every = in.others;
+    every.push_back(in.straggler);
+    std::sort(every.begin(), every.end());
+    const int64_t median = every[(every.size() - 1) / 2];
+    const int64_t last = every.back();
+    const int64_t others = *std::max_element(in.others.begin(), in.others.end());
+    const int64_t new_last = std::max(others, std::min(in.straggler, median));
+    // On this rank's clock, and never before its own arrival.
+    const int64_t cut = std::min(last - new_last, op.start_ns - std::max(mine_at->second, new_last - offset));
+    if (cut > 0) {
+      cuts[o] = cut;
+      if (moved != nullptr) ++*moved;
+    }
+  }
+  return cuts;
+}
+
 RankSummary SummarizeRank(const Timeline& t, const RankArrivals& arrivals,
                           const LastArrivals& last, const Report& report) {
   RankSummary s;

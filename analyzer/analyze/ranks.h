@@ -81,6 +81,18 @@ LastArrivals ReduceArrivals(const std::vector<RankArrivals>& ranks);
 // for a collective that another rank reached late). Returns the ns moved.
 int64_t ApplyLastArrivals(Timeline* t, const RankArrivals& mine, const LastArrivals& last);
 
+// What `whatif --straggler-to-median` changes on one rank: for each of its
+// NCCL kernels (indexed like t.ops; 0 for any other op), how much earlier
+// it could start if rank `straggler` reached every collective instance no
+// later than the median of the instance's arrivals: the instance's last
+// arrival less the new last one (the latest of the other ranks' arrivals,
+// or the median), never before this rank's own arrival. `t` is this rank's
+// timeline after ApplyLastArrivals; `mine` is its entry of `all`.
+// `moved` (optional) counts the kernels that move.
+std::vector<int64_t> StragglerCuts(const Timeline& t, const RankArrivals& mine,
+                                   const std::vector<RankArrivals>& all, int32_t straggler, bool one_host,
+                                   int64_t* moved = nullptr);
+
 // An instance has a late rank when its last arrival came this long after
 // the second-to-last: only such instances count for `times_last`. A rank is
 // a straggler when it is late significantly more often than chance (with N

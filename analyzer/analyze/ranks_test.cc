@@ -151,6 +151,35 @@ TEST_CASE("a late rank is the straggler; the others' wait is comm idle", "[ranks
   CHECK(q5->evidence.find("rank 2 arrives last at 10") != std::string::npos);
 }
 
+// Guards --straggler-to-median's cuts: with rank 2 at the median arrival
+// (the others' own), rank 0's all-reduce kernels start at its own arrival,
+// 500 us earlier each; the straggler's cuts for itself are nothing to cut
+// (it arrived last), and a rank that is not in the run changes nothing.
+TEST_CASE("a straggler at the median takes its wait off the others' collectives", "[ranks]") {
+  Folder dir;
+  constexpr int kRanks = 4, kSteps = 10;
+  for (int r = 0; r < kRanks; ++r) {
+    WriteRank(dir.path + "/rank" + std::to_string(r) + ".sstrace", r, kRanks, kSteps, 2, 500);
+  }
+  ProcessAnalysis a;
+  auto report = AnalyzePaths({dir.path}, AnalysisOptions{}, &a);
+  REQUIRE(report.ok());
+  REQUIRE(a.rank_arrivals.size() == kRanks);
+  const RankArrivals& mine = a.rank_arrivals[a.rank_index];
+  CHECK(mine.rank == 0);
+  int64_t moved = 0;
+  const std::vector<int64_t> cuts = StragglerCuts(a.timeline, mine, a.rank_arrivals, 2, a.one_host, &moved);
+  REQUIRE(cuts.size() == a.timeline.ops.size());
+  CHECK(moved == kSteps);
+  for (size_t o = 0; o < cuts.size(); ++o) {
+    const bool nccl = a.timeline.ops[o].kind == tf::DeviceOpKind::kNccl;
+    CHECK(cuts[o] == (nccl ? 500 * kUs : 0));
+  }
+  int64_t none = -1;
+  for (int64_t c : StragglerCuts(a.timeline, mine, a.rank_arrivals, 7, a.one_host, &none)) CHECK(c == 0);
+  CHECK(none == 0);
+}
+
 // Guards the clean case: equal arrivals, no straggler, no comm idle.
 TEST_CASE("ranks arriving together: no straggler", "[ranks]") {
   Folder dir;

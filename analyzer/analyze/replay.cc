@@ -435,11 +435,12 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
       const int32_t s = op_stream[o];
       const int64_t a = t.calls[c].enter_ns, start = op.start_ns;
       int64_t dh, dd;
+      const int64_t cut = options.start_cut.empty() ? 0 : options.start_cut[o];
       if (prev_end[o] != kNone && prev_end[o] >= a) {  // the stream bound it
-        dd = start - prev_end[o];
+        dd = std::max<int64_t>(0, start - prev_end[o] - cut);
         dh = std::min(host_delay_typ, start - a);
       } else {  // its submission bound it
-        dh = start - a;
+        dh = std::max<int64_t>(0, start - a - cut);
         dd = prev_end[o] == kNone ? 0 : std::min(device_delay_min, start - prev_end[o]);
       }
       int64_t s2 = a + shift + dh;

@@ -61,6 +61,10 @@ struct ReplayOptions {
   std::vector<std::pair<int64_t, int64_t>> graph_windows;
   // Every such stretch, launch-bound or not (the user captures these steps).
   bool graph_every_stretch = false;
+  // Per op (indexed like t.ops; empty: none): how much less than in the
+  // trace it waits after whichever constraint bound it (an NCCL kernel no
+  // longer waiting for a straggler: StragglerCuts).
+  std::vector<int64_t> start_cut;
 };
 
 struct ReplayStats {

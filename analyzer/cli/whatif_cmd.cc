@@ -81,6 +81,9 @@ Runner DeclareWhatIf(CLI::App* app) {
                       "figure of about 0.5 us per graph node)")
           ->type_name("[NS]")
           ->expected(0, 1);
+  app->add_flag("--straggler-to-median", a->request.straggler_to_median,
+                "a folder of ranks' traces: the report's first straggler reaches every collective "
+                "no later than the median rank; the analyzed rank (rank 0) no longer waits for it");
   app->add_option("--launch-steps", a->launch_steps,
                   "with --launch-cost: capture every stretch of kernel launches in steps A to B (by "
                   "index), launch-bound or not (default: the launch-bound stretches of every step)")

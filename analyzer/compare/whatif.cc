@@ -132,6 +132,28 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
     }
   }
 
+  int32_t straggler = -1;
+  int64_t straggler_moved = 0;
+  if (request.straggler_to_median) {
+    if (analysis.rank_arrivals.size() < 2) {
+      return absl::InvalidArgumentError(
+          "--straggler-to-median: not a distributed run (give the folder of every rank's trace)");
+    }
+    if (report.stragglers.empty()) {
+      return absl::InvalidArgumentError(
+          "--straggler-to-median: no straggler in this run (no rank is late beyond the report's rule)");
+    }
+    straggler = report.stragglers.front().rank;
+    const RankArrivals& mine = analysis.rank_arrivals[analysis.rank_index];
+    if (mine.rank == straggler) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--straggler-to-median: the straggler is rank %d, the rank analyzed; its extra time is its "
+          "own host or device time (try --scale-host-wait or --scale-host-busy)",
+          straggler));
+    }
+    ro.start_cut = StragglerCuts(t, mine, analysis.rank_arrivals, straggler, analysis.one_host, &straggler_moved);
+  }
+
   // Each replayed timeline lives only while it is analyzed (peak memory:
   // the trace's timeline and one replay).
   ReplayStats stats;
@@ -151,6 +173,11 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
   }
   if (request.scale_host_busy != 1.0) {
     w.transformations.push_back({"scale_host_busy", Factor(request.scale_host_busy), stats.gaps_scaled});
+  }
+  if (request.straggler_to_median) {
+    w.transformations.push_back({"straggler_to_median",
+                                 absl::StrFormat("rank %d at the median arrival", straggler),
+                                 straggler_moved});
   }
   if (request.launch_cost_ns >= 0) {
     w.transformations.push_back(
@@ -185,6 +212,12 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
                       "dispatch (kept)",
                       FormatDuration(ro.launch_dispatch_ns)),
   };
+  if (request.straggler_to_median) {
+    w.assumptions.push_back(
+        "the straggler reaches each collective at the median of that collective's arrivals (or "
+        "as early as it did); the collective starts at the latest arrival left; the analyzed "
+        "rank's own work keeps its times otherwise");
+  }
   if (request.launch_cost_ns >= 0) {
     w.assumptions.push_back(
         "a captured stretch is one graph launch costing its first launch call; the host time "
@@ -206,6 +239,9 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
   }
   if (request.scale_host_busy != 1.0) {
     change.push_back(absl::StrCat("host work × ", Factor(request.scale_host_busy)));
+  }
+  if (request.straggler_to_median) {
+    change.push_back(absl::StrFormat("rank %d arriving at the median rank's time", straggler));
   }
   if (request.launch_cost_ns >= 0) {
     change.push_back(absl::StrFormat("capturing %d %sstretch%s of kernel launches in CUDA graphs",
@@ -243,9 +279,10 @@ std::string RenderWhatIfText(const WhatIf& w) {
   s += "\nTransformations:\n";
   for (const auto& x : w.transformations) {
     absl::StrAppendFormat(&s, "  %s %s (%d %s)\n", x.kind, x.target, x.calls,
-                          x.kind == "remove_sync"   ? "calls"
-                          : x.kind == "launch_cost" ? "launch calls folded"
-                                                    : "host gaps");
+                          x.kind == "remove_sync"           ? "calls"
+                          : x.kind == "launch_cost"         ? "launch calls folded"
+                          : x.kind == "straggler_to_median" ? "collective kernels moved"
+                                                            : "host gaps");
   }
   if (w.transformations.empty()) s += "  none\n";
   s += "\nAssumptions:\n";

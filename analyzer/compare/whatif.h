@@ -25,6 +25,9 @@ struct WhatIfRequest {
   // The steps (by index, inclusive) whose stretches are captured; all when
   // first > last.
   int launch_first_step = 0, launch_last_step = -1;
+  // A distributed run: the report's first straggler reaches every
+  // collective no later than the median rank (StragglerCuts).
+  bool straggler_to_median = false;
 };
 
 
@@ -47,7 +50,7 @@ struct WhatIf {
   StepSummary predicted;  // the graph replayed with the transformations
   std::string next_limit;  // the predicted run's largest idle cause, or "gpu_busy"
   struct Transformation {
-    std::string kind;    // remove_sync | scale_host_wait | scale_host_busy | launch_cost
+    std::string kind;    // remove_sync | scale_host_wait | scale_host_busy | launch_cost | straggler_to_median
     std::string target;  // the site (FILE:LINE) or fingerprint; the factor; the node cost
     int64_t calls = 0;   // calls (or host gaps) it changed
   };

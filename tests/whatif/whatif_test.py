@@ -31,6 +31,7 @@ compares:
 
     whatif_test.py --build DIR --case NAME     (whatif_test.py --list)
 """
+import collections
 import glob
 import json
 import os
@@ -258,6 +259,102 @@ def case_graph(build, work):
     x = [t for t in w["transformations"] if t["kind"] == "launch_cost"]
     check(len(x) == 1 and x[0]["changed"] == STEPS * 41,
           f"expected {STEPS * 41} launches folded into {STEPS} graph launches: {x}")
+
+
+DDP_KERNELS = "*gemm_fwd*=400,*gemm_bwd*=300,*=20"
+DDP_WORLD, DDP_SLOW, DDP_STEPS = 2, 1, 30
+
+
+def run_ddp(build, work, name, slow_args):
+    """DDP_WORLD ranks of examples/ddp_train under stallscope; (folder, the
+    report over it (rank 0's steps), every rank's ground-truth ops by rank)."""
+    exe = os.path.join(build, "bin", "ddp_train")
+    if not os.path.exists(exe):
+        raise Skip("bin/ddp_train not built")
+    out = os.path.join(work, name)
+    env = dict(os.environ, SIMGPU_TRACE=os.path.join(work, f"truth-{name}-%p.jsonl"), SIMGPU_KERNEL_US=DDP_KERNELS)
+    cmd = [os.path.join(build, "bin", "stallscope"), "run", "--sim", "-q", "--out", out, "--",
+           os.path.join(ROOT, "scripts", "launch-ranks"), "-n", str(DDP_WORLD), "--", exe, "--steps", str(DDP_STEPS),
+           "--buckets", "2", "--grad-bytes", str(2 << 20)] + slow_args
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"{' '.join(cmd)} exited {p.returncode}: {p.stderr[-2000:]}")
+    report = json.loads(stallscope(build, ["report", out, "--format", "json", "--no-predict"]))
+    check(len(report["steps"]) == DDP_STEPS, f"{name}: {len(report['steps'])} steps, expected {DDP_STEPS}")
+    by_rank = {}
+    for path in glob.glob(os.path.join(work, f"truth-{name}-*.jsonl")):
+        with open(path) as f:
+            ops = [json.loads(line) for line in f if line.strip()]
+        ranks = {op["rank"] for op in ops if op["kind"] == "nccl"}
+        if len(ranks) == 1:
+            by_rank[ranks.pop()] = ops
+    check(sorted(by_rank) == list(range(DDP_WORLD)), f"{name}: ground truth for ranks {sorted(by_rank)}")
+    return out, report, by_rank
+
+
+def rank0_waits(by_rank, slow=None):
+    """Rank 0's wait for the last rank in all, from the ground truth (an
+    NCCL op's start is its rank's arrival): at every collective instance,
+    the latest arrival less rank 0's; with `slow`, as if that rank had
+    arrived no later than the instance's median (what --straggler-to-median
+    assumes of the others)."""
+    arrivals = collections.defaultdict(dict)
+    for r, ops in by_rank.items():
+        for op in ops:
+            if op["kind"] == "nccl":
+                arrivals[(op["comm"], op["seq"])].setdefault(r, op["start_ns"])
+    total = 0
+    for at in arrivals.values():
+        if 0 not in at or len(at) < 2:
+            continue
+        times = dict(at)
+        if slow is not None and slow in times:
+            median = sorted(times.values())[(len(times) - 1) // 2]
+            times[slow] = min(times[slow], median)
+        total += max(0, max(times.values()) - at[0])
+    return total
+
+
+def case_straggler(build, work):
+    """A data-parallel job (3 ranks of ddp_train) whose rank 1 waits 3 ms
+    for input before every step: --straggler-to-median predicts rank 0's
+    step time with that rank as early as the median, then the job runs
+    without the slow rank. Beside the machine's terms of every case (rank
+    0's preemption, the change in its device busy time), the allowance has
+    how far rank 0's wait for the last rank in the changed run is from the
+    wait the prediction keeps (the other ranks' arrivals as in the
+    baseline, from the baseline's ground truth): on two cores three ranks
+    arrive as the machine lets them, which no trace of another run can
+    tell."""
+    base, base_report, base_truth = run_ddp(build, work, "base", ["--slow-rank", str(DDP_SLOW), "--slow-us", "3000"])
+    w = json.loads(stallscope(build, ["whatif", base, "--format", "json", "--straggler-to-median"]))
+    check(abs(w["replay_error"]) <= 0.01, f"the replay's own error {w['replay_error']:.4f} (over 1%)")
+    x = [t for t in w["transformations"] if t["kind"] == "straggler_to_median"]
+    check(len(x) == 1 and x[0]["target"].startswith(f"rank {DDP_SLOW} ") and x[0]["changed"] > 0,
+          f"transformations {w['transformations']}")
+    _, changed_report, changed_truth = run_ddp(build, work, "changed", [])
+    measured, predicted = mean_step(changed_report), w["predicted"]["mean_step_ns"]
+    # Inside rank 0's steps only: start-up (NCCL's rendezvous, three ranks
+    # starting on two cores) is in no step.
+    def in_steps(report, truth):
+        lo, hi = report["steps"][0]["host_start_ns"], report["steps"][-1]["end_ns"]
+        ops = truth[0]
+        pre = preempted_before(ops)
+        return (sum(pre[id(op)] for op in ops if lo <= op["queued_ns"] < hi),
+                union_in([(op["start_ns"], op["end_ns"]) for op in ops if op["kind"] != "nccl"], lo, hi))
+    (pre_b, busy_b), (pre_c, busy_c) = in_steps(base_report, base_truth), in_steps(changed_report, changed_truth)
+    pre = (pre_b + pre_c) / DDP_STEPS
+    busy = [busy_b / DDP_STEPS, busy_c / DDP_STEPS]
+    waits = abs(rank0_waits(changed_truth) - rank0_waits(base_truth, DDP_SLOW)) / DDP_STEPS
+    allowance = (pre + abs(busy[1] - busy[0]) + waits) / measured
+    error = (predicted - measured) / measured
+    print(f"--straggler-to-median: baseline {mean_step(base_report) / 1e3:.1f} us, predicted {predicted / 1e3:.1f} us, "
+          f"measured {measured / 1e3:.1f} us: error {100 * error:+.2f}% (allowed 3% + {100 * allowance:.2f}% for the "
+          f"machine: preemption {100 * pre / measured:.2f}%, device busy {100 * abs(busy[1] - busy[0]) / measured:.2f}%, "
+          f"the other ranks' arrivals {100 * waits / measured:.2f}%); replay error "
+          f"{100 * w['replay_error']:+.2f}%")
+    check(abs(error) <= 0.03 + allowance,
+          f"predicted {predicted:.0f} ns, measured {measured:.0f} ns: error {100 * error:+.2f}% "
+          f"(allowed 3% + {100 * allowance:.2f}% for the machine); {w['headline']}")
 
 
 def case_unchanged(build, work):
