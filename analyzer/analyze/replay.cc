@@ -311,9 +311,54 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
     }
   }
 
+  // Cross-stream event waits: dep[o] is the op an event wait makes op o
+  // wait for (the last op submitted on the event's stream before the
+  // event's latest record), -1 none. Between two ops of a stream, several
+  // waits keep the dependency that ended last.
+  std::vector<int32_t> dep(no, -1);
+  {
+    absl::flat_hash_map<uint64_t, int32_t> recorded;  // event handle -> op
+    std::vector<int32_t> last_op(nstreams, -1), pending(nstreams, -1);
+    for (size_t ui = 0; ui < units.size(); ++ui) {
+      for (uint32_t m = calls_of.begin[ui]; m < calls_of.begin[ui + 1]; ++m) {
+        const uint32_t c = calls_of.items[m];
+        const std::string_view name = t.Api(t.calls[c].api).name;
+        const bool record = name.find("EventRecord") != std::string_view::npos;
+        const bool wait = name.find("StreamWaitEvent") != std::string_view::npos;
+        if (record || wait) {
+          const auto s = stream_of_handle.find(handle_key(c));
+          const int32_t stream = s == stream_of_handle.end() ? -1 : s->second;
+          const uint64_t event = t.call_info[c].object;
+          if (record) {
+            if (stream >= 0 && last_op[stream] >= 0) {
+              recorded[event] = last_op[stream];
+            } else {
+              recorded.erase(event);  // nothing submitted there: nothing to wait for
+            }
+          } else if (auto r = recorded.find(event); stream >= 0 && r != recorded.end()) {
+            int32_t& p = pending[stream];
+            if (p < 0 || t.ops[r->second].end_ns > t.ops[p].end_ns) p = r->second;
+          }
+        }
+        for (uint32_t k = op_begin[c]; k < op_begin[c + 1]; ++k) {
+          const uint32_t o = op_list[k];
+          const int32_t stream = op_stream[o];
+          if (pending[stream] >= 0) {
+            dep[o] = pending[stream];
+            pending[stream] = -1;
+            ++st.event_waits;
+          }
+          last_op[stream] = static_cast<int32_t>(o);
+        }
+      }
+    }
+  }
+
   // The baseline pass: each op's binding constraint (its submitting call,
-  // or the previous op of its stream) and each sync unit's target; the
-  // typical delays the graph gives the side that did not bind.
+  // the previous op of its stream, or the op an event wait made it wait
+  // for) and each sync unit's target; the typical delays the graph gives
+  // the sides that did not bind.
+  std::vector<int64_t> dep_delay(no, kNone);  // after dep[o]'s end, when that bound it
   std::vector<int64_t> prev_end(no, kNone);  // the stream's previous op's end, submission order
   // The baseline time a sync unit waited for: the end of the work before it
   // (or of its own ops), or the start of its own op when it returned before
@@ -334,7 +379,10 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
         const DeviceOp& op = t.ops[o];
         const int32_t s = op_stream[o];
         prev_end[o] = stream_end[s];
-        if (prev_end[o] != kNone && prev_end[o] >= t.calls[c].enter_ns) {
+        const int64_t dep_end = dep[o] >= 0 ? t.ops[dep[o]].end_ns : kNone;
+        if (dep_end != kNone && dep_end >= t.calls[c].enter_ns && dep_end >= prev_end[o]) {
+          dep_delay[o] = std::max<int64_t>(0, op.start_ns - dep_end);  // the other stream bound it
+        } else if (prev_end[o] != kNone && prev_end[o] >= t.calls[c].enter_ns) {
           device_delays.push_back(op.start_ns - prev_end[o]);
         } else {
           host_delays.push_back(op.start_ns - t.calls[c].enter_ns);
@@ -436,7 +484,10 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
       const int64_t a = t.calls[c].enter_ns, start = op.start_ns;
       int64_t dh, dd;
       const int64_t cut = options.start_cut.empty() ? 0 : options.start_cut[o];
-      if (prev_end[o] != kNone && prev_end[o] >= a) {  // the stream bound it
+      if (dep_delay[o] != kNone) {  // the event wait bound it: the other sides typical
+        dh = std::min(host_delay_typ, start - a);
+        dd = prev_end[o] == kNone ? 0 : std::min(device_delay_min, start - prev_end[o]);
+      } else if (prev_end[o] != kNone && prev_end[o] >= a) {  // the stream bound it
         dd = std::max<int64_t>(0, start - prev_end[o] - cut);
         dh = std::min(host_delay_typ, start - a);
       } else {  // its submission bound it
@@ -445,6 +496,9 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
       }
       int64_t s2 = a + shift + dh;
       if (stream_end2[s] != kNone) s2 = std::max(s2, stream_end2[s] + dd);
+      if (dep[o] >= 0) {  // after the op its event wait names, and as long after it as it bound
+        s2 = std::max(s2, end2[dep[o]] + (dep_delay[o] == kNone ? 0 : std::max<int64_t>(0, dep_delay[o] - cut)));
+      }
       if (head >= 0) {  // a graph node after the first: after the previous node
         s2 = std::max(enter2[head], stream_end2[s] + options.graph_node_ns);
       }
@@ -534,15 +588,24 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
   });
   std::vector<uint32_t> to(nc);
   for (uint32_t k = 0; k < nc; ++k) to[order[k]] = k;
-  {
-    std::vector<ApiCall> calls(nc);
-    std::vector<CallInfo> info(nc);
-    for (uint32_t k = 0; k < nc; ++k) {
-      calls[k] = r.calls[order[k]];
-      info[k] = r.call_info[order[k]];
+  // In place, cycle by cycle (position k takes the call at order[k]; a
+  // done position gets order[k] = k): no second copy of the calls.
+  for (uint32_t k = 0; k < nc; ++k) {
+    if (order[k] == k) continue;
+    const ApiCall call = r.calls[k];
+    const CallInfo info = r.call_info[k];
+    for (uint32_t j = k;;) {
+      const uint32_t from = order[j];
+      order[j] = j;
+      if (from == k) {
+        r.calls[j] = call;
+        r.call_info[j] = info;
+        break;
+      }
+      r.calls[j] = r.calls[from];
+      r.call_info[j] = r.call_info[from];
+      j = from;
     }
-    r.calls = std::move(calls);
-    r.call_info = std::move(info);
   }
   for (DeviceOp& op : r.ops) {
     if (op.call >= 0 && static_cast<size_t>(op.call) < nc) op.call = static_cast<int32_t>(to[op.call]);

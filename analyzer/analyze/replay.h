@@ -4,9 +4,11 @@
 // - each host thread's outermost calls in order, with the host time between
 //   them (split on-CPU / off-CPU from the thread's CPU samples, as the
 //   attribution splits host_busy / host_wait);
-// - each device op after its submitting call and after the previous op of
-//   its stream, with the delay it showed after whichever of the two bound it
-//   (the other takes the smallest such delay seen in the trace);
+// - each device op after its submitting call, after the previous op of its
+//   stream, and after the op a cross-stream event wait names (the last op
+//   submitted on the event's stream before its latest record), with the
+//   delay it showed after whichever bound it (the others take the smallest
+//   such delay seen in the trace, or none for the event);
 // - each synchronizing call after the device work it waited for: its own
 //   ops (a read-back), else the latest-ending op submitted before it on its
 //   stream (a stream synchronize whose stream the launches identify) or on
@@ -14,9 +16,10 @@
 //   trace.
 // - the thread that waits for the device most often leads; every other
 //   thread's calls follow its clock (after their own previous call).
-// It ignores contention between concurrent kernels, cross-stream event
-// waits other than through the measured delays, dependencies between host
-// threads other than the leader's clock, clocks and memory effects.
+// It ignores contention between concurrent kernels, the legacy stream's
+// implicit waits and host functions other than through the measured
+// delays, dependencies between host threads other than the leader's clock,
+// clocks and memory effects.
 #pragma once
 
 #include <cstdint>
@@ -73,6 +76,7 @@ struct ReplayStats {
   int64_t gaps_without_cpu = 0;  // of them, without CPU samples (all off-CPU)
   int64_t stretches_captured = 0;  // launch-bound stretches replayed as graphs
   int64_t launches_captured = 0;   // calls of them folded into the graph launch
+  int64_t event_waits = 0;         // ops after a cross-stream event wait
 };
 
 // The timeline of `t` replayed with `options`: every call's, op's, NVTX

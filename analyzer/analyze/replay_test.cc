@@ -14,6 +14,7 @@ namespace {
 
 using testing::kUs;
 using testing::TraceBuilder;
+namespace tf = stallscope::trace;
 
 constexpr int kSteps = 6;
 constexpr int64_t kGap = 100 * kUs;     // host time before each launch (no CPU samples: off-CPU)
@@ -215,6 +216,75 @@ TEST_CASE("only launch-bound stretches are captured by default", "[replay]") {
   Replayed r = Run(testing::ReadOrDie(b), one);
   CHECK(r.stats.stretches_captured == 2);
   CHECK(r.stats.launches_captured == 4);
+}
+
+// Each step (2 ms): a 1 ms producer kernel on stream A, an event recorded
+// after it, 500 us of host wait, a short kernel on stream B, B waiting for
+// the event, and a consumer on B that starts 2 us after the producer ends;
+// a synchronize of B, and host time to the next step.
+TraceBuilder EventLoop() {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  const uint16_t record = b.Api("cuEventRecord", tf::ApiCategory::kEvent, 0);
+  const uint16_t wait = b.Api("cuStreamWaitEvent", tf::ApiCategory::kWait, 0);
+  constexpr uint64_t kA = 0xa0, kB = 0xb0, kEvent = 0xe0;
+  uint64_t external = 1;
+  uint32_t cupti = 1;
+  auto submit = [&](uint64_t handle, uint32_t stream, int64_t enter, int64_t start, int64_t end, const char* name) {
+    b.Call(1, api.launch, enter, enter + 5 * kUs, {.correlation = external, .stream = handle});
+    b.Device(start, end, tf::DeviceOpKind::kKernel, name, cupti, stream);
+    b.Correlate(external++, cupti++);
+  };
+  for (int k = 0; k < kSteps; ++k) {
+    const int64_t s = 1'000'000 + k * 2000 * kUs;
+    b.Range(1, s, s + 2000 * kUs, "step");
+    submit(kA, 7, s, s + 10 * kUs, s + 1010 * kUs, "producer");
+    b.Call(1, record, s + 6 * kUs, s + 8 * kUs, {.stream = kA, .object = kEvent});
+    submit(kB, 8, s + 508 * kUs, s + 520 * kUs, s + 620 * kUs, "batch");
+    b.Call(1, wait, s + 514 * kUs, s + 515 * kUs, {.stream = kB, .object = kEvent});
+    submit(kB, 8, s + 516 * kUs, s + 1012 * kUs, s + 1112 * kUs, "consumer");
+    b.Call(1, api.sync, s + 522 * kUs, s + 1117 * kUs, {.stream = kB});
+  }
+  return b;
+}
+
+// Guards cross-stream event waits: without the host's waits, the short
+// kernel on B runs early, and the consumer still starts 2 us after the
+// producer it waits for (a replay keeping the measured delay after B's
+// previous kernel would start it 500 us early); unchanged, the trace back.
+TEST_CASE("an event wait keeps a consumer after its producer", "[replay]") {
+  const Timeline t = testing::ReadOrDie(EventLoop());
+  Replayed same = Run(t, ReplayOptions{});
+  CHECK(same.stats.event_waits == kSteps);
+  for (size_t i = 0; i < t.ops.size(); ++i) {
+    CHECK(same.timeline.ops[i].start_ns == t.ops[i].start_ns);
+    CHECK(same.timeline.ops[i].end_ns == t.ops[i].end_ns);
+  }
+  ReplayOptions o;
+  o.scale_host_wait = 0;
+  Replayed r = Run(t, o);
+  const Timeline& x = r.timeline;
+  auto named = [&](size_t i, std::string_view name) {
+    auto it = x.strings.find(x.op_info[i].name);
+    return it != x.strings.end() && it->second == name;
+  };
+  int checked = 0;
+  for (size_t i = 0; i < x.ops.size(); ++i) {
+    if (!named(i, "consumer")) continue;
+    const DeviceOp* producer = nullptr;
+    const DeviceOp* batch = nullptr;
+    for (size_t j = 0; j < x.ops.size(); ++j) {
+      if (x.ops[j].end_ns > x.ops[i].start_ns) continue;
+      if (named(j, "producer") && (producer == nullptr || x.ops[j].end_ns > producer->end_ns)) producer = &x.ops[j];
+      if (named(j, "batch") && (batch == nullptr || x.ops[j].end_ns > batch->end_ns)) batch = &x.ops[j];
+    }
+    REQUIRE(producer != nullptr);
+    REQUIRE(batch != nullptr);
+    CHECK(x.ops[i].start_ns == producer->end_ns + 2 * kUs);
+    CHECK(x.ops[i].start_ns - batch->end_ns > 300 * kUs);  // the batch kernel ran early
+    ++checked;
+  }
+  CHECK(checked == kSteps);
 }
 
 }  // namespace

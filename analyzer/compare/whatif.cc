@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -139,11 +140,40 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
       return absl::InvalidArgumentError(
           "--straggler-to-median: not a distributed run (give the folder of every rank's trace)");
     }
-    if (report.stragglers.empty()) {
-      return absl::InvalidArgumentError(
-          "--straggler-to-median: no straggler in this run (no rank is late beyond the report's rule)");
+    if (!report.stragglers.empty()) {
+      straggler = report.stragglers.front().rank;
+    } else {
+      // None beyond the report's rule: the rank that arrived last most often.
+      absl::flat_hash_map<std::pair<uint64_t, uint64_t>, std::pair<int64_t, int32_t>> last;  // -> (at, rank)
+      absl::flat_hash_map<std::pair<uint64_t, uint64_t>, int> seen;
+      for (const RankArrivals& r : analysis.rank_arrivals) {
+        const int64_t offset = CommonOffset(r, analysis.one_host);
+        for (const Arrival& a : r.arrivals) {
+          const auto key = std::make_pair(a.comm, a.seq);
+          ++seen[key];
+          auto [it, fresh] = last.try_emplace(key, a.arrival_ns + offset, r.rank);
+          if (!fresh && a.arrival_ns + offset > it->second.first) it->second = {a.arrival_ns + offset, r.rank};
+        }
+      }
+      absl::flat_hash_map<int32_t, int64_t> times_last;
+      for (const auto& [key, at] : last) {
+        if (seen[key] >= 2) ++times_last[at.second];
+      }
+      int64_t most = 0;
+      for (const auto& [rank, n] : times_last) {
+        if (n > most || (n == most && rank < straggler)) {
+          most = n;
+          straggler = rank;
+        }
+      }
+      if (straggler < 0) {
+        return absl::InvalidArgumentError("--straggler-to-median: no collective reached by two ranks");
+      }
+      w.assumptions.push_back(absl::StrFormat(
+          "no rank is a straggler by the report's rule; rank %d, last at %d collectives, is taken as the "
+          "slowest",
+          straggler, most));
     }
-    straggler = report.stragglers.front().rank;
     const RankArrivals& mine = analysis.rank_arrivals[analysis.rank_index];
     if (mine.rank == straggler) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -202,8 +232,8 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
   w.assumptions = {
       "the analyzed process only; other processes and ranks keep their times",
       "device ops keep their durations; ops on different streams do not contend",
-      "an op starts after its submitting call and the previous op of its stream, with the delay "
-      "the trace showed after whichever bound it",
+      "an op starts after its submitting call, the previous op of its stream and the op a "
+      "cross-stream event wait names, with the delay the trace showed after whichever bound it",
       "a synchronizing call waits for its own ops, or the latest-ending op submitted before it on "
       "its stream or device, and returns as long after it as in the trace",
       "the thread that waits for the device most often leads; other threads' calls follow its "

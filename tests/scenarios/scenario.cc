@@ -4,14 +4,17 @@
 // report against the simulator's ground truth (SIMGPU_TRACE).
 //
 //   scenario --scenario NAME [--steps N] [--no-nvtx] [--seed S]
-//            [--no-sync] [--wait-scale X] [--busy-scale X]
+//            [--no-sync] [--wait-scale X] [--busy-scale X] [--graph]
 //
-// The last three make what `stallscope whatif` predicts real
+// The last four make what `stallscope whatif` predicts real
 // (tests/whatif): --no-sync leaves out the scenario's synchronizing calls
 // (the `// STALL:` lines), --wait-scale and --busy-scale multiply every
 // sleep and every spin of 50 us or more (the host time whatif's
 // --scale-host-wait and --scale-host-busy scale; shorter ones are launch
-// dispatch, which they keep).
+// dispatch, which they keep), and --graph captures the step's kernels of
+// the launch-bound scenarios (small_batches, light_model) once, before the
+// steps, and launches that CUDA graph every step after one dispatch
+// (whatif's --launch-cost).
 //
 // Kernels are empty PTX entry points; on the simulated GPU their durations come
 // from SIMGPU_KERNEL_US (scenarios.py sets the globs). Every step begins with
@@ -180,6 +183,7 @@ struct Options {
   bool nvtx = true;
   uint64_t seed = 7;
   bool sync = true;  // --no-sync: the synchronizing calls left out
+  bool graph = false;  // --graph: small_batches' and light_model's kernels as one CUDA graph
 };
 
 // The usual step: ~2 ms of device work on the work stream.
@@ -243,6 +247,22 @@ int Run(const Options& o) {
     temps.resize(static_cast<size_t>(o.steps));
     for (CUdeviceptr& p : temps) Check(cuMemAlloc(&p, 1 << 20), "cuMemAlloc");
   }
+  // --graph: the launch-bound scenarios' kernels, captured once outside
+  // every step (the capture runs nothing).
+  CUgraphExec graph = nullptr;
+  if (o.graph && (s == "small_batches" || s == "light_model")) {
+    Check(cuStreamBeginCapture(j.stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+    if (s == "small_batches") {
+      Launch(j.f("batch_load"), j.stream);
+      for (int k = 0; k < 80; ++k) Launch(j.f("tiny_op"), j.stream);
+    } else {
+      for (const char* k : {"light_load", "light_fwd", "light_bwd", "light_update"}) Launch(j.f(k), j.stream);
+    }
+    CUgraph g;
+    Check(cuStreamEndCapture(j.stream, &g), "cuStreamEndCapture");
+    Check(cuGraphInstantiate(&graph, g, 0), "cuGraphInstantiate");
+    Check(cuGraphDestroy(g), "cuGraphDestroy");
+  }
   double sink = 0;
   for (int step = 0; step < o.steps; ++step) {
     if (o.nvtx) nvtxRangePushA(("step " + std::to_string(step)).c_str());
@@ -262,6 +282,10 @@ int Run(const Options& o) {
       // two cores, and a starved device thread stretches its ops.
       Launch(j.f("batch_load"), j.stream);
       Launch(j.f("loss_reduce"), j.stream);
+    } else if (graph != nullptr) {
+      // The captured step: one dispatch, one launch.
+      SpinUs(s == "small_batches" ? 25 : 20, true);
+      Check(cuGraphLaunch(graph, j.stream), "cuGraphLaunch");
     } else if (s == "small_batches") {
       // Many tiny kernels, each behind a framework dispatch on the CPU.
       Launch(j.f("batch_load"), j.stream);
@@ -339,6 +363,7 @@ int Run(const Options& o) {
   }
   std::printf("scenario %s: %d steps (%g)\n", s.c_str(), o.steps, sink);
   std::printf("scaled_sleep_ns %lld scaled_spin_ns %lld\n", g_scaled_sleep_ns, g_scaled_spin_ns);
+  if (graph != nullptr) cuGraphExecDestroy(graph);
   std::free(pageable);
   cuMemFree(buf);
   cuStreamDestroy(j.stream);
@@ -365,6 +390,7 @@ Options Parse(int argc, char** argv) {
     else if (a == "--no-sync") o.sync = false;
     else if (a == "--wait-scale") g_wait_scale = std::atof(value());
     else if (a == "--busy-scale") g_busy_scale = std::atof(value());
+    else if (a == "--graph") o.graph = true;
     else {
       std::fprintf(stderr, "scenario: unknown option %s\n", a.c_str());
       std::exit(2);
@@ -372,7 +398,7 @@ Options Parse(int argc, char** argv) {
   }
   if (o.scenario.empty()) {
     std::fprintf(stderr, "usage: scenario --scenario NAME [--steps N] [--no-nvtx] [--seed S] [--no-sync] "
-                         "[--wait-scale X] [--busy-scale X]\n");
+                         "[--wait-scale X] [--busy-scale X] [--graph]\n");
     std::exit(2);
   }
   return o;
