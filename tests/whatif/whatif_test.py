@@ -285,9 +285,14 @@ def case_graph(build, work):
     program = TrainLoop(SIMGPU_GRAPH_NODE_US="1", SIMGPU_QUEUE_DEPTH="128")
     w = compare(build, work, ["--tiny", "40", "--dispatch-us", "10"], ["--tiny", "40", "--dispatch-us", "10", "--graph"],
                 ["--launch-cost", "1000", "--launch-steps", f"0-{STEPS - 1}"], program)
+    # Every launch of every step is in a stretch: each stretch keeps its
+    # first launch and folds the rest (a host wait of 50 us or more that the
+    # machine put between two launches splits a step's stretch in two).
     x = [t for t in w["transformations"] if t["kind"] == "launch_cost"]
-    check(len(x) == 1 and x[0]["changed"] == STEPS * 41,
-          f"expected {STEPS * 41} launches folded into {STEPS} graph launches: {x}")
+    check(len(x) == 1, f"transformations {w['transformations']}")
+    stretches = int(re.search(r"(\d+) stretches", x[0]["target"])[1])
+    check(stretches >= STEPS and x[0]["changed"] + stretches == STEPS * 42,
+          f"expected the {STEPS * 42} launches of {STEPS} steps in {stretches} stretches: {x}")
 
 
 DDP_KERNELS = "*gemm_fwd*=400,*gemm_bwd*=300,*=20"
