@@ -266,6 +266,37 @@ int64_t ApplyLastArrivals(Timeline* t, const RankArrivals& mine, const LastArriv
   return moved;
 }
 
+int32_t MostOftenLast(const std::vector<RankArrivals>& ranks, bool one_host, int64_t* times) {
+  struct Last {
+    int64_t at = INT64_MIN;
+    int32_t rank = -1;
+    int seen = 0;
+  };
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, Last> last;
+  for (const RankArrivals& r : ranks) {
+    const int64_t offset = CommonOffset(r, one_host);
+    for (const Arrival& a : r.arrivals) {
+      Last& l = last[std::make_pair(a.comm, a.seq)];
+      ++l.seen;
+      if (a.arrival_ns + offset > l.at) l = {a.arrival_ns + offset, r.rank, l.seen};
+    }
+  }
+  absl::flat_hash_map<int32_t, int64_t> count;
+  for (const auto& [key, l] : last) {
+    if (l.seen >= 2) ++count[l.rank];
+  }
+  int32_t best = -1;
+  int64_t most = 0;
+  for (const auto& [rank, n] : count) {
+    if (n > most || (n == most && rank < best)) {
+      most = n;
+      best = rank;
+    }
+  }
+  if (times != nullptr) *times = most;
+  return best;
+}
+
 std::vector<int64_t> StragglerCuts(const Timeline& t, const RankArrivals& mine,
                                    const std::vector<RankArrivals>& all, int32_t straggler, bool one_host,
                                    int64_t* moved) {

@@ -81,6 +81,11 @@ LastArrivals ReduceArrivals(const std::vector<RankArrivals>& ranks);
 // for a collective that another rank reached late). Returns the ns moved.
 int64_t ApplyLastArrivals(Timeline* t, const RankArrivals& mine, const LastArrivals& last);
 
+// The rank that arrived last at the most collective instances reached by
+// two or more ranks (the lowest of equals); -1 when there is none. `times`
+// (optional): how many.
+int32_t MostOftenLast(const std::vector<RankArrivals>& ranks, bool one_host, int64_t* times = nullptr);
+
 // What `whatif --straggler-to-median` changes on one rank: for each of its
 // NCCL kernels (indexed like t.ops; 0 for any other op), how much earlier
 // it could start if rank `straggler` reached every collective instance no

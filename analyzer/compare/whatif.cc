@@ -144,28 +144,8 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
       straggler = report.stragglers.front().rank;
     } else {
       // None beyond the report's rule: the rank that arrived last most often.
-      absl::flat_hash_map<std::pair<uint64_t, uint64_t>, std::pair<int64_t, int32_t>> last;  // -> (at, rank)
-      absl::flat_hash_map<std::pair<uint64_t, uint64_t>, int> seen;
-      for (const RankArrivals& r : analysis.rank_arrivals) {
-        const int64_t offset = CommonOffset(r, analysis.one_host);
-        for (const Arrival& a : r.arrivals) {
-          const auto key = std::make_pair(a.comm, a.seq);
-          ++seen[key];
-          auto [it, fresh] = last.try_emplace(key, a.arrival_ns + offset, r.rank);
-          if (!fresh && a.arrival_ns + offset > it->second.first) it->second = {a.arrival_ns + offset, r.rank};
-        }
-      }
-      absl::flat_hash_map<int32_t, int64_t> times_last;
-      for (const auto& [key, at] : last) {
-        if (seen[key] >= 2) ++times_last[at.second];
-      }
       int64_t most = 0;
-      for (const auto& [rank, n] : times_last) {
-        if (n > most || (n == most && rank < straggler)) {
-          most = n;
-          straggler = rank;
-        }
-      }
+      straggler = MostOftenLast(analysis.rank_arrivals, analysis.one_host, &most);
       if (straggler < 0) {
         return absl::InvalidArgumentError("--straggler-to-median: no collective reached by two ranks");
       }

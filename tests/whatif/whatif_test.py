@@ -155,13 +155,13 @@ def run(build, work, name, program, args):
         ops = [json.loads(line) for line in f if line.strip()]
     preempted = sum(preempted_before(ops).values())
     busy = union_in([(op["start_ns"], op["end_ns"]) for op in ops if op.get("device", 0) == 0], 0, 1 << 62)
-    host = re.search(r"^scaled_sleep_ns (\d+) scaled_spin_ns (\d+)$", p.stdout, re.M)
+    printed = re.search(r"^scaled_sleep_ns (\d+) scaled_spin_ns (\d+)$", p.stdout, re.M)
+    host = (int(printed[1]), int(printed[2])) if printed else None
     if waits_log and os.path.exists(waits_log):  # what the input waits really took
         with open(waits_log) as f:
             waits = [json.loads(line) for line in f if line.strip()]
         host = (sum(w["end_ns"] - w["start_ns"] for w in waits), 0)
-        host = re.match(r"(\d+) (\d+)", f"{host[0]} {host[1]}")
-    return Run(out, report, preempted / STEPS, busy / STEPS, (int(host[1]), int(host[2])) if host else None,
+    return Run(out, report, preempted / STEPS, busy / STEPS, host,
                late_nodes(ops, program.env) / STEPS)
 
 
@@ -325,19 +325,25 @@ def run_ddp(build, work, name, slow_args):
     return out, report, by_rank
 
 
+def truth_arrivals(by_rank):
+    """{(comm, seq): {rank: arrival}} from the ranks' ground truth (an NCCL
+    op's start is its rank's arrival)."""
+    arrivals = collections.defaultdict(dict)
+    for r, ops in by_rank.items():
+        for op in ops:
+            if op["kind"] == "nccl":
+                arrivals[(op["comm"], op["seq"])].setdefault(r, op["start_ns"])
+    return arrivals
+
+
 def rank0_waits(by_rank, slow=None):
     """Rank 0's wait for the last rank in all, from the ground truth (an
     NCCL op's start is its rank's arrival): at every collective instance,
     the latest arrival less rank 0's; with `slow`, as if that rank had
     arrived no later than the instance's median (what --straggler-to-median
     assumes of the others)."""
-    arrivals = collections.defaultdict(dict)
-    for r, ops in by_rank.items():
-        for op in ops:
-            if op["kind"] == "nccl":
-                arrivals[(op["comm"], op["seq"])].setdefault(r, op["start_ns"])
     total = 0
-    for at in arrivals.values():
+    for at in truth_arrivals(by_rank).values():
         if 0 not in at or len(at) < 2:
             continue
         times = dict(at)
@@ -364,12 +370,7 @@ def case_straggler(build, work):
     # ground truth has last most often (on a loaded machine, not always the
     # one the job slowed).
     last = collections.Counter()
-    arrivals = collections.defaultdict(dict)
-    for r, ops in base_truth.items():
-        for op in ops:
-            if op["kind"] == "nccl":
-                arrivals[(op["comm"], op["seq"])].setdefault(r, op["start_ns"])
-    for at in arrivals.values():
+    for at in truth_arrivals(base_truth).values():
         if len(at) >= 2:
             last[max(at, key=at.get)] += 1
     named = [st["rank"] for st in base_report["stragglers"]]
