@@ -24,6 +24,10 @@ struct Unit {
   bool removed = false;  // that wait is dropped
   bool own_ops = false;  // it submitted ops itself (a read-back waits for those)
   int32_t stream = -1;   // a stream synchronize's stream (index into streams), -1: the device
+  // An event synchronize's op: the last op submitted on the event's stream
+  // before the event's latest record (-1: not an event synchronize, or its
+  // event's record is not in the trace: the device's work instead).
+  int32_t event_op = -1;
 };
 
 // Items grouped by a key in [0, groups), in item order: group g's items are
@@ -316,7 +320,11 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
   // event's latest record), -1 none. Between two ops of a stream, several
   // waits keep the dependency that ended last.
   std::vector<int32_t> dep(no, -1);
+  // after_host_func[o]: a host function was enqueued on op o's stream
+  // between the stream's previous op and o.
+  std::vector<bool> after_host_func(no, false);
   {
+    std::vector<bool> host_func(nstreams, false);
     absl::flat_hash_map<uint64_t, int32_t> recorded;  // event handle -> op
     std::vector<int32_t> last_op(nstreams, -1), pending(nstreams, -1);
     for (size_t ui = 0; ui < units.size(); ++ui) {
@@ -325,6 +333,11 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
         const std::string_view name = t.Api(t.calls[c].api).name;
         const bool record = name.find("EventRecord") != std::string_view::npos;
         const bool wait = name.find("StreamWaitEvent") != std::string_view::npos;
+        if (t.Api(t.calls[c].api).category == trace::ApiCategory::kHostFunc) {
+          if (const auto s = stream_of_handle.find(handle_key(c)); s != stream_of_handle.end()) {
+            host_func[s->second] = true;
+          }
+        }
         if (record || wait) {
           const auto s = stream_of_handle.find(handle_key(c));
           const int32_t stream = s == stream_of_handle.end() ? -1 : s->second;
@@ -339,6 +352,8 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
             int32_t& p = pending[stream];
             if (p < 0 || t.ops[r->second].end_ns > t.ops[p].end_ns) p = r->second;
           }
+        } else if (classes[c] == CallClass::kSync && name.find("EventSynchronize") != std::string_view::npos) {
+          if (auto r = recorded.find(t.call_info[c].object); r != recorded.end()) units[ui].event_op = r->second;
         }
         for (uint32_t k = op_begin[c]; k < op_begin[c + 1]; ++k) {
           const uint32_t o = op_list[k];
@@ -349,6 +364,8 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
             ++st.event_waits;
           }
           last_op[stream] = static_cast<int32_t>(o);
+          after_host_func[o] = host_func[stream];
+          host_func[stream] = false;
         }
       }
     }
@@ -373,7 +390,7 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
     SubmittedEnds submitted(nstreams);
     for (size_t ui = 0; ui < units.size(); ++ui) {
       const Unit& u = units[ui];
-      if (u.sync && !u.own_ops) target[ui] = submitted.Before(u.stream);
+      if (u.sync && !u.own_ops) target[ui] = u.event_op >= 0 ? t.ops[u.event_op].end_ns : submitted.Before(u.stream);
       int64_t own = kNone, own_start = kNone;
       for_each_op(ui, [&](uint32_t c, uint32_t o) {
         const DeviceOp& op = t.ops[o];
@@ -383,7 +400,8 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
         if (dep_end != kNone && dep_end >= t.calls[c].enter_ns && dep_end >= prev_end[o]) {
           dep_delay[o] = std::max<int64_t>(0, op.start_ns - dep_end);  // the other stream bound it
         } else if (prev_end[o] != kNone && prev_end[o] >= t.calls[c].enter_ns) {
-          device_delays.push_back(op.start_ns - prev_end[o]);
+          // (not after a host function: that delay is the function's time)
+          if (!after_host_func[o]) device_delays.push_back(op.start_ns - prev_end[o]);
         } else {
           host_delays.push_back(op.start_ns - t.calls[c].enter_ns);
         }
@@ -476,7 +494,7 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
     // The device work a sync unit waits for, replayed (before its own ops,
     // which only a read-back waits for).
     int64_t target2 = kNone;
-    if (u.sync && !u.own_ops) target2 = submitted2.Before(u.stream);
+    if (u.sync && !u.own_ops) target2 = u.event_op >= 0 ? end2[u.event_op] : submitted2.Before(u.stream);
     int64_t own2 = kNone, own_start2 = kNone;
     for_each_op(ui, [&](uint32_t c, uint32_t o) {
       const DeviceOp& op = t.ops[o];
@@ -490,6 +508,12 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
       } else if (prev_end[o] != kNone && prev_end[o] >= a) {  // the stream bound it
         dd = std::max<int64_t>(0, start - prev_end[o] - cut);
         dh = std::min(host_delay_typ, start - a);
+        if (after_host_func[o]) {  // the host function's time, scaled
+          ++st.after_host_func;
+          if (options.scale_host_func != 1.0 && dd > device_delay_min) {
+            dd = device_delay_min + Scale(dd - device_delay_min, options.scale_host_func);
+          }
+        }
       } else {  // its submission bound it
         dh = std::max<int64_t>(0, start - a - cut);
         dd = prev_end[o] == kNone ? 0 : std::min(device_delay_min, start - prev_end[o]);
@@ -503,7 +527,12 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
         s2 = std::max(enter2[head], stream_end2[s] + options.graph_node_ns);
       }
       start2[o] = s2;
-      end2[o] = s2 + (op.end_ns - op.start_ns);
+      int64_t duration = op.end_ns - op.start_ns;
+      if (!options.op_scale.empty() && options.op_scale[o] != 1.0) {
+        duration = std::max<int64_t>(0, Scale(duration, options.op_scale[o]));
+        ++st.ops_scaled;
+      }
+      end2[o] = s2 + duration;
       stream_end2[s] = end2[o];
       own2 = std::max(own2, end2[o]);
       own_start2 = std::max(own_start2, start2[o]);

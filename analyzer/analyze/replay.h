@@ -10,15 +10,18 @@
 //   delay it showed after whichever bound it (the others take the smallest
 //   such delay seen in the trace, or none for the event);
 // - each synchronizing call after the device work it waited for: its own
-//   ops (a read-back), else the latest-ending op submitted before it on its
+//   ops (a read-back), else the op its event's latest record followed (an
+//   event synchronize), else the latest-ending op submitted before it on its
 //   stream (a stream synchronize whose stream the launches identify) or on
 //   the device, returning as long after that op's end as it did in the
 //   trace.
 // - the thread that waits for the device most often leads; every other
 //   thread's calls follow its clock (after their own previous call).
+// - an op after a host function on its stream, after the previous op with
+//   the delay the trace showed (the function's time: the trace has no
+//   record of the function itself);
 // It ignores contention between concurrent kernels, the legacy stream's
-// implicit waits and host functions other than through the measured
-// delays, dependencies between host threads other than the leader's clock,
+// implicit waits, dependencies between host threads other than the leader's clock,
 // clocks and memory effects.
 #pragma once
 
@@ -68,6 +71,14 @@ struct ReplayOptions {
   // trace it waits after whichever constraint bound it (an NCCL kernel no
   // longer waiting for a straggler: StragglerCuts).
   std::vector<int64_t> start_cut;
+  // Per op (indexed like t.ops; empty: none): its duration times this (a
+  // kernel made faster or slower).
+  std::vector<double> op_scale;
+  // Host functions (cuLaunchHostFunc, cuStreamAddCallback): an op that
+  // follows one on its stream, and that its stream bound, waits its delay
+  // beyond the least delay between two ops of a stream times this (the
+  // host function's time; the trace has no record of the function itself).
+  double scale_host_func = 1.0;
 };
 
 struct ReplayStats {
@@ -77,6 +88,8 @@ struct ReplayStats {
   int64_t stretches_captured = 0;  // launch-bound stretches replayed as graphs
   int64_t launches_captured = 0;   // calls of them folded into the graph launch
   int64_t event_waits = 0;         // ops after a cross-stream event wait
+  int64_t ops_scaled = 0;          // ops whose duration op_scale changed
+  int64_t after_host_func = 0;     // ops after a host function that their stream bound
 };
 
 // The timeline of `t` replayed with `options`: every call's, op's, NVTX

@@ -287,5 +287,71 @@ TEST_CASE("an event wait keeps a consumer after its producer", "[replay]") {
   CHECK(checked == kSteps);
 }
 
+// Guards --scale-kernel: the loop's one kernel at half its time, and the
+// synchronize after it returns that much sooner.
+TEST_CASE("a scaled kernel moves what waits for it", "[replay]") {
+  const Timeline t = testing::ReadOrDie(SyncLoop());
+  ReplayOptions o;
+  o.op_scale.assign(t.ops.size(), 0.5);
+  Replayed r = Run(t, o);
+  CHECK(r.stats.ops_scaled == kSteps);
+  for (const DeviceOp& op : r.timeline.ops) CHECK(op.end_ns - op.start_ns == kKernel / 2);
+  // Every step ends with its kernel's end, kKernel / 2 sooner.
+  auto base = AnalyzeTimeline(t, AnalysisOptions{});
+  REQUIRE(base.ok());
+  CHECK(MeanStep(r.report) == MeanStep(*base) - kKernel / 2);
+}
+
+// Each step (4 ms): a 100 us kernel, a host function on its stream, a
+// consumer that starts 3 ms after the kernel ends (the function's time) and
+// a second one 2 us after it, then a synchronize.
+TraceBuilder HostFuncLoop() {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  const uint16_t host_func = b.Api("cuLaunchHostFunc", tf::ApiCategory::kHostFunc, tf::kApiSubmits);
+  constexpr uint64_t kStream = 0xa0;
+  uint64_t external = 1;
+  uint32_t cupti = 1;
+  auto submit = [&](int64_t enter, int64_t start, int64_t end, const char* name) {
+    b.Call(1, api.launch, enter, enter + 5 * kUs, {.correlation = external, .stream = kStream});
+    b.Device(start, end, tf::DeviceOpKind::kKernel, name, cupti, 7);
+    b.Correlate(external++, cupti++);
+  };
+  for (int k = 0; k < kSteps; ++k) {
+    const int64_t s = 1'000'000 + k * 4000 * kUs;
+    b.Range(1, s, s + 4000 * kUs, "step");
+    submit(s, s + 10 * kUs, s + 110 * kUs, "batch");
+    b.Call(1, host_func, s + 6 * kUs, s + 8 * kUs, {.stream = kStream});
+    submit(s + 9 * kUs, s + 3110 * kUs, s + 3310 * kUs, "consume_a");
+    submit(s + 15 * kUs, s + 3312 * kUs, s + 3512 * kUs, "consume_b");
+    b.Call(1, api.sync, s + 21 * kUs, s + 3515 * kUs, {.stream = kStream});
+  }
+  return b;
+}
+
+// Guards --scale-host-func: the consumer after the host function waits
+// half the function's time (its delay beyond the least delay between two
+// ops of the stream, 2 us), the second consumer follows it as before; the
+// delay after a host function is not taken as the stream's least delay.
+TEST_CASE("a scaled host function shortens the wait of the work behind it", "[replay]") {
+  const Timeline t = testing::ReadOrDie(HostFuncLoop());
+  Replayed same = Run(t, ReplayOptions{});
+  CHECK(same.stats.after_host_func == kSteps);
+  for (size_t i = 0; i < t.ops.size(); ++i) CHECK(same.timeline.ops[i].start_ns == t.ops[i].start_ns);
+  ReplayOptions o;
+  o.scale_host_func = 0.5;
+  Replayed r = Run(t, o);
+  const Timeline& x = r.timeline;
+  REQUIRE(x.ops.size() == 3 * kSteps);
+  for (int k = 0; k < kSteps; ++k) {
+    const DeviceOp& batch = x.ops[3 * k];
+    const DeviceOp& a = x.ops[3 * k + 1];
+    const DeviceOp& b = x.ops[3 * k + 2];
+    CHECK(a.start_ns - batch.end_ns == 2 * kUs + (3000 - 2) * kUs / 2);
+    CHECK(b.start_ns - a.end_ns == 2 * kUs);
+  }
+  CHECK(MeanStep(r.report) < MeanStep(same.report) - 1000 * kUs);
+}
+
 }  // namespace
 }  // namespace stallscope::analyzer

@@ -570,6 +570,19 @@ TEST_CASE("whatif predicts from one trace", "[cli]") {
   CHECK(bad.err.find("--remove-sync nowhere.py:12: no hotspot") != std::string::npos);
   CHECK(Lines(bad.err) == 2);
   CHECK(box.Run("whatif '" + trace + "' --scale-host-wait -1").code == 1);
+  for (const char* spec : {"nosuchkernel*=0.5", "*=fast", "=2", "*=-1"}) {
+    CAPTURE(spec);
+    Result k = box.Run("whatif '" + trace + "' --scale-kernel '" + spec + "'");
+    CHECK(k.code == 1);
+    CHECK(k.err.find(std::string("--scale-kernel ") + spec + ": ") != std::string::npos);
+    CHECK(Lines(k.err) == 2);
+  }
+  Result k = box.Run("whatif '" + trace + "' --scale-kernel '*=0.5' --format json");
+  REQUIRE(k.code == 0);
+  const auto kj = nlohmann::json::parse(k.out);
+  CHECK(kj["transformations"][0]["kind"] == "scale_kernel");
+  CHECK(kj["transformations"][0]["changed"].get<int64_t>() > 0);
+  CHECK(kj["predicted"]["mean_step_ns"].get<int64_t>() < kj["baseline"]["mean_step_ns"].get<int64_t>());
 }
 
 // Guards the docs' option tables: docs/analyzer.md holds what

@@ -74,6 +74,17 @@ Runner DeclareWhatIf(CLI::App* app) {
                   "the host's on-CPU time between CUDA calls (host_busy) times X (default 1)")
       ->type_name("X")
       ->check(CLI::Range(0.0, 1e6));
+  app->add_option("--scale-kernel", a->request.scale_kernel,
+                  "kernels whose name matches GLOB (fnmatch, as the report names them) take X times "
+                  "as long (repeatable; a kernel takes the first that matches), e.g. '*gemm*=0.5'")
+      ->type_name("GLOB=X")
+      ->allow_extra_args(false)
+      ->check(NonEmpty("GLOB=X"));
+  app->add_option("--scale-host-func", a->request.scale_host_func,
+                  "host functions enqueued on streams (cudaLaunchHostFunc, stream callbacks) take X "
+                  "times as long; the work queued after them waits that much (default 1)")
+      ->type_name("X")
+      ->check(CLI::Range(0.0, 1e6));
   a->launch_cost =
       app->add_option("--launch-cost", a->launch_cost_ns,
                       "capture the launch-bound stretches in CUDA graphs: one launch per stretch, "

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include <fnmatch.h>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -114,6 +116,53 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
       w.transformations.push_back({"remove_sync", SiteName(h) + " (" + h.fingerprint + ")", calls});
     }
   }
+  std::vector<std::pair<std::string, double>> kernel_scales;
+  for (const std::string& spec : request.scale_kernel) {
+    const size_t eq = spec.rfind('=');
+    double x = 0;
+    if (eq == std::string::npos || eq == 0 || !absl::SimpleAtod(spec.substr(eq + 1), &x) || !(x >= 0) ||
+        !std::isfinite(x)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--scale-kernel %s: not GLOB=X (a kernel name pattern and a factor of 0 or more)", spec));
+    }
+    kernel_scales.emplace_back(spec.substr(0, eq), x);
+  }
+  if (!kernel_scales.empty()) {
+    ro.op_scale.assign(t.ops.size(), 1.0);
+    std::vector<int64_t> matched(kernel_scales.size(), 0);
+    absl::flat_hash_map<uint32_t, int32_t> rule_of_name;  // string id -> rule (-1: none)
+    for (size_t o = 0; o < t.ops.size(); ++o) {
+      if (t.ops[o].kind != trace::DeviceOpKind::kKernel) continue;
+      const uint32_t name = t.op_info[o].name;
+      auto [it, added] = rule_of_name.try_emplace(name, -1);
+      if (added) {
+        const std::string n(t.String(name));
+        for (size_t k = 0; k < kernel_scales.size(); ++k) {
+          if (fnmatch(kernel_scales[k].first.c_str(), n.c_str(), 0) == 0) {
+            it->second = static_cast<int32_t>(k);
+            break;
+          }
+        }
+      }
+      if (it->second >= 0) {
+        ro.op_scale[o] = kernel_scales[it->second].second;
+        ++matched[it->second];
+      }
+    }
+    for (size_t k = 0; k < kernel_scales.size(); ++k) {
+      if (matched[k] == 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "--scale-kernel %s: no kernel of the trace matches %s", request.scale_kernel[k],
+            kernel_scales[k].first));
+      }
+    }
+    for (size_t k = 0; k < kernel_scales.size(); ++k) {
+      w.transformations.push_back({"scale_kernel",
+                                   absl::StrCat(kernel_scales[k].first, " × ", Factor(kernel_scales[k].second)),
+                                   matched[k]});
+    }
+  }
+  ro.scale_host_func = request.scale_host_func;
   ro.scale_host_wait = request.scale_host_wait;
   ro.scale_host_busy = request.scale_host_busy;
   ro.graph_node_ns = request.launch_cost_ns;
@@ -184,6 +233,9 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
   if (request.scale_host_busy != 1.0) {
     w.transformations.push_back({"scale_host_busy", Factor(request.scale_host_busy), stats.gaps_scaled});
   }
+  if (request.scale_host_func != 1.0) {
+    w.transformations.push_back({"scale_host_func", Factor(request.scale_host_func), stats.after_host_func});
+  }
   if (request.straggler_to_median) {
     w.transformations.push_back({"straggler_to_median",
                                  absl::StrFormat("rank %d at the median arrival", straggler),
@@ -214,8 +266,9 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
       "device ops keep their durations; ops on different streams do not contend",
       "an op starts after its submitting call, the previous op of its stream and the op a "
       "cross-stream event wait names, with the delay the trace showed after whichever bound it",
-      "a synchronizing call waits for its own ops, or the latest-ending op submitted before it on "
-      "its stream or device, and returns as long after it as in the trace",
+      "a synchronizing call waits for its own ops, or the op its event's latest record followed, or "
+      "the latest-ending op submitted before it on its stream or device, and returns as long after "
+      "it as in the trace",
       "the thread that waits for the device most often leads; other threads' calls follow its "
       "clock (helpers woken by the work it hands them), and its waits for them keep their length",
       absl::StrFormat("host gaps of at least %s are host time (scaled); shorter ones are launch "
@@ -234,6 +287,16 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
         "between its launches is the framework's launch path, which a graph's replay skips; its "
         "kernels keep their durations");
   }
+  if (!kernel_scales.empty()) {
+    w.assumptions.push_back(
+        "a scaled kernel's duration is its traced duration times the factor; what follows it moves "
+        "with it");
+  }
+  if (request.scale_host_func != 1.0) {
+    w.assumptions.push_back(
+        "an op after a host function on its stream waited the function's time: its delay beyond the "
+        "least delay between two ops of a stream is scaled");
+  }
   if (stats.gaps_without_cpu > 0) {
     w.assumptions.push_back(absl::StrFormat(
         "%d host gaps had no CPU samples: taken as off-CPU (host_wait)", stats.gaps_without_cpu));
@@ -249,6 +312,12 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
   }
   if (request.scale_host_busy != 1.0) {
     change.push_back(absl::StrCat("host work × ", Factor(request.scale_host_busy)));
+  }
+  for (const auto& [glob, x] : kernel_scales) {
+    change.push_back(absl::StrCat("kernels ", glob, " × ", Factor(x)));
+  }
+  if (request.scale_host_func != 1.0) {
+    change.push_back(absl::StrCat("host functions × ", Factor(request.scale_host_func)));
   }
   if (request.straggler_to_median) {
     change.push_back(absl::StrFormat("rank %d arriving at the median rank's time", straggler));
@@ -292,6 +361,8 @@ std::string RenderWhatIfText(const WhatIf& w) {
                           x.kind == "remove_sync"           ? "calls"
                           : x.kind == "launch_cost"         ? "launch calls folded"
                           : x.kind == "straggler_to_median" ? "collective kernels moved"
+                          : x.kind == "scale_kernel"        ? "kernels"
+                          : x.kind == "scale_host_func"     ? "ops after a host function"
                                                             : "host gaps");
   }
   if (w.transformations.empty()) s += "  none\n";

@@ -28,6 +28,12 @@ struct WhatIfRequest {
   // A distributed run: the report's first straggler reaches every
   // collective no later than the median rank (StragglerCuts).
   bool straggler_to_median = false;
+  // Kernels whose duration changes: GLOB=X (GLOB an fnmatch pattern on the
+  // kernel's name as the trace has it, X the factor), repeatable; a kernel
+  // takes the first that matches.
+  std::vector<std::string> scale_kernel;
+  // Host functions enqueued on streams: their time times X.
+  double scale_host_func = 1.0;
 };
 
 
@@ -51,7 +57,8 @@ struct WhatIf {
   std::string next_limit;  // the predicted run's largest idle cause, or "gpu_busy"
   struct Transformation {
     std::string kind;    // remove_sync | scale_host_wait | scale_host_busy | launch_cost | straggler_to_median
-    std::string target;  // the site (FILE:LINE) or fingerprint; the factor; the node cost
+                         // | scale_kernel | scale_host_func
+    std::string target;  // the site (FILE:LINE) or fingerprint; the factor; the node cost; GLOB × X
     int64_t calls = 0;   // calls (or host gaps) it changed
   };
   std::vector<Transformation> transformations;

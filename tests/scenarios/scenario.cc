@@ -5,13 +5,15 @@
 //
 //   scenario --scenario NAME [--steps N] [--no-nvtx] [--seed S]
 //            [--no-sync] [--wait-scale X] [--busy-scale X] [--graph]
+//            [--host-func-scale X]
 //
-// The last four make what `stallscope whatif` predicts real
+// The last five make what `stallscope whatif` predicts real
 // (tests/whatif): --no-sync leaves out the scenario's synchronizing calls
 // (the `// STALL:` lines), --wait-scale and --busy-scale multiply every
 // sleep and every spin of 50 us or more (the host time whatif's
 // --scale-host-wait and --scale-host-busy scale; shorter ones are launch
-// dispatch, which they keep), and --graph captures the step's kernels of
+// dispatch, which they keep), --host-func-scale multiplies host_func's
+// host function's 3 ms (whatif's --scale-host-func), and --graph captures the step's kernels of
 // the launch-bound scenarios (small_batches, light_model) once, before the
 // steps, and launches that CUDA graph every step after one dispatch
 // (whatif's --launch-cost).
@@ -27,6 +29,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -105,6 +108,20 @@ void SpinUs(long us, bool yield = false) {
     clock_gettime(CLOCK_MONOTONIC, &t);
   } while ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 < us);
   if (scaled) g_scaled_spin_ns += NowNs() - start;
+}
+
+// --host-func-scale: host_func's host function takes 3 ms times this; what
+// its calls really took (printed at the end, for the same reason).
+double g_host_func_scale = 1.0;
+std::atomic<long long> g_host_func_ns{0};
+
+void HostFunction(void*) {
+  const long long t0 = NowNs();
+  const long us = std::lround(3000.0 * g_host_func_scale);
+  timespec ts{us / 1000000, (us % 1000000) * 1000};
+  while (us > 0 && nanosleep(&ts, &ts) != 0) {
+  }
+  g_host_func_ns += NowNs() - t0;
 }
 
 // Deterministic jitter (a 64-bit LCG; the same seed gives the same run).
@@ -343,7 +360,7 @@ int Run(const Options& o) {
       // host buffer) takes 3 ms; the kernels queued after it wait for it
       // while the host goes on: a device-side dependency, not a host stall.
       Launch(j.f("batch_load"), j.stream);
-      Check(cuLaunchHostFunc(j.stream, [](void*) { SleepUs(3000); }, nullptr), "cuLaunchHostFunc");
+      Check(cuLaunchHostFunc(j.stream, HostFunction, nullptr), "cuLaunchHostFunc");
       Launch(j.f("consume_a"), j.stream);
       Launch(j.f("consume_b"), j.stream);
     } else if (s == "clean") {
@@ -363,6 +380,7 @@ int Run(const Options& o) {
   }
   std::printf("scenario %s: %d steps (%g)\n", s.c_str(), o.steps, sink);
   std::printf("scaled_sleep_ns %lld scaled_spin_ns %lld\n", g_scaled_sleep_ns, g_scaled_spin_ns);
+  if (s == "host_func") std::printf("host_func_ns %lld\n", g_host_func_ns.load());
   if (graph != nullptr) cuGraphExecDestroy(graph);
   std::free(pageable);
   cuMemFree(buf);
@@ -391,6 +409,7 @@ Options Parse(int argc, char** argv) {
     else if (a == "--wait-scale") g_wait_scale = std::atof(value());
     else if (a == "--busy-scale") g_busy_scale = std::atof(value());
     else if (a == "--graph") o.graph = true;
+    else if (a == "--host-func-scale") g_host_func_scale = std::atof(value());
     else {
       std::fprintf(stderr, "scenario: unknown option %s\n", a.c_str());
       std::exit(2);
@@ -398,7 +417,7 @@ Options Parse(int argc, char** argv) {
   }
   if (o.scenario.empty()) {
     std::fprintf(stderr, "usage: scenario --scenario NAME [--steps N] [--no-nvtx] [--seed S] [--no-sync] "
-                         "[--wait-scale X] [--busy-scale X] [--graph]\n");
+                         "[--wait-scale X] [--busy-scale X] [--graph] [--host-func-scale X]\n");
     std::exit(2);
   }
   return o;

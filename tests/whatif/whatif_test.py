@@ -34,6 +34,7 @@ compares:
     whatif_test.py --build DIR --case NAME     (whatif_test.py --list)
 """
 import collections
+import fnmatch
 import glob
 import json
 import os
@@ -118,15 +119,27 @@ class SmallPython:
                 "--markers"] + extra + args
 
 
+class CudaTrainLoop(TrainLoop):
+    """examples/cuda_train_loop.cu (CUDA C++, runtime API, built with nvcc),
+    STEPS marked steps, the kernel durations of TrainLoop."""
+    source = os.path.join(ROOT, "examples", "cuda_train_loop.cu")
+
+    def command(self, build, args):
+        exe = os.path.join(build, "bin", "cuda_train_loop")
+        if not os.path.exists(exe):
+            raise Skip("bin/cuda_train_loop not built (no nvcc)")
+        return [exe, "--steps", str(STEPS)] + args
+
+
 class Scenario:
     """One of tests/scenarios' jobs (scenario.cc), STEPS marked steps, with
     the scenarios' kernel durations; --no-sync, --wait-scale and
     --busy-scale make the changes real."""
     source = os.path.join(ROOT, "tests", "scenarios", "scenario.cc")
 
-    def __init__(self, name):
+    def __init__(self, name, kernels=scenarios.KERNELS):
         self.name = name
-        self.env = {"SIMGPU_KERNEL_US": scenarios.KERNELS}
+        self.env = dict({"SIMGPU_KERNEL_US": kernels}, **scenarios.SCENARIOS[name].get("env", {}))
 
     def command(self, build, args):
         exe = os.path.join(build, "bin", "scenario")
@@ -135,11 +148,13 @@ class Scenario:
         return [exe, "--scenario", self.name, "--steps", str(STEPS)] + args
 
 
-def run(build, work, name, program, args):
+def run(build, work, name, program, args, scale_kernels=None):
     """Runs `program` with `args` under stallscope; (trace folder, report,
     the truth's preemption of the launching thread per step, the truth's
-    device busy time per step, the (sleep, spin) ns the program says its
-    scaled host time took, or None)."""
+    device busy time per step (with the kernels that `scale_kernels`,
+    {glob: factor}, matches at their duration times the factor: what the
+    change asks of them), the (sleep, spin, host function) ns the program
+    says its scaled host time took, or None)."""
     out = os.path.join(work, name)
     env = dict(os.environ, SIMGPU_TRACE=os.path.join(work, f"truth-{name}-%p.jsonl"), **program.env)
     waits_log = os.path.join(work, f"waits-{name}.jsonl") if isinstance(program, SmallPython) else None
@@ -154,13 +169,20 @@ def run(build, work, name, program, args):
     with open(truths[0]) as f:
         ops = [json.loads(line) for line in f if line.strip()]
     preempted = sum(preempted_before(ops).values())
-    busy = union_in([(op["start_ns"], op["end_ns"]) for op in ops if op.get("device", 0) == 0], 0, 1 << 62)
+    def factor(op):
+        for glob, x in (scale_kernels or {}).items():
+            if op["kind"] == "kernel" and fnmatch.fnmatchcase(op.get("name", ""), glob):
+                return x
+        return 1
+    busy = union_in([(op["start_ns"], op["start_ns"] + factor(op) * (op["end_ns"] - op["start_ns"]))
+                     for op in ops if op.get("device", 0) == 0], 0, 1 << 62)
     printed = re.search(r"^scaled_sleep_ns (\d+) scaled_spin_ns (\d+)$", p.stdout, re.M)
-    host = (int(printed[1]), int(printed[2])) if printed else None
+    host_func = re.search(r"^host_func_ns (\d+)$", p.stdout, re.M)
+    host = (int(printed[1]), int(printed[2]), int(host_func[1]) if host_func else 0) if printed else None
     if waits_log and os.path.exists(waits_log):  # what the input waits really took
         with open(waits_log) as f:
             waits = [json.loads(line) for line in f if line.strip()]
-        host = (sum(w["end_ns"] - w["start_ns"] for w in waits), 0)
+        host = (sum(w["end_ns"] - w["start_ns"] for w in waits), 0, 0)
     return Run(out, report, preempted / STEPS, busy / STEPS, host,
                late_nodes(ops, program.env) / STEPS)
 
@@ -197,8 +219,12 @@ def mean_idle(report):
     return sum(s["gpu_idle_ns"] for s in steps) / len(steps)
 
 
-def compare(build, work, base_args, changed_args, transform, program=TrainLoop()):
-    b = run(build, work, "base", program, base_args)
+def compare(build, work, base_args, changed_args, transform, program=TrainLoop(), changed_program=None,
+            scale_kernels=None):
+    """`changed_program`: the changed run's program, when the change is in
+    its environment (a kernel's time); `scale_kernels`: {glob: factor} of
+    that change, for the device busy time the changed run should have."""
+    b = run(build, work, "base", program, base_args, scale_kernels)
     base, base_report, base_pre, base_busy, base_host = b.out, b.report, b.preempted, b.busy, b.host
     w = json.loads(stallscope(build, ["whatif", base, "--format", "json"] + transform))
     for key in ("baseline", "predicted", "transformations", "assumptions"):
@@ -214,18 +240,18 @@ def compare(build, work, base_args, changed_args, transform, program=TrainLoop()
         saving = w["baseline"]["mean_step_ns"] - w["predicted"]["mean_step_ns"]
         check(h[0].get("predicted_saving_ns") == saving,
               f"the report predicts {h[0].get('predicted_saving_ns')} ns saved per step, whatif {saving}")
-    c = run(build, work, "changed", program, changed_args)
+    c = run(build, work, "changed", changed_program or program, changed_args)
     changed_report, changed_pre, changed_busy, changed_host = c.report, c.preempted, c.busy, c.host
     measured, predicted = mean_step(changed_report), w["predicted"]["mean_step_ns"]
     host_off = 0
     if base_host or changed_host:  # a change to none or from none prints one side only
-        base_host, changed_host = base_host or (0, 0), changed_host or (0, 0)
-        factor = {"--scale-host-wait": 1.0, "--scale-host-busy": 1.0}
+        base_host, changed_host = base_host or (0, 0, 0), changed_host or (0, 0, 0)
+        flags = ("--scale-host-wait", "--scale-host-busy", "--scale-host-func")
+        factor = dict.fromkeys(flags, 1.0)
         for flag, value in zip(transform, transform[1:]):
             if flag in factor:
                 factor[flag] = float(value)
-        host_off = (abs(changed_host[0] - factor["--scale-host-wait"] * base_host[0])
-                    + abs(changed_host[1] - factor["--scale-host-busy"] * base_host[1])) / STEPS
+        host_off = sum(abs(changed_host[k] - factor[f] * base_host[k]) for k, f in enumerate(flags)) / STEPS
     allowance = (base_pre + changed_pre + abs(changed_busy - base_busy) + host_off + c.late_nodes) / measured
     error = (predicted - measured) / measured
     idle_error = (w["predicted"]["gpu_idle_ns"] / len(w["predicted"]["step_ns"]) - mean_idle(changed_report)) / measured
@@ -275,6 +301,21 @@ def case_torch_remove_item(build, work):
             TorchTrain())
 
 
+def case_cuda_remove_readback(build, work):
+    """The runtime-API loop with its loss reduced on a second stream that
+    waits for the training stream's event: the read-back removed."""
+    program = CudaTrainLoop()
+    line = checks.marker_line(program.source, "// STALL:readback")
+    compare(build, work, ["--two-streams", "--readback"], ["--two-streams"],
+            ["--remove-sync", f"cuda_train_loop.cu:{line}"], program)
+
+
+def case_cuda_input_half(build, work):
+    program = CudaTrainLoop()
+    compare(build, work, ["--two-streams", "--input-us", "6000"], ["--two-streams", "--input-us", "3000"],
+            ["--scale-host-wait", "0.5"], program)
+
+
 def case_graph(build, work):
     """Launch-bound: 42 short kernels a step, each after 10 us of dispatch
     work; predicted with --launch-cost at the simulator's node cost over
@@ -295,25 +336,54 @@ def case_graph(build, work):
           f"expected the {STEPS * 42} launches of {STEPS} steps in {stretches} stretches: {x}")
 
 
-DDP_KERNELS = "*gemm_fwd*=400,*gemm_bwd*=300,*=20"
-DDP_WORLD, DDP_SLOW, DDP_STEPS = 2, 1, 30
+DDP_WORLD, DDP_SLOW = 2, 1
 
 
-def run_ddp(build, work, name, slow_args):
-    """DDP_WORLD ranks of examples/ddp_train under stallscope; (folder, the
-    report over it (rank 0's steps), every rank's ground-truth ops by rank)."""
-    exe = os.path.join(build, "bin", "ddp_train")
-    if not os.path.exists(exe):
-        raise Skip("bin/ddp_train not built")
+class DdpTrain:
+    """DDP_WORLD ranks of examples/ddp_train (C++, driver API and NCCL),
+    rank DDP_SLOW waiting 3 ms more for its input before every step."""
+    steps = 30
+    env = {"SIMGPU_KERNEL_US": "*gemm_fwd*=400,*gemm_bwd*=300,*=20"}
+    slow_args = ["--slow-rank", str(DDP_SLOW), "--slow-us", "3000"]
+
+    def command(self, build, slow_args):
+        exe = os.path.join(build, "bin", "ddp_train")
+        if not os.path.exists(exe):
+            raise Skip("bin/ddp_train not built")
+        return [os.path.join(ROOT, "scripts", "launch-ranks"), "-n", str(DDP_WORLD), "--", exe, "--steps",
+                str(self.steps), "--buckets", "2", "--grad-bytes", str(2 << 20)] + slow_args
+
+
+class TorchDdp:
+    """examples/torch_ddp.py: PyTorch DistributedDataParallel under torchrun
+    on the simulated NCCL (the framework environment), DDP_WORLD ranks, rank
+    DDP_SLOW waiting 10 ms more for each batch; GEMMs at 0.5 TFLOP/s, so
+    that a step's device work (about 6 ms) outlasts its host work, which
+    two ranks' Python on two cores stretch as the machine lets them."""
+    steps = 16
+    env = {"SIMGPU_GEMM_TFLOPS": "0.5", "SIMGPU_KERNEL_US": "*sin_kernel*=3,*=20"}
+    slow_args = ["--slow-rank", str(DDP_SLOW), "--slow-ms", "10"]
+
+    def command(self, build, slow_args):
+        venv = os.environ.get("STALLSCOPE_FRAMEWORKS_VENV") or os.path.join(ROOT, "build", "frameworks-venv")
+        py = os.path.join(venv, "bin", "python")
+        if not os.access(py, os.X_OK):
+            raise Skip(f"no framework environment at {venv} (scripts/setup-frameworks makes it)")
+        return [py, "-m", "torch.distributed.run", "--nproc-per-node", str(DDP_WORLD),
+                os.path.join(ROOT, "examples", "torch_ddp.py"), "--steps", str(self.steps)] + slow_args
+
+
+def run_ddp(build, work, name, program, slow_args):
+    """DDP_WORLD ranks of `program` under stallscope; (folder, the report
+    over it (rank 0's steps), every rank's ground-truth ops by rank)."""
     out = os.path.join(work, name)
-    env = dict(os.environ, SIMGPU_TRACE=os.path.join(work, f"truth-{name}-%p.jsonl"), SIMGPU_KERNEL_US=DDP_KERNELS)
-    cmd = [os.path.join(build, "bin", "stallscope"), "run", "--sim", "-q", "--out", out, "--",
-           os.path.join(ROOT, "scripts", "launch-ranks"), "-n", str(DDP_WORLD), "--", exe, "--steps", str(DDP_STEPS),
-           "--buckets", "2", "--grad-bytes", str(2 << 20)] + slow_args
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, SIMGPU_TRACE=os.path.join(work, f"truth-{name}-%p.jsonl"), **program.env)
+    cmd = [os.path.join(build, "bin", "stallscope"), "run", "--sim", "-q", "--out", out, "--"] + \
+        program.command(build, slow_args)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     check(p.returncode == 0, f"{' '.join(cmd)} exited {p.returncode}: {p.stderr[-2000:]}")
     report = json.loads(stallscope(build, ["report", out, "--format", "json", "--no-predict"]))
-    check(len(report["steps"]) == DDP_STEPS, f"{name}: {len(report['steps'])} steps, expected {DDP_STEPS}")
+    check(len(report["steps"]) == program.steps, f"{name}: {len(report['steps'])} steps, expected {program.steps}")
     by_rank = {}
     for path in glob.glob(os.path.join(work, f"truth-{name}-*.jsonl")):
         with open(path) as f:
@@ -336,15 +406,20 @@ def truth_arrivals(by_rank):
     return arrivals
 
 
-def rank0_waits(by_rank, slow=None):
-    """Rank 0's wait for the last rank in all, from the ground truth (an
-    NCCL op's start is its rank's arrival): at every collective instance,
-    the latest arrival less rank 0's; with `slow`, as if that rank had
-    arrived no later than the instance's median (what --straggler-to-median
-    assumes of the others)."""
+def rank0_waits(by_rank, report, slow=None):
+    """Rank 0's wait for the last rank in all, inside its steps (`report`'s:
+    the collectives rank 0 submitted between its first step's host start and
+    its last step's end; start-up's, NCCL's rendezvous and the first
+    broadcasts, are in none), from the ground truth (an NCCL op's start is
+    its rank's arrival): at every collective instance, the latest arrival
+    less rank 0's; with `slow`, as if that rank had arrived no later than
+    the instance's median (what --straggler-to-median assumes of the
+    others)."""
+    lo, hi = report["steps"][0]["host_start_ns"], report["steps"][-1]["end_ns"]
+    inside = {(op["comm"], op["seq"]) for op in by_rank[0] if op["kind"] == "nccl" and lo <= op["queued_ns"] < hi}
     total = 0
-    for at in truth_arrivals(by_rank).values():
-        if 0 not in at or len(at) < 2:
+    for key, at in truth_arrivals(by_rank).items():
+        if key not in inside or 0 not in at or len(at) < 2:
             continue
         times = dict(at)
         if slow is not None and slow in times:
@@ -354,18 +429,19 @@ def rank0_waits(by_rank, slow=None):
     return total
 
 
-def case_straggler(build, work):
-    """A data-parallel job (3 ranks of ddp_train) whose rank 1 waits 3 ms
-    for input before every step: --straggler-to-median predicts rank 0's
-    step time with that rank as early as the median, then the job runs
-    without the slow rank. Beside the machine's terms of every case (rank
+def straggler(build, work, program):
+    """A data-parallel job (DDP_WORLD ranks of `program`) whose rank DDP_SLOW
+    waits longer for input before every step: --straggler-to-median predicts
+    rank 0's step time with that rank as early as the median, then the job
+    runs without the slow rank. Beside the machine's terms of every case (rank
     0's preemption, the change in its device busy time), the allowance has
     how far rank 0's wait for the last rank in the changed run is from the
     wait the prediction keeps (the other ranks' arrivals as in the
     baseline, from the baseline's ground truth): on two cores three ranks
     arrive as the machine lets them, which no trace of another run can
     tell."""
-    base, base_report, base_truth = run_ddp(build, work, "base", ["--slow-rank", str(DDP_SLOW), "--slow-us", "3000"])
+    steps = program.steps
+    base, base_report, base_truth = run_ddp(build, work, "base", program, program.slow_args)
     # The rank whatif takes: the report's first straggler, else the rank the
     # ground truth has last most often (on a loaded machine, not always the
     # one the job slowed).
@@ -384,7 +460,7 @@ def case_straggler(build, work):
     check(len(x) == 1 and x[0]["target"].startswith(f"rank {want} ") and x[0]["changed"] > 0,
           f"transformations {w['transformations']}, expected rank {want} (stragglers {named}, last "
           f"arrivals {dict(last)})")
-    _, changed_report, changed_truth = run_ddp(build, work, "changed", [])
+    _, changed_report, changed_truth = run_ddp(build, work, "changed", program, [])
     measured, predicted = mean_step(changed_report), w["predicted"]["mean_step_ns"]
     # Inside rank 0's steps only: start-up (NCCL's rendezvous, three ranks
     # starting on two cores) is in no step.
@@ -395,9 +471,9 @@ def case_straggler(build, work):
         return (sum(pre[id(op)] for op in ops if lo <= op["queued_ns"] < hi),
                 union_in([(op["start_ns"], op["end_ns"]) for op in ops if op["kind"] != "nccl"], lo, hi))
     (pre_b, busy_b), (pre_c, busy_c) = in_steps(base_report, base_truth), in_steps(changed_report, changed_truth)
-    pre = (pre_b + pre_c) / DDP_STEPS
-    busy = [busy_b / DDP_STEPS, busy_c / DDP_STEPS]
-    waits = abs(rank0_waits(changed_truth) - rank0_waits(base_truth, DDP_SLOW)) / DDP_STEPS
+    pre = (pre_b + pre_c) / steps
+    busy = [busy_b / steps, busy_c / steps]
+    waits = abs(rank0_waits(changed_truth, changed_report) - rank0_waits(base_truth, base_report, DDP_SLOW)) / steps
     allowance = (pre + abs(busy[1] - busy[0]) + waits) / measured
     error = (predicted - measured) / measured
     print(f"--straggler-to-median: baseline {mean_step(base_report) / 1e3:.1f} us, predicted {predicted / 1e3:.1f} us, "
@@ -408,6 +484,15 @@ def case_straggler(build, work):
     check(abs(error) <= 0.03 + allowance,
           f"predicted {predicted:.0f} ns, measured {measured:.0f} ns: error {100 * error:+.2f}% "
           f"(allowed 3% + {100 * allowance:.2f}% for the machine); {w['headline']}")
+
+
+def case_straggler(build, work):
+    straggler(build, work, DdpTrain())
+
+
+def case_torch_ddp_straggler(build, work):
+    """The PyTorch multi-rank run."""
+    straggler(build, work, TorchDdp())
 
 
 def small_python_cases(name, tag):
@@ -462,6 +547,15 @@ CASES["scenario_jitter"] = scenario_case("jitter", lambda p: ["--scale-host-wait
 CASES["scenario_busy_host"] = scenario_case("busy_host", lambda p: ["--scale-host-busy", "0.5"],
                                             ["--busy-scale", "0.5"])
 CASES["scenario_clean"] = scenario_case("clean", lambda p: [], [])
+# A kernel on another device that the work stream waits for (an event
+# wait) made twice as fast: the changed run's kernel times say so.
+CASES["scenario_cross_stream"] = lambda build, work: compare(
+    build, work, [], [], ["--scale-kernel", "producer_long=0.5"], Scenario("cross_stream"),
+    Scenario("cross_stream", scenarios.KERNELS.replace("producer_long=3000", "producer_long=1500")),
+    {"producer_long": 0.5})
+# A host function on the work stream at half its time.
+CASES["scenario_host_func"] = scenario_case("host_func", lambda p: ["--scale-host-func", "0.5"],
+                                            ["--host-func-scale", "0.5"])
 # The launch-bound ones: their step's kernels captured once and launched as
 # a CUDA graph (scenario --graph), predicted at the default node cost (the
 # simulator's default too: SIMGPU_GRAPH_NODE_US 0.5).
