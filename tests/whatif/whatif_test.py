@@ -90,12 +90,15 @@ class TorchTrain:
     source = os.path.join(ROOT, "examples", "torch_train.py")
     env = {"SIMGPU_GEMM_TFLOPS": "2", "SIMGPU_KERNEL_US": "*sin_kernel*=3,*=20"}
 
-    def command(self, build, args):
+    logs_waits = True
+
+    def command(self, build, args, waits_log=None):
         venv = os.environ.get("STALLSCOPE_FRAMEWORKS_VENV") or os.path.join(ROOT, "build", "frameworks-venv")
         py = os.path.join(venv, "bin", "python")
         if not os.access(py, os.X_OK):
             raise Skip(f"no framework environment at {venv} (scripts/setup-frameworks makes it)")
-        return [py, self.source, "--steps", str(STEPS), "--markers", "nvtx"] + args
+        extra = ["--log-waits", waits_log] if waits_log else []
+        return [py, self.source, "--steps", str(STEPS), "--markers", "nvtx"] + extra + args
 
 
 class SmallPython:
@@ -104,6 +107,7 @@ class SmallPython:
     stallscope.step(); kernels long enough that the device sets the pace
     (as tests/frameworks). Each input wait's real length is logged
     (--log-waits), for the allowance."""
+    logs_waits = True
 
     def __init__(self, name):
         self.source = os.path.join(ROOT, "examples", name)
@@ -157,7 +161,7 @@ def run(build, work, name, program, args, scale_kernels=None):
     says its scaled host time took, or None)."""
     out = os.path.join(work, name)
     env = dict(os.environ, SIMGPU_TRACE=os.path.join(work, f"truth-{name}-%p.jsonl"), **program.env)
-    waits_log = os.path.join(work, f"waits-{name}.jsonl") if isinstance(program, SmallPython) else None
+    waits_log = os.path.join(work, f"waits-{name}.jsonl") if getattr(program, "logs_waits", False) else None
     cmd = [os.path.join(build, "bin", "stallscope"), "run", "--sim", "-q", "--out", out, "--"] + \
         (program.command(build, args, waits_log) if waits_log else program.command(build, args))
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
@@ -314,6 +318,12 @@ def case_cuda_input_half(build, work):
     program = CudaTrainLoop()
     compare(build, work, ["--two-streams", "--input-us", "6000"], ["--two-streams", "--input-us", "3000"],
             ["--scale-host-wait", "0.5"], program)
+
+
+def case_torch_input_half(build, work):
+    """The real PyTorch loop waiting 24 ms for each batch (a step's device
+    work is about 13 ms), then 12 ms (twice the workers)."""
+    compare(build, work, ["--input-ms", "24"], ["--input-ms", "12"], ["--scale-host-wait", "0.5"], TorchTrain())
 
 
 def case_graph(build, work):
