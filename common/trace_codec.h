@@ -62,10 +62,11 @@ STALLSCOPE_CHUNK_TYPES(STALLSCOPE_CHUNK_RECORD)
 // encoder pads its entries and every record is a multiple of 8) is at
 // `payload`, with the checksum of format `version`.
 inline ChunkHeader MakeChunkHeader(uint16_t version, ChunkType type, uint32_t tid, uint32_t count,
-                                   const void* payload, size_t bytes) {
+                                   const void* payload, size_t bytes, uint16_t encoding = 0) {
   ChunkHeader h{};
   h.magic = kChunkMagic;
   h.type = static_cast<uint16_t>(type);
+  h.encoding = encoding;
   h.tid = tid;
   h.count = count;
   h.payload_bytes = static_cast<uint32_t>(bytes);
@@ -140,10 +141,10 @@ void EncodeApi(Bytes* out, uint16_t api, uint8_t category, uint16_t flags, std::
 // padded to 8 bytes first.
 template <typename Bytes>
 void EncodeChunk(Bytes* out, uint16_t version, ChunkType type, uint32_t tid, uint32_t count,
-                 Bytes payload) {
+                 Bytes payload, uint16_t encoding = 0) {
   PadEntry(&payload);
   const ChunkHeader h =
-      MakeChunkHeader(version, type, tid, count, payload.data(), payload.size());
+      MakeChunkHeader(version, type, tid, count, payload.data(), payload.size(), encoding);
   AppendBytes(out, &h, sizeof h);
   AppendBytes(out, payload.data(), payload.size());
 }

@@ -20,14 +20,18 @@
 namespace stallscope::trace {
 
 inline constexpr char kMagic[8] = {'S', 'T', 'L', 'S', 'C', 'O', 'P', 'E'};
-// Version 3: chunk checksums by XXH3 (ChunkChecksum); version 2 (FNV-1a in
-// four lanes) and version 1 (one lane) files are still read.
-inline constexpr uint16_t kVersion = 3;
+// Version 4: chunks may be packed (ChunkHeader::encoding, common/
+// trace_pack.h). Version 3: chunk checksums by XXH3 (ChunkChecksum);
+// version 2 (FNV-1a in four lanes) and version 1 (one lane) files are still
+// read.
+inline constexpr uint16_t kVersion = 4;
 // A writer sets `oldest_reader` to the oldest reader version able to read its
-// files (kWriterOldestReader: a version-1 reader would reject every chunk's
-// checksum). A reader accepts a file when `oldest_reader <= kVersion` and
-// `version >= kOldestSupported` (files older than that it no longer reads).
-inline constexpr uint16_t kWriterOldestReader = 3;
+// files (kWriterOldestReader: a version-3 reader would take a packed chunk's
+// bytes for records; a writer that packs nothing may say 3). A reader
+// accepts a file when `oldest_reader <= kVersion` and `version >=
+// kOldestSupported` (files older than that it no longer reads).
+inline constexpr uint16_t kWriterOldestReader = 4;
+inline constexpr uint16_t kUnpackedOldestReader = 3;
 inline constexpr uint16_t kOldestSupported = 1;
 inline constexpr uint32_t kChunkMagic = 0x4b4e4843;  // "CHNK" little-endian
 inline constexpr const char* kFileSuffix = ".sstrace";
@@ -88,7 +92,7 @@ enum class ChunkType : uint16_t {
 struct ChunkHeader {
   uint32_t magic;  // kChunkMagic
   uint16_t type;   // ChunkType
-  uint16_t reserved;
+  uint16_t encoding;  // ChunkEncoding (trace_pack.h); 0 (raw) before version 4
   uint32_t tid;  // writing thread for kApi/kNvtx; 0 otherwise
   uint32_t count;
   uint32_t payload_bytes;  // multiple of 8

@@ -31,10 +31,12 @@
 #include "python_frames.h"
 #include "thread_cpu.h"
 #include "trace_codec.h"
+#include "trace_pack.h"
 
 namespace stallscope {
 
 bool g_ticks_are_ns = false;
+void* RealDlsym(void* handle, const char* name);  // hooks.cc: the libc dlsym, not ours
 
 namespace recorder {
 
@@ -165,12 +167,85 @@ void CutBack(int err) {
 }
 
 bool WriteApiTable();
-bool WriteChunk(ChunkType type, uint32_t tid, uint32_t count, const void* payload, size_t bytes);
+bool WriteChunk(ChunkType type, uint32_t tid, uint32_t count, const void* payload, size_t bytes,
+                uint16_t encoding = trace::kEncodingRaw);
 // A chunk of fixed-size records, typed by the codec's table.
 template <ChunkType kType>
 bool WriteRecords(uint32_t tid, const typename trace::ChunkRecord<kType>::type* records,
                   size_t count) {
   return WriteChunk(kType, tid, uint32_t(count), records, count * sizeof *records);
+}
+
+// Packed chunks (docs/trace-format.md, "Packed chunks"): kApi, kDevice and
+// kCorrelation records packed by the writer (STALLSCOPE_TRACE_PACK=0 writes
+// them raw), then compressed with zstd when libzstd.so.1 loads (by dlopen,
+// in the writer thread: the library's NEEDED list does not grow;
+// STALLSCOPE_TRACE_ZSTD=0 turns it off, 1 to 19 set the level, default 3).
+bool g_pack = true;
+int g_zstd_level = 3;
+struct Zstd {
+  size_t (*compress)(void*, size_t, const void*, size_t, int);
+  size_t (*bound)(size_t);
+  unsigned (*is_error)(size_t);
+};
+std::atomic<const Zstd*> g_zstd{nullptr};
+// The writer's scratch (under g_write_mu).
+trace::ApiPacker* g_api_packer;
+trace::DevicePacker* g_device_packer;
+std::vector<unsigned char>* g_packed;
+std::vector<unsigned char>* g_compressed;
+
+void LoadZstd() {
+  static bool tried = false;
+  if (tried || g_zstd_level <= 0) return;
+  tried = true;
+  void* h = dlopen("libzstd.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) return;
+  static Zstd z;
+  z.compress = reinterpret_cast<decltype(z.compress)>(RealDlsym(h, "ZSTD_compress"));
+  z.bound = reinterpret_cast<decltype(z.bound)>(RealDlsym(h, "ZSTD_compressBound"));
+  z.is_error = reinterpret_cast<decltype(z.is_error)>(RealDlsym(h, "ZSTD_isError"));
+  if (z.compress != nullptr && z.bound != nullptr && z.is_error != nullptr) g_zstd.store(&z);
+}
+
+// A chunk compressed with zstd when it loaded, the chunk is worth it (256
+// bytes or more) and compression makes it smaller; else as it is.
+bool WriteCompressed(ChunkType type, uint32_t tid, uint32_t count, const void* payload, size_t bytes,
+                     uint16_t encoding = trace::kEncodingRaw) {
+  const Zstd* z = g_zstd.load(std::memory_order_acquire);
+  if (z == nullptr || !g_pack || bytes < 256) return WriteChunk(type, tid, count, payload, bytes, encoding);
+  std::vector<unsigned char>& c = *g_compressed;
+  c.resize(8 + z->bound(bytes));
+  const size_t frame = z->compress(c.data() + 8, c.size() - 8, payload, bytes, g_zstd_level);
+  if (z->is_error(frame) || trace::PadTo8(8 + frame) >= bytes) {
+    return WriteChunk(type, tid, count, payload, bytes, encoding);
+  }
+  const uint32_t sizes[2] = {uint32_t(bytes), uint32_t(frame)};
+  memcpy(c.data(), sizes, sizeof sizes);
+  c.resize(8 + frame);
+  trace::PadEntry(&c);
+  return WriteChunk(type, tid, count, c.data(), c.size(), encoding | trace::kEncodingZstd);
+}
+
+// A chunk of kApi, kDevice or kCorrelation records, packed (and compressed)
+// unless packing is off.
+template <ChunkType kType>
+bool WritePackedRecords(uint32_t tid, const typename trace::ChunkRecord<kType>::type* records,
+                        size_t count) {
+  if (!g_pack || count == 0) return WriteRecords<kType>(tid, records, count);
+  std::vector<unsigned char>& out = *g_packed;
+  out.clear();
+  if constexpr (kType == ChunkType::kApi) {
+    g_api_packer->Pack(&out, records, count);
+  } else if constexpr (kType == ChunkType::kDevice) {
+    g_device_packer->Pack(&out, records, count);
+  } else {
+    static_assert(kType == ChunkType::kCorrelation);
+    if (!trace::Packable(records, count)) return WriteRecords<kType>(tid, records, count);
+    trace::PackCorrelation(&out, records, count);
+  }
+  trace::PadEntry(&out);
+  return WriteCompressed(kType, tid, uint32_t(count), out.data(), out.size(), trace::kEncodingPacked);
 }
 
 bool g_writing_preamble = false;  // under g_write_mu (or start-up)
@@ -202,7 +277,8 @@ bool EnsurePreamble() {
 // Writes one chunk whole, or nothing: true when it reached the file.
 // `bytes` is a multiple of 8 (the codec pads every entry; records are sized
 // in 8s).
-bool WriteChunk(ChunkType type, uint32_t tid, uint32_t count, const void* payload, size_t bytes) {
+bool WriteChunk(ChunkType type, uint32_t tid, uint32_t count, const void* payload, size_t bytes,
+                uint16_t encoding) {
   if (g_fd < 0) return false;
   auto lost = [&](int err) {
     g_diag[int(trace::DiagnosticId::kTraceWriteFailed)] += count;
@@ -215,7 +291,7 @@ bool WriteChunk(ChunkType type, uint32_t tid, uint32_t count, const void* payloa
     return false;
   }
   if (!EnsurePreamble()) return lost(errno);
-  trace::ChunkHeader h = trace::MakeChunkHeader(trace::kVersion, type, tid, count, payload, bytes);
+  trace::ChunkHeader h = trace::MakeChunkHeader(trace::kVersion, type, tid, count, payload, bytes, encoding);
   iovec iov[2] = {{&h, sizeof h}, {const_cast<void*>(payload), bytes}};
   if (!WriteAll(iov, bytes == 0 ? 1 : 2)) return lost(errno);
   g_file_end += sizeof h + bytes;
@@ -236,7 +312,7 @@ void WriteModulesIfChanged(bool force) {
   ModuleScan scan = ScanModules();
   if (!force && scan.generation == g_module_generation) return;
   g_module_generation = scan.generation;
-  WriteChunk(ChunkType::kModule, 0, scan.count, scan.out.data(), scan.out.size());
+  WriteCompressed(ChunkType::kModule, 0, scan.count, scan.out.data(), scan.out.size());
 }
 
 // Judges whether CUPTI's records stopped arriving; the verdicts become the
@@ -253,7 +329,7 @@ void WriteBuffer(ThreadBuffer* b, uint32_t n, bool track) {
   if (n <= b->flushed) return;
   const trace::ApiRecord* first = b->records + b->flushed;
   uint32_t count = n - b->flushed;
-  WriteRecords<ChunkType::kApi>(b->tid, first, count);
+  WritePackedRecords<ChunkType::kApi>(b->tid, first, count);
   if (track)
     for (uint32_t i = 0; i < count; ++i)
       if (first[i].correlation) g_stall->Submit(first[i].correlation, first[i].result == 0);
@@ -315,14 +391,14 @@ bool Drain(bool final, bool after_cupti_flush = false) {
   if (!pending.strings.empty()) {
     std::vector<unsigned char> out;
     for (auto& [id, s] : pending.strings) trace::EncodeString(&out, id, s);
-    if (!WriteChunk(ChunkType::kString, 0, uint32_t(pending.strings.size()), out.data(), out.size()))
+    if (!WriteCompressed(ChunkType::kString, 0, uint32_t(pending.strings.size()), out.data(), out.size()))
       requeue(pending.strings, &Pending::strings);
   }
   if (!pending.stacks.empty()) {
     std::vector<unsigned char> out;
     for (auto& st : pending.stacks)
       trace::EncodeStack(&out, st.id, st.kind, st.words.data(), st.words.size());
-    if (!WriteChunk(ChunkType::kStack, 0, uint32_t(pending.stacks.size()), out.data(), out.size()))
+    if (!WriteCompressed(ChunkType::kStack, 0, uint32_t(pending.stacks.size()), out.data(), out.size()))
       requeue(pending.stacks, &Pending::stacks);
   }
   trace::ClockRecord clock = ReadClockPair();
@@ -351,14 +427,14 @@ bool Drain(bool final, bool after_cupti_flush = false) {
       recs.clear();
       for (; i < pending.cpu.size() && pending.cpu[i].first == tid; ++i)
         recs.push_back(pending.cpu[i].second);
-      WriteRecords<ChunkType::kCpuSched>(tid, recs.data(), recs.size());
+      WriteCompressed(ChunkType::kCpuSched, tid, uint32_t(recs.size()), recs.data(), recs.size() * sizeof recs[0]);
     }
   }
   if (!pending.device.empty())
-    WriteRecords<ChunkType::kDevice>(0, pending.device.data(), pending.device.size());
+    WritePackedRecords<ChunkType::kDevice>(0, pending.device.data(), pending.device.size());
   if (!pending.correlations.empty())
-    WriteRecords<ChunkType::kCorrelation>(0, pending.correlations.data(),
-                                          pending.correlations.size());
+    WritePackedRecords<ChunkType::kCorrelation>(0, pending.correlations.data(),
+                                                pending.correlations.size());
   if (!pending.nvtx.empty()) {
     // One chunk per thread, in arrival order.
     std::vector<trace::NvtxRecord> recs;
@@ -372,7 +448,7 @@ bool Drain(bool final, bool after_cupti_flush = false) {
           used[j] = true;
           recs.push_back(pending.nvtx[j].second);
         }
-      WriteRecords<ChunkType::kNvtx>(tid, recs.data(), recs.size());
+      WriteCompressed(ChunkType::kNvtx, tid, uint32_t(recs.size()), recs.data(), recs.size() * sizeof recs[0]);
     }
   }
   WriteModulesIfChanged(final);
@@ -417,6 +493,9 @@ bool Drain(bool final, bool after_cupti_flush = false) {
 void* WriterMain(void*) {
   pthread_setname_np(pthread_self(), "stallscope-wr");
   t_self.in_hook = true;  // the writer never records itself
+  pthread_mutex_lock(&g_write_mu);
+  LoadZstd();
+  pthread_mutex_unlock(&g_write_mu);
   uint64_t last_forced_flush = 0;
   for (;;) {
     pthread_mutex_lock(&g_mu);
@@ -636,6 +715,13 @@ void Initialize() {
     long v = strtol(mb, nullptr, 10);
     if (v > 0) g_buffer_budget = size_t(v) * 1024 * 1024 / sizeof(ThreadBuffer) + 1;
   }
+  if (const char* p = getenv("STALLSCOPE_TRACE_PACK"); p && strcmp(p, "0") == 0) g_pack = false;
+  if (const char* z = getenv("STALLSCOPE_TRACE_ZSTD")) g_zstd_level = int(strtol(z, nullptr, 10));
+  g_zstd_level = std::min(g_zstd_level, 19);
+  g_api_packer = new trace::ApiPacker;
+  g_device_packer = new trace::DevicePacker;
+  g_packed = new std::vector<unsigned char>;
+  g_compressed = new std::vector<unsigned char>;
   g_pending = new Pending;
   g_strings = new std::unordered_map<std::string, uint32_t>;
   g_stacks = new std::unordered_map<uint64_t, uint32_t>;
@@ -713,7 +799,7 @@ bool EnsureStarted() {
   trace::FileHeader h{};
   memcpy(h.magic, trace::kMagic, sizeof h.magic);
   h.version = trace::kVersion;
-  h.oldest_reader = trace::kWriterOldestReader;
+  h.oldest_reader = g_pack ? trace::kWriterOldestReader : trace::kUnpackedOldestReader;
   h.header_bytes = sizeof h;
   h.pid = g_pid;
   h.ppid = uint32_t(getppid());

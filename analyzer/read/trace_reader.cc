@@ -14,6 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "trace_codec.h"
+#include "trace_pack.h"
+#include "zstd.h"
 
 namespace stallscope::analyzer {
 namespace {
@@ -286,6 +288,67 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
   return {};
 }
 
+// Packed and compressed chunks (format 4): the payload as fixed records.
+struct Unpacked {
+  std::vector<uint64_t> inflated;  // a compressed payload, decompressed
+  std::vector<uint64_t> records;   // the records unpacked
+  std::vector<trace::ApiShape> api_shapes = std::vector<trace::ApiShape>(trace::kPackShapes);
+  std::vector<trace::DeviceShape> device_shapes = std::vector<trace::DeviceShape>(trace::kPackShapes);
+};
+// At most this much (decompressed payload, unpacked records) per chunk; the
+// recorder writes chunks of about 64 KiB of records.
+constexpr size_t kMaxUnpackedBytes = size_t{256} << 20;
+
+// Points *p, *n at the raw payload of chunk `h`: itself, or what its
+// encoding decodes to (in `u`). An error text when it does not decode.
+std::string Unpack(const ChunkHeader& h, const uint8_t** p, size_t* n, Unpacked* u) {
+  if (h.encoding == trace::kEncodingRaw) return {};
+  if ((h.encoding & ~uint16_t{trace::kEncodingZstd | 0xff}) != 0) return absl::StrFormat("unknown encoding %#x", h.encoding);
+  if ((h.encoding & trace::kEncodingZstd) != 0) {
+    uint32_t sizes[2];  // bytes before compression, the frame's bytes
+    if (*n < sizeof sizes) return "compressed payload without its sizes";
+    std::memcpy(sizes, *p, sizeof sizes);
+    if (sizes[0] > kMaxUnpackedBytes || sizes[0] % 8 != 0) return "impossible size before compression";
+    if (sizes[1] > *n - sizeof sizes) return "compressed frame past the payload";
+    u->inflated.resize(sizes[0] / 8);
+    const size_t got = ZSTD_decompress(u->inflated.data(), sizes[0], *p + sizeof sizes, sizes[1]);
+    if (ZSTD_isError(got) || got != sizes[0]) return "compressed frame does not decompress";
+    *p = reinterpret_cast<const uint8_t*>(u->inflated.data());
+    *n = sizes[0];
+  }
+  if ((h.encoding & 0xff) == trace::kEncodingRaw) return {};
+  if ((h.encoding & 0xff) != trace::kEncodingPacked) return absl::StrFormat("unknown encoding %#x", h.encoding);
+  const trace::ChunkTypeInfo* info = trace::FindChunkType(h.type);
+  const auto type = static_cast<ChunkType>(h.type);
+  if (info == nullptr || (type != ChunkType::kApi && type != ChunkType::kDevice && type != ChunkType::kCorrelation)) {
+    return "packed, but not a packed type";
+  }
+  // Every packed record takes at least one byte.
+  if (h.count > *n || uint64_t{h.count} * info->record_bytes > kMaxUnpackedBytes) {
+    return "record count exceeds payload";
+  }
+  u->records.resize((uint64_t{h.count} * info->record_bytes + 7) / 8);
+  const char* error = nullptr;
+  switch (type) {
+    case ChunkType::kApi:
+      error = trace::UnpackApi(*p, *n, h.count, reinterpret_cast<trace::ApiRecord*>(u->records.data()),
+                               u->api_shapes.data());
+      break;
+    case ChunkType::kDevice:
+      error = trace::UnpackDevice(*p, *n, h.count, reinterpret_cast<trace::DeviceRecord*>(u->records.data()),
+                                  u->device_shapes.data());
+      break;
+    default:
+      error = trace::UnpackCorrelation(*p, *n, h.count,
+                                       reinterpret_cast<trace::CorrelationRecord*>(u->records.data()));
+      break;
+  }
+  if (error != nullptr) return error;
+  *p = reinterpret_cast<const uint8_t*>(u->records.data());
+  *n = uint64_t{h.count} * info->record_bytes;
+  return {};
+}
+
 // A chunk header's own checks, before its payload is read: its magic and a
 // possible size (kBad), and whether the chunk fits in the file (kShort).
 enum class HeaderCheck { kOk, kBad, kShort };
@@ -344,8 +407,12 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
       if (!read(off, sizeof(ch), &ch) || CheckHeader(ch, off, size) != HeaderCheck::kOk) break;
       const uint64_t n = ch.count;
       const trace::ChunkTypeInfo* info = trace::FindChunkType(ch.type);
-      const uint64_t fits =
-          info != nullptr && info->record_bytes > 0 ? std::min<uint64_t>(n, ch.payload_bytes / info->record_bytes) : 0;
+      // A packed record takes a byte or more; a compressed one less, but
+      // vectors reserved short only grow.
+      const uint64_t room = fh.version >= 4 && ch.encoding != trace::kEncodingRaw ? ch.payload_bytes
+                            : info != nullptr && info->record_bytes > 0      ? ch.payload_bytes / info->record_bytes
+                                                                             : 0;
+      const uint64_t fits = info != nullptr && info->record_bytes > 0 ? std::min<uint64_t>(n, room) : 0;
       switch (static_cast<ChunkType>(ch.type)) {
         case ChunkType::kApi: api += fits; break;
         case ChunkType::kDevice: device += fits; break;
@@ -417,6 +484,7 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
     return size;
   };
 
+  Unpacked unpacked;
   uint64_t off = fh.header_bytes;
   bool truncated = off > size;
   uint64_t bad_chunks = 0, lost_bytes = 0, first_bad = 0;
@@ -431,7 +499,11 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
     }
     std::string reason;
     if (l == Load::kOk) {
-      reason = ParseChunk(ch, reinterpret_cast<const uint8_t*>(buffer.data()), ch.payload_bytes, &t);
+      const uint8_t* payload = reinterpret_cast<const uint8_t*>(buffer.data());
+      size_t payload_bytes = ch.payload_bytes;
+      if (fh.version < 4) ch.encoding = trace::kEncodingRaw;  // the field was reserved, written 0
+      reason = Unpack(ch, &payload, &payload_bytes, &unpacked);
+      if (reason.empty()) reason = ParseChunk(ch, payload, payload_bytes, &t);
       if (reason.empty()) {
         off += sizeof(ch) + ch.payload_bytes;
         t.bytes_used = off;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <random>
 #include <vector>
@@ -253,8 +254,8 @@ TEST_CASE("newer format versions are refused only when marked so", "[reader]") {
   auto t = ReadTraceBytes(b.Build(), "new.sstrace");
   REQUIRE_FALSE(t.ok());
   CHECK(std::string(t.status().message()) ==
-        "new.sstrace: written by a newer stallscope (format 4, readable from format 4); this "
-        "reader reads up to 3");
+        "new.sstrace: written by a newer stallscope (format 5, readable from format 5); this "
+        "reader reads up to 4");
   b.SetVersion(tf::kVersion + 1, 1);  // newer, but readable by version-1 readers
   auto t2 = ReadTraceBytes(b.Build(), "x.sstrace");
   REQUIRE(t2.ok());
@@ -265,7 +266,7 @@ TEST_CASE("newer format versions are refused only when marked so", "[reader]") {
 // a flipped bit and two swapped words; the three checksums differ, so a
 // file is checked with its own.
 TEST_CASE("each format version is checked with its own checksum", "[reader]") {
-  for (uint16_t version : {uint16_t{1}, uint16_t{2}, tf::kVersion}) {
+  for (uint16_t version : {uint16_t{1}, uint16_t{2}, uint16_t{3}, tf::kVersion}) {
     CAPTURE(version);
     TraceBuilder b = FullTrace();
     b.SetVersion(version, 1);
@@ -726,6 +727,182 @@ TEST_CASE("NCCL records and the rank chunk", "[reader]") {
   CHECK(t->rank.source == tf::RankSource::kSlurm);
   CHECK(t->rank.host == "node-17");
   CHECK_FALSE(HasDiag(*t, DiagId::kUnknownChunk));
+}
+
+}  // namespace
+}  // namespace stallscope::analyzer
+
+namespace stallscope::analyzer {
+namespace {
+
+// Random records whose fields take every kind of value the packers special-
+// case: correlations 0, next and jumping; enters going back (nested calls
+// exit first) and wrapping; a negative result; and more distinct shapes
+// than a chunk's dictionary holds.
+std::vector<tf::ApiRecord> RandomCalls(std::mt19937_64& rng, size_t n) {
+  std::vector<tf::ApiRecord> v(n);
+  uint64_t enter = 1'000'000, corr = 0;
+  for (size_t i = 0; i < n; ++i) {
+    tf::ApiRecord& r = v[i];
+    const uint64_t pick = rng() % 8;
+    enter += pick == 0 ? uint64_t(0) - rng() % 5000 : pick == 1 ? rng() : rng() % 20000;
+    r.enter = enter;
+    r.exit = rng() % 16 == 0 ? enter - rng() % 100 : enter + rng() % 50000;
+    corr = rng() % 4 == 0 ? 0 : rng() % 4 == 1 ? rng() : corr + 1;
+    r.correlation = corr;
+    const uint64_t shape = i < n / 2 ? rng() % 8 : rng() % 3000;  // a few, then many
+    r.stream = shape * 0x7f0000001000ull;
+    r.object = shape % 5 == 0 ? ~uint64_t{0} : shape * 977;
+    r.bytes = shape % 3 == 0 ? 0 : rng();
+    r.stack = static_cast<uint32_t>(shape % 7);
+    r.python_stack = static_cast<uint32_t>(shape % 11 == 0 ? 0xffffffffu : shape % 2);
+    r.api = static_cast<uint16_t>(shape % 40);
+    r.flags = static_cast<uint16_t>(shape % 2);
+    r.result = shape % 13 == 0 ? -2 : static_cast<int32_t>(shape % 3);
+  }
+  return v;
+}
+
+std::vector<tf::DeviceRecord> RandomOps(std::mt19937_64& rng, size_t n) {
+  std::vector<tf::DeviceRecord> v(n);
+  uint64_t t = 5'000'000;
+  uint32_t corr = 0;
+  for (size_t i = 0; i < n; ++i) {
+    tf::DeviceRecord& d = v[i];
+    const uint64_t shape = i < n / 2 ? rng() % 6 : rng() % 2500;
+    t += rng() % 8 == 0 ? uint64_t(0) - rng() % 10000 : rng() % 30000;
+    d.start_ns = t;
+    d.end_ns = rng() % 20 == 0 ? t - 3 : t + rng() % 2'000'000;
+    corr = rng() % 3 == 0 ? static_cast<uint32_t>(rng()) : corr + 1;
+    d.correlation = corr;
+    d.bytes = shape % 2 == 0 ? 0 : shape << 20;
+    d.name = static_cast<uint32_t>(shape);
+    d.stream = static_cast<uint32_t>(shape % 9);
+    d.device = static_cast<uint32_t>(shape % 3 == 0 ? 0xffffffffu : shape % 2);
+    d.context = 1;
+    d.kind = static_cast<uint8_t>(1 + shape % 4);
+    d.copy_kind = static_cast<uint8_t>(shape % 10);
+    d.src_kind = static_cast<uint8_t>(shape % 4);
+    d.dst_kind = static_cast<uint8_t>(shape % 255);
+  }
+  return v;
+}
+
+// Guards the packed encoding's round trip: every field of every record
+// comes back, whatever the deltas and however many shapes (past the
+// dictionary's capacity the shapes are written in full each time).
+TEST_CASE("packed records unpack to what was packed", "[reader][pack]") {
+  std::mt19937_64 rng(20261203);
+  const auto calls = RandomCalls(rng, 6000);
+  std::string bytes;
+  auto packer = std::make_unique<tf::ApiPacker>();
+  packer->Pack(&bytes, calls.data(), calls.size());
+  std::vector<tf::ApiRecord> api(calls.size());
+  std::vector<tf::ApiShape> api_shapes(tf::kPackShapes);
+  REQUIRE(tf::UnpackApi(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                        static_cast<uint32_t>(calls.size()), api.data(), api_shapes.data()) == nullptr);
+  CHECK(std::memcmp(api.data(), calls.data(), calls.size() * sizeof(tf::ApiRecord)) == 0);
+  // Cut short: an error, never a read past the end.
+  CHECK(tf::UnpackApi(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size() / 2,
+                      static_cast<uint32_t>(calls.size()), api.data(), api_shapes.data()) != nullptr);
+
+  const auto ops = RandomOps(rng, 5000);
+  bytes.clear();
+  std::make_unique<tf::DevicePacker>()->Pack(&bytes, ops.data(), ops.size());
+  std::vector<tf::DeviceRecord> dev(ops.size());
+  std::vector<tf::DeviceShape> dev_shapes(tf::kPackShapes);
+  REQUIRE(tf::UnpackDevice(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                           static_cast<uint32_t>(ops.size()), dev.data(), dev_shapes.data()) == nullptr);
+  CHECK(std::memcmp(dev.data(), ops.data(), ops.size() * sizeof(tf::DeviceRecord)) == 0);
+
+  std::vector<tf::CorrelationRecord> corr(4000);
+  for (size_t i = 0; i < corr.size(); ++i) {
+    corr[i] = {rng() % 3 == 0 ? rng() : (i > 0 ? corr[i - 1].external + 1 : 1),
+               static_cast<uint32_t>(rng() % 2 == 0 ? rng() : i), 0};
+  }
+  bytes.clear();
+  tf::PackCorrelation(&bytes, corr.data(), corr.size());
+  std::vector<tf::CorrelationRecord> back(corr.size());
+  REQUIRE(tf::UnpackCorrelation(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                                static_cast<uint32_t>(corr.size()), back.data()) == nullptr);
+  CHECK(std::memcmp(back.data(), corr.data(), corr.size() * sizeof(tf::CorrelationRecord)) == 0);
+
+  // Random bytes: each unpacker stops with an error or fills the records,
+  // never reading past the payload (the sanitizer builds check that).
+  for (int k = 0; k < 2000; ++k) {
+    std::string junk(rng() % 200, '\0');
+    for (char& c : junk) c = static_cast<char>(rng());
+    const auto* p = reinterpret_cast<const uint8_t*>(junk.data());
+    const uint32_t n = static_cast<uint32_t>(rng() % 64);
+    (void)tf::UnpackApi(p, junk.size(), n, api.data(), api_shapes.data());
+    (void)tf::UnpackDevice(p, junk.size(), n, dev.data(), dev_shapes.data());
+    (void)tf::UnpackCorrelation(p, junk.size(), n, back.data());
+  }
+}
+
+// A trace with many calls, ops and correlations, for the encodings below.
+TraceBuilder LoopTrace() {
+  TraceBuilder b;
+  auto apis = testing::AddStandardApis(&b);
+  b.SetChunkRecords(700);  // several chunks of each
+  for (int k = 0; k < 2000; ++k) {
+    const int64_t t = 1'000'000 + k * 50 * kUs;
+    b.Submit(11, apis.launch, t, t + 3 * kUs, t + 5 * kUs, t + (20 + k % 7) * kUs, tf::DeviceOpKind::kKernel,
+             k % 3 == 0 ? "gemm" : "relu");
+    if (k % 10 == 9) b.Call(11, apis.sync, t + 4 * kUs, t + 30 * kUs);
+  }
+  return b;
+}
+
+// Guards format 4's chunk encodings: a trace whose call, op and correlation
+// chunks are packed, or packed and compressed, reads to the same timeline
+// as the same trace written raw (every call's and op's fields, the joins).
+TEST_CASE("packed and compressed chunks read as the raw ones", "[reader][pack]") {
+  const Timeline raw = testing::ReadOrDie(LoopTrace());
+  for (bool zstd : {false, true}) {
+    CAPTURE(zstd);
+    TraceBuilder b = LoopTrace();
+    b.SetPacked(true, zstd);
+    const std::string bytes = b.Build();
+    CHECK(bytes.size() * 4 < LoopTrace().Build().size());
+    const Timeline t = testing::ReadOrDie(b);
+    REQUIRE(t.calls.size() == raw.calls.size());
+    REQUIRE(t.ops.size() == raw.ops.size());
+    for (size_t i = 0; i < t.calls.size(); ++i) {
+      CHECK(std::memcmp(&t.calls[i], &raw.calls[i], sizeof(ApiCall)) == 0);
+      CHECK(t.call_info[i].correlation == raw.call_info[i].correlation);
+      CHECK(t.call_info[i].op_count == raw.call_info[i].op_count);
+    }
+    for (size_t i = 0; i < t.ops.size(); ++i) {
+      CHECK(std::memcmp(&t.ops[i], &raw.ops[i], sizeof(DeviceOp)) == 0);
+      CHECK(t.op_info[i].correlation == raw.op_info[i].correlation);
+      CHECK(t.op_info[i].name == raw.op_info[i].name);
+    }
+  }
+}
+
+// Guards a damaged packed chunk: one whose records do not decode (a shape
+// reference past its dictionary) is skipped as malformed, the rest read.
+TEST_CASE("a packed chunk that does not decode is skipped", "[reader][pack]") {
+  TraceBuilder b = LoopTrace();
+  b.SetPacked(true);
+  std::string bytes = b.Build();
+  for (size_t off : TraceBuilder::ChunkOffsets(bytes)) {
+    tf::ChunkHeader h;
+    std::memcpy(&h, bytes.data() + off, sizeof h);
+    if (h.type != static_cast<uint16_t>(tf::ChunkType::kApi)) continue;
+    // The first record's tag: a reference to shape 20 of an empty
+    // dictionary, with the checksum made right.
+    char* payload = bytes.data() + off + sizeof h;
+    payload[0] = 0x50;  // 80: shape 20, correlation mode 0
+    h.checksum = tf::ChunkChecksum(tf::kVersion, payload, h.payload_bytes);
+    std::memcpy(bytes.data() + off, &h, sizeof h);
+    break;
+  }
+  auto t = ReadTraceBytes(bytes, "bad.sstrace");
+  REQUIRE(t.ok());
+  CHECK(HasDiag(*t, DiagId::kCorruptChunks));
+  CHECK(t->calls.size() == 2200 - 700);  // the first chunk's 700 calls lost
 }
 
 }  // namespace

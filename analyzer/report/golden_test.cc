@@ -132,13 +132,22 @@ void Golden(const std::string& name, const TraceBuilder& b) {
 TEST_CASE("golden: marked steps with sync hotspots", "[golden]") { Golden("sync_loop", SyncLoop()); }
 
 // Guards reading older formats: the same loop written by the version-1
-// writer (one-lane FNV checksums) and the version-2 writer (four lanes)
-// gives the same report as the current file.
-TEST_CASE("golden: format-1 and format-2 traces give the same report", "[golden]") {
+// writer (one-lane FNV checksums), the version-2 writer (four lanes) and the
+// version-3 writer (XXH3, no packed chunks) gives the same report as the
+// current file; and so does the loop with its chunks packed and compressed
+// (format 4's encodings, as the recorder writes them).
+TEST_CASE("golden: format-1, 2 and 3 traces and packed ones give the same report", "[golden]") {
   const std::string dir = STALLSCOPE_TESTDATA_DIR;
-  for (uint16_t want : {uint16_t{1}, uint16_t{2}}) {
+  {
+    TraceBuilder b = SyncLoop();
+    b.SetPacked(true, true);
+    if (std::getenv("STALLSCOPE_UPDATE_GOLDEN") != nullptr) Spit(dir + "/format4_packed_sync_loop.sstrace", b.Build());
+    CHECK(Slurp(dir + "/format4_packed_sync_loop.sstrace") == b.Build());
+  }
+  for (uint16_t want : {uint16_t{1}, uint16_t{2}, uint16_t{3}, uint16_t{4}}) {
     CAPTURE(want);
-    const std::string from = "format" + std::to_string(want) + "_sync_loop.sstrace";
+    const std::string from =
+        want == 4 ? std::string("format4_packed_sync_loop.sstrace") : "format" + std::to_string(want) + "_sync_loop.sstrace";
     const std::string old = Slurp(dir + "/" + from);
     uint16_t version = 0;
     REQUIRE(old.size() > 10);

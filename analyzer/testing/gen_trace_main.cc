@@ -2,7 +2,9 @@
 // the test trace builder: input for benchmarking `stallscope report` and a
 // seed corpus for fuzzing. Usage: stallscope_gen_trace OUT.sstrace [STEPS [KERNEL_NAME]]
 // (KERNEL_NAME, default "kernel", names every kernel: e.g. markup for the
-// HTML report's escaping test).
+// HTML report's escaping test). STALLSCOPE_GEN_ENCODING=packed or zstd writes
+// the call, op and correlation chunks as the recorder does (format 4's
+// encodings); raw (the default) writes fixed records.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -20,6 +22,13 @@ int main(int argc, char** argv) {
   const std::string kernel = argc > 3 ? argv[3] : "kernel";
   TraceBuilder b;
   b.SetChunkRecords(4096);
+  const char* encoding = getenv("STALLSCOPE_GEN_ENCODING");
+  const std::string e = encoding != nullptr ? encoding : "raw";
+  if (e != "raw" && e != "packed" && e != "zstd") {
+    fprintf(stderr, "STALLSCOPE_GEN_ENCODING=%s: expected raw, packed or zstd\n", e.c_str());
+    return 1;
+  }
+  b.SetPacked(e != "raw", e == "zstd");
   auto api = AddStandardApis(&b);
   const uint32_t site = b.PythonStack({{"train.py", "train_step", 42}});
   int64_t t = 1'000'000'000;

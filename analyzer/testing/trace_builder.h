@@ -9,11 +9,15 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "trace_codec.h"
+#include "trace_pack.h"
+#include "zstd.h"
 
 namespace stallscope::testing {
 
@@ -63,6 +67,13 @@ class TraceBuilder {
   }
   TraceBuilder& SetPid(uint32_t pid) {
     header_.pid = pid;
+    return *this;
+  }
+  // kApi, kDevice and kCorrelation chunks packed as the recorder packs them
+  // (common/trace_pack.h), and with `zstd` compressed too.
+  TraceBuilder& SetPacked(bool packed, bool zstd = false) {
+    packed_ = packed;
+    zstd_ = zstd;
     return *this;
   }
   // Records per kApi / kDevice / kNvtx chunk (to make multi-chunk files).
@@ -303,11 +314,35 @@ class TraceBuilder {
   void Fixed(std::string* out, tf::ChunkType type, uint32_t tid, const std::vector<T>& v) const {
     for (size_t i = 0; i < v.size(); i += chunk_records_) {
       size_t n = std::min(chunk_records_, v.size() - i);
-      Chunk(out, type, tid, n, std::string(reinterpret_cast<const char*>(v.data() + i), n * sizeof(T)));
+      std::string packed;
+      if constexpr (std::is_same_v<T, tf::ApiRecord>) {
+        if (packed_) std::make_unique<tf::ApiPacker>()->Pack(&packed, v.data() + i, n);
+      } else if constexpr (std::is_same_v<T, tf::DeviceRecord>) {
+        if (packed_) std::make_unique<tf::DevicePacker>()->Pack(&packed, v.data() + i, n);
+      } else if constexpr (std::is_same_v<T, tf::CorrelationRecord>) {
+        if (packed_) tf::PackCorrelation(&packed, v.data() + i, n);
+      }
+      if (packed.empty()) {
+        Chunk(out, type, tid, n, std::string(reinterpret_cast<const char*>(v.data() + i), n * sizeof(T)));
+        continue;
+      }
+      tf::PadEntry(&packed);
+      uint16_t encoding = tf::kEncodingPacked;
+      if (zstd_) {
+        std::string c(8 + ZSTD_compressBound(packed.size()), '\0');
+        const size_t frame = ZSTD_compress(c.data() + 8, c.size() - 8, packed.data(), packed.size(), 3);
+        const uint32_t sizes[2] = {static_cast<uint32_t>(packed.size()), static_cast<uint32_t>(frame)};
+        std::memcpy(c.data(), sizes, sizeof sizes);
+        c.resize(8 + frame);
+        packed = std::move(c);
+        encoding |= tf::kEncodingZstd;
+      }
+      tf::EncodeChunk(out, header_.version, type, tid, static_cast<uint32_t>(n), std::move(packed), encoding);
     }
   }
 
   tf::FileHeader header_{};
+  bool packed_ = false, zstd_ = false;
   size_t chunk_records_ = 1 << 16;
   bool end_ = true;
   std::vector<ApiEntry> apis_;

@@ -288,6 +288,7 @@ def case_disk_full(ctx):
     roomy = ctx.run(args)
     expect_ok(roomy, "job with room")
     full_calls = len(one_trace(ctx).calls)
+    roomy_bytes = sum(os.path.getsize(os.path.join(ctx.out, f)) for f in os.listdir(ctx.out))
     shutil.rmtree(ctx.out)
     bare = ctx.run(args, traced=False)
     expect_ok(bare, "job without stallscope")
@@ -300,8 +301,13 @@ def case_disk_full(ctx):
     try:
         ctx.out = os.path.join(mnt, "trace")
         filler = os.path.join(mnt, "filler")
-        with open(filler, "wb") as f:  # leave about 24 KiB: the header and first chunks fit
-            f.write(b"\0" * (1024 * 1024 - 24 * 1024))
+        # Leave room for about a third of what the job writes (the trace is
+        # packed and compressed: a few bytes a call), never less than the
+        # file's preamble and first chunks take (12 KiB): the first drains
+        # fit, the ones of the next 0.6 s do not.
+        room = max(12 * 1024, roomy_bytes // 3)
+        with open(filler, "wb") as f:
+            f.write(b"\0" * (1024 * 1024 - room))
         proc = subprocess.Popen(args, env=ctx.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(0.6)  # several drains of the writer fail meanwhile
         os.remove(filler)
