@@ -407,11 +407,20 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
       if (!read(off, sizeof(ch), &ch) || CheckHeader(ch, off, size) != HeaderCheck::kOk) break;
       const uint64_t n = ch.count;
       const trace::ChunkTypeInfo* info = trace::FindChunkType(ch.type);
-      // A packed record takes a byte or more; a compressed one less, but
-      // vectors reserved short only grow.
-      const uint64_t room = fh.version >= 4 && ch.encoding != trace::kEncodingRaw ? ch.payload_bytes
-                            : info != nullptr && info->record_bytes > 0      ? ch.payload_bytes / info->record_bytes
-                                                                             : 0;
+      // A packed record takes a byte or more. A compressed payload says how
+      // large it was before (its first u32; bounded below in all, as a
+      // hostile file may claim 256 MiB a chunk).
+      uint64_t bytes = ch.payload_bytes;
+      const uint16_t encoding = fh.version >= 4 ? ch.encoding : trace::kEncodingRaw;
+      if ((encoding & trace::kEncodingZstd) != 0) {
+        uint32_t before = 0;
+        if (ch.payload_bytes >= 8 && read(off + sizeof(ch), sizeof before, &before)) {
+          bytes = std::min<uint64_t>(before, kMaxUnpackedBytes);
+        }
+      }
+      const uint64_t room = (encoding & 0xff) == trace::kEncodingPacked          ? bytes
+                            : info != nullptr && info->record_bytes > 0 ? bytes / info->record_bytes
+                                                                        : 0;
       const uint64_t fits = info != nullptr && info->record_bytes > 0 ? std::min<uint64_t>(n, room) : 0;
       switch (static_cast<ChunkType>(ch.type)) {
         case ChunkType::kApi: api += fits; break;
@@ -421,6 +430,12 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
       }
       off += sizeof(ch) + ch.payload_bytes;
     }
+    // Compressed chunks may claim more than the file could hold: what is
+    // reserved stays under 64 times the file's size, or 1 GiB.
+    const uint64_t budget = std::max<uint64_t>(uint64_t{1} << 30, 64 * size);
+    api = std::min<uint64_t>(api, budget / (sizeof(ApiCall) + sizeof(CallInfo)));
+    device = std::min<uint64_t>(device, budget / (sizeof(DeviceOp) + sizeof(OpInfo)));
+    corr = std::min<uint64_t>(corr, budget / 16);
     t.calls.reserve(api);
     t.call_info.reserve(api);
     t.ops.reserve(device);
