@@ -7,7 +7,7 @@
 //
 //   train_loop [--steps N] [--input-us U] [--readback] [--sync-log]
 //              [--tiny K] [--dispatch-us D] [--cpu-us C] [--no-nvtx]
-//              [--batch-bytes B] [--graph]
+//              [--batch-bytes B] [--graph] [--dump-at STEP]
 //
 // --dispatch-us spins the CPU for D us before every launch: the per-op cost of
 // a framework's dispatcher, which is what makes tiny kernels launch-bound.
@@ -17,7 +17,12 @@
 // CUDA graph (stream capture) and launches that graph every step instead:
 // one dispatch and one launch call per step, the nodes back to back on the
 // device (what `stallscope whatif --launch-cost` predicts).
+// --dump-at asks stallscope's flight recorder (`stallscope run --ring`) for a
+// dump after step STEP, through the C API `stallscope_dump()` when the
+// preload library is loaded (looked up at run time: the program needs no
+// stallscope to build or run), and prints what it answered.
 #include <cuda.h>
+#include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
 #include <time.h>
 
@@ -47,6 +52,7 @@ struct Options : example::LoopOptions {
   long dispatch_us = 0;
   long cpu_us = 0;
   bool graph = false;
+  int dump_at = -1;  // --dump-at: the step after which to ask for a flight-recorder dump
 };
 
 void Check(CUresult r, const char* what) {
@@ -138,6 +144,7 @@ Options Parse(int argc, char** argv) {
     if (a.Is("--dispatch-us")) o.dispatch_us = a.Long();
     else if (a.Is("--cpu-us")) o.cpu_us = a.Long();
     else if (a.Is("--graph")) o.graph = true;
+    else if (a.Is("--dump-at")) o.dump_at = a.Int();
     else a.Unknown();
   }
   return o;
@@ -215,6 +222,11 @@ int main(int argc, char** argv) {
     if (o.readback) last_loss = ReadLoss(loss, stream);
     if (o.sync_log) LogProgress(step, stream);
     if (o.nvtx) nvtxRangePop();
+    if (step == o.dump_at) {
+      using DumpFn = int (*)();
+      auto dump = reinterpret_cast<DumpFn>(dlsym(RTLD_DEFAULT, "stallscope_dump"));
+      std::printf("dump after step %d: %s\n", step, dump == nullptr ? "no stallscope" : dump() == 0 ? "written" : "refused");
+    }
   }
   // Drain the device once at the end, outside every step.
   Check(cuCtxSynchronize(), "cuCtxSynchronize");

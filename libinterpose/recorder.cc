@@ -16,6 +16,7 @@
 #include <unwind.h>
 
 #include <algorithm>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -274,11 +275,155 @@ bool EnsurePreamble() {
   return true;
 }
 
-// Writes one chunk whole, or nothing: true when it reached the file.
+// ---- Flight recorder (STALLSCOPE_RING; docs/robustness.md, "Flight
+// recorder") ----
+// Chunks go to memory instead of the file: the ones every reading needs
+// (the API table, rank, thread names, strings, stacks, the latest module
+// map, the first clock pair, diagnostics) are kept; the rest are held while
+// they are younger than `limit_ns` and fit in `limit_bytes`. A dump writes an
+// ordinary trace file of both, in order, and an end marker.
+struct Ring {
+  uint64_t limit_ns = 0;
+  size_t limit_bytes = 0;
+  std::vector<std::string> kept;
+  std::string modules;  // the latest module map chunk
+  bool have_clock = false;
+  struct Held {
+    uint64_t mono_ns;
+    std::string bytes;
+  };
+  std::deque<Held> held;
+  size_t held_bytes = 0;
+  uint64_t dumps = 0;
+};
+Ring* g_ring = nullptr;  // set at start-up in ring mode; its contents under g_write_mu
+std::atomic<bool> g_dump_requested{false};
+bool g_ring_dump_at_exit = true;
+
+void RingAppend(ChunkType type, const trace::ChunkHeader& h, const void* payload, size_t bytes) {
+  std::string chunk(reinterpret_cast<const char*>(&h), sizeof h);
+  chunk.append(static_cast<const char*>(payload), bytes);
+  Ring& r = *g_ring;
+  switch (type) {
+    case ChunkType::kEnd: return;  // a dump writes its own
+    case ChunkType::kModule: r.modules = std::move(chunk); return;
+    case ChunkType::kClock:
+      if (r.have_clock) break;
+      r.have_clock = true;
+      [[fallthrough]];
+    case ChunkType::kApiTable:
+    case ChunkType::kRank:
+    case ChunkType::kThread:
+    case ChunkType::kString:
+    case ChunkType::kStack:
+    case ChunkType::kDiagnostic:
+      r.kept.push_back(std::move(chunk));
+      return;
+    default: break;
+  }
+  const uint64_t now = MonoNs();
+  r.held_bytes += chunk.size();
+  r.held.push_back({now, std::move(chunk)});
+  while (!r.held.empty() && ((r.limit_bytes != 0 && r.held_bytes > r.limit_bytes) ||
+                             (r.limit_ns != 0 && now - r.held.front().mono_ns > r.limit_ns))) {
+    r.held_bytes -= r.held.front().bytes.size();
+    r.held.pop_front();
+  }
+}
+
+bool WriteFd(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t w = write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    c += w;
+    n -= size_t(w);
+  }
+  return true;
+}
+
+// Writes what the ring holds to a new trace file (under g_write_mu). True
+// when the whole file was written.
+bool DumpRingLocked() {
+  const int fd = OpenTraceFile(g_rank, g_pid);
+  if (fd < 0) {
+    g_diag[int(trace::DiagnosticId::kTraceWriteFailed)]++;
+    return false;
+  }
+  const Ring& r = *g_ring;
+  bool ok = WriteFd(fd, &g_header, sizeof g_header);
+  for (const std::string& c : r.kept) ok = ok && WriteFd(fd, c.data(), c.size());
+  if (!r.modules.empty()) ok = ok && WriteFd(fd, r.modules.data(), r.modules.size());
+  for (const Ring::Held& c : r.held) ok = ok && WriteFd(fd, c.bytes.data(), c.bytes.size());
+  const trace::ChunkHeader end = trace::MakeChunkHeader(trace::kVersion, ChunkType::kEnd, 0, 0, nullptr, 0);
+  ok = ok && WriteFd(fd, &end, sizeof end);
+  close(fd);
+  ++g_ring->dumps;
+  return ok;
+}
+
+// Parses STALLSCOPE_RING: SECONDS (a number, or with an `s` suffix) or
+// MEGABYTES (with `MB` or `M`). False when it is neither.
+bool ParseRing(const char* spec, Ring* r) {
+  char* end = nullptr;
+  const double v = strtod(spec, &end);
+  if (end == spec || !(v > 0) || v > 1e9) return false;
+  const std::string unit(end);
+  if (unit.empty() || unit == "s") {
+    r->limit_ns = uint64_t(v * 1e9);
+    r->limit_bytes = size_t{256} << 20;  // a time window is bounded in memory too
+  } else if (unit == "MB" || unit == "M") {
+    r->limit_bytes = size_t(v * 1024 * 1024);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The dump signal (SIGUSR2 unless STALLSCOPE_RING_SIGNAL says otherwise; 0:
+// none): it asks the writer for a dump, then runs the job's own handler for
+// the signal, if it had one. A job that installs its own handler later
+// replaces this one (its dumps then come from stallscope_dump()).
+int g_ring_signal = SIGUSR2;
+struct sigaction g_job_action;
+void OnDumpSignal(int sig, siginfo_t* info, void* context) {
+  g_dump_requested.store(true, std::memory_order_relaxed);
+  const struct sigaction& a = g_job_action;
+  if ((a.sa_flags & SA_SIGINFO) != 0) {
+    if (a.sa_sigaction != nullptr) a.sa_sigaction(sig, info, context);
+  } else if (a.sa_handler != SIG_DFL && a.sa_handler != SIG_IGN && a.sa_handler != nullptr) {
+    a.sa_handler(sig);
+  }
+}
+
+void InstallDumpSignal() {
+  if (g_ring_signal <= 0) return;
+  struct sigaction current{};
+  // A fork child inherits the handler: the job's stays the one saved.
+  if (sigaction(g_ring_signal, nullptr, &current) == 0 && (current.sa_flags & SA_SIGINFO) != 0 &&
+      current.sa_sigaction == OnDumpSignal) {
+    return;
+  }
+  struct sigaction sa{};
+  sa.sa_sigaction = OnDumpSignal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(g_ring_signal, &sa, &g_job_action);
+}
+
+// Writes one chunk whole, or nothing: true when it reached the file (in
+// ring mode, the ring).
 // `bytes` is a multiple of 8 (the codec pads every entry; records are sized
 // in 8s).
 bool WriteChunk(ChunkType type, uint32_t tid, uint32_t count, const void* payload, size_t bytes,
                 uint16_t encoding) {
+  if (g_ring != nullptr) {
+    if (bytes % 8 != 0) return false;
+    RingAppend(type, trace::MakeChunkHeader(trace::kVersion, type, tid, count, payload, bytes, encoding),
+               payload, bytes);
+    return true;
+  }
   if (g_fd < 0) return false;
   auto lost = [&](int err) {
     g_diag[int(trace::DiagnosticId::kTraceWriteFailed)] += count;
@@ -512,6 +657,14 @@ void* WriterMain(void*) {
     bool stop = g_stop_writer;
     pthread_mutex_unlock(&g_mu);
     if (stop || g_state.load() != int(State::kOn)) return nullptr;
+    if (g_ring != nullptr && g_dump_requested.exchange(false)) {
+      cupti::Flush();  // the device records up to now
+      Drain(false);
+      pthread_mutex_lock(&g_write_mu);
+      DumpRingLocked();
+      pthread_mutex_unlock(&g_write_mu);
+      continue;
+    }
     if (Drain(false)) {
       // Submissions without CUPTI records: force CUPTI to deliver (at most
       // once a second), then judge what was written before the flush.
@@ -652,6 +805,8 @@ void AtForkChild() {
   }
   if (g_fd >= 0) close(g_fd);
   g_fd = -1;
+  g_ring = nullptr;  // the parent's ring: the child makes its own at start-up
+  g_dump_requested.store(false);
   cupti::ForgetAfterFork();
   nccl::ResetAfterFork();
   *g_pending = Pending();
@@ -791,10 +946,23 @@ bool EnsureStarted() {
   }
   g_pid = uint32_t(getpid());
   g_rank = ReadRankInfo();
-  g_fd = OpenTraceFile(g_rank, g_pid);
-  if (g_fd < 0) {
-    g_state.store(int(State::kDisabled));
-    return false;
+  if (const char* spec = getenv("STALLSCOPE_RING"); spec && *spec) {
+    static Ring ring;
+    ring = Ring();  // a fork child's starts empty
+    if (!ParseRing(spec, &ring)) {
+      fprintf(stderr, "stallscope: STALLSCOPE_RING=%s: expected SECONDS or MEGABYTES (e.g. 30 or 64MB); "
+                      "keeping the last 60 s\n", spec);
+      ParseRing("60", &ring);
+    }
+    if (const char* sig = getenv("STALLSCOPE_RING_SIGNAL")) g_ring_signal = int(strtol(sig, nullptr, 10));
+    if (const char* at_exit = getenv("STALLSCOPE_RING_AT_EXIT")) g_ring_dump_at_exit = strcmp(at_exit, "0") != 0;
+    g_ring = &ring;
+  } else {
+    g_fd = OpenTraceFile(g_rank, g_pid);
+    if (g_fd < 0) {
+      g_state.store(int(State::kDisabled));
+      return false;
+    }
   }
   trace::FileHeader h{};
   memcpy(h.magic, trace::kMagic, sizeof h.magic);
@@ -810,7 +978,12 @@ bool EnsureStarted() {
   g_header = h;
   g_file_end = 0;
   g_writing_preamble = false;
-  EnsurePreamble();  // header, API table, rank
+  if (g_ring != nullptr) {
+    WriteApiTable();
+    if (g_rank.rank >= 0) WriteRecords<ChunkType::kRank>(0, &g_rank, 1);
+  } else {
+    EnsurePreamble();  // header, API table, rank
+  }
   trace::ClockRecord clock = ReadClockPair();
   WriteRecords<ChunkType::kClock>(0, &clock, 1);
   g_cpu_gap_ticks = CalibrateCpuGapTicks();
@@ -821,6 +994,12 @@ bool EnsureStarted() {
     atexit(AtExit);
   }
   g_state.store(int(State::kOn), std::memory_order_release);
+  if (g_ring != nullptr) {
+    InstallDumpSignal();
+    pthread_mutex_lock(&g_mu);
+    StartWriterLocked();  // it drains into the ring and answers the dump signal
+    pthread_mutex_unlock(&g_mu);
+  }
   return true;
 }
 
@@ -978,6 +1157,11 @@ void Shutdown() {
   t_self.in_hook = true;
   cupti::Flush();
   Drain(true);
+  if (g_ring != nullptr && g_ring_dump_at_exit) {
+    pthread_mutex_lock(&g_write_mu);
+    DumpRingLocked();
+    pthread_mutex_unlock(&g_write_mu);
+  }
   pthread_mutex_lock(&g_mu);
   g_state.store(int(State::kDisabled));
   g_stop_writer = true;
@@ -992,5 +1176,25 @@ void Shutdown() {
 
 __attribute__((destructor)) void LibraryFini() { Shutdown(); }
 
+int DumpNow() {
+  if (g_ring == nullptr || g_state.load() != int(State::kOn)) return -1;
+  const bool was_in_hook = t_self.in_hook;
+  t_self.in_hook = true;
+  cupti::Flush();
+  Drain(false);
+  pthread_mutex_lock(&g_write_mu);
+  const bool ok = DumpRingLocked();
+  pthread_mutex_unlock(&g_write_mu);
+  t_self.in_hook = was_in_hook;
+  return ok ? 0 : -1;
+}
+
 }  // namespace recorder
 }  // namespace stallscope
+
+// The flight recorder's dump, for the job (python/stallscope's dump()): 0
+// when a trace file of what the ring holds was written; -1 when not in ring
+// mode (STALLSCOPE_RING) or the file could not be written.
+extern "C" __attribute__((visibility("default"))) int stallscope_dump(void) {
+  return stallscope::recorder::DumpNow();
+}

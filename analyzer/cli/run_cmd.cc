@@ -1,6 +1,8 @@
 // `stallscope run [options] [--] CMD [ARGS...]`: the command line of run
 // (run_command.cc runs the job).
+#include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "absl/strings/str_format.h"
 #include "analyzer/cli/cli.h"
@@ -20,6 +22,20 @@ Runner DeclareRun(CLI::App* app) {
       ->type_name("DIR")
       ->check(NonEmpty("a folder"));
   app->add_flag("--sim", o->sim, "use the simulated GPU libraries (machines without a GPU)");
+  app->add_option("--ring", o->ring,
+                  "flight recorder: keep only the last SECONDS (or MEGABYTES, with MB) of the trace "
+                  "in memory and write it on a trigger: SIGUSR2, stallscope.dump() / "
+                  "stallscope_dump(), and the job's exit (docs/robustness.md, \"Flight recorder\")")
+      ->type_name("SECONDS|MB")
+      ->check([](const std::string& v) -> std::string {
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        const std::string unit = end != nullptr ? std::string(end) : "";
+        if (end == v.c_str() || !(x > 0) || x > 1e9 || (!unit.empty() && unit != "s" && unit != "MB" && unit != "M")) {
+          return "expected SECONDS (30, 30s) or MEGABYTES (64MB)";
+        }
+        return "";
+      });
   AddConventions(app, &o->report, ReportFormatNames(),
                  {.format = "after the command, the whole report in this format instead of "
                             "the summary line (as report --format: text, json, html, perfetto or sqlite)",

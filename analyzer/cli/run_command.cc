@@ -177,13 +177,15 @@ int RunUnderStallscope(const RunOptions& o) {
       std::string_view old = kv.substr(16);
       if (!old.empty()) library_path += ":" + std::string(old);
     } else if (!std::string_view(kv).starts_with("NVTX_INJECTION64_PATH=") &&
-               !std::string_view(kv).starts_with("STALLSCOPE_OUT=")) {
+               !std::string_view(kv).starts_with("STALLSCOPE_OUT=") &&
+               (o.ring.empty() || !std::string_view(kv).starts_with("STALLSCOPE_RING="))) {
       env.emplace_back(kv);
     }
   }
   env.push_back("LD_PRELOAD=" + preload);
   env.push_back("NVTX_INJECTION64_PATH=" + lib);
   env.push_back("STALLSCOPE_OUT=" + out_abs);
+  if (!o.ring.empty()) env.push_back("STALLSCOPE_RING=" + o.ring);
   if (o.sim) env.push_back("LD_LIBRARY_PATH=" + library_path);
   // stallscope's Python hooks (torch.profiler's ProfilerStep#N as step
   // markers): its sitecustomize, first on PYTHONPATH; it then runs the one

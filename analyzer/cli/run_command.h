@@ -13,6 +13,9 @@ namespace stallscope::analyzer {
 struct RunOptions {
   std::string out_dir;  // empty: stallscope-YYYYMMDD-HHMMSS in the cwd
   bool sim = false;     // put <libdir>/simgpu first on LD_LIBRARY_PATH
+  // Flight-recorder mode (STALLSCOPE_RING): SECONDS or MEGABYTES (`MB`);
+  // empty: every record goes to the file.
+  std::string ring;
   std::vector<std::string> command;
   // After the command: one summary line on stderr, or with `full_report`
   // the report in report.format to report.out (standard output when

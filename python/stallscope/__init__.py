@@ -15,7 +15,7 @@ import ctypes
 import itertools
 import threading
 
-__all__ = ["step", "step_begin", "step_end", "enabled"]
+__all__ = ["step", "step_begin", "step_end", "enabled", "dump"]
 
 # torch.profiler's ProfilerStep#N as step markers (see _pyhooks; `stallscope
 # run` installs them at start-up, importing this package does too).
@@ -27,11 +27,12 @@ _lock = threading.Lock()
 _resolved = False
 _begin = None
 _end = None
+_dump = None
 _counter = itertools.count()
 
 
 def _resolve():
-    global _resolved, _begin, _end
+    global _resolved, _begin, _end, _dump
     if _resolved:
         return
     with _lock:
@@ -52,6 +53,11 @@ def _resolve():
         else:
             begin = end = None
         _begin, _end = begin, end
+        dump = getattr(process, "stallscope_dump", None) if begin is not None else None
+        if dump is not None:
+            dump.argtypes = []
+            dump.restype = ctypes.c_int
+        _dump = dump
         _resolved = True
 
 
@@ -88,3 +94,12 @@ def step(index=None):
         yield i
     finally:
         step_end()
+
+
+def dump():
+    """Flight-recorder mode (``stallscope run --ring``, STALLSCOPE_RING): writes
+    what the ring holds, the last seconds or megabytes of the trace, to a new
+    trace file now. True when a file was written; False when the job is not
+    recorded in ring mode (or the file could not be written)."""
+    _resolve()
+    return _dump is not None and _dump() == 0

@@ -155,10 +155,10 @@ class Scenario:
 def run(build, work, name, program, args, scale_kernels=None):
     """Runs `program` with `args` under stallscope; (trace folder, report,
     the truth's preemption of the launching thread per step, the truth's
-    device busy time per step (with the kernels that `scale_kernels`,
-    {glob: factor}, matches at their duration times the factor: what the
-    change asks of them), the (sleep, spin, host function) ns the program
-    says its scaled host time took, or None)."""
+    device busy time per step, summed over the devices (with the kernels
+    that `scale_kernels`, {glob: factor}, matches at their duration times
+    the factor: what the change asks of them), the (sleep, spin, host
+    function) ns the program says its scaled host time took, or None)."""
     out = os.path.join(work, name)
     env = dict(os.environ, SIMGPU_TRACE=os.path.join(work, f"truth-{name}-%p.jsonl"), **program.env)
     waits_log = os.path.join(work, f"waits-{name}.jsonl") if getattr(program, "logs_waits", False) else None
@@ -178,8 +178,11 @@ def run(build, work, name, program, args, scale_kernels=None):
             if op["kind"] == "kernel" and fnmatch.fnmatchcase(op.get("name", ""), glob):
                 return x
         return 1
-    busy = union_in([(op["start_ns"], op["start_ns"] + factor(op) * (op["end_ns"] - op["start_ns"]))
-                     for op in ops if op.get("device", 0) == 0], 0, 1 << 62)
+    # Every device's busy time (cross_stream's producer runs on a second
+    # device, on the step's critical path).
+    busy = sum(union_in([(op["start_ns"], op["start_ns"] + factor(op) * (op["end_ns"] - op["start_ns"]))
+                         for op in ops if op.get("device", 0) == dev], 0, 1 << 62)
+               for dev in {op.get("device", 0) for op in ops})
     printed = re.search(r"^scaled_sleep_ns (\d+) scaled_spin_ns (\d+)$", p.stdout, re.M)
     host_func = re.search(r"^host_func_ns (\d+)$", p.stdout, re.M)
     host = (int(printed[1]), int(printed[2]), int(host_func[1]) if host_func else 0) if printed else None

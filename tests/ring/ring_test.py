@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""The flight recorder (`stallscope run --ring`, STALLSCOPE_RING): nothing is
+written until a trigger, and each dump is an ordinary trace file holding the
+last seconds of the run.
+
+Each case runs examples/train_loop (or a Python job) on the simulated GPU
+under `stallscope run --sim --ring W` and checks, against what the files
+themselves record:
+
+- the job's output is what it prints without stallscope;
+- every dump reads, and `stallscope report` analyzes it;
+- a dump holds the end of the run up to its trigger (its last step range is
+  the last step before the trigger), and no more than the window: its step
+  ranges span at most W plus twice the longest gap between the recorder's
+  drains in that file (each drain writes a clock reading: a record waits for
+  the next drain to reach the ring, and the ring drops whole drains), and,
+  when the ring dropped the run's first steps, at least W less that gap.
+
+    ring_test.py --build DIR --case NAME     (ring_test.py --list)
+"""
+import glob
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import checks  # noqa: E402
+from checks import Failure, Skip, check  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KERNELS = "*=50"  # each of train_loop's six kernels a step 50 us on the simulated GPU
+
+
+def exe(build, name):
+    path = os.path.join(build, "bin", name)
+    if not os.path.exists(path):
+        raise Skip(f"bin/{name} not built")
+    return path
+
+
+def env(**extra):
+    e = dict(os.environ, SIMGPU_KERNEL_US=KERNELS, PYTHONPATH=os.path.join(ROOT, "python"))
+    e.pop("STALLSCOPE_RING", None)
+    e.update(extra)
+    return e
+
+
+def clock_gaps(path):
+    """The mono_ns of the file's kClock readings (one per drain; raw 24-byte
+    records, never compressed: too small)."""
+    b = open(path, "rb").read()
+    off = struct.unpack_from("<I", b, 12)[0]
+    monos = []
+    while off + 24 <= len(b):
+        _, typ, enc, _, count, size, _ = struct.unpack_from("<IHHIIII", b, off)
+        if typ == 8 and enc == 0:
+            for k in range(count):
+                monos.append(struct.unpack_from("<QQQ", b, off + 24 + 24 * k)[1])
+        off += 24 + size
+    monos.sort()
+    return monos
+
+
+def read_dump(build, path):
+    p = subprocess.run([exe(build, "stallscope"), "dump", path, "--format", "json"], capture_output=True,
+                       text=True, timeout=120)
+    check(p.returncode == 0, f"stallscope dump {path} exited {p.returncode}: {p.stderr[-1000:]}")
+    d = json.loads(p.stdout)
+    r = subprocess.run([exe(build, "stallscope"), "report", path, "--format", "json", "--no-predict"],
+                       capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0, f"stallscope report {path} exited {r.returncode}: {r.stderr[-1000:]}")
+    return d, json.loads(r.stdout)
+
+
+def step_ranges(d):
+    out = []
+    for r in d["ranges"]:
+        name = r.get("name", "")
+        if name.startswith("step "):
+            out.append((int(name.split()[1]), r["start_ns"], r["end_ns"]))
+    return sorted(out)
+
+
+def check_window(build, path, window_s, last_step):
+    """The dump at `path` reads, ends with step `last_step` and spans the
+    window (see the module's docstring)."""
+    d, report = read_dump(build, path)
+    steps = step_ranges(d)
+    check(steps, f"{path}: no step ranges")
+    check(steps[-1][0] == last_step, f"{path}: last step {steps[-1][0]}, expected {last_step}")
+    check(report["steps"], f"{path}: the report found no steps")
+    monos = clock_gaps(path)
+    check(len(monos) >= 2, f"{path}: {len(monos)} clock readings")
+    drain = max(b - a for a, b in zip(monos[1:], monos[2:])) if len(monos) > 2 else monos[-1] - monos[0]
+    span = steps[-1][2] - steps[0][1]
+    window = window_s * 1e9
+    print(f"{os.path.basename(path)}: steps {steps[0][0]}..{steps[-1][0]}, span {span / 1e6:.0f} ms, window "
+          f"{window / 1e6:.0f} ms, longest drain gap {drain / 1e6:.0f} ms")
+    check(span <= window + 2 * drain, f"{path}: span {span / 1e6:.0f} ms over the window {window / 1e6:.0f} ms "
+          f"+ 2 x {drain / 1e6:.0f} ms")
+    if steps[0][0] > 0:  # the ring dropped the first steps: it was full
+        check(span >= window - drain, f"{path}: span {span / 1e6:.0f} ms, under the window {window / 1e6:.0f} "
+              f"ms less {drain / 1e6:.0f} ms")
+    return steps
+
+
+def bare_output(build, args):
+    p = subprocess.run([exe(build, "train_loop")] + args, capture_output=True, text=True, timeout=300,
+                       env=dict(env(), LD_LIBRARY_PATH=os.path.join(build, "lib", "simgpu")))
+    check(p.returncode == 0, f"train_loop {args} without stallscope exited {p.returncode}: {p.stderr[-1000:]}")
+    return p.stdout
+
+
+def job_pid(run_pid, timeout=30):
+    """The job `stallscope run` started (its one child)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            kids = open(f"/proc/{run_pid}/task/{run_pid}/children").read().split()
+        except OSError:
+            kids = []
+        if kids:
+            return int(kids[0])
+        time.sleep(0.01)
+    raise Failure("stallscope run started no job")
+
+
+def case_signal_and_exit(build, work):
+    """SIGUSR2 mid-run, then the job's exit: two dumps, each the last
+    second before its trigger."""
+    out = os.path.join(work, "trace")
+    steps, window = 12000, 1.0
+    args = ["--steps", str(steps)]
+    cmd = [exe(build, "stallscope"), "run", "--sim", "-q", "--ring", str(window), "--out", out, "--",
+           exe(build, "train_loop")] + args
+    p = subprocess.Popen(cmd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid = job_pid(p.pid)
+    time.sleep(2.0)
+    os.kill(pid, signal.SIGUSR2)
+    stdout, stderr = p.communicate(timeout=300)
+    check(p.returncode == 0, f"the job exited {p.returncode}: {stderr[-2000:]}")
+    check(stdout == bare_output(build, args), f"output {stdout!r} differs from the job's own")
+    files = sorted(glob.glob(os.path.join(out, "*.sstrace")), key=os.path.getmtime)
+    check(len(files) == 2, f"expected two dumps (the signal's, the exit's), found {files}")
+    # The signal's dump: the steps up to the signal (the writer answers
+    # within its wait of 200 ms), never the last one.
+    d, _ = read_dump(build, files[0])
+    first = step_ranges(d)
+    check(first and first[-1][0] < steps - 1, f"{files[0]}: holds the run's last step")
+    check_window(build, files[0], window, first[-1][0])
+    check(check_window(build, files[1], window, steps - 1)[0][0] > 0, "the exit's dump holds the whole run")
+
+
+def case_api(build, work):
+    """stallscope_dump() from the job (train_loop --dump-at): a dump that
+    ends with the step it was asked after; and without --ring the call is
+    refused and the run traced whole."""
+    out = os.path.join(work, "trace")
+    args = ["--steps", "400", "--dump-at", "150"]
+    cmd = [exe(build, "stallscope"), "run", "--sim", "-q", "--ring", "30", "--out", out, "--",
+           exe(build, "train_loop")] + args
+    p = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"the job exited {p.returncode}: {p.stderr[-2000:]}")
+    check("dump after step 150: written" in p.stdout, f"output {p.stdout!r}")
+    bare = bare_output(build, args)
+    check(p.stdout.replace("written", "no stallscope") == bare, f"output {p.stdout!r}, without stallscope {bare!r}")
+    files = sorted(glob.glob(os.path.join(out, "*.sstrace")), key=os.path.getmtime)
+    check(len(files) == 2, f"expected two dumps (the call's, the exit's), found {files}")
+    steps = check_window(build, files[0], 30, 150)
+    check(steps[0][0] == 0, f"the whole run fits the 30 s window: starts at step {steps[0][0]}")
+    check_window(build, files[1], 30, 399)
+    # Without the ring: refused, and the trace is the usual one.
+    out2 = os.path.join(work, "whole")
+    p = subprocess.run([exe(build, "stallscope"), "run", "--sim", "-q", "--out", out2, "--",
+                        exe(build, "train_loop")] + args, env=env(), capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0 and "dump after step 150: refused" in p.stdout, f"without --ring: {p.stdout!r}")
+    whole = glob.glob(os.path.join(out2, "*.sstrace"))
+    check(len(whole) == 1, f"without --ring: {whole}")
+    check(step_ranges(read_dump(build, whole[0])[0])[-1][0] == 399, "without --ring: not the whole run")
+
+
+def case_python(build, work):
+    """stallscope.dump() from Python: False before the recorder started
+    (no CUDA call yet), True once it has (a cuCtxSynchronize through
+    ctypes), False without --ring; the dump reads."""
+    script = os.path.join(work, "job.py")
+    with open(script, "w") as f:
+        f.write("import ctypes, stallscope\n"
+                "before = stallscope.dump()\n"
+                "cuda = ctypes.CDLL('libcuda.so.1')\n"
+                "dev, ctx = ctypes.c_int(), ctypes.c_void_p()\n"
+                "assert cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0\n"
+                "assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0\n"
+                "assert cuda.cuCtxSetCurrent(ctx) == 0 and cuda.cuCtxSynchronize() == 0\n"
+                "print(before, stallscope.dump())\n")
+    for ring, want in ((["--ring", "10"], "False True"), ([], "False False")):
+        out = os.path.join(work, "trace" + ("-ring" if ring else ""))
+        p = subprocess.run([exe(build, "stallscope"), "run", "--sim", "-q"] + ring + ["--out", out, "--",
+                           sys.executable, script], env=env(), capture_output=True, text=True, timeout=120)
+        check(p.returncode == 0, f"{ring}: exited {p.returncode}: {p.stderr[-2000:]}")
+        check(p.stdout.strip() == want, f"{ring}: printed {p.stdout.strip()!r}, expected {want!r}")
+        files = glob.glob(os.path.join(out, "*.sstrace"))
+        check(len(files) == (2 if ring else 1), f"{ring}: files {files}")
+        for path in files:
+            d, _ = read_dump(build, path)
+            check(any(c["api"] == "cuCtxSynchronize" for c in d["calls"]), f"{path}: no cuCtxSynchronize call")
+
+
+def case_bad_spec(build, work):
+    """A window that is neither seconds nor megabytes: a one-line usage
+    error, and the job does not run."""
+    p = subprocess.run([exe(build, "stallscope"), "run", "--sim", "--ring", "ten", "--out",
+                        os.path.join(work, "t"), "--", "true"], env=env(), capture_output=True, text=True,
+                       timeout=60)
+    check(p.returncode == 1, f"exited {p.returncode}")
+    check("--ring" in p.stderr and "SECONDS" in p.stderr, f"stderr {p.stderr!r}")
+
+
+CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
+
+
+def test_case(case, build, work):
+    checks.run(CASES[case], build, work)
+
+
+if __name__ == "__main__":
+    sys.exit(checks.main(CASES, __file__))
