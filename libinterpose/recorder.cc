@@ -32,6 +32,7 @@
 #include "python_frames.h"
 #include "thread_cpu.h"
 #include "trace_codec.h"
+#include "ring_spec.h"
 #include "trace_pack.h"
 
 namespace stallscope {
@@ -363,21 +364,13 @@ bool DumpRingLocked() {
   return ok;
 }
 
-// Parses STALLSCOPE_RING: SECONDS (a number, or with an `s` suffix) or
-// MEGABYTES (with `MB` or `M`). False when it is neither.
+// Parses STALLSCOPE_RING (common/ring_spec.h). False when it is neither
+// SECONDS nor SIZE.
 bool ParseRing(const char* spec, Ring* r) {
-  char* end = nullptr;
-  const double v = strtod(spec, &end);
-  if (end == spec || !(v > 0) || v > 1e9) return false;
-  const std::string unit(end);
-  if (unit.empty() || unit == "s") {
-    r->limit_ns = uint64_t(v * 1e9);
-    r->limit_bytes = size_t{256} << 20;  // a time window is bounded in memory too
-  } else if (unit == "MB" || unit == "M") {
-    r->limit_bytes = size_t(v * 1024 * 1024);
-  } else {
-    return false;
-  }
+  trace::RingSpec w;
+  if (!trace::ParseRingSpec(spec, &w)) return false;
+  r->limit_ns = w.window_ns;
+  r->limit_bytes = size_t(w.bytes);
   return true;
 }
 
@@ -950,7 +943,7 @@ bool EnsureStarted() {
     static Ring ring;
     ring = Ring();  // a fork child's starts empty
     if (!ParseRing(spec, &ring)) {
-      fprintf(stderr, "stallscope: STALLSCOPE_RING=%s: expected SECONDS or MEGABYTES (e.g. 30 or 64MB); "
+      fprintf(stderr, "stallscope: STALLSCOPE_RING=%s: expected SECONDS or SIZE (e.g. 30, 30s or 64MB); "
                       "keeping the last 60 s\n", spec);
       ParseRing("60", &ring);
     }

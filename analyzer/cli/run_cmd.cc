@@ -1,6 +1,5 @@
 // `stallscope run [options] [--] CMD [ARGS...]`: the command line of run
 // (run_command.cc runs the job).
-#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -8,6 +7,7 @@
 #include "analyzer/cli/cli.h"
 #include "analyzer/cli/commands.h"
 #include "analyzer/cli/run_command.h"
+#include "ring_spec.h"
 
 namespace stallscope::analyzer {
 
@@ -23,18 +23,15 @@ Runner DeclareRun(CLI::App* app) {
       ->check(NonEmpty("a folder"));
   app->add_flag("--sim", o->sim, "use the simulated GPU libraries (machines without a GPU)");
   app->add_option("--ring", o->ring,
-                  "flight recorder: keep only the last SECONDS (or MEGABYTES, with MB) of the trace "
-                  "in memory and write it on a trigger: SIGUSR2, stallscope.dump() / "
+                  "flight recorder: keep only the last SECONDS (30, 30s, 2min) or SIZE (64MB, 1GiB) "
+                  "of the trace in memory and write it on a trigger: SIGUSR2, stallscope.dump() / "
                   "stallscope_dump(), and the job's exit (docs/robustness.md, \"Flight recorder\")")
-      ->type_name("SECONDS|MB")
+      ->type_name("SECONDS|SIZE")
       ->check([](const std::string& v) -> std::string {
-        char* end = nullptr;
-        const double x = std::strtod(v.c_str(), &end);
-        const std::string unit = end != nullptr ? std::string(end) : "";
-        if (end == v.c_str() || !(x > 0) || x > 1e9 || (!unit.empty() && unit != "s" && unit != "MB" && unit != "M")) {
-          return "expected SECONDS (30, 30s) or MEGABYTES (64MB)";
-        }
-        return "";
+        trace::RingSpec spec;
+        return trace::ParseRingSpec(v.c_str(), &spec)
+                   ? ""
+                   : "expected SECONDS (30, 30s, 2min: 1 ms or more) or SIZE (64MB, 1GiB: 64 KiB or more)";
       });
   AddConventions(app, &o->report, ReportFormatNames(),
                  {.format = "after the command, the whole report in this format instead of "
