@@ -1,5 +1,5 @@
 /* stallscope's C API: explicit step markers and named ranges for jobs without
- * NVTX ranges.
+ * NVTX ranges, and the flight recorder's dump.
  * Resolve these with dlsym(RTLD_DEFAULT, ...) so that a job runs unchanged
  * when libstallscope.so is not preloaded. */
 #ifndef STALLSCOPE_STALLSCOPE_H_
@@ -23,6 +23,12 @@ void stallscope_step_end(void);
  * 0 when nothing was recorded. */
 uint64_t stallscope_range_start(const char* name);
 void stallscope_range_end(uint64_t id);
+
+/* Flight-recorder mode (`stallscope run --ring`, STALLSCOPE_RING): writes what
+ * the ring holds, the last seconds or bytes of the trace, to a new trace file
+ * now. 0 when written; -1 when not in ring mode, before the first CUDA call,
+ * or when the file could not be written. */
+int stallscope_dump(void);
 
 #ifdef __cplusplus
 }
