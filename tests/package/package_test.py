@@ -124,7 +124,11 @@ def case_pip_install(build, work):
         raise Skip(f"PyPI unreachable for the build backend: {p.stderr.strip().splitlines()[-1]}")
     check(p.returncode == 0, f"pip install . exited {p.returncode}: {p.stderr[-3000:]}")
     check_layout(venv, LAYOUT)
-    env = dict(os.environ, STALLSCOPE_TEST_INSTALLED_PACKAGE="1")
+    # slow_kernel outlasts any launch, so the synchronize after it blocks
+    # every step: at the default 20 us a woken simulated device thread that
+    # takes the launching core (27 us a launch in one CI run) had it done
+    # before the synchronize, and there was no hotspot to find.
+    env = dict(os.environ, STALLSCOPE_TEST_INSTALLED_PACKAGE="1", SIMGPU_KERNEL_US="*slow_kernel*=2000,*=20")
     env.pop("STALLSCOPE_LIBDIR", None)
     env.pop("PYTHONPATH", None)
     where = run([py, "-c", "import stallscope, stallscope.fleet; print(stallscope.__file__)"], env=env)
