@@ -310,11 +310,8 @@ def compare(build, work, base_args, changed_args, transform, program=TrainLoop()
     if base_host or changed_host:  # a change to none or from none prints one side only
         base_host, changed_host = base_host or (0, 0, 0), changed_host or (0, 0, 0)
         flags = ("--scale-host-wait", "--scale-host-busy", "--scale-host-func")
-        factor = dict.fromkeys(flags, 1.0)
-        for flag, value in zip(transform, transform[1:]):
-            if flag in factor:
-                factor[flag] = float(value)
-        host_off = sum(abs(changed_host[k] - factor[f] * base_host[k]) for k, f in enumerate(flags)) / STEPS
+        host_off = sum(abs(changed_host[k] - factor_of(transform, f) * base_host[k])
+                       for k, f in enumerate(flags)) / STEPS
     # The hand-off around host functions: the prediction scales the
     # baseline's with the function (the trace cannot tell them apart).
     handoff_off = abs(c.handoff - factor_of(transform, "--scale-host-func") * b.handoff)
