@@ -53,7 +53,10 @@ namespace stallscope::trace {
     "synchronizations): the report's counts and steps miss them")                      \
   X(kPythonSitesLost, 12, kRecorder, "python_sites_lost", kWarning,                    \
     "blocking calls from Python whose frames could not be read: their "                \
-    "hotspots count them (sites_lost) at the native site")
+    "hotspots count them (sites_lost) at the native site")                            \
+  X(kRingRegressionDumps, 13, kRecorder, "ring_regression_dumps", kInfo,               \
+    "flight recorder: dumps the step-time regression trigger asked for (steps "        \
+    "over K x the running median, STALLSCOPE_RING_REGRESSION)")
 
 // Raised by the reader and the analyzer; never on the wire.
 #define STALLSCOPE_ANALYZER_DIAGNOSTICS(X)                                        \

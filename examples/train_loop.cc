@@ -8,6 +8,7 @@
 //   train_loop [--steps N] [--input-us U] [--readback] [--sync-log]
 //              [--tiny K] [--dispatch-us D] [--cpu-us C] [--no-nvtx]
 //              [--batch-bytes B] [--graph] [--dump-at STEP]
+//              [--slow-from STEP --slow-input-us U]
 //
 // --dispatch-us spins the CPU for D us before every launch: the per-op cost of
 // a framework's dispatcher, which is what makes tiny kernels launch-bound.
@@ -21,6 +22,9 @@
 // dump after step STEP, through the C API `stallscope_dump()` when the
 // preload library is loaded (looked up at run time: the program needs no
 // stallscope to build or run), and prints what it answered.
+// --slow-from with --slow-input-us: from step STEP on, the host waits U us
+// for each batch instead of --input-us's (an input pipeline that slows down
+// mid-run: what the flight recorder's regression trigger catches).
 #include <cuda.h>
 #include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
@@ -53,6 +57,8 @@ struct Options : example::LoopOptions {
   long cpu_us = 0;
   bool graph = false;
   int dump_at = -1;  // --dump-at: the step after which to ask for a flight-recorder dump
+  int slow_from = -1;      // --slow-from: the first step of the slower input
+  long slow_input_us = 0;  // --slow-input-us: its wait per batch
 };
 
 void Check(CUresult r, const char* what) {
@@ -145,6 +151,8 @@ Options Parse(int argc, char** argv) {
     else if (a.Is("--cpu-us")) o.cpu_us = a.Long();
     else if (a.Is("--graph")) o.graph = true;
     else if (a.Is("--dump-at")) o.dump_at = a.Int();
+    else if (a.Is("--slow-from")) o.slow_from = a.Int();
+    else if (a.Is("--slow-input-us")) o.slow_input_us = a.Long();
     else a.Unknown();
   }
   return o;
@@ -210,7 +218,8 @@ int main(int argc, char** argv) {
   float last_loss = 0;
   for (int step = 0; step < o.steps; ++step) {
     if (o.nvtx) nvtxRangePushA(("step " + std::to_string(step)).c_str());
-    if (o.input_us) WaitForBatch(o.input_us);
+    const long input_us = o.slow_from >= 0 && step >= o.slow_from ? o.slow_input_us : o.input_us;
+    if (input_us) WaitForBatch(input_us);
     if (o.cpu_us) PreprocessBatch(o.cpu_us);
     Check(cuMemcpyHtoDAsync(batch, host_batch, o.batch_bytes, stream), "cuMemcpyHtoDAsync");
     if (graph != nullptr) {

@@ -2,9 +2,13 @@
 // and calls InitializeInjectionNvtx2, where we patch the CORE and CORE2 slots
 // for ranges and marks. Also the explicit step API of stallscope.h.
 #include <nvtx3/nvToolsExt.h>
+#include <regex.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <strings.h>
 
 #include "clock.h"
 #include "recorder.h"
@@ -15,13 +19,15 @@ namespace {
 
 std::atomic<uint64_t> g_next_range{1};
 
-void Emit(trace::NvtxType type, uint64_t range, uint64_t domain, const char* msg) {
+// The tick of the record written; 0 when none was.
+uint64_t Emit(trace::NvtxType type, uint64_t range, uint64_t domain, const char* msg) {
   ThreadState& ts = recorder::Self();
-  if (ts.in_hook) return;
+  if (ts.in_hook) return 0;
   ts.in_hook = true;
+  uint64_t ticks = 0;
   if (recorder::IsOn() || recorder::EnsureStarted()) {
     trace::NvtxRecord r{};
-    r.ticks = Ticks();
+    r.ticks = ticks = Ticks();
     r.range_id = range;
     r.domain = domain;
     r.type = uint16_t(type);
@@ -29,6 +35,67 @@ void Emit(trace::NvtxType type, uint64_t range, uint64_t domain, const char* msg
     recorder::AddNvtx(r);
   }
   ts.in_hook = false;
+  return ticks;
+}
+
+// Step begins for the flight recorder's regression trigger: the outermost
+// open range whose name matches the step pattern (STALLSCOPE_STEP_PATTERN, as
+// the analyzer's --step-pattern; by default any name holding "step" or
+// "iter", case aside, as the analyzer's default), on the first thread that
+// opens one. The range a step range encloses (an optimizer's "step") is not
+// a step. Push/pop ranges by depth, start/end ranges by id.
+struct StepPattern {
+  bool custom = false;
+  regex_t re{};  // POSIX extended (the library builds without exceptions)
+  StepPattern() {
+    const char* p = getenv("STALLSCOPE_STEP_PATTERN");
+    if (p == nullptr || *p == '\0') return;
+    std::string s(p);
+    int flags = REG_EXTENDED | REG_NOSUB;
+    if (s.rfind("(?i)", 0) == 0) {
+      s = s.substr(4);
+      flags |= REG_ICASE;
+    }
+    // A pattern POSIX cannot compile keeps the default (the analyzer says
+    // what is wrong with it).
+    custom = regcomp(&re, s.c_str(), flags) == 0;
+  }
+  bool Match(const char* msg) const {
+    if (msg == nullptr) return false;
+    if (custom) return regexec(&re, msg, 0, nullptr, 0) == 0;
+    return strcasestr(msg, "step") != nullptr || strcasestr(msg, "iter") != nullptr;
+  }
+};
+const StepPattern& Pattern() {
+  static const StepPattern* p = new StepPattern;  // never destroyed: NVTX calls at exit
+  return *p;
+}
+int g_step_push_depth = -1;  // the open step push range's depth (the watched thread's)
+std::atomic<uint64_t> g_step_range{0};  // the open step start/end range's id
+
+// A step range opening on the watched thread (which the first one claims),
+// with no step range open.
+bool OpensStep(uint64_t ticks, const char* msg) {
+  return ticks != 0 && recorder::WatchingSteps() && Pattern().Match(msg) && recorder::ClaimStepThread() &&
+         g_step_push_depth < 0 && g_step_range.load(std::memory_order_relaxed) == 0;
+}
+void PushedRange(uint64_t ticks, const char* msg, int depth) {
+  if (!OpensStep(ticks, msg)) return;
+  g_step_push_depth = depth;
+  recorder::StepBegan(ticks);
+}
+void Popped(int depth) {
+  if (depth == g_step_push_depth && recorder::WatchingSteps() && recorder::ClaimStepThread())
+    g_step_push_depth = -1;
+}
+void StartedRange(uint64_t ticks, const char* msg, uint64_t id) {
+  if (!OpensStep(ticks, msg)) return;
+  g_step_range.store(id, std::memory_order_relaxed);
+  recorder::StepBegan(ticks);
+}
+void EndedRange(uint64_t id) {
+  uint64_t open = id;
+  g_step_range.compare_exchange_strong(open, 0, std::memory_order_relaxed);
 }
 
 const char* Message(const nvtxEventAttributes_t* a) {
@@ -37,41 +104,53 @@ const char* Message(const nvtxEventAttributes_t* a) {
 }
 
 int PushA(const char* msg) {
-  Emit(trace::NvtxType::kPush, 0, 0, msg);
-  return recorder::Self().nvtx_depth++;
+  const uint64_t ticks = Emit(trace::NvtxType::kPush, 0, 0, msg);
+  const int depth = recorder::Self().nvtx_depth++;
+  PushedRange(ticks, msg, depth);
+  return depth;
 }
 int PushEx(const nvtxEventAttributes_t* a) { return PushA(Message(a)); }
 int Pop() {
   Emit(trace::NvtxType::kPop, 0, 0, nullptr);
   int& d = recorder::Self().nvtx_depth;
+  if (d > 0) Popped(d - 1);
   return d > 0 ? --d : -1;
 }
 nvtxRangeId_t StartA(const char* msg) {
   uint64_t id = g_next_range.fetch_add(1);
-  Emit(trace::NvtxType::kStart, id, 0, msg);
+  StartedRange(Emit(trace::NvtxType::kStart, id, 0, msg), msg, id);
   return id;
 }
 nvtxRangeId_t StartEx(const nvtxEventAttributes_t* a) { return StartA(Message(a)); }
-void End(nvtxRangeId_t id) { Emit(trace::NvtxType::kEnd, id, 0, nullptr); }
+void End(nvtxRangeId_t id) {
+  Emit(trace::NvtxType::kEnd, id, 0, nullptr);
+  EndedRange(id);
+}
 void MarkA(const char* msg) { Emit(trace::NvtxType::kMark, 0, 0, msg); }
 void MarkEx(const nvtxEventAttributes_t* a) { MarkA(Message(a)); }
 
 int DomainPushEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
-  Emit(trace::NvtxType::kPush, 0, reinterpret_cast<uintptr_t>(d), Message(a));
-  return recorder::Self().nvtx_depth++;
+  const char* msg = Message(a);
+  const uint64_t ticks = Emit(trace::NvtxType::kPush, 0, reinterpret_cast<uintptr_t>(d), msg);
+  const int depth = recorder::Self().nvtx_depth++;
+  PushedRange(ticks, msg, depth);
+  return depth;
 }
 int DomainPop(nvtxDomainHandle_t d) {
   Emit(trace::NvtxType::kPop, 0, reinterpret_cast<uintptr_t>(d), nullptr);
   int& depth = recorder::Self().nvtx_depth;
+  if (depth > 0) Popped(depth - 1);
   return depth > 0 ? --depth : -1;
 }
 nvtxRangeId_t DomainStartEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
   uint64_t id = g_next_range.fetch_add(1);
-  Emit(trace::NvtxType::kStart, id, reinterpret_cast<uintptr_t>(d), Message(a));
+  const char* msg = Message(a);
+  StartedRange(Emit(trace::NvtxType::kStart, id, reinterpret_cast<uintptr_t>(d), msg), msg, id);
   return id;
 }
 void DomainEnd(nvtxDomainHandle_t d, nvtxRangeId_t id) {
   Emit(trace::NvtxType::kEnd, id, reinterpret_cast<uintptr_t>(d), nullptr);
+  EndedRange(id);
 }
 
 template <typename F>
@@ -116,7 +195,8 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
 // them by index.
 extern "C" __attribute__((visibility("default"))) void stallscope_step_begin(uint64_t index) {
   recorder::Self().step_index = index;
-  Emit(trace::NvtxType::kStepBegin, index, 0, nullptr);
+  const uint64_t ticks = Emit(trace::NvtxType::kStepBegin, index, 0, nullptr);
+  if (ticks != 0 && recorder::WatchingSteps() && recorder::ClaimStepThread()) recorder::StepBegan(ticks);
 }
 
 extern "C" __attribute__((visibility("default"))) void stallscope_step_end(void) {

@@ -33,6 +33,7 @@
 #include "thread_cpu.h"
 #include "trace_codec.h"
 #include "ring_spec.h"
+#include "step_regression.h"
 #include "trace_pack.h"
 
 namespace stallscope {
@@ -325,6 +326,10 @@ struct Ring {
 Ring* g_ring = nullptr;  // set at start-up in ring mode; its contents under g_write_mu
 std::atomic<bool> g_dump_requested{false};
 bool g_ring_dump_at_exit = true;
+// The step-time regression trigger (STALLSCOPE_RING_REGRESSION; ring mode
+// only): the detector belongs to the first thread that begins a step.
+trace::RegressionDetector* g_regression = nullptr;
+std::atomic<uint32_t> g_step_tid{0};
 
 void RingAppend(ChunkType type, const trace::ChunkHeader& h, const void* payload, size_t bytes) {
   std::string chunk(reinterpret_cast<const char*>(&h), sizeof h);
@@ -828,6 +833,7 @@ void AtForkChild() {
   if (g_fd >= 0) close(g_fd);
   g_fd = -1;
   g_ring = nullptr;  // the parent's ring: the child makes its own at start-up
+  g_regression = nullptr;
   g_dump_requested.store(false);
   cupti::ForgetAfterFork();
   nccl::ResetAfterFork();
@@ -979,6 +985,17 @@ bool EnsureStarted() {
     }
     if (const char* sig = getenv("STALLSCOPE_RING_SIGNAL")) g_ring_signal = int(strtol(sig, nullptr, 10));
     if (const char* at_exit = getenv("STALLSCOPE_RING_AT_EXIT")) g_ring_dump_at_exit = strcmp(at_exit, "0") != 0;
+    trace::RegressionSpec regression;
+    trace::ParseRegressionSpec(trace::kDefaultRegressionSpec, &regression);
+    if (const char* r = getenv("STALLSCOPE_RING_REGRESSION"); r && *r && !trace::ParseRegressionSpec(r, &regression)) {
+      fprintf(stderr, "stallscope: STALLSCOPE_RING_REGRESSION=%s: expected K:M[:N] (e.g. %s) or off; "
+                      "using %s\n", r, trace::kSuggestedRegressionSpec, trace::kDefaultRegressionSpec);
+    }
+    static trace::RegressionDetector* detector = nullptr;
+    delete detector;  // a fork child's starts over
+    detector = regression.enabled() ? new trace::RegressionDetector(regression) : nullptr;
+    g_step_tid.store(0);
+    g_regression = detector;
     g_ring = &ring;
   } else {
     g_fd = OpenTraceFile(g_rank, g_pid);
@@ -1198,6 +1215,26 @@ void Shutdown() {
 }
 
 __attribute__((destructor)) void LibraryFini() { Shutdown(); }
+
+bool WatchingSteps() { return g_regression != nullptr && g_state.load(std::memory_order_relaxed) == int(State::kOn); }
+
+bool ClaimStepThread() {
+  const uint32_t self = Self().tid != 0 ? Self().tid : GetTid();
+  uint32_t owner = 0;
+  return g_step_tid.compare_exchange_strong(owner, self, std::memory_order_relaxed) || owner == self;
+}
+
+void StepBegan(uint64_t ticks) {
+  trace::RegressionDetector* d = g_regression;
+  if (d == nullptr || !d->Begin(ticks)) return;
+  // The writer dumps (it is woken now rather than at its next 200 ms turn).
+  g_diag[int(trace::DiagnosticId::kRingRegressionDumps)]++;
+  g_dump_requested.store(true, std::memory_order_relaxed);
+  pthread_mutex_lock(&g_mu);
+  StartWriterLocked();
+  pthread_cond_signal(&g_cv);
+  pthread_mutex_unlock(&g_mu);
+}
 
 int DumpNow() {
   if (g_ring == nullptr || g_state.load() != int(State::kOn)) return -1;

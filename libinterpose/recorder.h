@@ -126,6 +126,13 @@ uint32_t InternPythonStack(const uint64_t* pairs, size_t frames);
 // sees a device record without the acknowledgement that came before it).
 void AddActivity(const trace::CorrelationRecord* corr, size_t nc, const trace::DeviceRecord* dev,
                  size_t nd);
+// The flight recorder's step-time regression trigger (common/step_regression.h):
+// true in ring mode with the trigger on. The first thread to begin a step is
+// the one watched: ClaimStepThread() is true on it. StepBegan() takes its
+// step begins and asks the writer for a dump when the steps regressed.
+bool WatchingSteps();
+bool ClaimStepThread();
+void StepBegan(uint64_t ticks);
 void AddNvtx(const trace::NvtxRecord& rec);
 // Queues the NCCL arguments of a hooked NCCL call (nccl_state.cc).
 void AddNccl(const trace::NcclRecord& rec);

@@ -23,6 +23,8 @@
 #include "hooks.h"
 #include "process_info.h"
 #include "recorder.h"
+#include "ring_spec.h"
+#include "step_regression.h"
 #include "thread_cpu.h"
 
 namespace stallscope {
@@ -353,6 +355,99 @@ TEST_CASE("the module scan finds this program with its build id", "[recorder][mo
   CHECK(scan.out.size() > 0);
   const rec::ModuleScan again = rec::ScanModules();
   CHECK(again.generation == scan.generation);  // nothing loaded in between
+}
+
+TEST_CASE("the ring window and the regression trigger parse as documented", "[recorder][ring]") {
+  tf::RingSpec w;
+  REQUIRE(tf::ParseRingSpec("30", &w));
+  CHECK(w.window_ns == 30'000'000'000ull);
+  CHECK(w.bytes == tf::kRingDefaultBytes);
+  REQUIRE(tf::ParseRingSpec("2min", &w));
+  CHECK(w.window_ns == 120'000'000'000ull);
+  REQUIRE(tf::ParseRingSpec("64mb", &w));
+  CHECK((w.window_ns == 0 && w.bytes == 64ull << 20));
+  for (const char* bad : {"", "ten", "-3", "0", "30 s", "0.0001", "1KB", "5parsecs"}) {
+    INFO(bad);
+    CHECK_FALSE(tf::ParseRingSpec(bad, &w));
+  }
+
+  tf::RegressionSpec r;
+  REQUIRE(tf::ParseRegressionSpec(tf::kDefaultRegressionSpec, &r));
+  CHECK_FALSE(r.enabled());
+  REQUIRE(tf::ParseRegressionSpec(tf::kSuggestedRegressionSpec, &r));
+  CHECK((r.factor == 2.0 && r.steps == 3 && r.max_dumps == 8 && r.enabled()));
+  REQUIRE(tf::ParseRegressionSpec("1.5:5", &r));
+  CHECK((r.factor == 1.5 && r.steps == 5 && r.max_dumps == 8));
+  REQUIRE(tf::ParseRegressionSpec("3:1:20", &r));
+  CHECK((r.factor == 3.0 && r.steps == 1 && r.max_dumps == 20));
+  REQUIRE(tf::ParseRegressionSpec("OFF", &r));
+  CHECK_FALSE(r.enabled());
+  REQUIRE(tf::ParseRegressionSpec("2:3", &r));
+  REQUIRE(tf::ParseRegressionSpec("0", &r));
+  CHECK_FALSE(r.enabled());
+  for (const char* bad : {"", "2", "1:3", "0.5:3", "2:0", "2:3:", "2:3:-1", "2:3:4:5", "x:3", "2:3x"}) {
+    INFO(bad);
+    CHECK_FALSE(tf::ParseRegressionSpec(bad, &r));
+  }
+}
+
+TEST_CASE("the regression detector fires on M slow steps in a row, once per regression", "[recorder][ring]") {
+  tf::RegressionSpec spec;
+  REQUIRE(tf::ParseRegressionSpec("2:3:2", &spec));
+  tf::RegressionDetector d(spec);
+  uint64_t tick = 1000;
+  auto step = [&](uint64_t t) {
+    tick += t;
+    return d.Begin(tick);
+  };
+  CHECK_FALSE(d.Begin(tick));  // the first begin ends no step
+  // Before kMinHistory steps nothing is judged, however slow.
+  for (int i = 0; i < tf::RegressionDetector::kMinHistory; ++i) CHECK_FALSE(step(i == 3 ? 1000 : 100));
+  // Two slow steps, then a normal one: no dump (not three in a row).
+  CHECK_FALSE(step(250));
+  CHECK_FALSE(step(250));
+  CHECK_FALSE(step(100));
+  // Exactly K x the median is not slow.
+  CHECK_FALSE(step(200));
+  CHECK_FALSE(step(200));
+  CHECK_FALSE(step(200));
+  // Three over it: the third's end (the next begin) dumps.
+  CHECK_FALSE(step(201));
+  CHECK_FALSE(step(500));
+  CHECK(step(900));
+  CHECK(d.dumps() == 1);
+  CHECK(d.last_median() == 200);  // of the 17 steps before: eight of 100, three of 200, ...
+  // Still slow: no second dump until three normal steps in a row.
+  for (int i = 0; i < 5; ++i) CHECK_FALSE(step(900));
+  CHECK_FALSE(step(100));
+  CHECK_FALSE(step(100));
+  CHECK_FALSE(step(900));  // two normal steps only: not re-armed
+  CHECK_FALSE(step(900));
+  CHECK_FALSE(step(900));
+  for (int i = 0; i < 3; ++i) CHECK_FALSE(step(100));
+  CHECK_FALSE(step(900));
+  CHECK_FALSE(step(900));
+  CHECK(step(900));
+  CHECK(d.dumps() == 2);
+  // N = 2: no third dump.
+  for (int i = 0; i < 3; ++i) CHECK_FALSE(step(100));
+  for (int i = 0; i < 3; ++i) CHECK_FALSE(step(5000));
+  CHECK(d.dumps() == 2);
+}
+
+TEST_CASE("a lasting new pace becomes the median", "[recorder][ring]") {
+  tf::RegressionSpec spec;
+  REQUIRE(tf::ParseRegressionSpec("2:3:100", &spec));
+  tf::RegressionDetector d(spec);
+  for (int i = 0; i < 20; ++i) CHECK_FALSE(d.Step(100));
+  int dumps = 0;
+  for (int i = 0; i < 200; ++i) dumps += d.Step(1000) ? 1 : 0;
+  CHECK(dumps == 1);  // the history fills with the new pace; no dump after the first
+  CHECK(d.last_median() == 1000);
+  // A clock that goes back ends no step.
+  tf::RegressionDetector e(spec);
+  CHECK_FALSE(e.Begin(500));
+  CHECK_FALSE(e.Begin(400));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "analyzer/cli/commands.h"
 #include "analyzer/cli/run_command.h"
 #include "ring_spec.h"
+#include "step_regression.h"
 
 namespace stallscope::analyzer {
 
@@ -32,6 +33,20 @@ Runner DeclareRun(CLI::App* app) {
         return trace::ParseRingSpec(v.c_str(), &spec)
                    ? ""
                    : "expected SECONDS (30, 30s, 2min: 1 ms or more) or SIZE (64MB, 1GiB: 64 KiB or more)";
+      });
+  app->add_option("--ring-regression", o->ring_regression,
+                  absl::StrFormat("flight recorder: RULE is K:M[:N]: also dump when M steps in a row each took over K x the "
+                                  "median of the (at most 64) steps before them, at most N times (default 8), "
+                                  "e.g. %s; off (the default): never. A step's time is the host's, begin to "
+                                  "begin, for steps as --step-pattern finds them or the step API",
+                                  trace::kSuggestedRegressionSpec))
+      ->type_name("RULE")
+      ->needs("--ring")
+      ->check([](const std::string& v) -> std::string {
+        trace::RegressionSpec spec;
+        return trace::ParseRegressionSpec(v.c_str(), &spec)
+                   ? ""
+                   : "expected K:M[:N] (K over 1, e.g. 2:3 or 1.5:5:20) or off";
       });
   AddConventions(app, &o->report, ReportFormatNames(),
                  {.format = "after the command, the whole report in this format instead of "

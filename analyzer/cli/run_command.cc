@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "analyzer/analyze/analysis.h"
 #include "analyzer/analyze/hotspots.h"
+#include "analyzer/analyze/steps.h"
 #include "analyzer/cli/commands.h"
 #include "analyzer/report/text.h"
 
@@ -154,6 +155,7 @@ int RunUnderStallscope(const RunOptions& o) {
     fprintf(stderr, "stallscope: warning: %s not found (set STALLSCOPE_LIBDIR); nothing will be "
             "recorded\n", lib.c_str());
   }
+  const bool custom_steps = !o.analysis.step_pattern.empty() && o.analysis.step_pattern != kDefaultStepPattern;
   std::vector<std::string> env;
   std::string preload = lib;
   std::string library_path = libdir + "/simgpu";
@@ -178,7 +180,9 @@ int RunUnderStallscope(const RunOptions& o) {
       if (!old.empty()) library_path += ":" + std::string(old);
     } else if (!std::string_view(kv).starts_with("NVTX_INJECTION64_PATH=") &&
                !std::string_view(kv).starts_with("STALLSCOPE_OUT=") &&
-               (o.ring.empty() || !std::string_view(kv).starts_with("STALLSCOPE_RING="))) {
+               (o.ring.empty() || !std::string_view(kv).starts_with("STALLSCOPE_RING=")) &&
+               (o.ring_regression.empty() || !std::string_view(kv).starts_with("STALLSCOPE_RING_REGRESSION=")) &&
+               (!custom_steps || !std::string_view(kv).starts_with("STALLSCOPE_STEP_PATTERN="))) {
       env.emplace_back(kv);
     }
   }
@@ -186,6 +190,9 @@ int RunUnderStallscope(const RunOptions& o) {
   env.push_back("NVTX_INJECTION64_PATH=" + lib);
   env.push_back("STALLSCOPE_OUT=" + out_abs);
   if (!o.ring.empty()) env.push_back("STALLSCOPE_RING=" + o.ring);
+  if (!o.ring_regression.empty()) env.push_back("STALLSCOPE_RING_REGRESSION=" + o.ring_regression);
+  // The flight recorder's regression trigger finds steps as the report does.
+  if (custom_steps) env.push_back("STALLSCOPE_STEP_PATTERN=" + o.analysis.step_pattern);
   if (o.sim) env.push_back("LD_LIBRARY_PATH=" + library_path);
   // stallscope's Python hooks (torch.profiler's ProfilerStep#N as step
   // markers): its sitecustomize, first on PYTHONPATH; it then runs the one

@@ -16,6 +16,9 @@ struct RunOptions {
   // Flight-recorder mode (STALLSCOPE_RING): SECONDS or MEGABYTES (`MB`);
   // empty: every record goes to the file.
   std::string ring;
+  // The regression trigger (STALLSCOPE_RING_REGRESSION): K:M[:N] or off;
+  // empty: the library's default.
+  std::string ring_regression;
   std::vector<std::string> command;
   // After the command: one summary line on stderr, or with `full_report`
   // the report in report.format to report.out (standard output when

@@ -411,7 +411,7 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
       // large it was before (its first u32; bounded below in all, as a
       // hostile file may claim 256 MiB a chunk).
       uint64_t bytes = ch.payload_bytes;
-      const uint16_t encoding = fh.version >= 4 ? ch.encoding : trace::kEncodingRaw;
+      const uint16_t encoding = fh.version >= 4 ? ch.encoding : uint16_t(trace::kEncodingRaw);
       if ((encoding & trace::kEncodingZstd) != 0) {
         uint32_t before = 0;
         if (ch.payload_bytes >= 8 && read(off + sizeof(ch), sizeof before, &before)) {

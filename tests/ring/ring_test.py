@@ -9,6 +9,8 @@ themselves record:
 
 - the job's output is what it prints without stallscope;
 - every dump reads, and `stallscope report` analyzes it;
+- the regression trigger dumps where the rule, applied to the step times
+  the files hold, says it should;
 - a dump holds the end of the run up to its trigger (its last step range is
   the last step before the trigger), and no more than the window: its step
   ranges span at most W plus twice the longest gap between the recorder's
@@ -210,6 +212,66 @@ def case_python(build, work):
             check(any(c["api"] == "cuCtxSynchronize" for c in d["calls"]), f"{path}: no cuCtxSynchronize call")
 
 
+def regression_triggers(begins, k, m, n, history=64, min_history=8):
+    """The steps whose begin the regression rule (common/step_regression.h)
+    fires at, from the step begins in order: a step is slow when it took over
+    k x the median (the upper middle one) of the at most `history` steps
+    before it; m slow in a row fire, at most n times, and after a firing m
+    steps in a row that are not slow re-arm it."""
+    times, fired = [], []
+    slow_run = normal_run = 0
+    armed = True
+    for i in range(1, len(begins)):
+        t = begins[i][1] - begins[i - 1][1]
+        if len(times) >= min_history:
+            window = sorted(times[-history:])
+            slow = t > k * window[len(window) // 2]
+            slow_run, normal_run = (slow_run + 1, 0) if slow else (0, normal_run + 1)
+            if not armed and normal_run >= m:
+                armed = True
+            if armed and slow_run >= m and len(fired) < n:
+                fired.append(begins[i][0])
+                armed = False
+        times.append(t)
+    return fired
+
+
+def case_regression(build, work):
+    """The step-time regression trigger: train_loop's input slows 6-fold
+    from step 150 (--slow-from). The rule, applied to the step begins the
+    exit's dump holds (the whole run: the window is 30 s), says at which
+    steps the recorder should have dumped; there is one dump for each, in
+    order, ending after the slow steps that fired it, and its diagnostics
+    count it. The job's output is its own."""
+    out = os.path.join(work, "trace")
+    args = ["--steps", "300", "--input-us", "500", "--slow-from", "150", "--slow-input-us", "3000"]
+    cmd = [exe(build, "stallscope"), "run", "--sim", "-q", "--ring", "30", "--ring-regression", "2:3",
+           "--out", out, "--", exe(build, "train_loop")] + args
+    p = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"the job exited {p.returncode}: {p.stderr[-2000:]}")
+    def own(text):  # less the times the job measured of its own waits
+        return [line for line in text.splitlines() if not line.startswith("scaled_")]
+    check(own(p.stdout) == own(bare_output(build, args)), f"output {p.stdout!r} differs from the job's own")
+    files = sorted(glob.glob(os.path.join(out, "*.sstrace")), key=os.path.getmtime)
+    check(files, "no dump at all")
+    whole, report = read_dump(build, files[-1])
+    steps = step_ranges(whole)
+    check(len(steps) == 300 and steps[0][0] == 0, f"the exit's dump holds steps {steps[0][0]}..{steps[-1][0]}")
+    fired = regression_triggers([(n, start) for n, start, _ in steps], 2.0, 3, 8)
+    print(f"the rule fires at steps {fired}; dumps: {[os.path.basename(f) for f in files]}")
+    check(fired, "the job's own step times never regressed (is --slow-from working?)")
+    check(len(files) == len(fired) + 1, f"{len(files) - 1} regression dumps, the rule fires {len(fired)} times")
+    counted = next((d["count"] for d in report["diagnostics"] if d["name"] == "ring_regression_dumps"), 0)
+    check(counted == len(fired), f"ring_regression_dumps {counted}, expected {len(fired)}")
+    for path, step in zip(files, fired):
+        d, rep = read_dump(build, path)
+        held = step_ranges(d)
+        check(held and held[-1][0] >= step - 1, f"{path}: its last whole step is {held[-1][0] if held else None}, "
+              f"but step {step} began when the rule fired")
+        check(held[-1][0] < 299, f"{path}: holds the run's last step: not dumped when the steps regressed")
+        check(rep["steps"], f"{path}: the report found no steps")
+
+
 def case_bad_spec(build, work):
     """A window that is neither seconds nor megabytes: a one-line usage
     error, and the job does not run."""
@@ -218,6 +280,12 @@ def case_bad_spec(build, work):
                        timeout=60)
     check(p.returncode == 1, f"exited {p.returncode}")
     check("--ring" in p.stderr and "SECONDS" in p.stderr, f"stderr {p.stderr!r}")
+    for bad in ("2", "1:3", "2:0", "off:3"):
+        p = subprocess.run([exe(build, "stallscope"), "run", "--sim", "--ring", "10", "--ring-regression", bad,
+                            "--out", os.path.join(work, "t"), "--", "true"], env=env(), capture_output=True,
+                           text=True, timeout=60)
+        check(p.returncode == 1 and "--ring-regression" in p.stderr.splitlines()[0] and "K:M" in p.stderr,
+              f"--ring-regression {bad}: exited {p.returncode}, stderr {p.stderr!r}")
 
 
 CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
