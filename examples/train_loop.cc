@@ -8,7 +8,7 @@
 //   train_loop [--steps N] [--input-us U] [--readback] [--sync-log]
 //              [--tiny K] [--dispatch-us D] [--cpu-us C] [--no-nvtx]
 //              [--batch-bytes B] [--graph] [--dump-at STEP]
-//              [--slow-from STEP --slow-input-us U]
+//              [--slow-from STEP --slow-input-us U] [--step-time]
 //
 // --dispatch-us spins the CPU for D us before every launch: the per-op cost of
 // a framework's dispatcher, which is what makes tiny kernels launch-bound.
@@ -25,6 +25,10 @@
 // --slow-from with --slow-input-us: from step STEP on, the host waits U us
 // for each batch instead of --input-us's (an input pipeline that slows down
 // mid-run: what the flight recorder's regression trigger catches).
+// --step-time prints the mean host time of a step, begin to begin, over the
+// steps after the first tenth (the warm-up), and the process's peak resident
+// memory so far (VmHWM: its own address space's, not the exec'ing parent's),
+// for scripts/bench's overhead figures.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
@@ -59,6 +63,7 @@ struct Options : example::LoopOptions {
   int dump_at = -1;  // --dump-at: the step after which to ask for a flight-recorder dump
   int slow_from = -1;      // --slow-from: the first step of the slower input
   long slow_input_us = 0;  // --slow-input-us: its wait per batch
+  bool step_time = false;  // --step-time: print the mean step time
 };
 
 void Check(CUresult r, const char* what) {
@@ -153,6 +158,7 @@ Options Parse(int argc, char** argv) {
     else if (a.Is("--dump-at")) o.dump_at = a.Int();
     else if (a.Is("--slow-from")) o.slow_from = a.Int();
     else if (a.Is("--slow-input-us")) o.slow_input_us = a.Long();
+    else if (a.Is("--step-time")) o.step_time = true;
     else a.Unknown();
   }
   return o;
@@ -216,7 +222,10 @@ int main(int argc, char** argv) {
   }
 
   float last_loss = 0;
+  const int timed_from = o.steps / 10;
+  long long timed_start = 0;
   for (int step = 0; step < o.steps; ++step) {
+    if (step == timed_from) timed_start = ClockNs(CLOCK_MONOTONIC);
     if (o.nvtx) nvtxRangePushA(("step " + std::to_string(step)).c_str());
     const long input_us = o.slow_from >= 0 && step >= o.slow_from ? o.slow_input_us : o.input_us;
     if (input_us) WaitForBatch(input_us);
@@ -237,8 +246,19 @@ int main(int argc, char** argv) {
       std::printf("dump after step %d: %s\n", step, dump == nullptr ? "no stallscope" : dump() == 0 ? "written" : "refused");
     }
   }
+  const long long timed_end = ClockNs(CLOCK_MONOTONIC);
   // Drain the device once at the end, outside every step.
   Check(cuCtxSynchronize(), "cuCtxSynchronize");
+  if (o.step_time && o.steps > timed_from) {
+    std::printf("step_time_ns %lld\n", (timed_end - timed_start) / (o.steps - timed_from));
+    if (FILE* f = std::fopen("/proc/self/status", "r")) {
+      char line[256];
+      while (std::fgets(line, sizeof line, f) != nullptr) {
+        if (std::strncmp(line, "VmHWM:", 6) == 0) std::printf("peak_rss_kb %ld\n", std::strtol(line + 6, nullptr, 10));
+      }
+      std::fclose(f);
+    }
+  }
   std::printf("train_loop: %d steps, last loss %g\n", o.steps, double(last_loss));
   if (g_spin_wall_ns > 0) {
     std::printf("spin_on_cpu_share %.4f\n", double(g_spin_cpu_ns) / double(g_spin_wall_ns));
