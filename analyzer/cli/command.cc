@@ -144,4 +144,24 @@ int Emit(const std::string& out, std::string_view text) {
   return kExitUsage;
 }
 
+int EmitStreamed(const std::string& out,
+                 const std::function<absl::Status(const std::function<absl::Status(std::string_view)>&)>& produce) {
+  if (!out.empty()) {
+    if (auto st = WriteNewFileStreamed(out, produce); !st.ok()) return Fail(st, kExitUsage);
+    return kExitOk;
+  }
+  int err = 0;
+  auto st = produce([&](std::string_view piece) {
+    errno = 0;
+    if (fwrite(piece.data(), 1, piece.size(), stdout) == piece.size()) return absl::OkStatus();
+    err = errno != 0 ? errno : EIO;
+    return absl::InternalError("standard output");
+  });
+  if (st.ok() && (fflush(stdout) != 0 || ferror(stdout))) err = errno != 0 ? errno : EIO;
+  if (st.ok() && err == 0) return kExitOk;
+  if (err == 0) return Fail(st, kExitUsage);
+  fprintf(stderr, "stallscope: cannot write the report to standard output: %s\n", strerror(err));
+  return kExitUsage;
+}
+
 }  // namespace stallscope::analyzer

@@ -73,5 +73,9 @@ int Fail(const absl::Status& status, int code);
 // Writes `text` to stdout (an unwritable stdout is an error with its cause,
 // never a silent partial report) or to the new file `out`; the exit code.
 int Emit(const std::string& out, std::string_view text);
+// The same for output made a piece at a time: `produce` calls its sink with
+// each piece in order. Into a file, all of it or nothing.
+int EmitStreamed(const std::string& out,
+                 const std::function<absl::Status(const std::function<absl::Status(std::string_view)>&)>& produce);
 
 }  // namespace stallscope::analyzer

@@ -20,6 +20,9 @@ struct ReportFormat {
   bool needs_output_file;  // binary output: -o is required
   absl::StatusOr<std::string> (*render)(const Report& report, const ProcessAnalysis& analysis,
                                         bool color);
+  // Formats too large to hold whole: written a piece at a time instead.
+  absl::Status (*stream)(const Report& report, const ProcessAnalysis& analysis, const PerfettoSink& sink) =
+      nullptr;
 };
 
 constexpr ReportFormat kFormats[] = {
@@ -36,7 +39,7 @@ constexpr ReportFormat kFormats[] = {
        return RenderHtml(r, a);
      }},
     {"perfetto", true, false,
-     [](const Report& r, const ProcessAnalysis& a, bool) { return RenderPerfetto(r, a); }},
+     [](const Report& r, const ProcessAnalysis& a, bool) { return RenderPerfetto(r, a); }, StreamPerfetto},
     {"sqlite", true, true,
      [](const Report& r, const ProcessAnalysis& a, bool) { return RenderSqlite(r, a); }},
 };
@@ -79,6 +82,11 @@ int WriteReport(std::string_view command, const std::vector<std::string>& inputs
   ProcessAnalysis analysis;
   auto report = AnalyzePaths(inputs, options, fmt.needs_timeline ? &analysis : nullptr);
   if (!report.ok()) return Fail(report.status(), kExitBadTrace);
+  if (fmt.stream != nullptr) {
+    return EmitStreamed(common.out, [&](const std::function<absl::Status(std::string_view)>& sink) {
+      return fmt.stream(*report, analysis, sink);
+    });
+  }
   auto rendered = fmt.render(*report, analysis, UseColor(common));
   if (!rendered.ok()) return Fail(rendered.status(), kExitUsage);
   return Emit(common.out, *rendered);

@@ -3,10 +3,12 @@
 // a full disk or a failed write leaves nothing behind (the error says why).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace stallscope::analyzer {
 
@@ -18,5 +20,35 @@ absl::Status WriteNewFile(const std::string& path, std::string_view data);
 // it to `path` (fails when `path` exists) or, with `replace`, renames it over
 // `path`. On any failure the temporary file is removed.
 absl::Status WriteThroughTemporary(const std::string& path, std::string_view data, bool replace);
+
+// The same, a piece at a time, for output too large to hold (the streamed
+// timeline export): Open() makes the temporary file, Write() appends to it,
+// Commit() makes it `path`. Destroyed uncommitted (an error on the way), the
+// temporary file is removed and `path` never appears.
+class TemporaryFile {
+ public:
+  static absl::StatusOr<TemporaryFile> Open(const std::string& path);
+  TemporaryFile(TemporaryFile&& o) noexcept;
+  TemporaryFile& operator=(TemporaryFile&&) = delete;
+  ~TemporaryFile();
+
+  absl::Status Write(std::string_view data);
+  // `replace`: over an existing `path`; else fails when `path` exists.
+  absl::Status Commit(bool replace);
+
+ private:
+  TemporaryFile(std::string path, std::string tmp, int fd) : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd) {}
+  absl::Status Fail(const char* what, int err);
+
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+
+// A new file as WriteNewFile makes it, written through `produce`, which
+// calls its sink with each piece in order (a non-OK sink status stops it
+// and is returned).
+absl::Status WriteNewFileStreamed(
+    const std::string& path,
+    const std::function<absl::Status(const std::function<absl::Status(std::string_view)>&)>& produce);
 
 }  // namespace stallscope::analyzer

@@ -178,9 +178,20 @@ class Writer {
   Writer(const Report& report, const ProcessAnalysis& a)
       : report_(report), a_(a), t_(a.timeline), base_(PerfettoBaseNs(a.timeline)) {}
 
+  // With a sink, the export goes to it a megabyte at a time and Run()
+  // returns what is left unsent (nothing, unless the sink failed); without,
+  // the whole export.
+  Writer(const Report& report, const ProcessAnalysis& a, const PerfettoSink* sink) : Writer(report, a) {
+    sink_ = sink;
+  }
+
   std::string Run() {
-    // About 150 bytes per event: calls, ops, two flow events per op.
-    out_.reserve(4096 + 150 * (t_.calls.size() + 3 * t_.ops.size() + a_.gaps.size()));
+    if (sink_ == nullptr) {
+      // About 150 bytes per event: calls, ops, two flow events per op.
+      out_.reserve(4096 + 150 * (t_.calls.size() + 3 * t_.ops.size() + a_.gaps.size()));
+    } else {
+      out_.reserve(kFlushBytes + 64 * 1024);
+    }
     Header();
     Metadata();
     Steps();
@@ -190,8 +201,11 @@ class Writer {
     absl::StrAppend(&out_, "\n  ],\n  \"traceName\": ");
     AppendString(&out_, Basename(t_.path));
     out_.append("\n}\n");
+    Flush();
     return std::move(out_);
   }
+
+  const absl::Status& status() const { return status_; }
 
  private:
   static std::string_view Basename(std::string_view path) {
@@ -204,6 +218,7 @@ class Writer {
   // Opens an event: separator, ph, cat, name, pid, tid, ts.
   void Begin(const char* ph, std::string_view cat, std::string_view name, int64_t pid, int64_t tid,
              int64_t ns) {
+    if (sink_ != nullptr && out_.size() >= kFlushBytes) Flush();
     out_.append(first_ ? "\n{\"ph\":\"" : ",\n{\"ph\":\"");
     first_ = false;
     out_.append(ph);
@@ -477,6 +492,17 @@ class Writer {
   const ProcessAnalysis& a_;
   const Timeline& t_;
   const int64_t base_;
+  // Sends what is buffered to the sink; after a failed send, what follows
+  // is dropped (the status says why).
+  void Flush() {
+    if (sink_ == nullptr) return;
+    if (status_.ok()) status_ = (*sink_)(out_);
+    out_.clear();
+  }
+
+  static constexpr size_t kFlushBytes = 1 << 20;
+  const PerfettoSink* sink_ = nullptr;
+  absl::Status status_;
   std::string out_;
   bool first_ = true;
   bool first_arg_ = true;
@@ -577,6 +603,12 @@ std::vector<HtaIdleRow> HtaIdleBreakdown(const ProcessAnalysis& a) {
 
 absl::StatusOr<std::string> RenderPerfetto(const Report& report, const ProcessAnalysis& analysis) {
   return Writer(report, analysis).Run();
+}
+
+absl::Status StreamPerfetto(const Report& report, const ProcessAnalysis& analysis, const PerfettoSink& sink) {
+  Writer w(report, analysis, &sink);
+  w.Run();
+  return w.status();
 }
 
 }  // namespace stallscope::analyzer

@@ -3,12 +3,15 @@
 // Holistic Trace Analysis (HTA) read it: host CUDA calls, device ops per
 // stream, launch → op flow arrows, ProfilerStep#N steps, an idle-gap track
 // named by cause, and hotspot call sites on the blocking calls. Written by a
-// streaming writer into one string (no JSON DOM): traces reach 10 M events.
+// streaming writer (no JSON DOM), into one string or a megabyte at a time to
+// a sink: traces reach 10 M events.
 // See docs/analyzer.md "Timeline export".
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -58,5 +61,11 @@ std::vector<HtaIdleRow> HtaIdleBreakdown(const ProcessAnalysis& analysis);
 // Renders the export. `report` supplies the hotspots (indexed by
 // analysis.hotspot_of_call) and the step source.
 absl::StatusOr<std::string> RenderPerfetto(const Report& report, const ProcessAnalysis& analysis);
+
+// The same export, byte for byte, handed to `sink` a megabyte at a time in
+// order, so that it is never held whole (a 10 M-event export is over a
+// gigabyte). The first error of the sink stops it and is returned.
+using PerfettoSink = std::function<absl::Status(std::string_view)>;
+absl::Status StreamPerfetto(const Report& report, const ProcessAnalysis& analysis, const PerfettoSink& sink);
 
 }  // namespace stallscope::analyzer

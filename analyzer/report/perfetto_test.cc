@@ -321,5 +321,57 @@ TEST_CASE("perfetto export: HTA idle-time breakdown by hand", "[perfetto]") {
   CHECK(j["stallscope"]["hta_idle_time_us"][1]["host_wait"] == 620);
 }
 
+// Guards the streamed export (`report --format perfetto` writes it so): the
+// same bytes as the one-string export, in pieces of about a megabyte, and a
+// sink's error stops it.
+TEST_CASE("perfetto export: streamed in pieces, byte for byte the same", "[perfetto]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Thread(100, "python");
+  uint32_t cupti = 1;
+  uint64_t external = 1;
+  int64_t t = 1'000'000'000;
+  for (int k = 0; k < 200; ++k) {
+    b.Range(100, t, t + 1000 * kUs, "step " + std::to_string(k));
+    for (int i = 0; i < 40; ++i) {
+      const int64_t h = t + 20 * kUs * i;
+      b.Call(100, api.launch, h, h + 5 * kUs, {.correlation = external});
+      b.Device(h + 10 * kUs, h + 25 * kUs, tf::DeviceOpKind::kKernel, "k" + std::to_string(i % 7), cupti, 7);
+      b.Correlate(external++, cupti++);
+    }
+    b.Call(100, api.sync, t + 800 * kUs, t + 830 * kUs);
+    t += 1000 * kUs;
+  }
+  ProcessAnalysis analysis;
+  analysis.timeline = testing::ReadOrDie(b);
+  auto report = AnalyzeTimeline(analysis.timeline, {}, &analysis);
+  REQUIRE(report.ok());
+  auto whole = RenderPerfetto(*report, analysis);
+  REQUIRE(whole.ok());
+  REQUIRE(whole->size() > (3u << 20));  // several pieces
+
+  std::string streamed;
+  std::vector<size_t> pieces;
+  auto st = StreamPerfetto(*report, analysis, [&](std::string_view piece) {
+    pieces.push_back(piece.size());
+    streamed.append(piece);
+    return absl::OkStatus();
+  });
+  REQUIRE(st.ok());
+  CHECK(streamed == *whole);
+  CHECK(pieces.size() >= 3);
+  for (size_t i = 0; i + 1 < pieces.size(); ++i) {
+    CHECK(pieces[i] >= (1u << 20));
+    CHECK(pieces[i] < (1u << 20) + 64 * 1024);  // a megabyte and at most one event
+  }
+
+  int calls = 0;
+  st = StreamPerfetto(*report, analysis, [&](std::string_view) {
+    return ++calls == 2 ? absl::ResourceExhaustedError("disk full") : absl::OkStatus();
+  });
+  CHECK(st.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(calls == 2);  // nothing more after the failure
+}
+
 }  // namespace
 }  // namespace stallscope::analyzer
