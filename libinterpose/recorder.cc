@@ -523,15 +523,11 @@ bool Drain(bool final, bool after_cupti_flush = false) {
   // view, so a thread's records stay in order in the file.
   ThreadBuffer* full = g_full_head;
   g_full_head = g_full_tail = nullptr;
-  Pending& pending = *g_drained;
+  Pending& pending = *g_drained;  // cleared below, before g_write_mu is released
   std::swap(pending, *g_pending);
-  struct Clear {
-    Pending& p;
-    ~Clear() { ClearKeepingCapacity(p); }
-  } clear_drained{pending};
   std::vector<LiveSlice> live;
   for (ThreadState* ts = g_live; ts; ts = ts->next_live)
-    if (ThreadBuffer* b = __atomic_load_n(&ts->buffer, __ATOMIC_RELAXED))
+    if (ThreadBuffer* b = __atomic_load_n(&ts->buffer, __ATOMIC_ACQUIRE))
       live.push_back({b, b->count.load(std::memory_order_acquire)});
   pthread_mutex_unlock(&g_mu);
 
@@ -646,6 +642,7 @@ bool Drain(bool final, bool after_cupti_flush = false) {
     for (const trace::DiagnosticRecord& d : diags) g_diag_written[d.id] = counts[d.id];
   }
   if (final) WriteChunk(ChunkType::kEnd, 0, 0, nullptr, 0);
+  ClearKeepingCapacity(pending);
   pthread_mutex_unlock(&g_write_mu);
 
   if (done) {
@@ -754,7 +751,7 @@ bool AcquireBuffer(ThreadState& ts) {
   b->flushed = 0;
   b->tid = ts.tid;
   b->next = nullptr;
-  __atomic_store_n(&ts.buffer, b, __ATOMIC_RELAXED);
+  __atomic_store_n(&ts.buffer, b, __ATOMIC_RELEASE);  // its tid and watermark with it (the writer loads it acquiring)
   return true;
 }
 
