@@ -70,23 +70,22 @@ const StepPattern& Pattern() {
   static const StepPattern* p = new StepPattern;  // never destroyed: NVTX calls at exit
   return *p;
 }
-int g_step_push_depth = -1;  // the open step push range's depth (the watched thread's)
-std::atomic<uint64_t> g_step_range{0};  // the open step start/end range's id
+thread_local int t_step_push_depth = -1;  // this thread's open step push range's depth
+std::atomic<uint64_t> g_step_range{0};  // the open step start/end range's id (it may end on any thread)
 
 // A step range opening on the watched thread (which the first one claims),
 // with no step range open.
 bool OpensStep(uint64_t ticks, const char* msg) {
   return ticks != 0 && recorder::WatchingSteps() && Pattern().Match(msg) && recorder::ClaimStepThread() &&
-         g_step_push_depth < 0 && g_step_range.load(std::memory_order_relaxed) == 0;
+         t_step_push_depth < 0 && g_step_range.load(std::memory_order_relaxed) == 0;
 }
 void PushedRange(uint64_t ticks, const char* msg, int depth) {
   if (!OpensStep(ticks, msg)) return;
-  g_step_push_depth = depth;
+  t_step_push_depth = depth;
   recorder::StepBegan(ticks);
 }
 void Popped(int depth) {
-  if (depth == g_step_push_depth && recorder::WatchingSteps() && recorder::ClaimStepThread())
-    g_step_push_depth = -1;
+  if (depth == t_step_push_depth) t_step_push_depth = -1;
 }
 void StartedRange(uint64_t ticks, const char* msg, uint64_t id) {
   if (!OpensStep(ticks, msg)) return;
@@ -103,55 +102,46 @@ const char* Message(const nvtxEventAttributes_t* a) {
   return nullptr;
 }
 
-int PushA(const char* msg) {
-  const uint64_t ticks = Emit(trace::NvtxType::kPush, 0, 0, msg);
+// Ranges in a domain (0: the default one).
+int PushIn(uintptr_t domain, const char* msg) {
+  const uint64_t ticks = Emit(trace::NvtxType::kPush, 0, domain, msg);
   const int depth = recorder::Self().nvtx_depth++;
   PushedRange(ticks, msg, depth);
   return depth;
 }
-int PushEx(const nvtxEventAttributes_t* a) { return PushA(Message(a)); }
-int Pop() {
-  Emit(trace::NvtxType::kPop, 0, 0, nullptr);
+int PopIn(uintptr_t domain) {
+  Emit(trace::NvtxType::kPop, 0, domain, nullptr);
   int& d = recorder::Self().nvtx_depth;
   if (d > 0) Popped(d - 1);
   return d > 0 ? --d : -1;
 }
-nvtxRangeId_t StartA(const char* msg) {
+nvtxRangeId_t StartIn(uintptr_t domain, const char* msg) {
   uint64_t id = g_next_range.fetch_add(1);
-  StartedRange(Emit(trace::NvtxType::kStart, id, 0, msg), msg, id);
+  StartedRange(Emit(trace::NvtxType::kStart, id, domain, msg), msg, id);
   return id;
 }
-nvtxRangeId_t StartEx(const nvtxEventAttributes_t* a) { return StartA(Message(a)); }
-void End(nvtxRangeId_t id) {
-  Emit(trace::NvtxType::kEnd, id, 0, nullptr);
+void EndIn(uintptr_t domain, nvtxRangeId_t id) {
+  Emit(trace::NvtxType::kEnd, id, domain, nullptr);
   EndedRange(id);
 }
+
+int PushA(const char* msg) { return PushIn(0, msg); }
+int PushEx(const nvtxEventAttributes_t* a) { return PushA(Message(a)); }
+int Pop() { return PopIn(0); }
+nvtxRangeId_t StartA(const char* msg) { return StartIn(0, msg); }
+nvtxRangeId_t StartEx(const nvtxEventAttributes_t* a) { return StartA(Message(a)); }
+void End(nvtxRangeId_t id) { EndIn(0, id); }
 void MarkA(const char* msg) { Emit(trace::NvtxType::kMark, 0, 0, msg); }
 void MarkEx(const nvtxEventAttributes_t* a) { MarkA(Message(a)); }
 
 int DomainPushEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
-  const char* msg = Message(a);
-  const uint64_t ticks = Emit(trace::NvtxType::kPush, 0, reinterpret_cast<uintptr_t>(d), msg);
-  const int depth = recorder::Self().nvtx_depth++;
-  PushedRange(ticks, msg, depth);
-  return depth;
+  return PushIn(reinterpret_cast<uintptr_t>(d), Message(a));
 }
-int DomainPop(nvtxDomainHandle_t d) {
-  Emit(trace::NvtxType::kPop, 0, reinterpret_cast<uintptr_t>(d), nullptr);
-  int& depth = recorder::Self().nvtx_depth;
-  if (depth > 0) Popped(depth - 1);
-  return depth > 0 ? --depth : -1;
-}
+int DomainPop(nvtxDomainHandle_t d) { return PopIn(reinterpret_cast<uintptr_t>(d)); }
 nvtxRangeId_t DomainStartEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
-  uint64_t id = g_next_range.fetch_add(1);
-  const char* msg = Message(a);
-  StartedRange(Emit(trace::NvtxType::kStart, id, reinterpret_cast<uintptr_t>(d), msg), msg, id);
-  return id;
+  return StartIn(reinterpret_cast<uintptr_t>(d), Message(a));
 }
-void DomainEnd(nvtxDomainHandle_t d, nvtxRangeId_t id) {
-  Emit(trace::NvtxType::kEnd, id, reinterpret_cast<uintptr_t>(d), nullptr);
-  EndedRange(id);
-}
+void DomainEnd(nvtxDomainHandle_t d, nvtxRangeId_t id) { EndIn(reinterpret_cast<uintptr_t>(d), id); }
 
 template <typename F>
 void Patch(NvtxFunctionTable table, unsigned size, unsigned id, F fn) {

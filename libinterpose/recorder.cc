@@ -113,6 +113,19 @@ struct Pending {
   // Per recorder thread, the highest external id of correlation records
   // dropped over the budget: the writer still acknowledges them.
   std::vector<uint64_t> dropped_acks;
+
+  // Empty, keeping every vector's capacity.
+  void Clear() {
+    strings.clear();
+    stacks.clear();
+    device.clear();
+    correlations.clear();
+    nvtx.clear();
+    threads.clear();
+    cpu.clear();
+    nccl.clear();
+    dropped_acks.clear();
+  }
 };
 Pending* g_pending = nullptr;
 // The writer's side of g_pending (under g_write_mu, empty between drains):
@@ -121,17 +134,6 @@ Pending* g_pending = nullptr;
 // rather than being grown from empty every drain (which left the writer's
 // malloc arena fragmented: megabytes of the job's peak RSS).
 Pending* g_drained = nullptr;
-void ClearKeepingCapacity(Pending& p) {
-  p.strings.clear();
-  p.stacks.clear();
-  p.device.clear();
-  p.correlations.clear();
-  p.nvtx.clear();
-  p.threads.clear();
-  p.cpu.clear();
-  p.nccl.clear();
-  p.dropped_acks.clear();
-}
 std::unordered_map<std::string, uint32_t>* g_strings = nullptr;
 std::unordered_map<uint64_t, uint32_t>* g_stacks = nullptr;
 uint32_t g_next_string = 1;
@@ -642,7 +644,7 @@ bool Drain(bool final, bool after_cupti_flush = false) {
     for (const trace::DiagnosticRecord& d : diags) g_diag_written[d.id] = counts[d.id];
   }
   if (final) WriteChunk(ChunkType::kEnd, 0, 0, nullptr, 0);
-  ClearKeepingCapacity(pending);
+  pending.Clear();
   pthread_mutex_unlock(&g_write_mu);
 
   if (done) {
