@@ -326,6 +326,12 @@ struct Ring {
   uint64_t dumps = 0;
 };
 Ring* g_ring = nullptr;  // set at start-up in ring mode; its contents under g_write_mu
+// The time the chunks being written now stand for (under g_write_mu): when
+// the drain took its records from the threads, or, for a dump at exit or by
+// stallscope_dump(), when it was asked for, before the CUPTI flush. A ring
+// chunk's age is counted from it, so the time stallscope's own flush and
+// drain take does not push the job's last seconds out of the window.
+uint64_t g_ring_as_of = 0;
 std::atomic<bool> g_dump_requested{false};
 bool g_ring_dump_at_exit = true;
 // The step-time regression trigger (STALLSCOPE_RING_REGRESSION; ring mode
@@ -354,11 +360,11 @@ void RingAppend(ChunkType type, const trace::ChunkHeader& h, const void* payload
       return;
     default: break;
   }
-  const uint64_t now = MonoNs();
+  const uint64_t now = g_ring_as_of != 0 ? g_ring_as_of : MonoNs();
   r.held_bytes += chunk.size();
   r.held.push_back({now, std::move(chunk)});
   while (!r.held.empty() && ((r.limit_bytes != 0 && r.held_bytes > r.limit_bytes) ||
-                             (r.limit_ns != 0 && now - r.held.front().mono_ns > r.limit_ns))) {
+                             (r.limit_ns != 0 && now > r.held.front().mono_ns + r.limit_ns))) {
     r.held_bytes -= r.held.front().bytes.size();
     r.held.pop_front();
   }
@@ -517,9 +523,12 @@ struct LiveSlice {
 // `after_cupti_flush`: a forced CUPTI flush completed since the previous
 // drain, so the stall detector may judge what that drain wrote. Returns true
 // when the stall detector suspects that CUPTI records stopped arriving.
-bool Drain(bool final, bool after_cupti_flush = false) {
+// `as_of_ns`: the time the drain stands for in the ring (0: now).
+bool Drain(bool final, bool after_cupti_flush = false, uint64_t as_of_ns = 0) {
   pthread_mutex_lock(&g_write_mu);
   pthread_mutex_lock(&g_mu);
+  // Never back: a writer's drain may come between a trigger and its own drain.
+  g_ring_as_of = std::max(g_ring_as_of, as_of_ns != 0 ? as_of_ns : MonoNs());
   // Full queue and live buffers in one snapshot: a buffer handed off after it
   // is written by the next drain, and its successor is not yet in g_live's
   // view, so a thread's records stay in order in the file.
@@ -1194,8 +1203,9 @@ void Shutdown() {
   if (g_state.load() != int(State::kOn) || g_shutdown_done.exchange(true)) return;
   bool was_in_hook = t_self.in_hook;
   t_self.in_hook = true;
+  const uint64_t exit_ns = MonoNs();  // the trigger: the ring's last seconds end here
   cupti::Flush();
-  Drain(true);
+  Drain(true, false, exit_ns);
   if (g_ring != nullptr && g_ring_dump_at_exit) {
     pthread_mutex_lock(&g_write_mu);
     DumpRingLocked();
@@ -1239,8 +1249,9 @@ int DumpNow() {
   if (g_ring == nullptr || g_state.load() != int(State::kOn)) return -1;
   const bool was_in_hook = t_self.in_hook;
   t_self.in_hook = true;
+  const uint64_t asked_ns = MonoNs();
   cupti::Flush();
-  Drain(false);
+  Drain(false, false, asked_ns);
   pthread_mutex_lock(&g_write_mu);
   const bool ok = DumpRingLocked();
   pthread_mutex_unlock(&g_write_mu);
