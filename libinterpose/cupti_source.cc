@@ -28,6 +28,9 @@ void* RealDlsym(void* handle, const char* name);
 }
 
 namespace stallscope::cupti {
+
+bool g_active = false;
+
 namespace {
 
 constexpr auto kExternalKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2;
@@ -51,7 +54,6 @@ using PopFn = CUptiResult (*)(CUpti_ExternalCorrelationKind, uint64_t*);
 using TimestampCbFn = CUptiResult (*)(CUpti_TimestampCallbackFunc);
 using DroppedFn = CUptiResult (*)(CUcontext, uint32_t, size_t*);
 
-bool g_active = false;
 FlushAllFn g_flush = nullptr;
 GetNextRecordFn g_next = nullptr;
 PushFn g_push = nullptr;
@@ -306,21 +308,17 @@ bool Start() {
 
 bool Active() { return g_active; }
 
-void Push(uint64_t id) {
-  if (g_active) {
-    int saved = errno;
-    g_push(kExternalKind, id);
-    errno = saved;
-  }
+void PushActive(uint64_t id) {
+  int saved = errno;
+  g_push(kExternalKind, id);
+  errno = saved;
 }
 
-void Pop() {
-  if (g_active) {
-    int saved = errno;
-    uint64_t last;
-    g_pop(kExternalKind, &last);
-    errno = saved;
-  }
+void PopActive() {
+  int saved = errno;
+  uint64_t last;
+  g_pop(kExternalKind, &last);
+  errno = saved;
 }
 
 void Flush() {

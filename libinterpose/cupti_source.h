@@ -14,9 +14,17 @@ namespace stallscope::cupti {
 // times are unavailable: CUPTI absent, a symbol missing, or any enable refused.
 bool Start();
 bool Active();
-// Per-thread external correlation around a submitting call.
-void Push(uint64_t id);
-void Pop();
+// Per-thread external correlation around a submitting call: inline, so that
+// a hook with CUPTI off pays one load and a branch.
+extern bool g_active;
+void PushActive(uint64_t id);
+void PopActive();
+inline void Push(uint64_t id) {
+  if (g_active) PushActive(id);
+}
+inline void Pop() {
+  if (g_active) PopActive();
+}
 // Delivers every buffered record (forced flush).
 void Flush();
 // In a fork child: never call CUPTI again (its state is the parent's).
