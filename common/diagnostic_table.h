@@ -75,6 +75,9 @@ namespace stallscope::trace {
   X(kIncompleteTraces, 0, kAnalyzer, "incomplete_traces", kWarning,               \
     "traces of other processes end before their process finished (killed "        \
     "or crashed): their records stop at their last write")                        \
+  X(kEarlierDumps, 0, kAnalyzer, "earlier_dumps", kInfo,                           \
+    "several traces of one process (flight-recorder dumps, or copies): the "      \
+    "newest of each is analyzed")                                                 \
   X(kNoEndChunk, 0, kReader, "no_end_chunk", kWarning,                            \
     "the process did not finish writing its trace (no end chunk)")                \
   X(kUnknownRecorderDiagnostic, 0, kReader, "unknown_recorder_diagnostic", kInfo, \

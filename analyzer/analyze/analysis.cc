@@ -12,7 +12,9 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -267,6 +269,41 @@ Report ComposeRanksReport(Report primary_report, std::vector<RankSummary> ranks,
   return out;
 }
 
+std::vector<std::string> KeepNewestOfEachProcess(std::vector<absl::StatusOr<Timeline>>* timelines,
+                                                 std::vector<std::string>* paths) {
+  auto last_reading = [](const Timeline& t) {
+    uint64_t last = 0;
+    for (const trace::ClockRecord& c : t.clocks) last = std::max(last, c.mono_ns);
+    return last;
+  };
+  using Key = std::tuple<std::string, uint32_t, uint64_t>;  // host, pid, start
+  absl::flat_hash_map<Key, size_t> newest;  // the index kept for each process
+  for (size_t i = 0; i < timelines->size(); ++i) {
+    const Timeline& t = *(*timelines)[i];
+    auto [it, added] = newest.try_emplace(Key{t.host, t.header.pid, t.header.start_mono_ns}, i);
+    if (!added && last_reading(t) > last_reading(*(*timelines)[it->second])) it->second = i;
+  }
+  std::vector<std::string> left_out;
+  if (newest.size() == timelines->size()) return left_out;
+  std::vector<bool> keep(timelines->size(), false);
+  for (const auto& [key, i] : newest) keep[i] = true;
+  size_t kept = 0;
+  for (size_t i = 0; i < timelines->size(); ++i) {
+    if (!keep[i]) {
+      left_out.push_back(BaseName((*paths)[i]));
+      continue;
+    }
+    if (kept != i) {
+      (*timelines)[kept] = std::move((*timelines)[i]);
+      (*paths)[kept] = std::move((*paths)[i]);
+    }
+    ++kept;
+  }
+  timelines->erase(timelines->begin() + static_cast<ptrdiff_t>(kept), timelines->end());
+  paths->resize(kept);
+  return left_out;
+}
+
 absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
                                     const AnalysisOptions& options, ProcessAnalysis* primary_out) {
   auto paths = ExpandTracePaths(args);
@@ -309,6 +346,11 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     timelines.resize(kept);
     paths->resize(kept);
   }
+  // Several traces of one process (same host, pid and start): the flight
+  // recorder's dumps, one per trigger, each the ring's window at its
+  // trigger; or copies of one file. The newest of each (its last clock
+  // reading, one per drain) stands for the process; the others are named.
+  std::vector<std::string> earlier = KeepNewestOfEachProcess(&timelines, &*paths);
   const size_t n_read = paths->size();
   // What the folder says about the job as a whole: files that could not be
   // read, ranks of the job's world with no trace, and traces of other
@@ -342,6 +384,13 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     }
   }
   auto note_job_files = [&](Report* r) {
+    if (!earlier.empty()) {
+      AddDiagnostic(&r->diagnostics, DiagId::kEarlierDumps, earlier.size(),
+                    absl::StrFormat("%d earlier trace(s) of a process also traced by a newer one are left "
+                                    "out (flight-recorder dumps hold the window before their trigger; "
+                                    "`stallscope report FILE` reads one): %s",
+                                    earlier.size(), absl::StrJoin(earlier, ", ")));
+    }
     if (!unreadable.empty()) {
       AddDiagnostic(&r->diagnostics, DiagId::kUnreadableTraces, unreadable.size(),
                     absl::StrFormat("%d trace file(s) could not be read and are left out: %s",

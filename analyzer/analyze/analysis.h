@@ -57,6 +57,12 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
 // as given. NotFound when a path is missing or a folder holds no trace.
 absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std::string>& args);
 
+// Several traces of one process (same host, pid and start: the flight
+// recorder's dumps, or copies of a file): keeps the newest of each (by its
+// last clock reading), in order, and returns the base names of the others.
+std::vector<std::string> KeepNewestOfEachProcess(std::vector<absl::StatusOr<Timeline>>* timelines,
+                                                 std::vector<std::string>* paths);
+
 // The process a report over several shows: the one of rank 0 when there is
 // one, else the one with the most device ops (the first of equals).
 // `candidates`: (rank or -1, device ops) per process.

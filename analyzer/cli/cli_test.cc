@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -313,6 +314,23 @@ TEST_CASE("run onto a folder it cannot write says so before running", "[cli]") {
   }
 }
 
+// Guards a folder holding two traces of one process (the flight recorder's
+// dumps, here a copy: same host, pid and start, same last clock reading):
+// one process, the first by name analyzed, the other named as left out.
+TEST_CASE("report of a folder with two traces of one process analyzes one", "[cli]") {
+  Sandbox box;
+  const std::string dir = box.root() + "/dumps";
+  REQUIRE(mkdir(dir.c_str(), 0755) == 0);
+  WriteSampleTrace(dir + "/a.sstrace");
+  std::filesystem::copy_file(dir + "/a.sstrace", dir + "/b.sstrace");
+  Result r = box.Run("report '" + dir + "' --format json");
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("multiple_processes") == std::string::npos);
+  CHECK(r.out.find("\"earlier_dumps\"") != std::string::npos);
+  CHECK(r.out.find("are left out (flight-recorder dumps") != std::string::npos);
+  CHECK(r.out.find("): b.sstrace") != std::string::npos);
+}
+
 // Guards a job's folder with a rank missing and a rank killed: ranks 0 and
 // 2 of a world of 4 wrote traces (rank 2's without its end chunk: killed
 // mid-run), rank 3's file is not a trace, rank 1 wrote nothing; the report
@@ -324,6 +342,7 @@ TEST_CASE("report of a job with ranks missing or killed names them", "[cli]") {
   REQUIRE(mkdir(dir.c_str(), 0755) == 0);
   for (int rank : {0, 2}) {
     testing::TraceBuilder b;
+    b.SetPid(static_cast<uint32_t>(1000 + rank));  // two processes, not two dumps of one
     auto api = testing::AddStandardApis(&b);
     trace::RankRecord rr{};
     rr.rank = rank;

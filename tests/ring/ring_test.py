@@ -73,10 +73,14 @@ def read_dump(build, path):
                        text=True, timeout=120)
     check(p.returncode == 0, f"stallscope dump {path} exited {p.returncode}: {p.stderr[-1000:]}")
     d = json.loads(p.stdout)
+    return d, report_json(build, path)
+
+
+def report_json(build, path):
     r = subprocess.run([exe(build, "stallscope"), "report", path, "--format", "json", "--no-predict"],
                        capture_output=True, text=True, timeout=120)
     check(r.returncode == 0, f"stallscope report {path} exited {r.returncode}: {r.stderr[-1000:]}")
-    return d, json.loads(r.stdout)
+    return json.loads(r.stdout)
 
 
 def step_ranges(d):
@@ -161,6 +165,17 @@ def case_signal_and_exit(build, work):
     check(first and first[-1][0] < steps - 1, f"{files[0]}: holds the run's last step")
     check_window(build, files[0], window, first[-1][0])
     check(check_window(build, files[1], window, steps - 1)[0][0] > 0, "the exit's dump holds the whole run")
+    # The folder: the two dumps are one process, so the report is the
+    # exit's dump's, and the signal's is named as left out (not a second
+    # process).
+    folder = report_json(build, out)
+    names = {x["name"]: x for x in folder["diagnostics"]}
+    check("multiple_processes" not in names, f"the dumps read as several processes: {names.get('multiple_processes')}")
+    left = names.get("earlier_dumps")
+    check(left is not None and left["count"] == 1 and os.path.basename(files[0]) in left["message"]
+          and os.path.basename(files[1]) not in left["message"], f"earlier_dumps: {left}")
+    alone = report_json(build, files[1])
+    check(folder["steps"] == alone["steps"], "the folder's steps are not the exit dump's")
 
 
 def case_api(build, work):
