@@ -22,6 +22,7 @@
 #include <atomic>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
@@ -83,7 +84,15 @@ struct State {
   std::atomic<CUpti_BuffersCallbackCompleteFunc> complete{nullptr};
   std::atomic<bool> enabled[kKindSlots];
   std::atomic<CUpti_TimestampCallbackFunc> ts_cb{nullptr};
-  std::atomic<int64_t> ts_offset{0};
+  // The client's clock as a linear function of CLOCK_MONOTONIC: an anchor
+  // pair taken at registration and a rate (callback units per ns), measured
+  // again as time passes (see Ts()).
+  std::mutex ts_mu;  // guards the five below
+  uint64_t ts_mono0 = 0;
+  uint64_t ts_cb0 = 0;
+  uint64_t ts_width0 = 0;  // the anchor's uncertainty (ns)
+  double ts_rate = 1.0;
+  uint64_t ts_measured = 0;  // CLOCK_MONOTONIC of the last rate measurement
   std::atomic<size_t> dropped{0};
   std::mutex connect_mu;
   bool connected = false;
@@ -114,9 +123,57 @@ bool Enabled(CUpti_ActivityKind k) {
   return k >= 0 && k < kKindSlots && S().enabled[k].load(std::memory_order_relaxed);
 }
 
+// One (CLOCK_MONOTONIC, callback) pair: the callback's value and the
+// midpoint of the two monotonic reads around it, tightest of `tries`;
+// returns the pair's width (its uncertainty).
+uint64_t ClockPair(CUpti_TimestampCallbackFunc func, int tries, uint64_t* mono, uint64_t* cb) {
+  *mono = *cb = 0;
+  uint64_t best = UINT64_MAX;
+  for (int i = 0; i < tries; ++i) {
+    uint64_t a = MonoNs();
+    uint64_t c = func();
+    uint64_t b = MonoNs();
+    if (b - a < best) {
+      best = b - a;
+      *mono = a + (b - a) / 2;
+      *cb = c;
+    }
+  }
+  return best;
+}
+
+// Callback units per ns between the anchor and (m, c, width). A rate within
+// the measurement's uncertainty of 1 is a nanosecond clock's: it is taken as
+// exactly 1, so that durations stay exact.
+double ClockRate(const State& s, uint64_t m, uint64_t c, uint64_t width) {
+  if (m <= s.ts_mono0) return 1.0;
+  double span = static_cast<double>(m - s.ts_mono0);
+  double rate = static_cast<double>(static_cast<int64_t>(c - s.ts_cb0)) / span;
+  return std::fabs(rate - 1.0) <= static_cast<double>(s.ts_width0 + width) / span ? 1.0 : rate;
+}
+
+constexpr uint64_t kRateRemeasureNs = 100ULL * 1000000ULL;
+
+// A CLOCK_MONOTONIC time in the client's clock. NVIDIA's CUPTI converts GPU
+// timestamps into the registered callback's timestamps by linear
+// interpolation (cupti_activity.h, cuptiActivityRegisterTimestampCallback),
+// so records follow the callback's unit as well as its origin: a callback
+// may return raw TSC ticks (Kineto's does), not ns. Hence a linear map; its
+// rate is measured again (against the registration anchor, so ever more
+// precisely) at most every 100 ms.
 uint64_t Ts(uint64_t mono) {
-  if (S().ts_cb.load(std::memory_order_relaxed) == nullptr) return mono;
-  return static_cast<uint64_t>(static_cast<int64_t>(mono) + S().ts_offset.load());
+  State& s = S();
+  if (s.ts_cb.load(std::memory_order_relaxed) == nullptr) return mono;
+  std::lock_guard<std::mutex> lk(s.ts_mu);
+  CUpti_TimestampCallbackFunc func = s.ts_cb.load();
+  if (MonoNs() - s.ts_measured >= kRateRemeasureNs) {
+    uint64_t m, c;
+    uint64_t width = ClockPair(func, 3, &m, &c);
+    s.ts_rate = ClockRate(s, m, c, width);
+    s.ts_measured = m;
+  }
+  double since = static_cast<double>(static_cast<int64_t>(mono - s.ts_mono0));
+  return s.ts_cb0 + static_cast<uint64_t>(std::llround(since * s.ts_rate));
 }
 
 size_t RecordSize(CUpti_ActivityKind kind) {
@@ -348,6 +405,7 @@ void ResetAfterFork() {
   new (&s.mu) std::mutex();
   new (&s.deliver_mu) std::mutex();
   new (&s.connect_mu) std::mutex();
+  new (&s.ts_mu) std::mutex();
   new (&s.cur) Buffer();
   new (&s.full) std::vector<Buffer>();
   new (&s.filled) std::condition_variable();
@@ -418,21 +476,17 @@ CUptiResult CUPTIAPI cuptiGetTimestamp(uint64_t* timestamp) {
 
 CUptiResult CUPTIAPI cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc func) {
   if (func == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
-  // Offset between the client's clock and CLOCK_MONOTONIC, measured once:
-  // midpoint of two monotonic reads around the callback, tightest of 5 tries.
-  int64_t offset = 0;
-  uint64_t best = UINT64_MAX;
-  for (int i = 0; i < 5; ++i) {
-    uint64_t a = MonoNs();
-    uint64_t c = func();
-    uint64_t b = MonoNs();
-    if (b - a < best) {
-      best = b - a;
-      offset = static_cast<int64_t>(c) - static_cast<int64_t>(a + (b - a) / 2);
-    }
-  }
-  S().ts_offset.store(offset);
-  S().ts_cb.store(func);
+  // Anchor pair now, and a first rate from a second pair 1 ms later (Ts()
+  // refines it as the session goes on).
+  State& s = S();
+  std::lock_guard<std::mutex> lk(s.ts_mu);
+  uint64_t m1, c1;
+  s.ts_width0 = ClockPair(func, 5, &s.ts_mono0, &s.ts_cb0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  uint64_t width1 = ClockPair(func, 5, &m1, &c1);
+  s.ts_rate = ClockRate(s, m1, c1, width1);
+  s.ts_measured = m1;
+  s.ts_cb.store(func);
   return CUPTI_SUCCESS;
 }
 

@@ -85,6 +85,9 @@ const CUpti_ActivityKernel10* FindKernel(const std::string& name) {
 
 uint64_t g_ts_offset = 0;
 uint64_t CUPTIAPI ShiftedClock() { return NowNs() + g_ts_offset; }
+// A clock in other units than ns, as a TSC is (Kineto's callback returns
+// raw TSC ticks): 2.5 ticks per ns.
+uint64_t CUPTIAPI TickClock() { return NowNs() * 5 / 2 + g_ts_offset; }
 
 }  // namespace
 
@@ -220,6 +223,37 @@ TEST_CASE("cupti timestamp callback moves records to the client clock", "[cupti]
   CHECK(skew < 50000);
   CHECK(skew > -50000);
   CHECK(k->end - k->start == t->end_ns - t->start_ns);
+}
+
+// Guards: records follow a timestamp callback's unit, not only its origin
+// (the real CUPTI maps GPU times onto the callback's clock linearly): a
+// 2.5-ticks-per-ns clock gives 2.5x the durations and ticks-based starts.
+TEST_CASE("cupti timestamp callback in other units than ns", "[cupti]") {
+  Cu cu;
+  cu.Setup();
+  Cupti cupti;
+  g_cupti = &cupti;
+  g_ts_offset = 1000ULL * 1000000000ULL;
+  REQUIRE(cupti.cuptiActivityRegisterTimestampCallback(TickClock) == CUPTI_SUCCESS);
+  REQUIRE(cupti.cuptiActivityRegisterCallbacks(BufferRequested, BufferCompleted) ==
+          CUPTI_SUCCESS);
+  REQUIRE(cupti.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_KERNEL) == CUPTI_SUCCESS);
+  REQUIRE(cu.Launch("tick_ts", nullptr) == CUDA_SUCCESS);
+  REQUIRE(cu.cuCtxSynchronize() == CUDA_SUCCESS);
+  REQUIRE(cupti.cuptiActivityFlushAll(0) == CUPTI_SUCCESS);
+  auto ops = FlushAndReadTrace(cu);
+  const TraceOp* t = FindOp(ops, "tick_ts");
+  REQUIRE(t);
+  std::lock_guard<std::mutex> lk(g_got.mu);
+  const CUpti_ActivityKernel10* k = FindKernel("tick_ts");
+  REQUIRE(k);
+  int64_t skew = static_cast<int64_t>(k->start - (t->start_ns * 5 / 2 + g_ts_offset));
+  CHECK(skew < 50000);
+  CHECK(skew > -50000);
+  double ratio = static_cast<double>(k->end - k->start) /
+                 static_cast<double>(t->end_ns - t->start_ns);
+  CHECK(ratio > 2.49);
+  CHECK(ratio < 2.51);
 }
 
 // Guards: small API pieces: version, result strings, parameter checks.
