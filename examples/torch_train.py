@@ -156,7 +156,11 @@ def main():
     if a.profile:
         prof = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
-            schedule=torch.profiler.schedule(wait=0, warmup=a.warmup, active=a.steps))
+            # One cycle, ending with the last step: its trace is handed to
+            # on_trace_ready (an export after stop() finds nothing left, and
+            # a second cycle would overwrite the file with an empty one).
+            schedule=torch.profiler.schedule(wait=0, warmup=a.warmup, active=a.steps, repeat=1),
+            on_trace_ready=lambda p: p.export_chrome_trace(a.profile))
     elif a.markers == "profiler":
         # The step annotations only (ProfilerStep#N ranges): the schedule
         # waits past the last step, so nothing is collected.
@@ -243,8 +247,6 @@ def main():
         waits.close()
     if prof:
         prof.stop()
-        if a.profile:
-            prof.export_chrome_trace(a.profile)
     steady = step_times[a.warmup:]
     summary = {"steps": len(steady), "mean_step_s": sum(steady) / max(1, len(steady)), "last_loss": logged}
     if a.summary:
