@@ -20,10 +20,12 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
+#include <cupti_runtime_cbid.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <atomic>
 #include <mutex>
@@ -32,6 +34,8 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "simgpu_hooks.h"
 
 #define CUDART_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -377,6 +381,39 @@ struct ThreadState {
 };
 
 thread_local ThreadState t;
+
+// ---------------------------------------------------------------------------
+// API records (CUPTI_ACTIVITY_KIND_RUNTIME): the observer the simulated
+// libcupti installs (simgpu_cudart_set_api_observer) while that kind is
+// enabled. NVIDIA's CUPTI records a runtime call once, under its
+// cupti_runtime_cbid.h id, and the device work it submits (through the
+// driver calls it makes) carries the runtime call's correlation id.
+std::atomic<const SimgpuApiObserver*> g_api_observer{nullptr};
+thread_local bool t_in_api = false;  // an outermost call is being reported
+
+uint64_t MonoNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Runs an entry point's body, reported to the observer when one is
+// installed (a single load of the observer pointer when none is). Runtime
+// calls made inside a reported one (cudaMallocHost -> cudaHostAlloc) are not
+// reported again.
+template <typename F>
+cudaError_t Api(CUpti_runtime_api_trace_cbid cbid, F&& body) {
+  const SimgpuApiObserver* o = g_api_observer.load(std::memory_order_acquire);
+  if (o == nullptr || t_in_api) return body();
+  t_in_api = true;
+  const uint64_t correlation = o->enter(cbid);
+  const uint64_t start = MonoNs();
+  const cudaError_t e = body();
+  const uint64_t end = MonoNs();
+  t_in_api = false;
+  o->exit(cbid, correlation, start, end, static_cast<uint32_t>(e));
+  return e;
+}
 
 // ---------------------------------------------------------------------------
 // Errors. cudaError_t values equal the CUresult values for every code below
@@ -794,8 +831,10 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
-  if (cudaError_t e = Ready()) return Record(e);
-  return Record(Cu(DRV(cuCtxSynchronize, 2000)));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020, [&]() -> cudaError_t {
+    if (cudaError_t e = Ready()) return Record(e);
+    return Record(Cu(DRV(cuCtxSynchronize, 2000)));
+  });
 }
 
 // Waits for the device and resets its primary context; the next call
@@ -814,36 +853,47 @@ cudaError_t cudaDeviceReset(void) {
 
 // ---- memory ----
 cudaError_t cudaMalloc(void** p, size_t size) {
-  if (p == nullptr) return Record(cudaErrorInvalidValue);
-  *p = nullptr;
-  if (cudaError_t e = Ready()) return Record(e);
-  if (size == 0) return cudaSuccess;
-  CUdeviceptr d = 0;
-  cudaError_t e = Cu(DRV(cuMemAlloc, 3020), &d, size);
-  if (e == cudaSuccess) *p = reinterpret_cast<void*>(d);
-  return Record(e);
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, [&]() -> cudaError_t {
+    if (p == nullptr) return Record(cudaErrorInvalidValue);
+    *p = nullptr;
+    if (cudaError_t e = Ready()) return Record(e);
+    if (size == 0) return cudaSuccess;
+    CUdeviceptr d = 0;
+    cudaError_t e = Cu(DRV(cuMemAlloc, 3020), &d, size);
+    if (e == cudaSuccess) *p = reinterpret_cast<void*>(d);
+    return Record(e);
+  });
 }
 
 cudaError_t cudaFree(void* p) {
-  if (cudaError_t e = Ready()) return Record(e);  // cudaFree(0) initializes the context
-  if (p == nullptr) return cudaSuccess;
-  return Record(Cu(DRV(cuMemFree, 3020), Dptr(p)));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020, [&]() -> cudaError_t {
+    if (cudaError_t e = Ready()) return Record(e);  // cudaFree(0) initializes the context
+    if (p == nullptr) return cudaSuccess;
+    return Record(Cu(DRV(cuMemFree, 3020), Dptr(p)));
+  });
 }
 
 cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int flags) {
-  if (p == nullptr) return Record(cudaErrorInvalidValue);
-  *p = nullptr;
-  if (cudaError_t e = Ready()) return Record(e);
-  // cudaHostAlloc* flags are the CU_MEMHOSTALLOC_* values.
-  return Record(Cu(DRV(cuMemHostAlloc, 2020), p, size, flags));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020, [&]() -> cudaError_t {
+    if (p == nullptr) return Record(cudaErrorInvalidValue);
+    *p = nullptr;
+    if (cudaError_t e = Ready()) return Record(e);
+    // cudaHostAlloc* flags are the CU_MEMHOSTALLOC_* values.
+    return Record(Cu(DRV(cuMemHostAlloc, 2020), p, size, flags));
+  });
 }
 
-cudaError_t cudaMallocHost(void** p, size_t size) { return cudaHostAlloc(p, size, 0); }
+cudaError_t cudaMallocHost(void** p, size_t size) {
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020,
+             [&]() -> cudaError_t { return cudaHostAlloc(p, size, 0); });
+}
 
 cudaError_t cudaFreeHost(void* p) {
-  if (cudaError_t e = Ready()) return Record(e);
-  if (p == nullptr) return cudaSuccess;
-  return Record(Cu(DRV(cuMemFreeHost, 2000), p));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020, [&]() -> cudaError_t {
+    if (cudaError_t e = Ready()) return Record(e);
+    if (p == nullptr) return cudaSuccess;
+    return Record(Cu(DRV(cuMemFreeHost, 2000), p));
+  });
 }
 
 static cudaError_t MallocAsyncImpl(bool pt, void** p, size_t size, cudaStream_t s) {
@@ -862,40 +912,66 @@ static cudaError_t FreeAsyncImpl(bool pt, void* p, cudaStream_t s) {
 }
 
 cudaError_t cudaMallocAsync(void** p, size_t size, cudaStream_t s) {
-  return Record(MallocAsyncImpl(false, p, size, s));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020, [&]() -> cudaError_t {
+    return Record(MallocAsyncImpl(false, p, size, s));
+  });
 }
 cudaError_t cudaMallocAsync_ptsz(void** p, size_t size, cudaStream_t s) {
-  return Record(MallocAsyncImpl(true, p, size, s));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020, [&]() -> cudaError_t {
+    return Record(MallocAsyncImpl(true, p, size, s));
+  });
 }
-cudaError_t cudaFreeAsync(void* p, cudaStream_t s) { return Record(FreeAsyncImpl(false, p, s)); }
-cudaError_t cudaFreeAsync_ptsz(void* p, cudaStream_t s) { return Record(FreeAsyncImpl(true, p, s)); }
+cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020,
+             [&]() -> cudaError_t { return Record(FreeAsyncImpl(false, p, s)); });
+}
+cudaError_t cudaFreeAsync_ptsz(void* p, cudaStream_t s) {
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020,
+             [&]() -> cudaError_t { return Record(FreeAsyncImpl(true, p, s)); });
+}
 
 // ---- copies and sets ----
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
-  return Record(MemcpyImpl(false, dst, src, n, kind));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, [&]() -> cudaError_t {
+    return Record(MemcpyImpl(false, dst, src, n, kind));
+  });
 }
 cudaError_t cudaMemcpy_ptds(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
-  return Record(MemcpyImpl(true, dst, src, n, kind));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_ptds_v7000, [&]() -> cudaError_t {
+    return Record(MemcpyImpl(true, dst, src, n, kind));
+  });
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
                             cudaStream_t s) {
-  return Record(MemcpyAsyncImpl(false, dst, src, n, kind, s));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, [&]() -> cudaError_t {
+    return Record(MemcpyAsyncImpl(false, dst, src, n, kind, s));
+  });
 }
 cudaError_t cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
                                  cudaStream_t s) {
-  return Record(MemcpyAsyncImpl(true, dst, src, n, kind, s));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000, [&]() -> cudaError_t {
+    return Record(MemcpyAsyncImpl(true, dst, src, n, kind, s));
+  });
 }
 cudaError_t cudaMemset(void* p, int value, size_t n) {
-  return Record(MemsetImpl(false, p, value, n));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020, [&]() -> cudaError_t {
+    return Record(MemsetImpl(false, p, value, n));
+  });
 }
 cudaError_t cudaMemset_ptds(void* p, int value, size_t n) {
-  return Record(MemsetImpl(true, p, value, n));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaMemset_ptds_v7000, [&]() -> cudaError_t {
+    return Record(MemsetImpl(true, p, value, n));
+  });
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s) {
-  return Record(MemsetAsyncImpl(false, p, value, n, s));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020, [&]() -> cudaError_t {
+    return Record(MemsetAsyncImpl(false, p, value, n, s));
+  });
 }
 cudaError_t cudaMemsetAsync_ptsz(void* p, int value, size_t n, cudaStream_t s) {
-  return Record(MemsetAsyncImpl(true, p, value, n, s));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_ptsz_v7000, [&]() -> cudaError_t {
+    return Record(MemsetAsyncImpl(true, p, value, n, s));
+  });
 }
 
 // ---- streams ----
@@ -917,8 +993,14 @@ static cudaError_t StreamSyncImpl(bool pt, cudaStream_t s) {
   if (cudaError_t e = Ready()) return e;
   return Cu(DRV_PT(pt, cuStreamSynchronize, 2000, 7000), Cs(s));
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) { return Record(StreamSyncImpl(false, s)); }
-cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t s) { return Record(StreamSyncImpl(true, s)); }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020,
+             [&]() -> cudaError_t { return Record(StreamSyncImpl(false, s)); });
+}
+cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t s) {
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000,
+             [&]() -> cudaError_t { return Record(StreamSyncImpl(true, s)); });
+}
 
 // cudaErrorNotReady is not recorded as the last error (as NVIDIA's runtime).
 static cudaError_t StreamQueryImpl(bool pt, cudaStream_t s) {
@@ -926,8 +1008,14 @@ static cudaError_t StreamQueryImpl(bool pt, cudaStream_t s) {
   cudaError_t e = Cu(DRV_PT(pt, cuStreamQuery, 2000, 7000), Cs(s));
   return e == cudaErrorNotReady ? e : Record(e);
 }
-cudaError_t cudaStreamQuery(cudaStream_t s) { return StreamQueryImpl(false, s); }
-cudaError_t cudaStreamQuery_ptsz(cudaStream_t s) { return StreamQueryImpl(true, s); }
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaStreamQuery_v3020,
+             [&]() -> cudaError_t { return StreamQueryImpl(false, s); });
+}
+cudaError_t cudaStreamQuery_ptsz(cudaStream_t s) {
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaStreamQuery_ptsz_v7000,
+             [&]() -> cudaError_t { return StreamQueryImpl(true, s); });
+}
 
 static cudaError_t StreamWaitEventImpl(bool pt, cudaStream_t s, cudaEvent_t ev,
                                        unsigned int flags) {
@@ -935,10 +1023,14 @@ static cudaError_t StreamWaitEventImpl(bool pt, cudaStream_t s, cudaEvent_t ev,
   return Cu(DRV_PT(pt, cuStreamWaitEvent, 3020, 7000), Cs(s), Ce(ev), flags);
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned int flags) {
-  return Record(StreamWaitEventImpl(false, s, ev, flags));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020, [&]() -> cudaError_t {
+    return Record(StreamWaitEventImpl(false, s, ev, flags));
+  });
 }
 cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t s, cudaEvent_t ev, unsigned int flags) {
-  return Record(StreamWaitEventImpl(true, s, ev, flags));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_ptsz_v7000, [&]() -> cudaError_t {
+    return Record(StreamWaitEventImpl(true, s, ev, flags));
+  });
 }
 
 // ---- events ----
@@ -956,21 +1048,29 @@ static cudaError_t EventRecordImpl(bool pt, cudaEvent_t ev, cudaStream_t s) {
   return Cu(DRV_PT(pt, cuEventRecord, 2000, 7000), Ce(ev), Cs(s));
 }
 cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
-  return Record(EventRecordImpl(false, ev, s));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaEventRecord_v3020, [&]() -> cudaError_t {
+    return Record(EventRecordImpl(false, ev, s));
+  });
 }
 cudaError_t cudaEventRecord_ptsz(cudaEvent_t ev, cudaStream_t s) {
-  return Record(EventRecordImpl(true, ev, s));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaEventRecord_ptsz_v7000, [&]() -> cudaError_t {
+    return Record(EventRecordImpl(true, ev, s));
+  });
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
-  if (cudaError_t e = Ready()) return Record(e);
-  return Record(Cu(DRV(cuEventSynchronize, 2000), Ce(ev)));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020, [&]() -> cudaError_t {
+    if (cudaError_t e = Ready()) return Record(e);
+    return Record(Cu(DRV(cuEventSynchronize, 2000), Ce(ev)));
+  });
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t ev) {
-  if (cudaError_t e = Ready()) return Record(e);
-  cudaError_t e = Cu(DRV(cuEventQuery, 2000), Ce(ev));
-  return e == cudaErrorNotReady ? e : Record(e);
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaEventQuery_v3020, [&]() -> cudaError_t {
+    if (cudaError_t e = Ready()) return Record(e);
+    cudaError_t e = Cu(DRV(cuEventQuery, 2000), Ce(ev));
+    return e == cudaErrorNotReady ? e : Record(e);
+  });
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
@@ -986,11 +1086,15 @@ cudaError_t cudaEventDestroy(cudaEvent_t ev) {
 // ---- launches ----
 cudaError_t cudaLaunchKernel(const void* func, dim3 grid, dim3 block, void** args,
                              size_t shared_mem, cudaStream_t s) {
-  return Record(LaunchImpl(false, FindKernel(func), grid, block, args, shared_mem, s));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, [&]() -> cudaError_t {
+    return Record(LaunchImpl(false, FindKernel(func), grid, block, args, shared_mem, s));
+  });
 }
 cudaError_t cudaLaunchKernel_ptsz(const void* func, dim3 grid, dim3 block, void** args,
                                   size_t shared_mem, cudaStream_t s) {
-  return Record(LaunchImpl(true, FindKernel(func), grid, block, args, shared_mem, s));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000, [&]() -> cudaError_t {
+    return Record(LaunchImpl(true, FindKernel(func), grid, block, args, shared_mem, s));
+  });
 }
 
 // ---- driver entry points (NCCL, PyTorch): through the resolved cuGetProcAddress ----
@@ -1080,14 +1184,18 @@ cudaError_t __cudaPopCallConfiguration(dim3* grid, dim3* block, size_t* shared_m
 
 cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void** args,
                                size_t shared_mem, cudaStream_t s) {
-  return Record(LaunchImpl(false, reinterpret_cast<Kernel*>(kernel), grid, block, args,
-                           shared_mem, s));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, [&]() -> cudaError_t {
+    return Record(LaunchImpl(false, reinterpret_cast<Kernel*>(kernel), grid, block, args,
+                             shared_mem, s));
+  });
 }
 
 cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 grid, dim3 block, void** args,
                                     size_t shared_mem, cudaStream_t s) {
-  return Record(LaunchImpl(true, reinterpret_cast<Kernel*>(kernel), grid, block, args,
-                           shared_mem, s));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000, [&]() -> cudaError_t {
+    return Record(LaunchImpl(true, reinterpret_cast<Kernel*>(kernel), grid, block, args,
+                             shared_mem, s));
+  });
 }
 
 
@@ -1166,10 +1274,14 @@ static cudaError_t LaunchHostFuncImpl(bool pt, cudaStream_t s, cudaHostFn_t fn, 
   return Cu(DRV_PT(pt, cuLaunchHostFunc, 10000, 10000), Cs(s), fn, data);
 }
 cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* data) {
-  return Record(LaunchHostFuncImpl(false, s, fn, data));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchHostFunc_v10000, [&]() -> cudaError_t {
+    return Record(LaunchHostFuncImpl(false, s, fn, data));
+  });
 }
 cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t s, cudaHostFn_t fn, void* data) {
-  return Record(LaunchHostFuncImpl(true, s, fn, data));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchHostFunc_ptsz_v10000, [&]() -> cudaError_t {
+    return Record(LaunchHostFuncImpl(true, s, fn, data));
+  });
 }
 
 // cudaStreamCallback_t has the driver callback's shape (CUstream, CUresult);
@@ -1196,10 +1308,14 @@ static cudaError_t EventRecordWithFlagsImpl(bool pt, cudaEvent_t ev, cudaStream_
   return Cu(DRV_PT(pt, cuEventRecordWithFlags, 11010, 11010), Ce(ev), Cs(s), flags);
 }
 cudaError_t cudaEventRecordWithFlags(cudaEvent_t ev, cudaStream_t s, unsigned int flags) {
-  return Record(EventRecordWithFlagsImpl(false, ev, s, flags));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaEventRecordWithFlags_v11010, [&]() -> cudaError_t {
+    return Record(EventRecordWithFlagsImpl(false, ev, s, flags));
+  });
 }
 cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t ev, cudaStream_t s, unsigned int flags) {
-  return Record(EventRecordWithFlagsImpl(true, ev, s, flags));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaEventRecordWithFlags_ptsz_v11010, [&]() -> cudaError_t {
+    return Record(EventRecordWithFlagsImpl(true, ev, s, flags));
+  });
 }
 
 // ---- memory: info, pointer attributes, registration, managed ----
@@ -1249,7 +1365,9 @@ cudaError_t cudaHostUnregister(void* p) {
 // Simulated device memory is host memory, so a device allocation is also
 // reachable from the host, as managed memory is.
 cudaError_t cudaMallocManaged(void** p, size_t size, unsigned int flags) {
-  return cudaMalloc(p, size);
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000, [&]() -> cudaError_t {
+    return cudaMalloc(p, size);
+  });
 }
 
 // ---- copies: 2D and peer ----
@@ -1273,20 +1391,26 @@ static cudaError_t Memcpy2DAsyncImpl(bool pt, void* dst, size_t dpitch, const vo
 }
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
                               size_t width, size_t height, cudaMemcpyKind kind, cudaStream_t s) {
-  return Record(Memcpy2DAsyncImpl(false, dst, dpitch, src, spitch, width, height, kind, s));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DAsync_v3020, [&]() -> cudaError_t {
+    return Record(Memcpy2DAsyncImpl(false, dst, dpitch, src, spitch, width, height, kind, s));
+  });
 }
 cudaError_t cudaMemcpy2DAsync_ptsz(void* dst, size_t dpitch, const void* src, size_t spitch,
                                    size_t width, size_t height, cudaMemcpyKind kind,
                                    cudaStream_t s) {
-  return Record(Memcpy2DAsyncImpl(true, dst, dpitch, src, spitch, width, height, kind, s));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DAsync_ptsz_v7000, [&]() -> cudaError_t {
+    return Record(Memcpy2DAsyncImpl(true, dst, dpitch, src, spitch, width, height, kind, s));
+  });
 }
 
 // One address space: a peer copy is a device-to-device copy on the stream.
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
                                 size_t n, cudaStream_t s) {
-  if (cudaError_t e = CheckDevice(dst_device)) return Record(e);
-  if (cudaError_t e = CheckDevice(src_device)) return Record(e);
-  return Record(MemcpyAsyncImpl(false, dst, src, n, cudaMemcpyDeviceToDevice, s));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyPeerAsync_v4000, [&]() -> cudaError_t {
+    if (cudaError_t e = CheckDevice(dst_device)) return Record(e);
+    if (cudaError_t e = CheckDevice(src_device)) return Record(e);
+    return Record(MemcpyAsyncImpl(false, dst, src, n, cudaMemcpyDeviceToDevice, s));
+  });
 }
 cudaError_t cudaMemcpyPeerAsync_ptsz(void* dst, int dst_device, const void* src, int src_device,
                                      size_t n, cudaStream_t s) {
@@ -1384,24 +1508,32 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void* fu
 // Launch attributes (clusters, priorities, programmatic serialization) do not
 // change when a simulated kernel runs: the launch is the plain one.
 cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func, void** args) {
-  if (config == nullptr) return Record(cudaErrorInvalidValue);
-  return Record(LaunchImpl(false, FindKernel(func), config->gridDim, config->blockDim, args,
-                           config->dynamicSmemBytes, config->stream));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060, [&]() -> cudaError_t {
+    if (config == nullptr) return Record(cudaErrorInvalidValue);
+    return Record(LaunchImpl(false, FindKernel(func), config->gridDim, config->blockDim, args,
+                             config->dynamicSmemBytes, config->stream));
+  });
 }
 cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t* config, const void* func,
                                      void** args) {
-  if (config == nullptr) return Record(cudaErrorInvalidValue);
-  return Record(LaunchImpl(true, FindKernel(func), config->gridDim, config->blockDim, args,
-                           config->dynamicSmemBytes, config->stream));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060, [&]() -> cudaError_t {
+    if (config == nullptr) return Record(cudaErrorInvalidValue);
+    return Record(LaunchImpl(true, FindKernel(func), config->gridDim, config->blockDim, args,
+                             config->dynamicSmemBytes, config->stream));
+  });
 }
 
 cudaError_t cudaLaunchCooperativeKernel(const void* func, dim3 grid, dim3 block, void** args,
                                         size_t shared_mem, cudaStream_t s) {
-  return Record(LaunchImpl(false, FindKernel(func), grid, block, args, shared_mem, s));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000, [&]() -> cudaError_t {
+    return Record(LaunchImpl(false, FindKernel(func), grid, block, args, shared_mem, s));
+  });
 }
 cudaError_t cudaLaunchCooperativeKernel_ptsz(const void* func, dim3 grid, dim3 block, void** args,
                                              size_t shared_mem, cudaStream_t s) {
-  return Record(LaunchImpl(true, FindKernel(func), grid, block, args, shared_mem, s));
+  return Api(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000, [&]() -> cudaError_t {
+    return Record(LaunchImpl(true, FindKernel(func), grid, block, args, shared_mem, s));
+  });
 }
 
 // ---- profiler range (nothing to start: stallscope records regardless) ----
@@ -1443,3 +1575,10 @@ cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t n, si
 }
 
 }  // extern "C"
+
+// ---- API records (see SimgpuApiObserver in simgpu_hooks.h) ----
+CUDART_EXPORT int simgpu_cudart_set_api_observer(const SimgpuApiObserver* observer) {
+  if (observer != nullptr && observer->size < sizeof(SimgpuApiObserver)) return 1;
+  g_api_observer.store(observer, std::memory_order_release);
+  return 0;
+}

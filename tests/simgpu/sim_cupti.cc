@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <algorithm>
@@ -34,6 +35,7 @@
 #include <cupti_activity.h>
 #include <cupti_callbacks.h>
 #include <cupti_result.h>
+#include <cupti_runtime_cbid.h>
 #include <cupti_version.h>
 #pragma GCC visibility pop
 
@@ -50,6 +52,7 @@ static_assert(sizeof(CUpti_ActivityKernel10) % 8 == 0);
 static_assert(sizeof(CUpti_ActivityMemcpy6) % 8 == 0);
 static_assert(sizeof(CUpti_ActivityMemset4) % 8 == 0);
 static_assert(sizeof(CUpti_ActivityExternalCorrelation) % 8 == 0);
+static_assert(sizeof(CUpti_ActivityAPI) % 8 == 0);
 
 namespace {
 
@@ -99,8 +102,15 @@ struct State {
   std::atomic<bool> flusher_started{false};
   std::atomic<bool> exiting{false};  // stop periodic deliveries at exit
   std::atomic<int64_t> grid_id{0};
+  // The simulated driver's API-call scope (simgpu_api_begin/end), resolved
+  // by Connect().
+  SimgpuApiBeginFn api_begin = nullptr;
+  SimgpuApiEndFn api_end = nullptr;
+  // Runtime calls left out by cuptiActivityEnableRuntimeApi(cbid, 0).
+  std::atomic<bool> runtime_off[CUPTI_RUNTIME_TRACE_CBID_SIZE];
   State() {
     for (auto& e : enabled) e.store(false);
+    for (auto& e : runtime_off) e.store(false);
   }
 };
 // Made on first use and never destroyed (threads may outlive exit). Not a
@@ -184,6 +194,7 @@ size_t RecordSize(CUpti_ActivityKind kind) {
     case CUPTI_ACTIVITY_KIND_MEMSET: return sizeof(CUpti_ActivityMemset4);
     case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION:
       return sizeof(CUpti_ActivityExternalCorrelation);
+    case CUPTI_ACTIVITY_KIND_RUNTIME: return sizeof(CUpti_ActivityAPI);
     default: return 0;
   }
 }
@@ -363,6 +374,54 @@ void OnComplete(const SimgpuOpRecord* op, void*) {
   }
 }
 
+// ---- runtime API calls, reported by the simulated libcudart.so.13 ----
+// As NVIDIA's CUPTI: each runtime call gets a correlation id of its own,
+// which the kernel/memcpy/memset records of the work it submits carry
+// (cupti_activity.h, CUpti_ActivityAPI::correlationId), and an external
+// correlation record per pushed id is made for the call.
+uint64_t OnApiEnter(uint32_t cbid) {
+  State& s = S();
+  const uint64_t correlation = s.api_begin();
+  OnSubmit(correlation, nullptr);
+  return correlation;
+}
+
+void OnApiExit(uint32_t cbid, uint64_t correlation, uint64_t start_ns, uint64_t end_ns,
+               uint32_t result) {
+  State& s = S();
+  s.api_end(correlation);
+  if (!Enabled(CUPTI_ACTIVITY_KIND_RUNTIME)) return;
+  if (cbid < CUPTI_RUNTIME_TRACE_CBID_SIZE && s.runtime_off[cbid].load(std::memory_order_relaxed)) {
+    return;
+  }
+  CUpti_ActivityAPI r;
+  memset(&r, 0, sizeof r);
+  r.kind = CUPTI_ACTIVITY_KIND_RUNTIME;
+  r.cbid = cbid;
+  r.start = Ts(start_ns);
+  r.end = Ts(end_ns);
+  r.processId = static_cast<uint32_t>(getpid());
+  // NVIDIA's CUPTI reports the pthread id, truncated to 32 bits.
+  r.threadId = static_cast<uint32_t>(pthread_self());
+  r.correlationId = static_cast<uint32_t>(correlation);
+  r.returnValue = result;
+  Append(&r, sizeof r);
+}
+
+const SimgpuApiObserver kApiObserver = {sizeof(SimgpuApiObserver), OnApiEnter, OnApiExit};
+
+// Installs (on) or removes the runtime observer in the simulated runtime,
+// when the process has loaded it; returns whether it is there.
+bool SetRuntimeObserver(bool on) {
+  void* h = dlopen("libcudart.so.13", RTLD_NOLOAD | RTLD_NOW);
+  if (h == nullptr) return false;
+  auto set = reinterpret_cast<SimgpuSetApiObserverFn>(
+      dlsym(h, "simgpu_cudart_set_api_observer"));
+  dlclose(h);  // balances the NOLOAD open; the runtime stays loaded
+  if (set == nullptr) return false;  // not the simulated runtime
+  return set(on ? &kApiObserver : nullptr) == 0;
+}
+
 // Registers with the simulated driver (once it is loaded).
 bool Connect() {
   State& s = S();
@@ -373,6 +432,9 @@ bool Connect() {
   if (h == nullptr) return false;
   auto set = reinterpret_cast<SimgpuSetObserverFn>(dlsym(h, "simgpu_set_observer"));
   if (set == nullptr) return false;  // not the simulated driver
+  s.api_begin = reinterpret_cast<SimgpuApiBeginFn>(dlsym(h, "simgpu_api_begin"));
+  s.api_end = reinterpret_cast<SimgpuApiEndFn>(dlsym(h, "simgpu_api_end"));
+  if (s.api_begin == nullptr || s.api_end == nullptr) return false;
   SimgpuObserver o;
   o.size = sizeof o;
   o.on_submit = OnSubmit;
@@ -505,6 +567,10 @@ CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind) {
   if (!SupportedKind(kind)) return CUPTI_ERROR_NOT_COMPATIBLE;
   if (!Connect()) return CUPTI_ERROR_NOT_INITIALIZED;
   S().enabled[kind].store(true);
+  // Runtime calls are reported only while RUNTIME is enabled: otherwise the
+  // runtime does not call out at all. A runtime loaded after this call is
+  // not observed.
+  if (kind == CUPTI_ACTIVITY_KIND_RUNTIME) SetRuntimeObserver(true);
   StartFlusher();
   return CUPTI_SUCCESS;
 }
@@ -515,6 +581,7 @@ CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind) {
   }
   if (!SupportedKind(kind)) return CUPTI_ERROR_NOT_COMPATIBLE;
   S().enabled[kind].store(false);
+  if (kind == CUPTI_ACTIVITY_KIND_RUNTIME) SetRuntimeObserver(false);
   return CUPTI_SUCCESS;
 }
 
@@ -589,13 +656,17 @@ CUptiResult CUPTIAPI cuptiActivityEnableCudaEventDeviceTimestamps(uint8_t enable
   return CUPTI_SUCCESS;
 }
 
-// Per-callback-id API records (torch.profiler's Kineto asks for them) are not
-// produced: only the activity kinds listed in README.md are.
+// Driver API records are not produced (README.md lists the kinds that are).
 CUptiResult CUPTIAPI cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t enable) {
   return CUPTI_ERROR_NOT_SUPPORTED;
 }
+// Leaves one runtime function's records out (enable 0) or back in; torch's
+// Kineto leaves cudaGetDevice out this way.
 CUptiResult CUPTIAPI cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t enable) {
-  return CUPTI_ERROR_NOT_SUPPORTED;
+  if (cbid == CUPTI_RUNTIME_TRACE_CBID_INVALID) return CUPTI_SUCCESS;
+  if (cbid >= CUPTI_RUNTIME_TRACE_CBID_SIZE) return CUPTI_ERROR_INVALID_PARAMETER;
+  S().runtime_off[cbid].store(enable == 0);
+  return CUPTI_SUCCESS;
 }
 
 // Buffer and pool sizes: accepted and ignored (records are written straight
@@ -635,15 +706,79 @@ CUptiResult CUPTIAPI cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle s
                                        CUpti_CallbackDomain domain) {
   return CUPTI_ERROR_NOT_SUPPORTED;
 }
+// The names of the runtime calls the simulated runtime reports (RUNTIME
+// records), in the versioned spelling NVIDIA's CUPTI gives
+// (cudaLaunchKernel_v7000: the cupti_runtime_cbid.h enumerator without its
+// prefix). Other ids and domains: not supported.
+#define SIMGPU_RUNTIME_NAME(x) {CUPTI_RUNTIME_TRACE_CBID_##x, #x}
+constexpr struct {
+  uint32_t cbid;
+  const char* name;
+} kRuntimeNames[] = {
+    SIMGPU_RUNTIME_NAME(cudaDeviceSynchronize_v3020),
+    SIMGPU_RUNTIME_NAME(cudaEventQuery_v3020),
+    SIMGPU_RUNTIME_NAME(cudaEventRecordWithFlags_ptsz_v11010),
+    SIMGPU_RUNTIME_NAME(cudaEventRecordWithFlags_v11010),
+    SIMGPU_RUNTIME_NAME(cudaEventRecord_ptsz_v7000),
+    SIMGPU_RUNTIME_NAME(cudaEventRecord_v3020),
+    SIMGPU_RUNTIME_NAME(cudaEventSynchronize_v3020),
+    SIMGPU_RUNTIME_NAME(cudaFreeAsync_ptsz_v11020),
+    SIMGPU_RUNTIME_NAME(cudaFreeAsync_v11020),
+    SIMGPU_RUNTIME_NAME(cudaFreeHost_v3020),
+    SIMGPU_RUNTIME_NAME(cudaFree_v3020),
+    SIMGPU_RUNTIME_NAME(cudaHostAlloc_v3020),
+    SIMGPU_RUNTIME_NAME(cudaLaunchCooperativeKernel_ptsz_v9000),
+    SIMGPU_RUNTIME_NAME(cudaLaunchCooperativeKernel_v9000),
+    SIMGPU_RUNTIME_NAME(cudaLaunchHostFunc_ptsz_v10000),
+    SIMGPU_RUNTIME_NAME(cudaLaunchHostFunc_v10000),
+    SIMGPU_RUNTIME_NAME(cudaLaunchKernelExC_ptsz_v11060),
+    SIMGPU_RUNTIME_NAME(cudaLaunchKernelExC_v11060),
+    SIMGPU_RUNTIME_NAME(cudaLaunchKernel_ptsz_v7000),
+    SIMGPU_RUNTIME_NAME(cudaLaunchKernel_v7000),
+    SIMGPU_RUNTIME_NAME(cudaMallocAsync_ptsz_v11020),
+    SIMGPU_RUNTIME_NAME(cudaMallocAsync_v11020),
+    SIMGPU_RUNTIME_NAME(cudaMallocHost_v3020),
+    SIMGPU_RUNTIME_NAME(cudaMallocManaged_v6000),
+    SIMGPU_RUNTIME_NAME(cudaMalloc_v3020),
+    SIMGPU_RUNTIME_NAME(cudaMemcpy2DAsync_ptsz_v7000),
+    SIMGPU_RUNTIME_NAME(cudaMemcpy2DAsync_v3020),
+    SIMGPU_RUNTIME_NAME(cudaMemcpyAsync_ptsz_v7000),
+    SIMGPU_RUNTIME_NAME(cudaMemcpyAsync_v3020),
+    SIMGPU_RUNTIME_NAME(cudaMemcpyPeerAsync_v4000),
+    SIMGPU_RUNTIME_NAME(cudaMemcpy_ptds_v7000),
+    SIMGPU_RUNTIME_NAME(cudaMemcpy_v3020),
+    SIMGPU_RUNTIME_NAME(cudaMemsetAsync_ptsz_v7000),
+    SIMGPU_RUNTIME_NAME(cudaMemsetAsync_v3020),
+    SIMGPU_RUNTIME_NAME(cudaMemset_ptds_v7000),
+    SIMGPU_RUNTIME_NAME(cudaMemset_v3020),
+    SIMGPU_RUNTIME_NAME(cudaStreamQuery_ptsz_v7000),
+    SIMGPU_RUNTIME_NAME(cudaStreamQuery_v3020),
+    SIMGPU_RUNTIME_NAME(cudaStreamSynchronize_ptsz_v7000),
+    SIMGPU_RUNTIME_NAME(cudaStreamSynchronize_v3020),
+    SIMGPU_RUNTIME_NAME(cudaStreamWaitEvent_ptsz_v7000),
+    SIMGPU_RUNTIME_NAME(cudaStreamWaitEvent_v3020),
+};
+#undef SIMGPU_RUNTIME_NAME
+
 CUptiResult CUPTIAPI cuptiGetCallbackName(CUpti_CallbackDomain domain, uint32_t cbid,
                                           const char** name) {
-  if (name != nullptr) *name = nullptr;
+  if (name == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  *name = nullptr;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    for (const auto& n : kRuntimeNames) {
+      if (n.cbid == cbid) {
+        *name = n.name;
+        return CUPTI_SUCCESS;
+      }
+    }
+  }
   return CUPTI_ERROR_NOT_SUPPORTED;
 }
 
 CUptiResult CUPTIAPI cuptiFinalize(void) {
   State& s = S();
   for (auto& e : s.enabled) e.store(false);
+  SetRuntimeObserver(false);
   Deliver(/*periodic=*/false);
   return CUPTI_SUCCESS;
 }

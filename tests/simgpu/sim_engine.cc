@@ -637,7 +637,14 @@ Device* GetDevice(int ordinal) {
   return g.devices[static_cast<size_t>(ordinal)];
 }
 
-uint64_t NextCorrelation() { return G().correlation.fetch_add(1, std::memory_order_relaxed) + 1; }
+// The correlation id of the API call open on this thread (simgpu_api_begin),
+// 0 when none is.
+thread_local uint64_t t_api_correlation = 0;
+
+uint64_t NextCorrelation() {
+  if (t_api_correlation != 0) return t_api_correlation;
+  return G().correlation.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 uint32_t NextStreamId() { return G().stream_ids.fetch_add(1, std::memory_order_relaxed) + 1; }
 
 Context* NewContext(Device* dev, bool primary, unsigned flags) {
@@ -681,6 +688,7 @@ Stream* PerThreadStream(Context* ctx) {
 }
 
 void NotifySubmit(uint64_t correlation) {
+  if (t_api_correlation != 0) return;  // the API call's observer has seen it
   if (const SimgpuObserver* o = G().observer.load(std::memory_order_acquire)) {
     if (o->on_submit) o->on_submit(correlation, o->user);
   }
@@ -940,6 +948,16 @@ extern "C" __attribute__((visibility("default"))) int simgpu_set_observer(
   SimgpuObserver* copy = new SimgpuObserver(*observer);
   simgpu::G().observer.store(copy, std::memory_order_release);
   return 0;
+}
+
+extern "C" __attribute__((visibility("default"))) uint64_t simgpu_api_begin(void) {
+  if (simgpu::t_api_correlation != 0) return simgpu::t_api_correlation;
+  simgpu::t_api_correlation = simgpu::NextCorrelation();
+  return simgpu::t_api_correlation;
+}
+
+extern "C" __attribute__((visibility("default"))) void simgpu_api_end(uint64_t correlation) {
+  if (simgpu::t_api_correlation == correlation) simgpu::t_api_correlation = 0;
 }
 
 extern "C" __attribute__((visibility("default"))) void simgpu_trace_flush(void) {

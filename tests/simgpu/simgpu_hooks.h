@@ -131,6 +131,39 @@ int simgpu_submit_external(void* stream, const SimgpuExternalOp* op);
 typedef int (*SimgpuSetFunctionDurationFn)(void* function, uint64_t ns);
 int simgpu_set_function_duration(void* function, uint64_t ns);
 
+// API records (CUPTI_ACTIVITY_KIND_RUNTIME). NVIDIA's CUPTI gives every
+// traced runtime call a correlation id of its own, and the kernel, memcpy and
+// memset records of the device work that call submits carry the same id
+// (cupti_activity.h, CUpti_ActivityAPI::correlationId); the driver calls the
+// runtime makes inside it submit under that id.
+//
+// Exported by libcuda.so.1. simgpu_api_begin opens an API call on the calling
+// thread and returns its fresh correlation id: every op the thread submits
+// until simgpu_api_end takes that id (instead of one of its own) and calls no
+// on_submit. Calls do not nest (the runtime reports its outermost calls
+// only): a begin inside an open call returns the open call's id.
+typedef uint64_t (*SimgpuApiBeginFn)(void);
+typedef void (*SimgpuApiEndFn)(uint64_t correlation);
+uint64_t simgpu_api_begin(void);
+void simgpu_api_end(uint64_t correlation);
+
+// The observer of runtime API calls, called by libcudart.so.13 on the calling
+// thread: enter before the call does anything (returns the call's correlation
+// id), exit after it, with the call's CLOCK_MONOTONIC start and end and its
+// cudaError_t. Only the outermost runtime call of a thread is reported.
+typedef struct SimgpuApiObserver {
+  uint32_t size;  // sizeof(SimgpuApiObserver)
+  uint64_t (*enter)(uint32_t cbid);
+  void (*exit)(uint32_t cbid, uint64_t correlation, uint64_t start_ns, uint64_t end_ns,
+               uint32_t result);
+} SimgpuApiObserver;
+
+// Exported by libcudart.so.13. Installs (or, with NULL, removes) the API
+// observer; the struct must stay valid for the process lifetime. Returns 0 on
+// success.
+typedef int (*SimgpuSetApiObserverFn)(const SimgpuApiObserver* observer);
+int simgpu_cudart_set_api_observer(const SimgpuApiObserver* observer);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif
