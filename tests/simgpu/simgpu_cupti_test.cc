@@ -257,6 +257,82 @@ TEST_CASE("cupti timestamp callback in other units than ns", "[cupti]") {
   CHECK(ratio < 2.51);
 }
 
+// Guards: runtime API records (CUPTI_ACTIVITY_KIND_RUNTIME) from the
+// simulated runtime: a cudaLaunchKernel record whose correlationId is the
+// kernel record's (how Kineto and HTA join launches to kernels), its
+// cupti_runtime_cbid.h id and times around the launch's submission; the
+// external correlation record of the call; per-cbid filtering; and no
+// record once the kind is disabled.
+TEST_CASE("cupti runtime API records join their kernels", "[cupti]") {
+  Cu cu;
+  cu.Setup();
+  Cupti cupti;
+  g_cupti = &cupti;
+  void* rt = dlopen(SIMGPU_DIR "/libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(rt != nullptr);
+  auto reg_fatbin = reinterpret_cast<void** (*)(void*)>(Sym(rt, "__cudaRegisterFatBinary"));
+  auto reg_function = reinterpret_cast<void (*)(void**, const char*, char*, const char*, int,
+                                                uint3*, uint3*, dim3*, dim3*, int*)>(
+      Sym(rt, "__cudaRegisterFunction"));
+  auto launch = reinterpret_cast<decltype(&::cudaLaunchKernel)>(Sym(rt, "cudaLaunchKernel"));
+  auto stream_create =
+      reinterpret_cast<decltype(&::cudaStreamCreate)>(Sym(rt, "cudaStreamCreate"));
+  auto stream_sync =
+      reinterpret_cast<decltype(&::cudaStreamSynchronize)>(Sym(rt, "cudaStreamSynchronize"));
+  static const char kImage[] = "runtime image";
+  static char stub_a, stub_b;  // the host stubs nvcc would register
+  void** fatbin = reg_fatbin(const_cast<char*>(kImage));
+  char name_a[] = "rt_cupti_kernel", name_b[] = "rt_cupti_after";
+  reg_function(fatbin, &stub_a, name_a, name_a, -1, nullptr, nullptr, nullptr, nullptr, nullptr);
+  reg_function(fatbin, &stub_b, name_b, name_b, -1, nullptr, nullptr, nullptr, nullptr, nullptr);
+  cudaStream_t s;
+  REQUIRE(stream_create(&s) == cudaSuccess);
+
+  REQUIRE(cupti.cuptiActivityRegisterCallbacks(BufferRequested, BufferCompleted) ==
+          CUPTI_SUCCESS);
+  for (auto k : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_RUNTIME,
+                 CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION}) {
+    REQUIRE(cupti.cuptiActivityEnable(k) == CUPTI_SUCCESS);
+  }
+  // Kineto leaves cudaGetDevice out; here cudaStreamSynchronize is.
+  REQUIRE(cupti.cuptiActivityEnableRuntimeApi(CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020,
+                                              0) == CUPTI_SUCCESS);
+  CHECK(cupti.cuptiActivityEnableRuntimeApi(CUPTI_RUNTIME_TRACE_CBID_SIZE, 0) ==
+        CUPTI_ERROR_INVALID_PARAMETER);
+  REQUIRE(cupti.cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0,
+                                                       77) == CUPTI_SUCCESS);
+  REQUIRE(launch(&stub_a, dim3(2), dim3(64), nullptr, 0, s) == cudaSuccess);
+  uint64_t popped = 0;
+  REQUIRE(cupti.cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0,
+                                                      &popped) == CUPTI_SUCCESS);
+  REQUIRE(stream_sync(s) == cudaSuccess);
+  REQUIRE(cupti.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_RUNTIME) == CUPTI_SUCCESS);
+  REQUIRE(launch(&stub_b, dim3(1), dim3(32), nullptr, 0, s) == cudaSuccess);  // not recorded
+  REQUIRE(stream_sync(s) == cudaSuccess);
+  REQUIRE(cupti.cuptiActivityFlushAll(0) == CUPTI_SUCCESS);
+
+  std::lock_guard<std::mutex> lk(g_got.mu);
+  const CUpti_ActivityKernel10* k = FindKernel("rt_cupti_kernel");
+  const CUpti_ActivityKernel10* after = FindKernel("rt_cupti_after");
+  REQUIRE(k != nullptr);
+  REQUIRE(after != nullptr);
+  REQUIRE(g_got.api.size() == 1);  // the launch: the sync is filtered, the last launch disabled
+  const CUpti_ActivityAPI& a = g_got.api[0];
+  CHECK(a.kind == CUPTI_ACTIVITY_KIND_RUNTIME);
+  CHECK(a.cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
+  CHECK(a.correlationId == k->correlationId);
+  CHECK(a.correlationId != after->correlationId);
+  CHECK(a.start <= a.end);
+  CHECK(a.start <= k->queued);  // the kernel was enqueued during the call
+  CHECK(k->queued <= a.end);
+  CHECK(a.returnValue == cudaSuccess);
+  CHECK(a.processId == static_cast<uint32_t>(getpid()));
+  CHECK(a.threadId == static_cast<uint32_t>(pthread_self()));
+  REQUIRE(g_got.ext.size() == 1);
+  CHECK(g_got.ext[0].externalId == 77);
+  CHECK(g_got.ext[0].correlationId == a.correlationId);
+}
+
 // Guards: small API pieces: version, result strings, parameter checks.
 TEST_CASE("cupti misc API", "[cupti]") {
   Cupti cupti;
