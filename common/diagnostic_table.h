@@ -56,7 +56,10 @@ namespace stallscope::trace {
     "hotspots count them (sites_lost) at the native site")                            \
   X(kRingRegressionDumps, 13, kRecorder, "ring_regression_dumps", kInfo,               \
     "flight recorder: dumps the step-time regression trigger asked for (steps "        \
-    "over K x the running median, STALLSCOPE_RING_REGRESSION)")
+    "over K x the running median, STALLSCOPE_RING_REGRESSION)")                       \
+  X(kDeviceTimingRefused, 14, kRecorder, "device_timing_refused", kWarning,            \
+    "device timing in sampled windows (STALLSCOPE_DEVICE_SAMPLE): CUPTI refused "      \
+    "to turn its device kinds on or off; the state was left as it was")
 
 // Raised by the reader and the analyzer; never on the wire.
 #define STALLSCOPE_ANALYZER_DIAGNOSTICS(X)                                        \
@@ -78,6 +81,9 @@ namespace stallscope::trace {
   X(kEarlierDumps, 0, kAnalyzer, "earlier_dumps", kInfo,                           \
     "several traces of one process (flight-recorder dumps, or copies): the "      \
     "newest of each is analyzed")                                                 \
+  X(kDeviceSampled, 0, kAnalyzer, "device_timing_sampled", kInfo,                  \
+    "device timing was on in sampled windows (STALLSCOPE_DEVICE_SAMPLE): the "     \
+    "steps, totals and hotspots cover the timed steps only")                      \
   X(kNoEndChunk, 0, kReader, "no_end_chunk", kWarning,                            \
     "the process did not finish writing its trace (no end chunk)")                \
   X(kUnknownRecorderDiagnostic, 0, kReader, "unknown_recorder_diagnostic", kInfo, \

@@ -81,7 +81,8 @@ enum FileFlags : uint32_t {
   X(kCpu, 13, "cpu", CpuRecord)         /* superseded by kCpuSched */        \
   X(kNccl, 14, "nccl", NcclRecord)                                           \
   X(kRank, 15, "rank", RankRecord)                                           \
-  X(kCpuSched, 16, "cpu-sched", CpuSchedRecord)
+  X(kCpuSched, 16, "cpu-sched", CpuSchedRecord)                              \
+  X(kDeviceTiming, 17, "device-timing", DeviceTimingRecord)
 
 enum class ChunkType : uint16_t {
 #define STALLSCOPE_CHUNK_ENUM(id, wire, name, record) id = wire,
@@ -157,6 +158,9 @@ static_assert(sizeof(ApiRecord) == 64);
 
 enum RecordFlags : uint16_t {
   kRecordPythonStack = 1u << 0,  // `stack` also has Python frames
+  // A submission made while device timing was sampled off
+  // (STALLSCOPE_DEVICE_SAMPLE): CUPTI was not asked to time it.
+  kRecordUntimed = 1u << 1,
 };
 
 enum class DeviceOpKind : uint8_t {
@@ -325,6 +329,17 @@ enum class RankSource : uint32_t {
   kPmi = 3,    // PMI_RANK / MPI_LOCALRANKID / PMI_SIZE / MPI_LOCALNRANKS
   kSlurm = 4,  // SLURM_PROCID / SLURM_LOCALID / SLURM_NTASKS / SLURM_NTASKS_PER_NODE
 };
+
+// Device timing sampled in windows (STALLSCOPE_DEVICE_SAMPLE): CUPTI's
+// device kinds turned on or off at `ticks`. Device ops are recorded only
+// while it is on; the state before a trace's first record is the opposite
+// of that record's.
+struct DeviceTimingRecord {
+  uint64_t ticks;
+  uint32_t on;     // 1 on, 0 off
+  uint32_t every;  // the sampling period: one step in `every` is reported
+};
+static_assert(sizeof(DeviceTimingRecord) == 16);
 
 struct RankRecord {
   int32_t rank;

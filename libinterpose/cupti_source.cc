@@ -30,6 +30,7 @@ void* RealDlsym(void* handle, const char* name);
 namespace stallscope::cupti {
 
 bool g_active = false;
+std::atomic<uint8_t> g_mode{kNotTimed};
 
 namespace {
 
@@ -59,6 +60,12 @@ GetNextRecordFn g_next = nullptr;
 PushFn g_push = nullptr;
 PopFn g_pop = nullptr;
 DroppedFn g_dropped = nullptr;
+EnableFn g_enable = nullptr;
+EnableFn g_disable = nullptr;
+// The kinds that time device work (turned off between sampled windows).
+constexpr CUpti_ActivityKind kDeviceKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                               CUPTI_ACTIVITY_KIND_MEMCPY,
+                                               CUPTI_ACTIVITY_KIND_MEMSET};
 
 uint64_t CUPTIAPI Timestamp() { return MonoNs(); }
 
@@ -302,8 +309,27 @@ bool Start() {
       return false;
     }
   }
+  g_enable = enable;
+  g_disable = disable;
   g_active = true;
+  g_mode.store(kPushed, std::memory_order_relaxed);
   return true;
+}
+
+bool SetDeviceTiming(bool on) {
+  if (!g_active || g_disable == nullptr) return false;
+  const int saved = errno;
+  bool ok = true;
+  if (on) {
+    // Kinds first, then the pushes: a submission pushed is timed.
+    for (CUpti_ActivityKind k : kDeviceKinds) ok = g_enable(k) == CUPTI_SUCCESS && ok;
+    if (ok) g_mode.store(kPushed, std::memory_order_relaxed);
+  } else {
+    g_mode.store(kSampledOut, std::memory_order_relaxed);
+    for (CUpti_ActivityKind k : kDeviceKinds) ok = g_disable(k) == CUPTI_SUCCESS && ok;
+  }
+  errno = saved;
+  return ok;
 }
 
 bool Active() { return g_active; }
@@ -329,6 +355,9 @@ void Flush() {
   }
 }
 
-void ForgetAfterFork() { g_active = false; }
+void ForgetAfterFork() {
+  g_active = false;
+  g_mode.store(kNotTimed, std::memory_order_relaxed);
+}
 
 }  // namespace stallscope::cupti

@@ -3,6 +3,7 @@
 // timestamp callback. Resolved at run time; never linked.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 namespace stallscope::cupti {
@@ -14,17 +15,34 @@ namespace stallscope::cupti {
 // times are unavailable: CUPTI absent, a symbol missing, or any enable refused.
 bool Start();
 bool Active();
+// What Push did for a submitting call, for its Pop and its record.
+enum PushResult : uint8_t {
+  kNotTimed = 0,    // CUPTI is off
+  kPushed = 1,      // device timing on: the id went to CUPTI
+  kSampledOut = 2,  // CUPTI is on, device timing sampled off (no push)
+};
 // Per-thread external correlation around a submitting call: inline, so that
-// a hook with CUPTI off pays one load and a branch.
+// a hook pays one load and a branch when it does not push. g_mode is a
+// PushResult: kNotTimed until Start() succeeds, then kPushed or kSampledOut
+// as SetDeviceTiming() says.
 extern bool g_active;
+extern std::atomic<uint8_t> g_mode;
 void PushActive(uint64_t id);
 void PopActive();
-inline void Push(uint64_t id) {
-  if (g_active) PushActive(id);
+inline PushResult Push(uint64_t id) {
+  const uint8_t m = g_mode.load(std::memory_order_relaxed);
+  if (m == kPushed) PushActive(id);
+  return PushResult(m);
 }
-inline void Pop() {
-  if (g_active) PopActive();
+// `pushed`: what this call's Push returned (timing may have changed since).
+inline void Pop(PushResult pushed) {
+  if (pushed == kPushed) PopActive();
 }
+// Device timing in sampled windows (STALLSCOPE_DEVICE_SAMPLE): turns CUPTI's
+// device kinds (kernels, copies, sets) on or off. Ops submitted while off get
+// no device record and no external correlation. False when CUPTI is not
+// active or refused; the state is then unchanged.
+bool SetDeviceTiming(bool on);
 // Delivers every buffered record (forced flush).
 void Flush();
 // In a fork child: never call CUPTI again (its state is the parent's).

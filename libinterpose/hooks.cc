@@ -211,7 +211,7 @@ class CallScope {
     bytes_ = bytes;
     if (submits) {
       corr_ = (uint64_t(ts_.index) << 40) | ++ts_.next_corr;
-      cupti::Push(corr_);
+      pushed_ = cupti::Push(corr_);
     }
     uint64_t now = Ticks();
     // A long gap since this thread's previous call: read its CPU clock once
@@ -224,7 +224,7 @@ class CallScope {
   // capture, buffer hand-off) save and restore it themselves.
   __attribute__((always_inline)) void Exit(CUresult result) {
     uint64_t exit = Ticks();
-    if (corr_) cupti::Pop();
+    cupti::Pop(pushed_);
     uint32_t stack = 0, python_stack = 0;
     if (kHooks[id_].flags & trace::kApiMayBlock) {
       recorder::SampleCpuAtExit(ts_, exit);  // before the capture: its CPU time is the gap's
@@ -242,7 +242,8 @@ class CallScope {
       r->bytes = bytes_;
       r->stack = stack;
       r->api = id_;
-      r->flags = python_stack ? trace::kRecordPythonStack : 0;
+      r->flags = uint16_t((python_stack ? trace::kRecordPythonStack : 0) |
+                          (pushed_ == cupti::kSampledOut ? trace::kRecordUntimed : 0));
       r->result = int32_t(result);
       r->python_stack = python_stack;
       recorder::Commit(ts_);
@@ -261,6 +262,7 @@ class CallScope {
   bool entered_ = false;
   bool recording_ = false;
   uint64_t enter_ = 0, corr_ = 0, stream_ = 0, object_ = 0, bytes_ = 0;
+  cupti::PushResult pushed_ = cupti::kNotTimed;
 };
 
 }  // namespace

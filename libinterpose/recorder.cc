@@ -110,6 +110,7 @@ struct Pending {
   std::vector<trace::ThreadRecord> threads;
   std::vector<std::pair<uint32_t, trace::CpuSchedRecord>> cpu;  // (tid, sample)
   std::vector<trace::NcclRecord> nccl;
+  std::vector<trace::DeviceTimingRecord> timing;
   // Per recorder thread, the highest external id of correlation records
   // dropped over the budget: the writer still acknowledges them.
   std::vector<uint64_t> dropped_acks;
@@ -124,6 +125,7 @@ struct Pending {
     threads.clear();
     cpu.clear();
     nccl.clear();
+    timing.clear();
     dropped_acks.clear();
   }
 };
@@ -324,6 +326,9 @@ struct Ring {
   std::deque<Held> held;
   size_t held_bytes = 0;
   uint64_t dumps = 0;
+  // The newest device-timing chunk pushed out of `held`: a dump starts with
+  // it, so the state of device timing at the window's start is known.
+  std::string timing_before;
 };
 Ring* g_ring = nullptr;  // set at start-up in ring mode; its contents under g_write_mu
 // The time the chunks being written now stand for (under g_write_mu): when
@@ -338,6 +343,33 @@ bool g_ring_dump_at_exit = true;
 // only): the detector belongs to the first thread that begins a step.
 trace::RegressionDetector* g_regression = nullptr;
 std::atomic<uint32_t> g_step_tid{0};
+
+// Device timing in sampled windows (STALLSCOPE_DEVICE_SAMPLE=N, N > 2; any
+// mode): of every N steps the watched thread begins, CUPTI's device kinds
+// are on for two: the reported step (its index a multiple of N) and the one
+// before it, whose device work tells when the reported step's device time
+// begins. Each turn is a kDeviceTiming record. The state is touched by the
+// watched thread only.
+uint32_t g_sample_every = 0;  // 0: continuous
+uint64_t g_sample_steps = 0;  // step begins seen
+bool g_timing_on = true;
+
+void SampleStep(uint64_t ticks) {
+  const uint64_t phase = g_sample_steps++ % g_sample_every;
+  const bool want = phase == 0 || phase == g_sample_every - 1;
+  if (want == g_timing_on) return;
+  if (!cupti::SetDeviceTiming(want)) {
+    CountDiagnostic(trace::DiagnosticId::kDeviceTimingRefused);
+    return;
+  }
+  g_timing_on = want;
+  // The window is the time timing was surely on: from after the kinds were
+  // turned on, to the step's begin before they are turned off.
+  const trace::DeviceTimingRecord r{want ? Ticks() : ticks, want ? 1u : 0u, g_sample_every};
+  pthread_mutex_lock(&g_mu);
+  g_pending->timing.push_back(r);
+  pthread_mutex_unlock(&g_mu);
+}
 
 void RingAppend(ChunkType type, const trace::ChunkHeader& h, const void* payload, size_t bytes) {
   std::string chunk(reinterpret_cast<const char*>(&h), sizeof h);
@@ -366,6 +398,9 @@ void RingAppend(ChunkType type, const trace::ChunkHeader& h, const void* payload
   while (!r.held.empty() && ((r.limit_bytes != 0 && r.held_bytes > r.limit_bytes) ||
                              (r.limit_ns != 0 && now > r.held.front().mono_ns + r.limit_ns))) {
     r.held_bytes -= r.held.front().bytes.size();
+    trace::ChunkHeader evicted;
+    memcpy(&evicted, r.held.front().bytes.data(), sizeof evicted);
+    if (evicted.type == uint16_t(ChunkType::kDeviceTiming)) r.timing_before = std::move(r.held.front().bytes);
     r.held.pop_front();
   }
 }
@@ -394,6 +429,7 @@ bool DumpRingLocked() {
   bool ok = WriteFd(fd, &g_header, sizeof g_header);
   for (const std::string& c : r.kept) ok = ok && WriteFd(fd, c.data(), c.size());
   if (!r.modules.empty()) ok = ok && WriteFd(fd, r.modules.data(), r.modules.size());
+  if (!r.timing_before.empty()) ok = ok && WriteFd(fd, r.timing_before.data(), r.timing_before.size());
   for (const Ring::Held& c : r.held) ok = ok && WriteFd(fd, c.bytes.data(), c.bytes.size());
   const trace::ChunkHeader end = trace::MakeChunkHeader(trace::kVersion, ChunkType::kEnd, 0, 0, nullptr, 0);
   ok = ok && WriteFd(fd, &end, sizeof end);
@@ -508,7 +544,8 @@ void WriteBuffer(ThreadBuffer* b, uint32_t n, bool track) {
   WritePackedRecords<ChunkType::kApi>(b->tid, first, count);
   if (track)
     for (uint32_t i = 0; i < count; ++i)
-      if (first[i].correlation) g_stall->Submit(first[i].correlation, first[i].result == 0);
+      if (first[i].correlation && !(first[i].flags & trace::kRecordUntimed))
+        g_stall->Submit(first[i].correlation, first[i].result == 0);
   b->flushed = n;
 }
 
@@ -596,6 +633,8 @@ bool Drain(bool final, bool after_cupti_flush = false, uint64_t as_of_ns = 0) {
   for (const LiveSlice& s : live) WriteBuffer(s.buffer, s.count, track);
   if (!pending.nccl.empty())
     WriteRecords<ChunkType::kNccl>(0, pending.nccl.data(), pending.nccl.size());
+  if (!pending.timing.empty())
+    WriteRecords<ChunkType::kDeviceTiming>(0, pending.timing.data(), pending.timing.size());
   if (!pending.cpu.empty()) {
     // One kCpuSched chunk per thread, samples in the order they were taken.
     std::stable_sort(pending.cpu.begin(), pending.cpu.end(),
@@ -1002,7 +1041,6 @@ bool EnsureStarted() {
     static trace::RegressionDetector* detector = nullptr;
     delete detector;  // a fork child's starts over
     detector = regression.enabled() ? new trace::RegressionDetector(regression) : nullptr;
-    g_step_tid.store(0);
     g_regression = detector;
     g_ring = &ring;
   } else {
@@ -1037,6 +1075,20 @@ bool EnsureStarted() {
   g_cpu_gap_ticks = CalibrateCpuGapTicks();
   // A fork child stays host-only: CUPTI's state belongs to the parent.
   if (g_is_fork_child || !cupti::Start()) CountDiagnostic(trace::DiagnosticId::kCuptiUnavailable);
+  g_step_tid.store(0);
+  g_sample_every = 0;
+  g_sample_steps = 0;
+  g_timing_on = true;
+  if (const char* e = getenv("STALLSCOPE_DEVICE_SAMPLE"); e && *e && cupti::Active()) {
+    char* end = nullptr;
+    const long n = strtol(e, &end, 10);
+    if (end == e || *end != '\0' || n < 1 || n > 1'000'000) {
+      fprintf(stderr, "stallscope: STALLSCOPE_DEVICE_SAMPLE=%s: expected a number of steps from 1 to "
+                      "1000000; timing every step\n", e);
+    } else if (n > 2) {  // 1 and 2 time every step
+      g_sample_every = uint32_t(n);
+    }
+  }
   if (!g_handlers_installed) {
     g_handlers_installed = true;
     atexit(AtExit);
@@ -1225,7 +1277,10 @@ void Shutdown() {
 
 __attribute__((destructor)) void LibraryFini() { Shutdown(); }
 
-bool WatchingSteps() { return g_regression != nullptr && g_state.load(std::memory_order_relaxed) == int(State::kOn); }
+bool WatchingSteps() {
+  return (g_regression != nullptr || g_sample_every != 0) &&
+         g_state.load(std::memory_order_relaxed) == int(State::kOn);
+}
 
 bool ClaimStepThread() {
   const uint32_t self = Self().tid != 0 ? Self().tid : GetTid();
@@ -1234,6 +1289,7 @@ bool ClaimStepThread() {
 }
 
 void StepBegan(uint64_t ticks) {
+  if (g_sample_every != 0) SampleStep(ticks);
   trace::RegressionDetector* d = g_regression;
   if (d == nullptr || !d->Begin(ticks)) return;
   // The writer dumps (it is woken now rather than at its next 200 ms turn).

@@ -86,7 +86,15 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
                                   devices, device));
   }
   StepPlan plan = FindSteps(t, *pattern, device);
+  KeepTimedSteps(t, &plan);
   timer.Mark("steps");
+  if (plan.sampled_every != 0) {
+    AddDiagnostic(&report.diagnostics, DiagId::kDeviceSampled, plan.steps.size(),
+                  absl::StrFormat("device timing was sampled (one step in %d, and the step before "
+                                  "it): %d of %d steps were timed; the steps, totals and hotspots "
+                                  "cover those",
+                                  plan.sampled_every, plan.steps.size(), plan.steps_found));
+  }
   report.step_source = plan.source;
   if (plan.dropped_empty_last) AddDiagnostic(&report.diagnostics, DiagId::kEmptyLastStep, 1);
   if (plan.ops_outside > 0) {
@@ -101,6 +109,9 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
   Attribution attribution = AttributeIdle(t, plan, classes, ao);
   timer.Mark("attribute");
   report.steps = std::move(attribution.steps);
+  // Sampled: each step keeps its number among all the steps found.
+  for (size_t i = 0; i < plan.numbers.size() && i < report.steps.size(); ++i)
+    report.steps[i].index = plan.numbers[i];
 
   Symbolizer symbolizer(t.modules);
   report.hotspots = FindHotspots(t, plan, classes, attribution.idle_caused, ao, &symbolizer,
@@ -129,7 +140,11 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
     tot.launches += s.launches;
     tot.syncs += s.sync_count;
   }
-  if (!report.steps.empty()) tot.wall_ns = report.steps.back().end_ns - report.steps.front().start_ns;
+  if (plan.sampled_every != 0) {
+    for (const StepStats& s : report.steps) tot.wall_ns += s.end_ns - s.start_ns;  // the timed steps
+  } else if (!report.steps.empty()) {
+    tot.wall_ns = report.steps.back().end_ns - report.steps.front().start_ns;
+  }
 
   QuestionInputs qi;
   for (const DeviceOp& op : t.ops) {

@@ -233,10 +233,14 @@ class Attributor {
     });
   }
 
-  void Add(int64_t from, int64_t to, Cause cause, int32_t call = -1) {
-    if (to <= from) return;
+  // Returns the ns charged: the part of [from, to) inside the steps (all of
+  // it, unless device timing was sampled and steps are left out).
+  int64_t Add(int64_t from, int64_t to, Cause cause, int32_t call = -1) {
+    if (to <= from) return 0;
     int64_t at = from;
+    int64_t charged = 0;
     ForSteps(from, to, [&](StepStats& s, int64_t ns) {
+      charged += ns;
       s.idle_by_cause[static_cast<int>(cause)] += ns;
       s.gpu_idle_ns += ns;
       const int64_t lo = std::max(at, s.start_ns);
@@ -249,6 +253,7 @@ class Attributor {
       }
       at = lo + ns;
     });
+    return charged;
   }
 
   const Activity* ActivityOf(uint32_t tid) const {
@@ -346,8 +351,8 @@ class Attributor {
       if (blocker >= 0 && waited > 0 &&
           !(c >= 0 && t_.calls[c].enter_ns < t_.calls[blocker].enter_ns)) {
         const int64_t x = std::min(b - a, waited);
-        Add(a, a + x, Cause::kSync, blocker);
-        out_->idle_caused.Add(static_cast<size_t>(blocker), x);
+        const int64_t charged = Add(a, a + x, Cause::kSync, blocker);
+        if (charged > 0) out_->idle_caused.Add(static_cast<size_t>(blocker), charged);
         cur = a + x;
       }
     }

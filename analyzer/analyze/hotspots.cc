@@ -341,6 +341,7 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
   };
   const absl::flat_hash_map<size_t, size_t> copy_of_sync = FindCopySyncs(t, classes);
   size_t step_hint = 0;
+  size_t sampled_hint = 0;
   absl::flat_hash_set<size_t> counted_copies;  // copies counted as hits
   std::vector<Extra> extra;
   // The hotspot of each grouped call (for the copy direction of its op).
@@ -357,6 +358,12 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
     if (markers && idle_caused.Get(i) == 0 &&
         (c.enter_ns < plan.steps.front().host_start_ns ||
          c.enter_ns >= plan.steps.back().host_end_ns)) {
+      continue;
+    }
+    // Device timing sampled: only calls inside the timed steps (the others'
+    // device work, and so the idle they caused, is unknown).
+    if (plan.sampled_every != 0 && idle_caused.Get(i) == 0 &&
+        StepOfHostTime(plan, c.enter_ns, &sampled_hint) < 0) {
       continue;
     }
     const CallInfo& info = t.call_info[i];

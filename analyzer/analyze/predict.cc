@@ -32,6 +32,13 @@ void PredictFixes(const Timeline& t, const ProcessAnalysis& details, const Analy
   p = Predictions{};
   for (Hotspot& h : report->hotspots) h.predicted_saving_ns = -1;
   if (report->steps.empty()) return;
+  if (details.plan.sampled_every != 0) {
+    p.skipped = absl::StrFormat(
+        "not predicted: device timing was sampled (one step in %d); a prediction replays every "
+        "step's device work",
+        details.plan.sampled_every);
+    return;
+  }
   const int64_t events = static_cast<int64_t>(t.calls.size() + t.ops.size());
   if (events > kPredictMaxEvents) {
     p.skipped = absl::StrFormat(

@@ -531,4 +531,40 @@ StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device
   return plan;
 }
 
+void KeepTimedSteps(const Timeline& t, StepPlan* plan) {
+  if (t.device_timing.empty()) return;
+  // The on-intervals [from, to): before the first turn, timing was the
+  // opposite of what it turned to.
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  std::vector<std::pair<int64_t, int64_t>> on;
+  bool state = !t.device_timing.front().on;
+  int64_t since = kMin;
+  for (const DeviceTimingTurn& d : t.device_timing) {
+    plan->sampled_every = std::max(plan->sampled_every, d.every);
+    if (d.on == state) continue;
+    if (state) on.push_back({since, d.ns});
+    state = d.on;
+    since = d.ns;
+  }
+  if (state) on.push_back({since, kMax});
+  if (plan->sampled_every == 0) plan->sampled_every = 1;
+  std::vector<StepSpan> kept;
+  plan->numbers.clear();
+  plan->steps_found = plan->steps.size();
+  size_t w = 0;
+  for (size_t k = 0; k < plan->steps.size(); ++k) {
+    const StepSpan& s = plan->steps[k];
+    // Timing must have been on since before the step before ended (since
+    // before this step began, for the first) until this step's host end.
+    const int64_t need_from = k == 0 ? s.host_start_ns : plan->steps[k - 1].host_end_ns;
+    while (w < on.size() && on[w].second < s.host_end_ns) ++w;
+    if (w < on.size() && on[w].first < need_from && on[w].second >= s.host_end_ns) {
+      kept.push_back(s);
+      plan->numbers.push_back(static_cast<int32_t>(k));
+    }
+  }
+  plan->steps = std::move(kept);
+}
+
 }  // namespace stallscope::analyzer

@@ -38,6 +38,12 @@ struct StepPlan {
   // Marked steps only: the last marked range submitted no device work and
   // was dropped (the range a profiler opens at the loop's last step()).
   bool dropped_empty_last = false;
+  // Device timing in sampled windows (KeepTimedSteps): the recorder's
+  // period (0 when timing was continuous), and each kept step's index among
+  // all the steps found (`steps[i]` is step `numbers[i]`).
+  uint32_t sampled_every = 0;
+  std::vector<int32_t> numbers;
+  size_t steps_found = 0;
 };
 
 // Each device with its number of ops (NCCL kernels counted `nccl_weight`
@@ -74,5 +80,13 @@ inline constexpr int64_t kAutoMinPhaseGapNs = 50'000;
 std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid);
 
 StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device);
+
+// Device timing in sampled windows (Timeline::device_timing; docs/analyzer.md
+// "Sampled device timing"): keeps the steps whose device work was all timed,
+// as was the device work of the step before (its end is where the kept
+// step's device time begins). A kept step's span is the one continuous
+// timing would give, since FindSteps placed every step first. Does nothing
+// when timing was continuous.
+void KeepTimedSteps(const Timeline& t, StepPlan* plan);
 
 }  // namespace stallscope::analyzer

@@ -48,6 +48,13 @@ Runner DeclareRun(CLI::App* app) {
                    ? ""
                    : "expected K:M[:N] (K over 1, e.g. 2:3 or 1.5:5:20) or off";
       });
+  app->add_option("--device-sample", o->device_sample,
+                  "device timing (CUPTI) on for one step in N only, and the step before it, so that "
+                  "CUPTI's cost is paid on those; the report covers the timed steps. Needs steps the "
+                  "recorder sees: NVTX ranges matching --step-pattern or the step API "
+                  "(docs/analyzer.md, \"Sampled device timing\")")
+      ->type_name("N")
+      ->check(CLI::Range(1, 1'000'000));
   AddConventions(app, &o->report, ReportFormatNames(),
                  {.format = "after the command, the whole report in this format instead of "
                             "the summary line (as report --format: text, json, html, perfetto or sqlite)",

@@ -182,6 +182,7 @@ int RunUnderStallscope(const RunOptions& o) {
                !std::string_view(kv).starts_with("STALLSCOPE_OUT=") &&
                (o.ring.empty() || !std::string_view(kv).starts_with("STALLSCOPE_RING=")) &&
                (o.ring_regression.empty() || !std::string_view(kv).starts_with("STALLSCOPE_RING_REGRESSION=")) &&
+               (o.device_sample == 0 || !std::string_view(kv).starts_with("STALLSCOPE_DEVICE_SAMPLE=")) &&
                (!custom_steps || !std::string_view(kv).starts_with("STALLSCOPE_STEP_PATTERN="))) {
       env.emplace_back(kv);
     }
@@ -191,6 +192,7 @@ int RunUnderStallscope(const RunOptions& o) {
   env.push_back("STALLSCOPE_OUT=" + out_abs);
   if (!o.ring.empty()) env.push_back("STALLSCOPE_RING=" + o.ring);
   if (!o.ring_regression.empty()) env.push_back("STALLSCOPE_RING_REGRESSION=" + o.ring_regression);
+  if (o.device_sample != 0) env.push_back(absl::StrCat("STALLSCOPE_DEVICE_SAMPLE=", o.device_sample));
   // The flight recorder's regression trigger finds steps as the report does.
   if (custom_steps) env.push_back("STALLSCOPE_STEP_PATTERN=" + o.analysis.step_pattern);
   if (o.sim) env.push_back("LD_LIBRARY_PATH=" + library_path);

@@ -19,6 +19,9 @@ struct RunOptions {
   // The regression trigger (STALLSCOPE_RING_REGRESSION): K:M[:N] or off;
   // empty: the library's default.
   std::string ring_regression;
+  // Device timing in sampled windows (STALLSCOPE_DEVICE_SAMPLE): one step in
+  // N; 0: the environment's (continuous when unset).
+  int device_sample = 0;
   std::vector<std::string> command;
   // After the command: one summary line on stderr, or with `full_report`
   // the report in report.format to report.out (standard output when

@@ -80,6 +80,12 @@ StepSummary SummarizeSteps(const Report& report) {
 absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& analysis,
                                  const WhatIfRequest& request, const AnalysisOptions& options) {
   const Timeline& t = analysis.timeline;
+  if (analysis.plan.sampled_every != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: device timing was sampled (one step in %d): whatif replays every step's device work; "
+        "record the job without STALLSCOPE_DEVICE_SAMPLE",
+        BaseName(t.path), analysis.plan.sampled_every));
+  }
   WhatIf w;
   w.trace = BaseName(t.path);
   w.baseline = SummarizeSteps(report);

@@ -239,6 +239,7 @@ void ConvertOtherTicks(Timeline* t, const TickConverter& conv) {
   size_t hint = 0;
   for (NvtxEvent& e : t->nvtx) e.ns = conv.ToNsNear(static_cast<uint64_t>(e.ns), &hint);
   for (NcclCall& n : t->nccl) n.enter_ns = conv.ToNsNear(static_cast<uint64_t>(n.enter_ns), &hint);
+  for (DeviceTimingTurn& d : t->device_timing) d.ns = conv.ToNsNear(static_cast<uint64_t>(d.ns), &hint);
   for (auto& [tid, samples] : t->cpu)
     for (CpuSample& c : samples) c.ns = conv.ToNsNear(static_cast<uint64_t>(c.ns), &hint);
 }
@@ -588,6 +589,9 @@ void FinalizeTimeline(Timeline* t) {
                                                  &invalid, [](int64_t*) {}, [](const DeviceOp&) {});
   for (NvtxEvent& e : t->nvtx) clamp(&e.ns);
   for (NcclCall& n : t->nccl) clamp(&n.enter_ns);
+  for (DeviceTimingTurn& d : t->device_timing) clamp(&d.ns);
+  std::stable_sort(t->device_timing.begin(), t->device_timing.end(),
+                   [](const DeviceTimingTurn& a, const DeviceTimingTurn& b) { return a.ns < b.ns; });
   for (auto& [tid, samples] : t->cpu) {
     for (CpuSample& c : samples) {
       clamp(&c.ns);

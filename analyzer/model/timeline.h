@@ -126,6 +126,13 @@ struct NcclCall {
   int32_t call = -1;  // index into Timeline::calls; -1 when not found
 };
 
+// Device timing turned on or off (trace kDeviceTiming record).
+struct DeviceTimingTurn {
+  int64_t ns = 0;
+  bool on = false;
+  uint32_t every = 0;  // the recorder's sampling period in steps
+};
+
 // The process's place in a distributed job (trace kRank chunk).
 struct RankInfo {
   bool known = false;
@@ -303,6 +310,11 @@ struct Timeline {
   // NCCL calls' arguments, sorted by enter after FinalizeTimeline (a
   // ncclCommInitAll call has one entry per communicator it created).
   std::vector<NcclCall> nccl;
+  // Device timing in sampled windows (trace kDeviceTiming): when CUPTI's
+  // device kinds were turned on or off, sorted by time after
+  // FinalizeTimeline (`ns` is ticks until then). Empty when device timing
+  // was continuous.
+  std::vector<DeviceTimingTurn> device_timing;
   RankInfo rank;
   std::vector<Diagnostic> diagnostics;
 

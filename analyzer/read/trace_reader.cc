@@ -265,6 +265,14 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
       t->rank.host = std::string(r.host, strnlen(r.host, sizeof(r.host)));
       return {};
     }
+    case ChunkType::kDeviceTiming: {
+      for (uint32_t i = 0; i < h.count; ++i) {
+        trace::DeviceTimingRecord r;
+        std::memcpy(&r, p + i * sizeof r, sizeof r);
+        t->device_timing.push_back({static_cast<int64_t>(r.ticks), r.on != 0, r.every});
+      }
+      return {};
+    }
     case ChunkType::kCpu:
     case ChunkType::kCpuSched: {
       // kCpu is kCpuSched without the run-queue delay (older recorders).

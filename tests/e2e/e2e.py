@@ -32,13 +32,13 @@ def marker_line(marker, src=EXAMPLE_SRC):
     return checks.marker_line(src, marker)
 
 
-def run_traced(build, work, args, extra_env=None):
+def run_traced(build, work, args, extra_env=None, run_args=()):
     out = os.path.join(work, "trace")
     env = dict(os.environ)
     env["SIMGPU_KERNEL_US"] = KERNELS
     env["SIMGPU_TRACE"] = os.path.join(work, "truth-%p.jsonl")
     env.update(extra_env or {})
-    cmd = [os.path.join(build, "bin", "stallscope"), "run", "--sim", "--out", out, "--"] + args
+    cmd = [os.path.join(build, "bin", "stallscope"), "run", "--sim", "--out", out] + list(run_args) + ["--"] + args
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         raise Failure(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr[-2000:]}")
@@ -116,6 +116,46 @@ def case_sync_log(build, work):
     h = find_hotspot(report, marker_line("STALL:sync-log"))
     check(h["count"] == STEPS, f"sync-log hotspot count {h['count']}, expected {STEPS}")
     check(h["kind"] == "explicit", f"sync-log kind {h['kind']}")
+
+
+def case_device_sample(build, work):
+    """Device timing on for one step in 4 (run --device-sample 4): the report
+    holds the steps whose device work was timed, and the step's before (the
+    recorder turns CUPTI's device kinds on at steps 3, 7, 11 and off after
+    0, 4, 8). Each step's span is the one continuous timing gives (from the
+    ground truth: it begins where the device work submitted before it ends),
+    its idle matches the truth, and the read-back's idle is only what it
+    caused inside those steps."""
+    every = 4
+    report, truth = run_traced(build, work, [os.path.join(build, "bin", "train_loop"), "--steps",
+                                             str(STEPS), "--readback"],
+                               run_args=["--device-sample", str(every)])
+    expected = [k for k in range(STEPS) if k % every == 0]
+    got = [st["index"] for st in report["steps"]]
+    check(got == expected, f"steps {got}, expected {expected}")
+    check_idle_matches_truth(report, truth)
+    for st in report["steps"]:
+        before = [op["end_ns"] for op in truth if op["queued_ns"] < st["host_start_ns"]]
+        mine = [op["end_ns"] for op in truth if st["host_start_ns"] <= op["queued_ns"] < st["host_end_ns"]]
+        check(mine, f"step {st['index']}: no ground-truth op submitted in it")
+        start = max(before) if before else min(op["start_ns"] for op in truth)
+        if not before:
+            start = min(start, st["host_start_ns"])
+        for what, value, want in (("start", st["start_ns"], start), ("end", st["end_ns"], max(mine))):
+            check(abs(value - want) <= 5_000,
+                  f"step {st['index']}: device {what} {value}, ground truth {want}")
+    diags = {d["name"]: d for d in report["diagnostics"]}
+    check(diags.get("device_timing_sampled", {}).get("count") == len(expected),
+          f"device_timing_sampled: {diags.get('device_timing_sampled')}")
+    for bad in ("cupti_records_stopped", "device_records_missing_at_exit", "device_timing_refused"):
+        check(bad not in diags, f"{bad}: {diags.get(bad)}")
+    h = find_hotspot(report, marker_line("STALL:readback"))
+    sync = report["totals"]["idle_by_cause"]["sync"]
+    check(h["idle_caused_ns"] == sync,
+          f"read-back idle caused {h['idle_caused_ns']} ns, the timed steps' sync idle {sync} ns")
+    check(len(expected) <= h["count"] < STEPS,
+          f"read-back counted {h['count']} times: expected the timed steps' (and the steps' before them "
+          f"that drained the device in one)")
 
 
 def case_input(build, work):

@@ -108,6 +108,20 @@ struct State {
   SimgpuApiEndFn api_end = nullptr;
   // Runtime calls left out by cuptiActivityEnableRuntimeApi(cbid, 0).
   std::atomic<bool> runtime_off[CUPTI_RUNTIME_TRACE_CBID_SIZE];
+  // Whether a device kind was on when an op was submitted, as NVIDIA's CUPTI
+  // decides (an op submitted while its kind was on is reported even when it
+  // completes after the kind was turned off, and one submitted while off is
+  // not): each enable or disable, from the correlation id after the newest
+  // submission then.
+  struct Turn {
+    CUpti_ActivityKind kind;
+    uint64_t from_correlation;
+    bool on;
+  };
+  std::atomic<uint64_t> newest_submission{0};
+  std::mutex turns_mu;
+  std::vector<Turn> turns;  // in order
+  std::atomic<bool> any_turns{false};
   State() {
     for (auto& e : enabled) e.store(false);
     for (auto& e : runtime_off) e.store(false);
@@ -131,6 +145,28 @@ thread_local std::vector<uint64_t> t_ext_stack[CUPTI_EXTERNAL_CORRELATION_KIND_S
 
 bool Enabled(CUpti_ActivityKind k) {
   return k >= 0 && k < kKindSlots && S().enabled[k].load(std::memory_order_relaxed);
+}
+
+bool IsDeviceKind(CUpti_ActivityKind k) {
+  return k == CUPTI_ACTIVITY_KIND_KERNEL || k == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
+         k == CUPTI_ACTIVITY_KIND_MEMCPY || k == CUPTI_ACTIVITY_KIND_MEMSET;
+}
+
+void RecordTurn(CUpti_ActivityKind k, bool on) {
+  State& s = S();
+  std::lock_guard<std::mutex> lk(s.turns_mu);
+  s.turns.push_back({k, s.newest_submission.load() + 1, on});
+  if (!on) s.any_turns.store(true);  // until a kind is turned off, on at completion is on at submission
+}
+
+// Whether kind `k` was on when the op with `correlation` was submitted.
+bool EnabledAtSubmit(CUpti_ActivityKind k, uint64_t correlation) {
+  State& s = S();
+  if (correlation == 0 || !s.any_turns.load(std::memory_order_relaxed)) return Enabled(k);
+  std::lock_guard<std::mutex> lk(s.turns_mu);
+  for (auto t = s.turns.rbegin(); t != s.turns.rend(); ++t)
+    if (t->kind == k && t->from_correlation <= correlation) return t->on;
+  return false;  // submitted before the kind was first enabled
 }
 
 // One (CLOCK_MONOTONIC, callback) pair: the callback's value and the
@@ -276,6 +312,10 @@ void FlusherLoop() {
 
 // ---- observer callbacks, called by the simulated driver ----
 void OnSubmit(uint64_t correlation, void*) {
+  std::atomic<uint64_t>& newest = S().newest_submission;
+  for (uint64_t seen = newest.load(std::memory_order_relaxed);
+       correlation > seen && !newest.compare_exchange_weak(seen, correlation);) {
+  }
   if (!Enabled(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)) return;
   for (int k = 0; k < CUPTI_EXTERNAL_CORRELATION_KIND_SIZE; ++k) {
     const std::vector<uint64_t>& st = t_ext_stack[k];
@@ -295,9 +335,9 @@ void OnComplete(const SimgpuOpRecord* op, void*) {
   switch (op->kind) {
     case SIMGPU_OP_KERNEL: {
       CUpti_ActivityKind kind;
-      if (Enabled(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)) {
+      if (EnabledAtSubmit(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, op->correlation)) {
         kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-      } else if (Enabled(CUPTI_ACTIVITY_KIND_KERNEL)) {
+      } else if (EnabledAtSubmit(CUPTI_ACTIVITY_KIND_KERNEL, op->correlation)) {
         kind = CUPTI_ACTIVITY_KIND_KERNEL;
       } else {
         return;
@@ -331,7 +371,7 @@ void OnComplete(const SimgpuOpRecord* op, void*) {
       break;
     }
     case SIMGPU_OP_MEMCPY: {
-      if (!Enabled(CUPTI_ACTIVITY_KIND_MEMCPY)) return;
+      if (!EnabledAtSubmit(CUPTI_ACTIVITY_KIND_MEMCPY, op->correlation)) return;
       CUpti_ActivityMemcpy6 r;
       memset(&r, 0, sizeof r);
       r.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
@@ -352,7 +392,7 @@ void OnComplete(const SimgpuOpRecord* op, void*) {
       break;
     }
     case SIMGPU_OP_MEMSET: {
-      if (!Enabled(CUPTI_ACTIVITY_KIND_MEMSET)) return;
+      if (!EnabledAtSubmit(CUPTI_ACTIVITY_KIND_MEMSET, op->correlation)) return;
       CUpti_ActivityMemset4 r;
       memset(&r, 0, sizeof r);
       r.kind = CUPTI_ACTIVITY_KIND_MEMSET;
@@ -567,6 +607,7 @@ CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind) {
   if (!SupportedKind(kind)) return CUPTI_ERROR_NOT_COMPATIBLE;
   if (!Connect()) return CUPTI_ERROR_NOT_INITIALIZED;
   S().enabled[kind].store(true);
+  if (IsDeviceKind(kind)) RecordTurn(kind, true);
   // Runtime calls are reported only while RUNTIME is enabled: otherwise the
   // runtime does not call out at all. A runtime loaded after this call is
   // not observed.
@@ -581,6 +622,7 @@ CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind) {
   }
   if (!SupportedKind(kind)) return CUPTI_ERROR_NOT_COMPATIBLE;
   S().enabled[kind].store(false);
+  if (IsDeviceKind(kind)) RecordTurn(kind, false);
   if (kind == CUPTI_ACTIVITY_KIND_RUNTIME) SetRuntimeObserver(false);
   return CUPTI_SUCCESS;
 }

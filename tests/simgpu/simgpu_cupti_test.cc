@@ -333,6 +333,38 @@ TEST_CASE("cupti runtime API records join their kernels", "[cupti]") {
   CHECK(g_got.ext[0].correlationId == a.correlationId);
 }
 
+// Device timing turned off and on between steps (stallscope's sampled
+// windows): a kernel is reported when its kind was on at its launch, as
+// NVIDIA's CUPTI decides, whenever it completes.
+TEST_CASE("cupti kinds turned off and on apply to the kernels launched after", "[cupti]") {
+  Cu cu;
+  cu.Setup();
+  Cupti cupti;
+  g_cupti = &cupti;
+  CUstream s;
+  REQUIRE(cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  REQUIRE(cupti.cuptiActivityRegisterCallbacks(BufferRequested, BufferCompleted) ==
+          CUPTI_SUCCESS);
+  REQUIRE(cupti.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS);
+  REQUIRE(cu.Launch("long_timed_then_off", s) == CUDA_SUCCESS);  // 2 ms
+  REQUIRE(cupti.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS);
+  // Still running when its kind went off (unless the machine stalled this
+  // thread for 2 ms: then the case shows less, and still holds).
+  const bool in_flight = cu.cuStreamQuery(s) == CUDA_ERROR_NOT_READY;
+  REQUIRE(cu.Launch("relu_untimed", s) == CUDA_SUCCESS);
+  REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
+  REQUIRE(cupti.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS);
+  REQUIRE(cu.Launch("relu_timed_again", s) == CUDA_SUCCESS);
+  REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
+  REQUIRE(cupti.cuptiActivityFlushAll(0) == CUPTI_SUCCESS);
+  std::lock_guard<std::mutex> lk(g_got.mu);
+  INFO("the first kernel was still running when its kind went off: " << in_flight);
+  CHECK(FindKernel("long_timed_then_off") != nullptr);
+  CHECK(FindKernel("relu_untimed") == nullptr);
+  CHECK(FindKernel("relu_timed_again") != nullptr);
+  REQUIRE(cupti.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS);
+}
+
 // Guards: small API pieces: version, result strings, parameter checks.
 TEST_CASE("cupti misc API", "[cupti]") {
   Cupti cupti;
