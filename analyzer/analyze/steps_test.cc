@@ -423,5 +423,67 @@ TEST_CASE("ops are counted per device and calls per thread", "[steps]") {
   CHECK(n == 3);
 }
 
+// Guards sampled device timing (STALLSCOPE_DEVICE_SAMPLE=3): timing starts
+// on, the recorder turns it off at step 1's begin, on again just after step
+// 2's (the lead step, so step 3's start is timed), off at step 4's, on after
+// step 5's. Only steps whose whole span was timed are reported, under their
+// original numbers: 0, 3 and 6. A synchronize in an untimed step is no
+// hotspot (its cost cannot be seen); the one in step 3 is.
+TEST_CASE("sampled device timing keeps the fully timed steps", "[steps][sampled]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  const uint32_t late = b.PythonStack({{"train.py", "step", 41}});
+  const uint32_t kept = b.PythonStack({{"train.py", "step", 42}});
+  auto timed = [](int k) { return k != 1 && k != 4; };
+  for (int k = 0; k < 7; ++k) {
+    const int64_t t0 = k * 1000 * kUs;
+    b.Range(1, t0, t0 + 1000 * kUs, "step " + std::to_string(k));
+    if (timed(k)) {
+      b.Submit(1, api.launch, t0 + 100 * kUs, t0 + 105 * kUs, t0 + 300 * kUs, t0 + 900 * kUs);
+    } else {
+      testing::CallOptions o;
+      o.flags = tf::kRecordUntimed;
+      b.Call(1, api.launch, t0 + 100 * kUs, t0 + 105 * kUs, o);
+    }
+    if (k == 1 || k == 3) {
+      testing::CallOptions o;
+      o.python_stack = k == 1 ? late : kept;
+      b.Call(1, api.sync, t0 + 200 * kUs, t0 + 900 * kUs, o);
+    }
+  }
+  b.Timing(1000 * kUs, false, 3);
+  b.Timing(2000 * kUs + 5 * kUs, true, 3);
+  b.Timing(4000 * kUs, false, 3);
+  b.Timing(5000 * kUs + 5 * kUs, true, 3);
+  Report r = testing::AnalyzeOrDie(b);
+  REQUIRE(r.steps.size() == 3);
+  CHECK(r.steps[0].index == 0);
+  CHECK(r.steps[1].index == 3);
+  CHECK(r.steps[2].index == 6);
+  // Step 3 starts where step 2's (timed) kernel ended.
+  CHECK(r.steps[1].start_ns == 2900 * kUs);
+  CHECK(r.steps[1].end_ns == 3900 * kUs);
+  int64_t spans = 0;
+  for (const StepStats& s : r.steps) spans += s.end_ns - s.start_ns;
+  CHECK(r.totals.wall_ns == spans);
+  bool said = false;
+  for (const Diagnostic& d : r.diagnostics) said |= d.id == DiagId::kDeviceSampled;
+  CHECK(said);
+  REQUIRE(r.hotspots.size() == 1);
+  CHECK(r.hotspots[0].site.line == 42);
+  CHECK(r.hotspots[0].count == 1);
+
+  // The same trace without its timing turns is an ordinary one: all seven
+  // steps, both synchronizations.
+  TraceBuilder plain;
+  auto papi = testing::AddStandardApis(&plain);
+  for (int k = 0; k < 7; ++k) {
+    const int64_t t0 = k * 1000 * kUs;
+    plain.Range(1, t0, t0 + 1000 * kUs, "step " + std::to_string(k));
+    plain.Submit(1, papi.launch, t0 + 100 * kUs, t0 + 105 * kUs, t0 + 300 * kUs, t0 + 900 * kUs);
+  }
+  CHECK(testing::AnalyzeOrDie(plain).steps.size() == 7);
+}
+
 }  // namespace
 }  // namespace stallscope::analyzer

@@ -216,6 +216,12 @@ class TraceBuilder {
   // The process's rank (kRank).
   void Rank(const tf::RankRecord& r) { rank_.push_back(r); }
 
+  // A turn of sampled device timing (kDeviceTiming): CUPTI's activity
+  // kinds turned on (or off) at `ticks`, sampling one step in `every`.
+  void Timing(uint64_t ticks, bool on, uint32_t every) {
+    timing_.push_back({ticks, on ? 1u : 0u, every});
+  }
+
   void Thread(uint32_t tid, const std::string& name) {
     tf::ThreadRecord r{};
     r.tid = tid;
@@ -257,6 +263,7 @@ class TraceBuilder {
     Fixed(&out, tf::ChunkType::kDiagnostic, 0, diags_);
     Fixed(&out, tf::ChunkType::kNccl, 0, nccl_);
     Fixed(&out, tf::ChunkType::kRank, 0, rank_);
+    Fixed(&out, tf::ChunkType::kDeviceTiming, 0, timing_);
     if (end_) Chunk(&out, tf::ChunkType::kEnd, 0, 0, "");
     return out;
   }
@@ -362,6 +369,7 @@ class TraceBuilder {
   std::vector<tf::DiagnosticRecord> diags_;
   std::vector<tf::NcclRecord> nccl_;
   std::vector<tf::RankRecord> rank_;
+  std::vector<tf::DeviceTimingRecord> timing_;
   uint64_t next_external_ = 1000;
   uint32_t next_cupti_ = 1;
 };
