@@ -175,6 +175,9 @@ std::string RenderDumpJson(const Timeline& t) {
     ranges.push_back({{"tid", r.tid}, {"name", t.String(r.name)}, {"start_ns", r.start_ns},
                       {"end_ns", r.end_ns}, {"depth", r.depth}, {"explicit_step", r.explicit_step}});
   }
+  Json& timing = j["device_timing"] = Json::array();
+  for (const DeviceTimingTurn& d : t.device_timing)
+    timing.push_back({{"ns", d.ns}, {"on", d.on}, {"every", d.every}});
   Json& diags = j["diagnostics"] = Json::array();
   for (const Diagnostic& d : t.diagnostics) {
     diags.push_back({{"name", DiagName(d.id)}, {"count", d.count}, {"message", d.message}});

@@ -293,6 +293,53 @@ def case_regression(build, work):
         check(rep["steps"], f"{path}: the report found no steps")
 
 
+def case_device_sample(build, work):
+    """The ring with device timing on for one step in 5 (--device-sample 5),
+    dumped at exit after the ring dropped the run's start: in the dump, every
+    submission of step K (the job's own number, from its NVTX range) is timed
+    (no untimed flag, a device op joined) when K mod 5 is 0 or 4, and untimed
+    (flagged, no op) otherwise, the dump carrying the turn made before its
+    window; the report keeps exactly the steps K mod 5 == 0 it holds, each
+    with its idle and the device work it submitted."""
+    out = os.path.join(work, "trace")
+    every, steps = 5, 6000
+    cmd = [exe(build, "stallscope"), "run", "--sim", "-q", "--ring", "0.5", "--device-sample", str(every),
+           "--out", out, "--", exe(build, "train_loop"), "--steps", str(steps)]
+    p = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"the job exited {p.returncode}: {p.stderr[-2000:]}")
+    files = glob.glob(os.path.join(out, "*.sstrace"))
+    check(len(files) == 1, f"expected the exit's dump, found {files}")
+    d, report = read_dump(build, files[0])
+    ranges = step_ranges(d)
+    check(ranges and ranges[0][0] > every, f"the ring kept the run's start: steps from {ranges[0][0] if ranges else None}")
+    turns = d["device_timing"]
+    check(turns and turns[0]["ns"] < ranges[0][1], f"no timing turn before the window's first step: {turns[:2]}")
+    check(all(t["every"] == every for t in turns), f"turns with another period: {turns[:4]}")
+    calls = sorted((c for c in d["calls"] if c["correlation"] != 0), key=lambda c: c["enter_ns"])
+    i = 0
+    for k, start, end in ranges:
+        while i < len(calls) and calls[i]["enter_ns"] < start:
+            i += 1
+        mine = []
+        while i < len(calls) and calls[i]["enter_ns"] < end:
+            mine.append(calls[i])
+            i += 1
+        check(mine, f"step {k}: no submissions in the dump")
+        timed = k % every in (0, every - 1)
+        for c in mine:
+            untimed = bool(c["flags"] & 2)
+            check(untimed != timed and (c["ops"] > 0) == timed,
+                  f"step {k} ({'timed' if timed else 'untimed'}): {c['api']} flags {c['flags']}, {c['ops']} ops")
+    got = [ranges[st["index"]][0] for st in report["steps"]]
+    want = [k for k, _, _ in ranges if k % every == 0]
+    check(got == want, f"reported steps {got[:6]}..., expected {want[:6]}...")
+    names = {x["name"]: x for x in report["diagnostics"]}
+    check(names.get("device_timing_sampled", {}).get("count") == len(want),
+          f"device_timing_sampled: {names.get('device_timing_sampled')}")
+    for st in report["steps"]:
+        check(st["launches"] > 0 and st["end_ns"] > st["start_ns"], f"step {st['index']}: {st}")
+
+
 def case_bad_spec(build, work):
     """A window that is neither seconds nor megabytes: a one-line usage
     error, and the job does not run."""
