@@ -367,6 +367,38 @@ def small_case(program, stall):
     return run
 
 
+def case_torch_device_sample(build, work):
+    """PyTorch's own training loop (NVTX step ranges, a loss .item() a step)
+    with device timing on for one step in 3 (STALLSCOPE_DEVICE_SAMPLE=3):
+    the report holds steps 0, 3, 6 and 9, each with the ground truth's idle,
+    every kernel the simulator saw queued in it counted, and the .item()
+    hotspot hit only in the reported steps and the lead steps before them
+    (whose read-back's drain is the reported step's idle)."""
+    every = 3
+    py = venv_python()
+    args = [py, TORCH_TRAIN, "--stall", "item", "--steps", str(STEPS), "--markers", "nvtx", "--input-ms", "2"]
+    report, truth, syncs = run_traced(build, work, args, {"STALLSCOPE_DEVICE_SAMPLE": str(every)})
+    want = [k for k in range(STEPS) if k % every == 0]
+    got = [st["index"] for st in report["steps"]]
+    check(report["step_source"] == "marker", f"step_source {report['step_source']}")
+    check(got == want, f"steps {got}, expected {want}")
+    check_idle_matches_truth(report, truth)
+    check_counts_match_truth(report, truth, syncs)
+    names = {d["name"]: d for d in report["diagnostics"]}
+    check(names.get("device_timing_sampled", {}).get("count") == len(want),
+          f"device_timing_sampled: {names.get('device_timing_sampled')}")
+    for bad in ("device_records_missing_at_exit", "device_timing_refused"):
+        check(bad not in names, f"{bad}: {names.get(bad)}")
+    # The .item() of each reported step, and the one of a lead step (timed,
+    # not reported) whose drain left the reported step's device idle.
+    h = find_hotspot(report, marker_line("STALL:item"))
+    leads = sum(1 for k in range(STEPS) if k % every == every - 1)
+    check(h["steps"] <= len(want) and h["steps"] <= h["count"] <= h["steps"] + leads,
+          f".item(): {h['count']} hits in {h['steps']} steps; {len(want)} steps reported, {leads} lead steps")
+    least = sum(1 for n in blocking_syncs(report, syncs) if n)
+    check(h["steps"] >= least, f".item(): hit in {h['steps']} steps, {least} of the reported ones blocked")
+
+
 def case_torch_ddp(build, work):
     """DistributedDataParallel under torchrun on the simulated NCCL, 2 ranks,
     rank 1 waiting 20 ms more for each batch. The stragglers named are those
@@ -405,6 +437,7 @@ def case_torch_ddp(build, work):
 
 
 CASES["torch_ddp"] = case_torch_ddp
+CASES["torch_device_sample"] = case_torch_device_sample
 
 
 AUTO_MIN_PHASE_GAP_NS = 50_000  # analyzer/analyze/steps.h kAutoMinPhaseGapNs
