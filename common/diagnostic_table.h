@@ -59,7 +59,11 @@ namespace stallscope::trace {
     "over K x the running median, STALLSCOPE_RING_REGRESSION)")                       \
   X(kDeviceTimingRefused, 14, kRecorder, "device_timing_refused", kWarning,            \
     "device timing in sampled windows (STALLSCOPE_DEVICE_SAMPLE): CUPTI refused "      \
-    "to turn its device kinds on or off; the state was left as it was")
+    "to turn its device kinds on or off; the state was left as it was")          \
+  X(kDeviceTimingNoSteps, 15, kRecorder, "device_timing_not_sampled", kWarning,      \
+    "STALLSCOPE_DEVICE_SAMPLE was set, but the job began no step the recorder "      \
+    "sees (an NVTX range matching the step pattern, the step API): device timing "   \
+    "stayed on throughout")
 
 // Raised by the reader and the analyzer; never on the wire.
 #define STALLSCOPE_ANALYZER_DIAGNOSTICS(X)                                        \

@@ -351,11 +351,11 @@ std::atomic<uint32_t> g_step_tid{0};
 // begins. Each turn is a kDeviceTiming record. The state is touched by the
 // watched thread only.
 uint32_t g_sample_every = 0;  // 0: continuous
-uint64_t g_sample_steps = 0;  // step begins seen
+std::atomic<uint64_t> g_sample_steps{0};  // step begins seen (read at exit)
 bool g_timing_on = true;
 
 void SampleStep(uint64_t ticks) {
-  const uint64_t phase = g_sample_steps++ % g_sample_every;
+  const uint64_t phase = g_sample_steps.fetch_add(1, std::memory_order_relaxed) % g_sample_every;
   const bool want = phase == 0 || phase == g_sample_every - 1;
   if (want == g_timing_on) return;
   if (!cupti::SetDeviceTiming(want)) {
@@ -1256,6 +1256,8 @@ void Shutdown() {
   bool was_in_hook = t_self.in_hook;
   t_self.in_hook = true;
   const uint64_t exit_ns = MonoNs();  // the trigger: the ring's last seconds end here
+  if (g_sample_every != 0 && g_sample_steps.load(std::memory_order_relaxed) == 0)
+    CountDiagnostic(trace::DiagnosticId::kDeviceTimingNoSteps);
   cupti::Flush();
   Drain(true, false, exit_ns);
   if (g_ring != nullptr && g_ring_dump_at_exit) {

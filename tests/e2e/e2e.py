@@ -156,6 +156,17 @@ def case_device_sample(build, work):
     check(len(expected) <= h["count"] < STEPS,
           f"read-back counted {h['count']} times: expected the timed steps' (and the steps' before them "
           f"that drained the device in one)")
+    # Without step ranges the recorder sees no step: timing stays on, the
+    # trace says so, and the analyzer's steps (its own) are all timed.
+    os.makedirs(os.path.join(work, "no-nvtx"))
+    report, truth = run_traced(build, os.path.join(work, "no-nvtx"),
+                               [os.path.join(build, "bin", "train_loop"), "--steps", str(STEPS), "--readback",
+                                "--no-nvtx"], run_args=["--device-sample", str(every)])
+    diags = {d["name"]: d for d in report["diagnostics"]}
+    check("device_timing_not_sampled" in diags and "device_timing_sampled" not in diags,
+          f"without steps: diagnostics {sorted(diags)}")
+    check(report["step_source"] != "marker", f"without steps: step_source {report['step_source']}")
+    check_idle_matches_truth(report, truth)
 
 
 def case_input(build, work):
