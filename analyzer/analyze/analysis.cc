@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "analyzer/analyze/hotspots.h"
+#include "analyzer/analyze/job_files.h"
 #include "analyzer/analyze/parallel.h"
 #include "analyzer/analyze/predict.h"
 #include "analyzer/analyze/questions.h"
@@ -286,22 +287,11 @@ Report ComposeRanksReport(Report primary_report, std::vector<RankSummary> ranks,
 
 std::vector<std::string> KeepNewestOfEachProcess(std::vector<absl::StatusOr<Timeline>>* timelines,
                                                  std::vector<std::string>* paths) {
-  auto last_reading = [](const Timeline& t) {
-    uint64_t last = 0;
-    for (const trace::ClockRecord& c : t.clocks) last = std::max(last, c.mono_ns);
-    return last;
-  };
-  using Key = std::tuple<std::string, uint32_t, uint64_t>;  // host, pid, start
-  absl::flat_hash_map<Key, size_t> newest;  // the index kept for each process
-  for (size_t i = 0; i < timelines->size(); ++i) {
-    const Timeline& t = *(*timelines)[i];
-    auto [it, added] = newest.try_emplace(Key{t.host, t.header.pid, t.header.start_mono_ns}, i);
-    if (!added && last_reading(t) > last_reading(*(*timelines)[it->second])) it->second = i;
-  }
+  std::vector<TraceIdentity> ids;
+  for (const auto& t : *timelines) ids.push_back(IdentityOf(*t));
+  const std::vector<bool> keep = NewestOfEachProcess(ids);
   std::vector<std::string> left_out;
-  if (newest.size() == timelines->size()) return left_out;
-  std::vector<bool> keep(timelines->size(), false);
-  for (const auto& [key, i] : newest) keep[i] = true;
+  if (std::count(keep.begin(), keep.end(), true) == static_cast<ptrdiff_t>(keep.size())) return left_out;
   size_t kept = 0;
   for (size_t i = 0; i < timelines->size(); ++i) {
     if (!keep[i]) {
@@ -370,60 +360,10 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   // What the folder says about the job as a whole: files that could not be
   // read, ranks of the job's world with no trace, and traces of other
   // processes that end before their process finished (killed, crashed).
-  std::vector<std::string> missing_ranks, incomplete;
-  int32_t world = -1;
-  {
-    std::vector<bool> present;
-    for (const auto& t : timelines) {
-      if (t->rank.known && t->rank.world_size > 0 && t->rank.world_size <= 65536) {
-        world = std::max<int32_t>(world, static_cast<int32_t>(t->rank.world_size));
-      }
-    }
-    if (world > 0) {
-      present.assign(static_cast<size_t>(world), false);
-      for (const auto& t : timelines) {
-        if (t->rank.known && t->rank.rank >= 0 && t->rank.rank < world) {
-          present[static_cast<size_t>(t->rank.rank)] = true;
-        }
-      }
-      for (int32_t r = 0; r < world; ++r) {
-        if (!present[static_cast<size_t>(r)]) missing_ranks.push_back(absl::StrCat(r));
-      }
-    }
-    if (n_read > 1) {
-      for (const auto& t : timelines) {
-        if (t->ended_cleanly) continue;
-        incomplete.push_back(t->rank.known ? absl::StrFormat("%s (rank %d)", BaseName(t->path), t->rank.rank)
-                                           : BaseName(t->path));
-      }
-    }
-  }
-  auto note_job_files = [&](Report* r) {
-    if (!earlier.empty()) {
-      AddDiagnostic(&r->diagnostics, DiagId::kEarlierDumps, earlier.size(),
-                    absl::StrFormat("%d earlier trace(s) of a process also traced by a newer one are left "
-                                    "out (flight-recorder dumps hold the window before their trigger; "
-                                    "`stallscope report FILE` reads one): %s",
-                                    earlier.size(), absl::StrJoin(earlier, ", ")));
-    }
-    if (!unreadable.empty()) {
-      AddDiagnostic(&r->diagnostics, DiagId::kUnreadableTraces, unreadable.size(),
-                    absl::StrFormat("%d trace file(s) could not be read and are left out: %s",
-                                    unreadable.size(), absl::StrJoin(unreadable, "; ")));
-    }
-    if (!missing_ranks.empty()) {
-      AddDiagnostic(&r->diagnostics, DiagId::kMissingRanks, missing_ranks.size(),
-                    absl::StrFormat("no trace for rank(s) %s of the job's %d: the report covers "
-                                    "the others",
-                                    absl::StrJoin(missing_ranks, ", "), world));
-    }
-    if (!incomplete.empty()) {
-      AddDiagnostic(&r->diagnostics, DiagId::kIncompleteTraces, incomplete.size(),
-                    absl::StrFormat("%d trace(s) end before their process finished (killed or "
-                                    "crashed; records up to its last write are used): %s",
-                                    incomplete.size(), absl::StrJoin(incomplete, ", ")));
-    }
-  };
+  std::vector<TraceIdentity> kept_ids;
+  for (const auto& t : timelines) kept_ids.push_back(IdentityOf(*t));
+  const JobFiles job_files = DescribeJobFiles(kept_ids, std::move(earlier), std::move(unreadable));
+  auto note_job_files = [&](Report* r) { NoteJobFiles(job_files, r); };
 
   // A distributed run: two or more traces with NCCL collectives. The
   // waiting part of each rank's NCCL kernels becomes idle (ranks.h).

@@ -176,6 +176,7 @@ RankArrivals CollectArrivals(const Timeline& t) {
   r.file = BaseName(t.path);
   r.host = !t.rank.host.empty() ? t.rank.host : t.host;
   r.pid = t.header.pid;
+  r.trace = IdentityOf(t);
   // The analyzed device: the one with the most NCCL kernels, else ops.
   {
     int64_t best = -1;
@@ -608,6 +609,15 @@ nlohmann::ordered_json ArrivalsToJson(const RankArrivals& a) {
   j["device"] = a.device;
   j["realtime_offset_ns"] = a.realtime_offset_ns;
   j["offset_drift_ns"] = a.offset_drift_ns;
+  const TraceIdentity& t = a.trace;
+  j["trace"] = {{"host", t.host},
+                {"pid", t.pid},
+                {"start_mono_ns", t.start_mono_ns},
+                {"last_clock_ns", t.last_clock_ns},
+                {"ended_cleanly", t.ended_cleanly},
+                {"rank_known", t.rank_known},
+                {"rank", t.rank},
+                {"world_size", t.world_size}};
   auto& v = j["arrivals"] = nlohmann::ordered_json::array();
   for (const Arrival& x : a.arrivals) {
     v.push_back({x.comm, x.seq, x.arrival_ns, x.end_ns, x.bytes, x.kind});
@@ -628,6 +638,16 @@ absl::StatusOr<RankArrivals> ArrivalsFromJson(const nlohmann::json& j) {
     a.device = j.at("device").get<uint32_t>();
     a.realtime_offset_ns = j.at("realtime_offset_ns").get<int64_t>();
     a.offset_drift_ns = j.at("offset_drift_ns").get<int64_t>();
+    const auto& t = j.at("trace");
+    a.trace.file = a.file;
+    a.trace.host = t.at("host").get<std::string>();
+    a.trace.pid = t.at("pid").get<uint32_t>();
+    a.trace.start_mono_ns = t.at("start_mono_ns").get<uint64_t>();
+    a.trace.last_clock_ns = t.at("last_clock_ns").get<uint64_t>();
+    a.trace.ended_cleanly = t.at("ended_cleanly").get<bool>();
+    a.trace.rank_known = t.at("rank_known").get<bool>();
+    a.trace.rank = t.at("rank").get<int32_t>();
+    a.trace.world_size = t.at("world_size").get<int32_t>();
     for (const auto& x : j.at("arrivals")) {
       a.arrivals.push_back({x.at(0).get<uint64_t>(), x.at(1).get<uint64_t>(),
                             x.at(2).get<int64_t>(), x.at(3).get<int64_t>(),

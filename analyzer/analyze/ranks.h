@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "analyzer/model/report.h"
+#include "analyzer/analyze/job_files.h"
 #include "analyzer/model/timeline.h"
 #include "nlohmann/json.hpp"
 
@@ -49,6 +50,9 @@ struct RankArrivals {
   int64_t offset_drift_ns = 0;
   std::vector<Arrival> arrivals;  // collectives only (not point-to-point), by
                                   // (comm, seq); times on this rank's monotonic clock
+  // The trace's identity, for what a report says of the job's files
+  // (job_files.h): the reduces of `stallscope fleet` see no trace.
+  TraceIdentity trace;
 };
 
 // Map 1: needs this rank's trace only.

@@ -44,6 +44,27 @@ absl::StatusOr<LastArrivals> LoadLast(const std::string& path) {
   return LastArrivalsFromJson(*j);
 }
 
+// As `report` reads a folder: of several traces of one process (the flight
+// recorder's dumps) only the newest is the process's; returns the base
+// names of the others, removed from `v`.
+template <typename T, typename Identity>
+std::vector<std::string> KeepNewest(std::vector<T>* v, Identity identity) {
+  std::vector<TraceIdentity> ids;
+  for (const T& x : *v) ids.push_back(identity(x));
+  const std::vector<bool> keep = NewestOfEachProcess(ids);
+  std::vector<std::string> earlier;
+  std::vector<T> kept;
+  for (size_t i = 0; i < v->size(); ++i) {
+    if (keep[i]) {
+      kept.push_back(std::move((*v)[i]));
+    } else {
+      earlier.push_back(ids[i].file);
+    }
+  }
+  *v = std::move(kept);
+  return earlier;
+}
+
 int Arrivals(const FleetArgs& a) {
   auto t = ReadTraceFile(a.inputs[0]);
   if (!t.ok()) return Fail(t.status(), kExitBadTrace);
@@ -59,6 +80,7 @@ int Last(const FleetArgs& a) {
     if (!arrivals.ok()) return Fail(arrivals.status(), kExitBadTrace);
     all.push_back(std::move(*arrivals));
   }
+  KeepNewest(&all, [](const RankArrivals& r) { return r.trace; });
   return Emit(a.common.out, LastArrivalsToJson(ReduceArrivals(all)).dump() + "\n");
 }
 
@@ -85,9 +107,16 @@ int ReportStep(const FleetArgs& a) {
     if (!j.ok()) return Fail(j.status(), kExitBadTrace);
     auto s = RankSummaryFromJson(*j);
     if (!s.ok()) return Fail(s.status(), kExitBadTrace);
-    with_collectives += !s->arrivals.arrivals.empty();
     ranks.push_back(std::move(*s));
   }
+  std::vector<std::string> earlier = KeepNewest(&ranks, [](const RankSummary& r) { return r.arrivals.trace; });
+  std::vector<TraceIdentity> kept_ids;
+  for (const RankSummary& r : ranks) {
+    kept_ids.push_back(r.arrivals.trace);
+    with_collectives += !r.arrivals.arrivals.empty();
+  }
+  // The traces a map could not read failed the run (FleetError): none here.
+  const JobFiles job_files = DescribeJobFiles(kept_ids, std::move(earlier), {});
   const bool distributed = with_collectives >= 2;
   std::vector<std::pair<int32_t, int64_t>> candidates;
   for (const RankSummary& r : ranks) {
@@ -110,6 +139,7 @@ int ReportStep(const FleetArgs& a) {
     for (const RankSummary& r : ranks) processes.push_back(r.process);
     composed = ComposeProcessesReport(std::move(*report), std::move(processes), primary);
   }
+  NoteJobFiles(job_files, &composed);
   return Emit(a.common.out, a.common.format == "json" ? RenderJson(composed)
                                                       : RenderText(composed, {.color = UseColor(a.common)}));
 }

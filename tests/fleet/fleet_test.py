@@ -137,6 +137,23 @@ def main():
               f"--budget: exit {p.returncode}, audit alone {want.returncode}: {p.stderr[-1000:]}")
         check(os.path.exists(junit) and "min_steps" in open(junit).read(), "--junit: no JUnit file")
         check(open(os.path.join(work, "b.json")).read() == got_json, "--budget: report differs")
+        # Two traces of one process (as a flight recorder's dumps are; here a
+        # copy: the same process and clock) and a rank with no trace: the
+        # fleet's report names them as `report` does (earlier_dumps,
+        # missing_ranks), byte for byte.
+        dup = os.path.join(work, "dup")
+        os.mkdir(dup)
+        src = glob.glob(os.path.join(folders[3], "*.sstrace"))[0]
+        shutil.copy(src, os.path.join(dup, "copy-" + os.path.basename(src)))
+        some = [n for i, n in enumerate(names) if i != 5] + ["dup"]
+        serial = run([stallscope, "report"] + some + ["--format", "json"], env, cwd=work)
+        p = fleet(py, build, some, ["--format", "json"], work)
+        check(p.returncode == 0, f"fleet with a copy and a missing rank exited {p.returncode}: {p.stderr[-3000:]}")
+        check(p.stdout == serial.stdout, f"with a copy and a missing rank: fleet report differs from `stallscope "
+              f"report`:\n{p.stdout[:1500]}\n---\n{serial.stdout[:1500]}")
+        said = {d["name"]: d for d in json.loads(serial.stdout)["diagnostics"]}
+        check("earlier_dumps" in said and "missing_ranks" in said and said["missing_ranks"]["count"] == 1,
+              f"with a copy and a missing rank: diagnostics {sorted(said)}")
         # A broken trace: its name and the binary's message and exit code.
         bad = os.path.join(work, "broken")
         os.mkdir(bad)
