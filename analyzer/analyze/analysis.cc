@@ -97,6 +97,8 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
                                   plan.sampled_every, plan.steps.size(), plan.steps_found));
   }
   report.step_source = plan.source;
+  report.sampled_every = plan.sampled_every;
+  report.steps_found = static_cast<int64_t>(plan.sampled_every != 0 ? plan.steps_found : plan.steps.size());
   if (plan.dropped_empty_last) AddDiagnostic(&report.diagnostics, DiagId::kEmptyLastStep, 1);
   if (plan.ops_outside > 0) {
     AddDiagnostic(&report.diagnostics, DiagId::kOpsOutsideSteps, plan.ops_outside,

@@ -430,33 +430,10 @@ TEST_CASE("ops are counted per device and calls per thread", "[steps]") {
 // original numbers: 0, 3 and 6. A synchronize in an untimed step is no
 // hotspot (its cost cannot be seen); the one in step 3 is.
 TEST_CASE("sampled device timing keeps the fully timed steps", "[steps][sampled]") {
-  TraceBuilder b;
-  auto api = testing::AddStandardApis(&b);
-  const uint32_t late = b.PythonStack({{"train.py", "step", 41}});
-  const uint32_t kept = b.PythonStack({{"train.py", "step", 42}});
-  auto timed = [](int k) { return k != 1 && k != 4; };
-  for (int k = 0; k < 7; ++k) {
-    const int64_t t0 = k * 1000 * kUs;
-    b.Range(1, t0, t0 + 1000 * kUs, "step " + std::to_string(k));
-    if (timed(k)) {
-      b.Submit(1, api.launch, t0 + 100 * kUs, t0 + 105 * kUs, t0 + 300 * kUs, t0 + 900 * kUs);
-    } else {
-      testing::CallOptions o;
-      o.flags = tf::kRecordUntimed;
-      b.Call(1, api.launch, t0 + 100 * kUs, t0 + 105 * kUs, o);
-    }
-    if (k == 1 || k == 3) {
-      testing::CallOptions o;
-      o.python_stack = k == 1 ? late : kept;
-      b.Call(1, api.sync, t0 + 200 * kUs, t0 + 900 * kUs, o);
-    }
-  }
-  b.Timing(1000 * kUs, false, 3);
-  b.Timing(2000 * kUs + 5 * kUs, true, 3);
-  b.Timing(4000 * kUs, false, 3);
-  b.Timing(5000 * kUs + 5 * kUs, true, 3);
-  Report r = testing::AnalyzeOrDie(b);
+  Report r = testing::AnalyzeOrDie(testing::SampledSteps());
   REQUIRE(r.steps.size() == 3);
+  CHECK(r.sampled_every == 3);
+  CHECK(r.steps_found == 7);
   CHECK(r.steps[0].index == 0);
   CHECK(r.steps[1].index == 3);
   CHECK(r.steps[2].index == 6);

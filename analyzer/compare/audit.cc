@@ -392,11 +392,18 @@ AuditResult RunAudit(const Budget& b, const Report& run, const std::string& run_
     return out.checks.back();
   };
   if (b.min_steps) {
+    // Sampled device timing: the run's steps are the ones found, of which
+    // the report's are the timed.
+    const int64_t steps = run.sampled_every != 0 ? run.steps_found : m.steps;
+    const std::string sampled =
+        run.sampled_every != 0
+            ? absl::StrFormat(", %d of them timed (device timing one step in %d)", m.steps, run.sampled_every)
+            : "";
     AuditCheck& c =
-        add("min_steps", absl::StrFormat("%d steps (at least %d)", m.steps, *b.min_steps));
-    if (m.steps < *b.min_steps) {
-      c.violations.push_back(absl::StrFormat("the run has %d steps, fewer than the budget's %d",
-                                             m.steps, *b.min_steps));
+        add("min_steps", absl::StrFormat("%d steps%s (at least %d)", steps, sampled, *b.min_steps));
+    if (steps < *b.min_steps) {
+      c.violations.push_back(absl::StrFormat("the run has %d steps%s, fewer than the budget's %d",
+                                             steps, sampled, *b.min_steps));
     }
   }
   if (b.max_syncs_per_step) {

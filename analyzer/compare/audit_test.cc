@@ -231,6 +231,24 @@ TEST_CASE("audit checks pass and fail at their limits", "[audit]") {
   CHECK(Check(bad, "max_gpu_idle_share").violations.at(0).find("exceeds") != std::string::npos);
 }
 
+// Guards audits of traces recorded with sampled device timing: min_steps
+// counts the run's steps (found), not only the timed ones its report lists,
+// and says how many were timed.
+TEST_CASE("audit min_steps counts a sampled run's steps", "[audit][sampled]") {
+  const Report run = testing::AnalyzeOrDie(testing::SampledSteps());
+  REQUIRE(run.steps.size() == 3);
+  Budget b;
+  b.min_steps = 7;
+  const AuditResult ok = RunAudit(b, run, "run", nullptr);
+  CHECK(ok.violations() == 0);
+  CHECK(Check(ok, "min_steps").summary == "7 steps, 3 of them timed (device timing one step in 3) (at least 7)");
+  b.min_steps = 8;
+  const AuditResult bad = RunAudit(b, run, "run", nullptr);
+  REQUIRE(bad.violations() == 1);
+  CHECK(Check(bad, "min_steps").violations.at(0).find("the run has 7 steps, 3 of them timed") !=
+        std::string::npos);
+}
+
 // Guards "no new hotspot": matched by fingerprint against the baseline; a
 // run with fewer hotspots passes, one with an extra site fails naming it;
 // without a baseline the check fails and says why.

@@ -221,6 +221,10 @@ struct ClockAlignment {
 
 struct Report {
   std::string step_source = "none";  // marker | auto | none
+  // Device timing sampled one step in `sampled_every` (0: continuous): the
+  // steps are the timed ones, of `steps_found`.
+  uint32_t sampled_every = 0;
+  int64_t steps_found = 0;
   std::vector<StepStats> steps;
   std::vector<Hotspot> hotspots;
   Totals totals;

@@ -36,6 +36,9 @@ Json ToJson(const Report& r, bool with_steps) {
   Json j;
   j["schema"] = kReportSchema;
   j["step_source"] = r.step_source;
+  if (r.sampled_every != 0) {
+    j["device_timing"] = {{"sampled_every", r.sampled_every}, {"steps_found", r.steps_found}};
+  }
   Json steps = Json::array();
   for (const StepStats& s : r.steps) {
     if (!with_steps) break;

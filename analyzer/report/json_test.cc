@@ -54,6 +54,22 @@ TEST_CASE("json steps written directly match the library", "[report]") {
   CHECK(nlohmann::json::parse(RenderJson(Sample()))["steps"].size() == 4);
 }
 
+// Guards the sampled-timing fields: a report of a trace recorded with
+// device timing one step in 3 says so (device_timing: the period and the
+// steps found, beside the timed steps it lists); a continuous one has no
+// such key.
+TEST_CASE("json report of sampled device timing", "[report][sampled]") {
+  const Report r = testing::AnalyzeOrDie(testing::SampledSteps());
+  const std::string text = RenderJson(r);
+  CHECK(text == ReportToJson(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  const auto j = nlohmann::ordered_json::parse(text);
+  CHECK(j["device_timing"]["sampled_every"] == 3);
+  CHECK(j["device_timing"]["steps_found"] == 7);
+  REQUIRE(j["steps"].size() == 3);
+  CHECK(j["steps"][1]["index"] == 3);
+  CHECK_FALSE(nlohmann::ordered_json::parse(RenderJson(Sample())).contains("device_timing"));
+}
+
 // Guards the report contract read by scripts (design.md).
 TEST_CASE("json report has every contract field", "[report]") {
   const auto j = nlohmann::ordered_json::parse(RenderJson(Sample()));

@@ -44,6 +44,41 @@ inline analyzer::Report AnalyzeOrDie(const TraceBuilder& b,
   return std::move(*r);
 }
 
+// Seven 1 ms steps ("step K") recorded with device timing sampled one step
+// in 3 (STALLSCOPE_DEVICE_SAMPLE=3): timing starts on, turns off at step
+// 1's begin, on just after step 2's (the lead step), off at step 4's, on
+// after step 5's; steps 0, 3 and 6 are fully timed. Each step launches one
+// kernel [300, 900) us into it (untimed in steps 1 and 4: flagged, no op);
+// steps 1 and 3 read back for 700 us from 200 us in, at train.py:41 and
+// train.py:42.
+inline TraceBuilder SampledSteps() {
+  TraceBuilder b;
+  auto api = AddStandardApis(&b);
+  const uint32_t late = b.PythonStack({{"train.py", "step", 41}});
+  const uint32_t kept = b.PythonStack({{"train.py", "step", 42}});
+  for (int k = 0; k < 7; ++k) {
+    const int64_t t0 = k * 1000 * kUs;
+    b.Range(1, t0, t0 + 1000 * kUs, "step " + std::to_string(k));
+    if (k != 1 && k != 4) {
+      b.Submit(1, api.launch, t0 + 100 * kUs, t0 + 105 * kUs, t0 + 300 * kUs, t0 + 900 * kUs);
+    } else {
+      CallOptions o;
+      o.flags = tf::kRecordUntimed;
+      b.Call(1, api.launch, t0 + 100 * kUs, t0 + 105 * kUs, o);
+    }
+    if (k == 1 || k == 3) {
+      CallOptions o;
+      o.python_stack = k == 1 ? late : kept;
+      b.Call(1, api.sync, t0 + 200 * kUs, t0 + 900 * kUs, o);
+    }
+  }
+  b.Timing(1000 * kUs, false, 3);
+  b.Timing(2000 * kUs + 5 * kUs, true, 3);
+  b.Timing(4000 * kUs, false, 3);
+  b.Timing(5000 * kUs + 5 * kUs, true, 3);
+  return b;
+}
+
 inline int64_t CauseOf(const analyzer::CauseNs& c, analyzer::Cause cause) {
   return c[static_cast<int>(cause)];
 }
