@@ -68,6 +68,9 @@ TEST_CASE("json report of sampled device timing", "[report][sampled]") {
   REQUIRE(j["steps"].size() == 3);
   CHECK(j["steps"][1]["index"] == 3);
   CHECK_FALSE(nlohmann::ordered_json::parse(RenderJson(Sample())).contains("device_timing"));
+  // The summary line says the steps are a sample.
+  CHECK(RenderSummary(r).rfind("3 of 7 steps timed (from step markers; device timing one step in 3), ", 0) == 0);
+  CHECK(RenderSummary(Sample()).rfind("4 steps (from step markers), ", 0) == 0);
 }
 
 // Guards the report contract read by scripts (design.md).

@@ -54,9 +54,14 @@ std::string RenderSummary(const Report& r) {
   const char* source = r.step_source == "marker" ? "from step markers"
                        : r.step_source == "auto" ? "detected"
                                                  : "no markers";
-  std::string s = absl::StrFormat("%d step%s (%s), GPU idle %.1f%% of %s", r.steps.size(),
-                                  r.steps.size() == 1 ? "" : "s", source,
-                                  Pct(t.gpu_idle_ns, t.wall_ns), FormatDuration(t.wall_ns));
+  // Sampled device timing: the steps are the timed ones of those found.
+  const std::string steps =
+      r.sampled_every != 0
+          ? absl::StrFormat("%d of %d steps timed (%s; device timing one step in %d)", r.steps.size(),
+                            r.steps_found, source, r.sampled_every)
+          : absl::StrFormat("%d step%s (%s)", r.steps.size(), r.steps.size() == 1 ? "" : "s", source);
+  std::string s = absl::StrFormat("%s, GPU idle %.1f%% of %s", steps, Pct(t.gpu_idle_ns, t.wall_ns),
+                                  FormatDuration(t.wall_ns));
   if (t.gpu_idle_ns > 0) {
     int top = TopCause(t.idle_by_cause);
     absl::StrAppendFormat(&s, ", top cause %s (%.1f%% of idle)", CauseName(CauseAt(top)),
