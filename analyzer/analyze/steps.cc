@@ -531,23 +531,26 @@ StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device
   return plan;
 }
 
-void KeepTimedSteps(const Timeline& t, StepPlan* plan) {
-  if (t.device_timing.empty()) return;
-  // The on-intervals [from, to): before the first turn, timing was the
-  // opposite of what it turned to.
-  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+std::vector<std::pair<int64_t, int64_t>> DeviceTimingOn(const Timeline& t) {
+  // Before the first turn, timing was the opposite of what it turned to.
   std::vector<std::pair<int64_t, int64_t>> on;
+  if (t.device_timing.empty()) return on;
   bool state = !t.device_timing.front().on;
-  int64_t since = kMin;
+  int64_t since = std::numeric_limits<int64_t>::min();
   for (const DeviceTimingTurn& d : t.device_timing) {
-    plan->sampled_every = std::max(plan->sampled_every, d.every);
     if (d.on == state) continue;
     if (state) on.push_back({since, d.ns});
     state = d.on;
     since = d.ns;
   }
-  if (state) on.push_back({since, kMax});
+  if (state) on.push_back({since, std::numeric_limits<int64_t>::max()});
+  return on;
+}
+
+void KeepTimedSteps(const Timeline& t, StepPlan* plan) {
+  if (t.device_timing.empty()) return;
+  const std::vector<std::pair<int64_t, int64_t>> on = DeviceTimingOn(t);
+  for (const DeviceTimingTurn& d : t.device_timing) plan->sampled_every = std::max(plan->sampled_every, d.every);
   if (plan->sampled_every == 0) plan->sampled_every = 1;
   std::vector<StepSpan> kept;
   plan->numbers.clear();

@@ -89,4 +89,8 @@ StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device
 // when timing was continuous.
 void KeepTimedSteps(const Timeline& t, StepPlan* plan);
 
+// The intervals [from, to) during which sampled device timing was on, in
+// order (open ends: the int64 limits); empty when timing was continuous.
+std::vector<std::pair<int64_t, int64_t>> DeviceTimingOn(const Timeline& t);
+
 }  // namespace stallscope::analyzer

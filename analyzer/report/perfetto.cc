@@ -198,6 +198,7 @@ class Writer {
     Calls();
     Ops();
     Gaps();
+    TimingOff();
     absl::StrAppend(&out_, "\n  ],\n  \"traceName\": ");
     AppendString(&out_, Basename(t_.path));
     out_.append("\n}\n");
@@ -461,6 +462,35 @@ class Writer {
       absl::StrAppend(&out_, ",\"id\":", info.correlation, ",\"bp\":\"e\"");
       End(false);
     }
+  }
+
+  // Sampled device timing: each stretch with timing off, on the idle track
+  // (no device op and no idle gap there is not an idle GPU: it was not
+  // timed), clipped to the host calls' span.
+  void TimingOff() {
+    const auto on = DeviceTimingOn(t_);
+    if (on.empty() || t_.calls.empty()) return;
+    int64_t first = std::numeric_limits<int64_t>::max(), last = std::numeric_limits<int64_t>::min();
+    for (const ApiCall& c : t_.calls) {
+      first = std::min(first, c.enter_ns);
+      last = std::max(last, c.exit_ns);
+    }
+    auto emit = [&](int64_t from, int64_t to) {
+      from = std::max(from, first);
+      to = std::min(to, last);
+      if (to <= from) return;
+      Begin("X", "device_timing", "device timing off", a_.plan.device, kIdleTrackTid, from);
+      Dur(to - from);
+      OpenArgs();
+      Arg("sampled_every", static_cast<int64_t>(a_.plan.sampled_every));
+      End(true);
+    };
+    int64_t off_from = std::numeric_limits<int64_t>::min();
+    for (const auto& [from, to] : on) {
+      emit(off_from, from);
+      off_from = to;
+    }
+    emit(off_from, std::numeric_limits<int64_t>::max());
   }
 
   // One event per idle gap piece on the idle track, named by its cause.

@@ -246,6 +246,27 @@ TEST_CASE("perfetto export: idle gaps sum to the report's causes", "[perfetto]")
 
 // Guards escaping: names with quotes, backslashes, control characters,
 // markup and invalid UTF-8 stay valid JSON and read back as written.
+// Guards the export of a trace with sampled device timing: the stretches
+// with timing off are events on the idle track (steps 1 and 4's untimed
+// launches lie in them: an empty GPU track there is not idle), and a
+// continuous trace has none.
+TEST_CASE("perfetto export: device timing off on the idle track", "[perfetto][sampled]") {
+  const Exported e = Export(testing::SampledSteps());
+  const std::vector<Json> off = Events(e.json, "X", "device_timing");
+  REQUIRE(off.size() == 2);
+  // [1000 us, 2005 us) and [4000 us, 5005 us) of the trace's time.
+  const int64_t base = Ns(Events(e.json, "X", "cuda_driver").front()["ts"]) - 100 * kUs;
+  CHECK(Ns(off[0]["ts"]) - base == 1000 * kUs);
+  CHECK(Ns(off[0]["dur"]) == 1005 * kUs);
+  CHECK(Ns(off[1]["ts"]) - base == 4000 * kUs);
+  CHECK(Ns(off[1]["dur"]) == 1005 * kUs);
+  for (const Json& o : off) {
+    CHECK(o["name"] == "device timing off");
+    CHECK(o["args"]["sampled_every"] == 3);
+  }
+  CHECK(Events(Export(Sample()).json, "X", "device_timing").empty());
+}
+
 TEST_CASE("perfetto export: names escaped in JSON", "[perfetto]") {
   TraceBuilder b;
   auto api = testing::AddStandardApis(&b);
