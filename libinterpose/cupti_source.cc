@@ -29,10 +29,11 @@ void* RealDlsym(void* handle, const char* name);
 
 namespace stallscope::cupti {
 
-bool g_active = false;
 std::atomic<uint8_t> g_mode{kNotTimed};
 
 namespace {
+
+bool g_active = false;
 
 constexpr auto kExternalKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2;
 // CUPTI's activity buffers: 4 MiB, or a sixteenth of the memory budget

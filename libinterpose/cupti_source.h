@@ -25,7 +25,6 @@ enum PushResult : uint8_t {
 // a hook pays one load and a branch when it does not push. g_mode is a
 // PushResult: kNotTimed until Start() succeeds, then kPushed or kSampledOut
 // as SetDeviceTiming() says.
-extern bool g_active;
 extern std::atomic<uint8_t> g_mode;
 void PushActive(uint64_t id);
 void PopActive();

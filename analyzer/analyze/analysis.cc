@@ -98,7 +98,7 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
   }
   report.step_source = plan.source;
   report.sampled_every = plan.sampled_every;
-  report.steps_found = static_cast<int64_t>(plan.sampled_every != 0 ? plan.steps_found : plan.steps.size());
+  report.steps_found = static_cast<int64_t>(plan.steps_found);
   if (plan.dropped_empty_last) AddDiagnostic(&report.diagnostics, DiagId::kEmptyLastStep, 1);
   if (plan.ops_outside > 0) {
     AddDiagnostic(&report.diagnostics, DiagId::kOpsOutsideSteps, plan.ops_outside,
@@ -143,11 +143,9 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
     tot.launches += s.launches;
     tot.syncs += s.sync_count;
   }
-  if (plan.sampled_every != 0) {
-    for (const StepStats& s : report.steps) tot.wall_ns += s.end_ns - s.start_ns;  // the timed steps
-  } else if (!report.steps.empty()) {
-    tot.wall_ns = report.steps.back().end_ns - report.steps.front().start_ns;
-  }
+  // The steps' spans: the run's wall time when the steps tile the device
+  // timeline, the timed steps' when device timing was sampled.
+  for (const StepStats& s : report.steps) tot.wall_ns += s.end_ns - s.start_ns;
 
   QuestionInputs qi;
   for (const DeviceOp& op : t.ops) {

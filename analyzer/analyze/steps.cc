@@ -548,13 +548,13 @@ std::vector<std::pair<int64_t, int64_t>> DeviceTimingOn(const Timeline& t) {
 }
 
 void KeepTimedSteps(const Timeline& t, StepPlan* plan) {
+  plan->steps_found = plan->steps.size();
   if (t.device_timing.empty()) return;
   const std::vector<std::pair<int64_t, int64_t>> on = DeviceTimingOn(t);
   for (const DeviceTimingTurn& d : t.device_timing) plan->sampled_every = std::max(plan->sampled_every, d.every);
   if (plan->sampled_every == 0) plan->sampled_every = 1;
   std::vector<StepSpan> kept;
   plan->numbers.clear();
-  plan->steps_found = plan->steps.size();
   size_t w = 0;
   for (size_t k = 0; k < plan->steps.size(); ++k) {
     const StepSpan& s = plan->steps[k];

@@ -40,7 +40,8 @@ struct StepPlan {
   bool dropped_empty_last = false;
   // Device timing in sampled windows (KeepTimedSteps): the recorder's
   // period (0 when timing was continuous), and each kept step's index among
-  // all the steps found (`steps[i]` is step `numbers[i]`).
+  // all the steps found (`steps[i]` is step `numbers[i]`; empty when
+  // continuous). `steps_found`: the steps before any were left out.
   uint32_t sampled_every = 0;
   std::vector<int32_t> numbers;
   size_t steps_found = 0;
