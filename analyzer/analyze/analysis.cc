@@ -25,6 +25,7 @@
 #include "analyzer/analyze/predict.h"
 #include "analyzer/analyze/questions.h"
 #include "analyzer/analyze/ranks.h"
+#include "analyzer/analyze/windows.h"
 #include "analyzer/model/format.h"
 #include "analyzer/read/symbolizer.h"
 #include "analyzer/read/trace_reader.h"
@@ -109,7 +110,9 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
   const AttributionOptions& ao = options.attribution;
   std::vector<CallClass> classes = ClassifyCalls(t, device, ao);
   timer.Mark("classify");
-  Attribution attribution = AttributeIdle(t, plan, classes, ao);
+  Attribution attribution = options.window_steps > 0
+                                ? AttributeIdleByWindows(t, plan, classes, ao, options.window_steps)
+                                : AttributeIdle(t, plan, classes, ao);
   timer.Mark("attribute");
   report.steps = std::move(attribution.steps);
   // Sampled: each step keeps its number among all the steps found.

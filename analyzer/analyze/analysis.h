@@ -28,6 +28,9 @@ struct AnalysisOptions {
   // The primary process's report gets predicted step times (predict.h):
   // `report` and `run` ask for them, unless --no-predict.
   bool predict = false;
+  // Idle attribution by windows of this many steps (windows.h), 0: over
+  // the whole timeline at once. The report is the same either way.
+  size_t window_steps = 0;
 };
 
 // What the report is made from, kept for the writers that draw the

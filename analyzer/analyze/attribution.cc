@@ -105,6 +105,8 @@ class Attributor {
   Attributor(const Timeline& t, const StepPlan& plan, const std::vector<CallClass>& classes,
              const AttributionOptions& o, Attribution* out)
       : t_(t), plan_(plan), classes_(classes), o_(o), out_(out) {
+    sweep_from_ = out->steps.front().start_ns;
+    sweep_to_ = out->steps.back().end_ns;
     // Sized first (from the reader's counts), so no list grows by copying.
     for (const ThreadCallCount& c : t.calls_per_thread) {
       activity_.try_emplace(c.tid, t.calls).first->second.Reserve(static_cast<size_t>(c.calls));
@@ -134,10 +136,17 @@ class Attributor {
     }
   }
 
+  // The sweep's extent, beyond the steps' own where a window's neighbours
+  // must be swept too (windows.h); what falls outside the steps is not
+  // charged.
+  void SweepWithin(int64_t from, int64_t to) {
+    sweep_from_ = from;
+    sweep_to_ = to;
+  }
+
   void Run() {
-    auto& steps = out_->steps;
-    const int64_t w0 = steps.front().start_ns;
-    const int64_t w1 = steps.back().end_ns;
+    const int64_t w0 = sweep_from_;
+    const int64_t w1 = sweep_to_;
     // One sweep over the device's ops in start order; the ends of the ops
     // still running wait in a min-heap (by end, then index: a handful at a
     // time). Starts go before ends at equal times: touching ops leave no
@@ -380,6 +389,8 @@ class Attributor {
   Attribution* out_;
   absl::flat_hash_map<uint32_t, Activity> activity_;
   size_t hint_ = 0;  // ForSteps' last step
+  int64_t sweep_from_ = 0;
+  int64_t sweep_to_ = 0;
 };
 
 }  // namespace
@@ -457,6 +468,14 @@ std::vector<CallClass> ClassifyCalls(const Timeline& t, uint32_t device,
 Attribution AttributeIdle(const Timeline& t, const StepPlan& plan,
                           const std::vector<CallClass>& classes,
                           const AttributionOptions& options) {
+  return AttributeIdleWithin(t, plan, classes, options, std::numeric_limits<int64_t>::min(),
+                             std::numeric_limits<int64_t>::max());
+}
+
+Attribution AttributeIdleWithin(const Timeline& t, const StepPlan& plan,
+                                const std::vector<CallClass>& classes,
+                                const AttributionOptions& options, int64_t sweep_from,
+                                int64_t sweep_to) {
   Attribution out;
   for (size_t k = 0; k < plan.steps.size(); ++k) {
     StepStats s;
@@ -469,7 +488,12 @@ Attribution AttributeIdle(const Timeline& t, const StepPlan& plan,
     out.steps.push_back(s);
   }
   if (out.steps.empty()) return out;
-  Attributor(t, plan, classes, options, &out).Run();
+  Attributor a(t, plan, classes, options, &out);
+  if (sweep_from != std::numeric_limits<int64_t>::min() ||
+      sweep_to != std::numeric_limits<int64_t>::max()) {
+    a.SweepWithin(sweep_from, sweep_to);
+  }
+  a.Run();
   return out;
 }
 

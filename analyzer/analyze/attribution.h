@@ -78,6 +78,11 @@ class IdleCaused {
     return it == ns_.end() ? 0 : it->second;
   }
   void Add(size_t call, int64_t ns) { ns_[call] += ns; }
+  // fn(call, ns) for each call that caused idle, in no set order.
+  template <typename Fn>
+  void ForEach(Fn fn) const {
+    for (const auto& [call, ns] : ns_) fn(call, ns);
+  }
 
  private:
   absl::flat_hash_map<size_t, int64_t> ns_;
@@ -92,5 +97,14 @@ struct Attribution {
 Attribution AttributeIdle(const Timeline& t, const StepPlan& plan,
                           const std::vector<CallClass>& classes,
                           const AttributionOptions& options);
+
+// The same, sweeping the device timeline over [sweep_from, sweep_to] (which
+// holds the plan's steps) and charging only what falls inside the steps: an
+// idle interval that crosses the steps' first start or last end is charged
+// as the sweep over every step would (windows.h).
+Attribution AttributeIdleWithin(const Timeline& t, const StepPlan& plan,
+                                const std::vector<CallClass>& classes,
+                                const AttributionOptions& options, int64_t sweep_from,
+                                int64_t sweep_to);
 
 }  // namespace stallscope::analyzer

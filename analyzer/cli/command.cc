@@ -88,6 +88,11 @@ void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a, bool predictions) {
         auto compiled = CompileStepPattern(re);
         return compiled.ok() ? "" : std::string(compiled.status().message());
       });
+  app->add_option("--window-steps", a->window_steps,
+                  "attribute idle N steps at a time, each window from the part of the trace it "
+                  "reads (the report is the same; default 0: all steps at once)")
+      ->type_name("N")
+      ->check(CLI::Range(0, 1 << 30));
   const struct {
     const char* name;
     std::vector<std::string>* globs;
@@ -114,6 +119,7 @@ AnalysisOptions OptionsFrom(const Conventions& c, const AnalysisArgs& a) {
   options.jobs = c.jobs;
   options.attribution.site = a.site;
   options.predict = a.predictions && !a.no_predict;
+  options.window_steps = a.window_steps;
   AddSiteRulesFromEnvironment(&options.attribution.site);
   if (!c.quiet && isatty(STDERR_FILENO)) options.progress = ShowProgress;
   return options;

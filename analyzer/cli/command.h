@@ -44,8 +44,8 @@ void AddConventions(CLI::App* app, Conventions* c, const std::vector<std::string
 // Rejects an empty value ("needs WHAT").
 CLI::Validator NonEmpty(const std::string& what);
 
-// What every subcommand that analyzes traces takes: --step-pattern RE, and
-// --user-code / --not-user-code GLOB (repeatable).
+// What every subcommand that analyzes traces takes: --step-pattern RE,
+// --user-code / --not-user-code GLOB (repeatable), and --window-steps N.
 // With `predictions` (report, run), also --no-predict: the report's
 // predicted step times (analyze/predict.h) are made unless it is given.
 struct AnalysisArgs {
@@ -53,6 +53,7 @@ struct AnalysisArgs {
   SiteRule site;
   bool predictions = false;
   bool no_predict = false;
+  size_t window_steps = 0;
 };
 void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a, bool predictions = false);
 

@@ -126,6 +126,16 @@ void Golden(const std::string& name, const TraceBuilder& b) {
   }
   CHECK(json == Slurp(dir + "/" + name + ".json"));
   CHECK(text == Slurp(dir + "/" + name + ".txt"));
+  // Attributed by windows of one, two and three steps: the same bytes.
+  for (size_t per : {size_t{1}, size_t{2}, size_t{3}}) {
+    CAPTURE(per);
+    AnalysisOptions o = ReportOptions();
+    o.window_steps = per;
+    auto windowed = AnalyzePaths({trace}, o);
+    REQUIRE(windowed.ok());
+    CHECK(RenderJson(*windowed) == json);
+    CHECK(RenderText(*windowed) == text);
+  }
 }
 
 // Guards the whole pipeline's output for a marked training loop.

@@ -46,6 +46,7 @@ def run_traced(build, work, args, extra_env=None, run_args=()):
                          capture_output=True, text=True, timeout=300)
     if rep.returncode != 0:
         raise Failure(f"report exited {rep.returncode}: {rep.stderr[-2000:]}")
+    checks.check_windowed_report(os.path.join(build, "bin", "stallscope"), out, rep.stdout)
     report = json.loads(rep.stdout)
     for line in p.stdout.splitlines():
         if line.startswith("spin_on_cpu_share "):

@@ -1,0 +1,84 @@
+// Idle attribution by windows of steps (docs/analyzer.md "Windows of
+// steps"): the steps are attributed a few at a time, each window from the
+// part of the timeline it reads, and the windows' rows, gaps and rule-1
+// charges are joined into the whole timeline's. This is the analysis half
+// of the analyzer whose memory follows steps: a window's part is what a
+// reader streaming the file must hold at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "analyzer/analyze/attribution.h"
+#include "analyzer/analyze/steps.h"
+#include "analyzer/model/timeline.h"
+
+namespace stallscope::analyzer {
+
+// The part of a timeline that attributing some steps reads, as a timeline
+// of its own (calls and ops in their original order), with each call's and
+// op's index in the original.
+struct WindowPart {
+  Timeline timeline;
+  std::vector<int32_t> call;  // timeline.calls[i] is original call call[i]
+  std::vector<CallClass> classes;  // indexed like timeline.calls
+  // The device timeline to sweep (AttributeIdleWithin): from the drain
+  // before the window's first step (the latest op end at or before its
+  // start) to the first op starting at or after its last step's end, within
+  // the plan's extent.
+  int64_t sweep_from = 0;
+  int64_t sweep_to = 0;
+};
+
+// Cuts timelines into the parts that attributing windows of a plan's steps
+// read. Windows must come in order ([k0, k1) with k0 at or after the
+// previous window's k1). With w0..w1 the window's device span, E the
+// latest end of an op at or before w0 and F the first start at or after
+// w1, the sweep runs over [E, F] (within the plan's extent): an idle
+// interval crossing w0 or w1 is then seen whole. A window's part holds:
+// - the analyzed device's ops ending at or after E and starting by the
+//   sweep's end;
+// - the calls that exit at or after lo (the earlier of the sweep's start
+//   and the window's host start) and enter before hi (the later of the
+//   sweep's end and the window's host end); on each thread, its last
+//   outermost call ending before lo (the host gap before its first call in
+//   the window) and its first call entering at or after hi (the host gap
+//   after its last one); and the calls that submitted the ops;
+// - each thread's CPU samples that bound those calls' gaps;
+// - the API table and the per-thread call counts.
+class WindowCutter {
+ public:
+  WindowCutter(const Timeline& t, const StepPlan& plan, const std::vector<CallClass>& classes);
+  WindowPart Cut(size_t k0, size_t k1);
+
+ private:
+  struct ThreadCalls {
+    std::vector<int32_t> calls;  // in enter order
+    std::vector<int32_t> outer;  // the outermost ones; their exits rise
+  };
+  const Timeline& t_;
+  const StepPlan& plan_;
+  const std::vector<CallClass>& classes_;
+  std::vector<uint32_t> tids_;  // the threads, in order of first call
+  std::vector<ThreadCalls> threads_;
+  // The sweeps over ops (by start) and calls (by enter): what earlier
+  // windows passed and a later one may still need.
+  size_t next_op_ = 0;
+  std::vector<int32_t> op_carry_;
+  std::vector<std::pair<int64_t, int32_t>> op_ends_;  // min-heap of device ops' (end, index)
+  int64_t last_end_ = std::numeric_limits<int64_t>::min();  // E
+  size_t next_call_ = 0;
+  std::vector<int32_t> call_carry_;
+};
+
+// AttributeIdle over windows of `steps_per_window` steps (at least 1): the
+// same steps, gaps (step and call indices the whole timeline's) and rule-1
+// charges.
+Attribution AttributeIdleByWindows(const Timeline& t, const StepPlan& plan,
+                                   const std::vector<CallClass>& classes,
+                                   const AttributionOptions& options, size_t steps_per_window);
+
+}  // namespace stallscope::analyzer

@@ -1,0 +1,199 @@
+// Attribution by windows of steps gives the whole timeline's attribution:
+// the same step rows, gaps and rule-1 charges, for windows of every size,
+// on random training loops and on the sampled-timing trace.
+#include "analyzer/analyze/windows.h"
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "analyzer/testing/test_util.h"
+#include <catch2/catch.hpp>
+
+namespace stallscope::analyzer {
+namespace {
+
+using testing::CallOptions;
+using testing::kUs;
+using testing::TraceBuilder;
+namespace tf = stallscope::trace;
+
+auto Row(const StepStats& s) {
+  return std::make_tuple(s.index, s.device, s.start_ns, s.end_ns, s.host_start_ns, s.host_end_ns,
+                         s.gpu_busy_ns, s.gpu_idle_ns, s.idle_by_cause, s.busy_by_kind.compute,
+                         s.busy_by_kind.copy, s.busy_by_kind.comm, s.sync_count, s.launches);
+}
+
+auto GapRow(const IdleGap& g) {
+  return std::make_tuple(g.start_ns, g.end_ns, static_cast<int>(g.cause), g.step, g.call);
+}
+
+std::vector<std::pair<size_t, int64_t>> Caused(const IdleCaused& c) {
+  std::vector<std::pair<size_t, int64_t>> out;
+  c.ForEach([&](size_t call, int64_t ns) { out.push_back({call, ns}); });
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Every window size gives the whole sweep's rows, gaps and charges.
+void CheckWindows(const Timeline& t, size_t max_window) {
+  auto pattern = CompileStepPattern(kDefaultStepPattern);
+  REQUIRE(pattern.ok());
+  StepPlan plan = FindSteps(t, *pattern, BusiestDevice(t));
+  KeepTimedSteps(t, &plan);
+  const AttributionOptions options;
+  const std::vector<CallClass> classes = ClassifyCalls(t, plan.device, options);
+  const Attribution whole = AttributeIdle(t, plan, classes, options);
+  for (size_t per = 1; per <= max_window; ++per) {
+    CAPTURE(per, plan.steps.size());
+    const Attribution w = AttributeIdleByWindows(t, plan, classes, options, per);
+    REQUIRE(w.steps.size() == whole.steps.size());
+    for (size_t k = 0; k < w.steps.size(); ++k) {
+      CAPTURE(k);
+      CHECK(Row(w.steps[k]) == Row(whole.steps[k]));
+    }
+    REQUIRE(w.gaps.size() == whole.gaps.size());
+    for (size_t k = 0; k < w.gaps.size(); ++k) {
+      CAPTURE(k);
+      CHECK(GapRow(w.gaps[k]) == GapRow(whole.gaps[k]));
+    }
+    CHECK(Caused(w.idle_caused) == Caused(whole.idle_caused));
+  }
+}
+
+// A random training loop: steps marked on thread 1 (some with a host gap
+// between them, some submitting nothing), each with an input wait, kernels
+// queued behind one another, copies, synchronizing read-backs, a long
+// synchronize reaching into the next step, uploads that return before
+// their copy ends, work from a second thread and CPU-time samples; or,
+// unmarked, the same without ranges.
+TraceBuilder RandomLoop(uint32_t seed, bool marked) {
+  std::mt19937 rng(seed);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  const uint32_t site = b.PythonStack({{"train.py", "step", 7}});
+  int64_t h = 100 * kUs;
+  int64_t d = 0;  // when the device is free
+  int64_t cpu = 0;
+  int64_t delay = 0;
+  auto sample = [&](uint32_t tid, int64_t at) {
+    cpu += pick(0, static_cast<int>((at - h) / 2 + 1));
+    delay += pick(0, 30) * kUs;
+    b.CpuSched(tid, static_cast<uint64_t>(at), static_cast<uint64_t>(cpu), static_cast<uint64_t>(delay));
+  };
+  const int steps = pick(3, 9);
+  for (int k = 0; k < steps; ++k) {
+    const int64_t start = h;
+    if (pick(0, 3) == 0) {  // an input wait, sampled at its end
+      h += pick(20, 600) * kUs;
+      sample(1, h);
+    }
+    const bool empty = pick(0, 6) == 0;
+    const int kernels = empty ? 0 : pick(1, 6);
+    for (int i = 0; i < kernels; ++i) {
+      h += pick(1, 80) * kUs;
+      const int64_t op = std::max(h + 8 * kUs, d) + pick(0, 5) * kUs;
+      d = op + pick(5, 400) * kUs;
+      b.Submit(1, api.launch, h, h + 5 * kUs, op, d);
+      h += 5 * kUs;
+      if (pick(0, 4) == 0) {  // a second thread's kernel, later on the device
+        const int64_t at = h + pick(0, 30) * kUs;
+        const int64_t o2 = std::max(at + 10 * kUs, d);
+        d = o2 + pick(5, 100) * kUs;
+        b.Submit(2, api.launch, at, at + 4 * kUs, o2, d);
+      }
+    }
+    if (!empty && pick(0, 2) == 0) {  // a synchronizing read-back
+      h += pick(1, 20) * kUs;
+      const int64_t op = std::max(h + 5 * kUs, d);
+      d = op + 3 * kUs;
+      CallOptions o;
+      o.python_stack = site;
+      b.Submit(1, api.memcpy, h, d + 2 * kUs, op, d, tf::DeviceOpKind::kMemcpy, "memcpy", o);
+      h = d + 2 * kUs;
+      sample(1, h);
+    } else if (!empty && pick(0, 2) == 0) {  // an upload that returns once its copy started
+      h += pick(1, 20) * kUs;
+      const int64_t op = std::max(h + 5 * kUs, d);
+      d = op + pick(20, 300) * kUs;
+      b.Submit(1, api.memcpy, h, op + 1 * kUs, op, d, tf::DeviceOpKind::kMemcpy, "memcpy");
+      h = op + 1 * kUs;
+    }
+    if (pick(0, 4) == 0) {  // host work after the step's launches
+      h += pick(10, 300) * kUs;
+    }
+    int64_t end = h + pick(1, 20) * kUs;
+    if (pick(0, 5) == 0) {  // a synchronize that outlives the step's range
+      const int64_t enter = end - 2 * kUs;
+      const int64_t exit = std::max(end + pick(10, 200) * kUs, d + pick(1, 10) * kUs);
+      CallOptions o;
+      o.python_stack = site;
+      b.Call(1, api.sync, static_cast<uint64_t>(enter), static_cast<uint64_t>(exit), o);
+      h = exit;
+      sample(1, h);
+    } else {
+      h = end;
+    }
+    if (marked) b.Range(1, static_cast<uint64_t>(start), static_cast<uint64_t>(end), "step " + std::to_string(k));
+    if (pick(0, 4) == 0) h += pick(1, 400) * kUs;  // time outside every step
+  }
+  // A final synchronize.
+  b.Call(1, api.sync, static_cast<uint64_t>(h), static_cast<uint64_t>(std::max(h, d) + 5 * kUs));
+  return b;
+}
+
+TEST_CASE("windows: random loops attribute as the whole timeline", "[windows]") {
+  for (uint32_t seed = 1; seed <= 300; ++seed) {
+    CAPTURE(seed);
+    const Timeline t = testing::ReadOrDie(RandomLoop(seed, true));
+    CheckWindows(t, 4);
+  }
+}
+
+TEST_CASE("windows: an unmarked run is one step, one window", "[windows]") {
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    CAPTURE(seed);
+    const Timeline t = testing::ReadOrDie(RandomLoop(seed, false));
+    CheckWindows(t, 2);
+  }
+}
+
+TEST_CASE("windows: sampled device timing keeps the timed steps' attribution", "[windows][sampled]") {
+  const Timeline t = testing::ReadOrDie(testing::SampledSteps());
+  CheckWindows(t, 3);
+}
+
+TEST_CASE("windows: a window's part holds its neighbourhood, not the whole run", "[windows]") {
+  // Twenty 1 ms steps, one kernel each: a one-step window reads four calls
+  // (the step before's, its own, the next step's, whose kernel ends the
+  // sweep, and the one after, which bounds the host gap) and its
+  // neighbours' ops.
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  for (int k = 0; k < 20; ++k) {
+    const int64_t t0 = k * 1000 * kUs;
+    b.Range(1, t0, t0 + 1000 * kUs, "step " + std::to_string(k));
+    b.Submit(1, api.launch, t0 + 100 * kUs, t0 + 105 * kUs, t0 + 300 * kUs, t0 + 900 * kUs);
+  }
+  const Timeline t = testing::ReadOrDie(b);
+  auto pattern = CompileStepPattern(kDefaultStepPattern);
+  REQUIRE(pattern.ok());
+  const StepPlan plan = FindSteps(t, *pattern, BusiestDevice(t));
+  REQUIRE(plan.steps.size() == 20);
+  const std::vector<CallClass> classes = ClassifyCalls(t, plan.device, {});
+  WindowCutter cutter(t, plan, classes);
+  for (size_t k = 0; k < 20; ++k) {
+    CAPTURE(k);
+    const WindowPart part = cutter.Cut(k, k + 1);
+    CHECK(part.timeline.calls.size() <= 4);
+    CHECK(part.timeline.ops.size() <= 3);
+    CHECK(part.sweep_from <= plan.steps[k].start_ns);
+    CHECK(part.sweep_to >= plan.steps[k].end_ns);
+  }
+}
+
+}  // namespace
+}  // namespace stallscope::analyzer
