@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "analyzer/analyze/attribution.h"
 #include "analyzer/analyze/steps.h"
 #include "analyzer/model/timeline.h"
@@ -53,6 +54,8 @@ class WindowCutter {
  public:
   WindowCutter(const Timeline& t, const StepPlan& plan, const std::vector<CallClass>& classes);
   WindowPart Cut(size_t k0, size_t k1);
+  // The same into `part`, reusing its vectors.
+  void Cut(size_t k0, size_t k1, WindowPart* part);
 
  private:
   struct ThreadCalls {
@@ -64,11 +67,16 @@ class WindowCutter {
   const std::vector<CallClass>& classes_;
   std::vector<uint32_t> tids_;  // the threads, in order of first call
   std::vector<ThreadCalls> threads_;
+  absl::flat_hash_map<uint32_t, size_t> slot_;  // tid → index into threads_
+  std::vector<int32_t> fresh_;
+  std::vector<int32_t> more_;
+  // Per thread, in a window: (its index in calls_per_thread, -1 none;
+  // (earliest exit, latest time) of its calls there).
+  std::vector<std::pair<int64_t, std::pair<int64_t, int64_t>>> span_;
   // The sweeps over ops (by start) and calls (by enter): what earlier
   // windows passed and a later one may still need.
   size_t next_op_ = 0;
   std::vector<int32_t> op_carry_;
-  std::vector<std::pair<int64_t, int32_t>> op_ends_;  // min-heap of device ops' (end, index)
   int64_t last_end_ = std::numeric_limits<int64_t>::min();  // E
   size_t next_call_ = 0;
   std::vector<int32_t> call_carry_;
