@@ -67,8 +67,9 @@ void CheckWindows(const Timeline& t, size_t max_window) {
 // between them, some submitting nothing), each with an input wait, kernels
 // queued behind one another, copies, synchronizing read-backs, a long
 // synchronize reaching into the next step, uploads that return before
-// their copy ends, work from a second thread and CPU-time samples; or,
-// unmarked, the same without ranges.
+// their copy ends, kernels the device starts late, kernels launched between
+// steps, work from a second thread and CPU-time samples; or, unmarked, the
+// same without ranges.
 TraceBuilder RandomLoop(uint32_t seed, bool marked) {
   std::mt19937 rng(seed);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -95,7 +96,9 @@ TraceBuilder RandomLoop(uint32_t seed, bool marked) {
     const int kernels = empty ? 0 : pick(1, 6);
     for (int i = 0; i < kernels; ++i) {
       h += pick(1, 80) * kUs;
-      const int64_t op = std::max(h + 8 * kUs, d) + pick(0, 5) * kUs;
+      // At times the device starts it late (waiting on another stream).
+      const int64_t late = pick(0, 7) == 0 ? pick(50, 800) * kUs : pick(0, 5) * kUs;
+      const int64_t op = std::max(h + 8 * kUs, d) + late;
       d = op + pick(5, 400) * kUs;
       b.Submit(1, api.launch, h, h + 5 * kUs, op, d);
       h += 5 * kUs;
@@ -138,7 +141,15 @@ TraceBuilder RandomLoop(uint32_t seed, bool marked) {
       h = end;
     }
     if (marked) b.Range(1, static_cast<uint64_t>(start), static_cast<uint64_t>(end), "step " + std::to_string(k));
-    if (pick(0, 4) == 0) h += pick(1, 400) * kUs;  // time outside every step
+    if (pick(0, 4) == 0) {  // time outside every step, a kernel launched there at times
+      h += pick(1, 400) * kUs;
+      if (pick(0, 1) == 0) {
+        const int64_t op = std::max(h + 8 * kUs, d) + pick(0, 600) * kUs;
+        d = op + pick(5, 300) * kUs;
+        b.Submit(1, api.launch, h, h + 5 * kUs, op, d);
+        h += 5 * kUs + pick(1, 100) * kUs;
+      }
+    }
   }
   // A final synchronize.
   b.Call(1, api.sync, static_cast<uint64_t>(h), static_cast<uint64_t>(std::max(h, d) + 5 * kUs));
