@@ -105,8 +105,6 @@ class Attributor {
   Attributor(const Timeline& t, const StepPlan& plan, const std::vector<CallClass>& classes,
              const AttributionOptions& o, Attribution* out)
       : t_(t), plan_(plan), classes_(classes), o_(o), out_(out) {
-    sweep_from_ = out->steps.front().start_ns;
-    sweep_to_ = out->steps.back().end_ns;
     // Sized first (from the reader's counts), so no list grows by copying.
     for (const ThreadCallCount& c : t.calls_per_thread) {
       activity_.try_emplace(c.tid, t.calls).first->second.Reserve(static_cast<size_t>(c.calls));
@@ -136,9 +134,8 @@ class Attributor {
     }
   }
 
-  // The sweep's extent, beyond the steps' own where a window's neighbours
-  // must be swept too (windows.h); what falls outside the steps is not
-  // charged.
+  // The sweep's extent, holding the steps and, for a window (windows.h),
+  // its neighbourhood; what falls outside the steps is not charged.
   void SweepWithin(int64_t from, int64_t to) {
     sweep_from_ = from;
     sweep_to_ = to;
@@ -468,8 +465,9 @@ std::vector<CallClass> ClassifyCalls(const Timeline& t, uint32_t device,
 Attribution AttributeIdle(const Timeline& t, const StepPlan& plan,
                           const std::vector<CallClass>& classes,
                           const AttributionOptions& options) {
-  return AttributeIdleWithin(t, plan, classes, options, std::numeric_limits<int64_t>::min(),
-                             std::numeric_limits<int64_t>::max());
+  // The steps' own extent (AttributeIdleWithin widens the sweep to hold them).
+  return AttributeIdleWithin(t, plan, classes, options, std::numeric_limits<int64_t>::max(),
+                             std::numeric_limits<int64_t>::min());
 }
 
 Attribution AttributeIdleWithin(const Timeline& t, const StepPlan& plan,
@@ -489,10 +487,8 @@ Attribution AttributeIdleWithin(const Timeline& t, const StepPlan& plan,
   }
   if (out.steps.empty()) return out;
   Attributor a(t, plan, classes, options, &out);
-  if (sweep_from != std::numeric_limits<int64_t>::min() ||
-      sweep_to != std::numeric_limits<int64_t>::max()) {
-    a.SweepWithin(sweep_from, sweep_to);
-  }
+  a.SweepWithin(std::min(sweep_from, out.steps.front().start_ns),
+                std::max(sweep_to, out.steps.back().end_ns));
   a.Run();
   return out;
 }

@@ -98,10 +98,11 @@ Attribution AttributeIdle(const Timeline& t, const StepPlan& plan,
                           const std::vector<CallClass>& classes,
                           const AttributionOptions& options);
 
-// The same, sweeping the device timeline over [sweep_from, sweep_to] (which
-// holds the plan's steps) and charging only what falls inside the steps: an
-// idle interval that crosses the steps' first start or last end is charged
-// as the sweep over every step would (windows.h).
+// The same, sweeping the device timeline over [sweep_from, sweep_to],
+// widened to hold the plan's steps, and charging only what falls inside the
+// steps: with the sweep reaching the drain before the first step and the op
+// after the last, an idle interval that crosses them is charged as the
+// sweep over every step would (windows.h).
 Attribution AttributeIdleWithin(const Timeline& t, const StepPlan& plan,
                                 const std::vector<CallClass>& classes,
                                 const AttributionOptions& options, int64_t sweep_from,

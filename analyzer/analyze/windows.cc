@@ -2,10 +2,10 @@
 #include "analyzer/analyze/windows.h"
 
 #include <algorithm>
-#include <functional>
+#include <cstdio>
+#include <cstdlib>
 #include <iterator>
 #include <limits>
-#include <queue>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -72,6 +72,14 @@ WindowPart WindowCutter::Cut(size_t k0, size_t k1) {
 
 void WindowCutter::Cut(size_t k0, size_t k1, WindowPart* out) {
   const std::vector<StepSpan>& steps = plan_.steps;
+  // Windows come in order, each of at least one step (a caller's bug
+  // otherwise: the carried state would be wrong).
+  if (!(k0 < k1 && k1 <= steps.size() && k0 >= last_k1_)) {
+    std::fprintf(stderr, "stallscope: internal error: window [%zu, %zu) after %zu of %zu steps\n", k0,
+                 k1, last_k1_, steps.size());
+    std::abort();
+  }
+  last_k1_ = k1;
   const std::vector<DeviceOp>& ops = t_.ops;
   const int64_t w0 = steps[k0].start_ns;
   const int64_t w1 = steps[k1 - 1].end_ns;
@@ -100,14 +108,17 @@ void WindowCutter::Cut(size_t k0, size_t k1, WindowPart* out) {
   Sweep sweep;
   sweep.from = std::max(all_from, last_end_ == kMin ? all_from : last_end_);
   sweep.op_low = last_end_;
-  // F: the first start at or after w1.
+  // F: the first start at or after w1. The search goes on from the last
+  // window's answer: every op before it started before that window's w1.
   int64_t first_after = kMax;
-  for (size_t j = next_op_; j < ops.size(); ++j) {
+  size_t j = std::max(next_op_, f_scan_);
+  for (; j < ops.size(); ++j) {
     if (ops[j].device == device && ops[j].start_ns >= w1) {
       first_after = ops[j].start_ns;
       break;
     }
   }
+  f_scan_ = j;
   sweep.to = std::min(all_to, std::max(first_after == kMax ? all_to : first_after, w1));
   pass(sweep.to);
   // Kept in place: the carried ops, then the fresh ones (both by start).
@@ -119,43 +130,89 @@ void WindowCutter::Cut(size_t k0, size_t k1, WindowPart* out) {
     if (ops[j].end_ns >= sweep.op_low) op_keep.push_back(j);
   }
 
-  // Calls, by enter: those exiting at or after the earlier of the sweep's
-  // start and the window's host start, and entering before the later of the
-  // sweep's end and the window's host end.
-  const int64_t call_lo = std::min(sweep.from, steps[k0].host_start_ns);
-  const int64_t call_hi = std::max(sweep.to, steps[k1 - 1].host_end_ns);
-  call_carry_.erase(std::remove_if(call_carry_.begin(), call_carry_.end(),
-                                   [&](int32_t i) { return t_.calls[i].exit_ns < call_lo; }),
-                    call_carry_.end());
-  for (; next_call_ < t_.calls.size() && t_.calls[next_call_].enter_ns < call_hi; ++next_call_) {
-    if (t_.calls[next_call_].exit_ns >= call_lo) call_carry_.push_back(static_cast<int32_t>(next_call_));
+  // Calls: those of the window's host range (the steps' launches and
+  // synchronizing calls are counted by it) and those of its device span
+  // (the host activity its idle is charged by), each band the calls
+  // exiting at or after its start and entering before its end; one band
+  // when they meet, two when the device runs far behind the host. An
+  // unmarked run's one step counts every call after its start. What lies
+  // outside the bands is not charged (the sweep's stretches to the drain
+  // before the window and to the op after it), so a long idle stretch or a
+  // kernel outlasting many steps is not read again by every window in it.
+  const int64_t host_lo = steps[k0].host_start_ns;
+  const int64_t host_hi = plan_.source == "none" ? kMax : steps[k1 - 1].host_end_ns;
+  std::pair<int64_t, int64_t> bands[2] = {{host_lo, host_hi}, {w0, w1}};
+  size_t nbands = 2;
+  if (host_lo <= w1 && w0 <= host_hi) {
+    bands[0] = {std::min(host_lo, w0), std::max(host_hi, w1)};
+    nbands = 1;
+  } else if (w1 < host_lo) {
+    std::swap(bands[0], bands[1]);
   }
-  // Besides them (mostly none): each thread's last outermost call ending
-  // before call_lo and first call entering at or after call_hi, and the
-  // calls that submitted the ops.
+  // The bands' runs of calls (in order), and the calls entering before a
+  // band and still inside at its start (a handful).
+  std::vector<int32_t>& runs = runs_;
+  runs.clear();
+  std::vector<int32_t>& open = open_;
+  open.clear();
+  // Besides them (mostly none): on each thread, the last outermost call
+  // ending before a band and the first call entering at or after it (they
+  // bound the host gaps that reach into it); its outermost calls on either
+  // side of the drain where the sweep starts (rule 1 there); and the calls
+  // that submitted the ops.
   std::vector<int32_t>& more = more_;
   more.clear();
-  for (const ThreadCalls& th : threads_) {
-    auto p = std::lower_bound(th.outer.begin(), th.outer.end(), call_lo,
-                              [this](int32_t c, int64_t v) { return t_.calls[c].exit_ns < v; });
-    if (p != th.outer.begin()) more.push_back(*std::prev(p));
-    auto n = std::lower_bound(th.calls.begin(), th.calls.end(), call_hi,
-                              [this](int32_t c, int64_t v) { return t_.calls[c].enter_ns < v; });
-    if (n != th.calls.end()) more.push_back(*n);
+  std::vector<int32_t>& bounds = bounds_;
+  bounds.clear();
+  auto by_enter = [this](int32_t c, int64_t v) { return t_.calls[c].enter_ns < v; };
+  auto by_exit = [this](int32_t c, int64_t v) { return t_.calls[c].exit_ns < v; };
+  for (size_t k = 0; k < nbands; ++k) {
+    const auto [lo, hi] = bands[k];
+    // The calls entering in [lo, hi): a run of the calls (sorted by enter).
+    auto first = std::lower_bound(t_.calls.begin(), t_.calls.end(), lo,
+                                  [](const ApiCall& c, int64_t v) { return c.enter_ns < v; });
+    for (auto it = first; it != t_.calls.end() && it->enter_ns < hi; ++it) {
+      if (it->exit_ns >= lo) runs.push_back(static_cast<int32_t>(it - t_.calls.begin()));
+    }
+    for (const ThreadCalls& th : threads_) {
+      // Those entering before lo and still inside at lo: the outermost call
+      // around lo and the calls nested in it that are.
+      auto p = std::lower_bound(th.outer.begin(), th.outer.end(), lo, by_exit);
+      if (p != th.outer.end() && t_.calls[*p].enter_ns < lo) {
+        auto q = std::lower_bound(th.calls.begin(), th.calls.end(), *p);
+        for (; q != th.calls.end() && t_.calls[*q].enter_ns < lo; ++q) {
+          if (t_.calls[*q].exit_ns >= lo) open.push_back(*q);
+        }
+      }
+      if (p != th.outer.begin()) bounds.push_back(*std::prev(p));
+      auto n = std::lower_bound(th.calls.begin(), th.calls.end(), hi, by_enter);
+      if (n != th.calls.end()) bounds.push_back(*n);
+    }
   }
+  std::sort(open.begin(), open.end());
+  open.erase(std::unique(open.begin(), open.end()), open.end());
+  std::vector<int32_t>& band = band_;
+  band.clear();
+  std::set_union(runs.begin(), runs.end(), open.begin(), open.end(), std::back_inserter(band));
+  for (const ThreadCalls& th : threads_) {
+    auto d = std::upper_bound(th.outer.begin(), th.outer.end(), sweep.from,
+                              [this](int64_t v, int32_t c) { return v < t_.calls[c].exit_ns; });
+    if (d != th.outer.end()) more.push_back(*d);
+    if (d != th.outer.begin()) more.push_back(*std::prev(d));
+  }
+  more.insert(more.end(), bounds.begin(), bounds.end());
   size_t hint = 0;
   for (int32_t j : op_keep) {
     const int32_t c = ops[j].call;
     if (c < 0) continue;
-    const size_t at = LowerBoundNear(call_carry_, c, &hint);
-    if (at == call_carry_.size() || call_carry_[at] != c) more.push_back(c);
+    const size_t at = LowerBoundNear(band, c, &hint);
+    if (at == band.size() || band[at] != c) more.push_back(c);
   }
   std::sort(more.begin(), more.end());
   more.erase(std::unique(more.begin(), more.end()), more.end());
   std::vector<int32_t>& calls = out->call;
   calls.clear();
-  std::set_union(call_carry_.begin(), call_carry_.end(), more.begin(), more.end(),
-                 std::back_inserter(calls));
+  std::set_union(band.begin(), band.end(), more.begin(), more.end(), std::back_inserter(calls));
 
   // The part, in vectors reused from the last window (the API table copied
   // once).
@@ -166,22 +223,28 @@ void WindowCutter::Cut(size_t k0, size_t k1, WindowPart* out) {
   w.calls_per_thread.clear();
   w.cpu.clear();
   out->classes.clear();
-  // Per thread (by slot): its count in calls_per_thread, and its calls'
-  // earliest exit and latest time (-1: none).
-  span_.assign(threads_.size(), {-1, {0, 0}});
+  // Per thread (by slot): its count in calls_per_thread (-1: none yet).
+  span_.assign(threads_.size(), {-1, {kMax, kMin}});
   for (int32_t i : calls) {
     const ApiCall& c = t_.calls[i];
     w.calls.push_back(c);
     out->classes.push_back(classes_[i]);
-    auto& [at, s] = span_[slot_.find(c.tid)->second];
+    int64_t& at = span_[slot_.find(c.tid)->second].first;
     if (at < 0) {
       at = static_cast<int64_t>(w.calls_per_thread.size());
       w.calls_per_thread.push_back({c.tid, 0, 0});
-      s = {c.exit_ns, std::max(c.enter_ns, c.exit_ns)};
     }
     ++w.calls_per_thread[static_cast<size_t>(at)].calls;
-    s.first = std::min(s.first, c.exit_ns);
-    s.second = std::max({s.second, c.enter_ns, c.exit_ns});
+  }
+  // And the earliest exit and latest time of its calls in the bands and its
+  // bounding calls: the host gaps charged lie between them.
+  for (const std::vector<int32_t>* list : {&band, &bounds}) {
+    for (int32_t i : *list) {
+      const ApiCall& c = t_.calls[i];
+      std::pair<int64_t, int64_t>& s = span_[slot_.find(c.tid)->second].second;
+      s.first = std::min(s.first, c.exit_ns);
+      s.second = std::max({s.second, c.enter_ns, c.exit_ns});
+    }
   }
   hint = 0;
   for (int32_t j : op_keep) {
@@ -192,7 +255,7 @@ void WindowCutter::Cut(size_t k0, size_t k1, WindowPart* out) {
   // The CPU samples bounding each thread's gaps: from its last sample at or
   // before its earliest exit to its last at or before its latest time.
   for (size_t k = 0; k < threads_.size(); ++k) {
-    if (span_[k].first < 0) continue;
+    if (span_[k].first < 0 || span_[k].second.first > span_[k].second.second) continue;
     auto it = t_.cpu.find(tids_[k]);
     if (it == t_.cpu.end()) continue;
     const std::pair<int64_t, int64_t>& s = span_[k].second;

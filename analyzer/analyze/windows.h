@@ -70,16 +70,20 @@ class WindowCutter {
   absl::flat_hash_map<uint32_t, size_t> slot_;  // tid → index into threads_
   std::vector<int32_t> fresh_;
   std::vector<int32_t> more_;
+  std::vector<int32_t> bounds_;
   // Per thread, in a window: (its index in calls_per_thread, -1 none;
   // (earliest exit, latest time) of its calls there).
   std::vector<std::pair<int64_t, std::pair<int64_t, int64_t>>> span_;
   // The sweeps over ops (by start) and calls (by enter): what earlier
   // windows passed and a later one may still need.
   size_t next_op_ = 0;
+  size_t f_scan_ = 0;
+  size_t last_k1_ = 0;  // the last window's end  // where the last window's search for F stopped
   std::vector<int32_t> op_carry_;
   int64_t last_end_ = std::numeric_limits<int64_t>::min();  // E
-  size_t next_call_ = 0;
-  std::vector<int32_t> call_carry_;
+  std::vector<int32_t> band_;  // a window's calls in its bands
+  std::vector<int32_t> runs_;
+  std::vector<int32_t> open_;
 };
 
 // AttributeIdle over windows of `steps_per_window` steps (at least 1): the

@@ -68,7 +68,10 @@ void CheckWindows(const Timeline& t, size_t max_window) {
 // queued behind one another, copies, synchronizing read-backs, a long
 // synchronize reaching into the next step, uploads that return before
 // their copy ends, kernels the device starts late, kernels launched between
-// steps, work from a second thread and CPU-time samples; or, unmarked, the
+// steps, work from a second thread and CPU-time samples, runs of steps that
+// leave the device idle (host calls only) or under one kernel that outlasts
+// them, calls holding a launch, calls and ops of no length, ops that start
+// together, ops of no call and ops on another device; or, unmarked, the
 // same without ranges.
 TraceBuilder RandomLoop(uint32_t seed, bool marked) {
   std::mt19937 rng(seed);
@@ -85,17 +88,57 @@ TraceBuilder RandomLoop(uint32_t seed, bool marked) {
     delay += pick(0, 30) * kUs;
     b.CpuSched(tid, static_cast<uint64_t>(at), static_cast<uint64_t>(cpu), static_cast<uint64_t>(delay));
   };
-  const int steps = pick(3, 9);
+  uint32_t loose = 1'000'000;  // CUPTI ids of ops no call submitted
+  const int steps = pick(3, 14);
+  int idle_run = 0;  // steps left in a run of steps without kernels
   for (int k = 0; k < steps; ++k) {
     const int64_t start = h;
     if (pick(0, 3) == 0) {  // an input wait, sampled at its end
       h += pick(20, 600) * kUs;
       sample(1, h);
     }
-    const bool empty = pick(0, 6) == 0;
+    if (idle_run == 0 && pick(0, 9) == 0) {
+      idle_run = pick(2, 6);
+      if (pick(0, 1) == 0) {  // under one kernel that outlasts them (another stream)
+        const int64_t op = h + 10 * kUs;
+        b.Submit(1, api.launch, h, h + 5 * kUs, op, op + idle_run * pick(300, 900) * kUs);
+        h += 5 * kUs;
+      }
+    }
+    const bool idle = idle_run > 0;
+    if (idle) {  // host calls only: queries, some of no length
+      --idle_run;
+      for (int i = pick(1, 4); i > 0; --i) {
+        h += pick(1, 100) * kUs;
+        const int64_t len = pick(0, 2) == 0 ? 0 : pick(1, 20) * kUs;
+        b.Call(1, api.other, static_cast<uint64_t>(h), static_cast<uint64_t>(h + len));
+        h += len;
+      }
+    }
+    const bool empty = idle || pick(0, 6) == 0;
     const int kernels = empty ? 0 : pick(1, 6);
     for (int i = 0; i < kernels; ++i) {
       h += pick(1, 80) * kUs;
+      const int odd = pick(0, 11);
+      if (odd == 0) {  // a call holding a launch (a library call's own)
+        const int64_t op = std::max(h + 12 * kUs, d);
+        d = op + pick(0, 1) * pick(5, 100) * kUs;  // at times of no length
+        b.Call(1, api.other, static_cast<uint64_t>(h), static_cast<uint64_t>(h + 20 * kUs));
+        b.Submit(1, api.launch, h + 2 * kUs, h + 6 * kUs, op, d);
+        h += 20 * kUs;
+        continue;
+      }
+      if (odd == 1) {  // two kernels starting together, one of no call
+        const int64_t op = std::max(h + 8 * kUs, d);
+        b.Submit(1, api.launch, h, h + 5 * kUs, op, op + pick(5, 50) * kUs);
+        b.Device(op, op + pick(5, 50) * kUs, tf::DeviceOpKind::kKernel, "loose", loose++);
+        d = op + 50 * kUs;
+        h += 5 * kUs;
+        continue;
+      }
+      if (odd == 2) {  // a kernel on another device
+        b.Device(h, h + pick(5, 500) * kUs, tf::DeviceOpKind::kKernel, "other", loose++, 7, 1);
+      }
       // At times the device starts it late (waiting on another stream).
       const int64_t late = pick(0, 7) == 0 ? pick(50, 800) * kUs : pick(0, 5) * kUs;
       const int64_t op = std::max(h + 8 * kUs, d) + late;
@@ -168,6 +211,11 @@ TEST_CASE("windows: an unmarked run is one step, one window", "[windows]") {
   for (uint32_t seed = 1; seed <= 20; ++seed) {
     CAPTURE(seed);
     const Timeline t = testing::ReadOrDie(RandomLoop(seed, false));
+    auto pattern = CompileStepPattern(kDefaultStepPattern);
+    REQUIRE(pattern.ok());
+    const StepPlan plan = FindSteps(t, *pattern, BusiestDevice(t));
+    if (plan.source != "none") continue;  // launches repeating enough to be steps
+    CHECK(plan.steps.size() == 1);
     CheckWindows(t, 2);
   }
 }
@@ -203,6 +251,65 @@ TEST_CASE("windows: a window's part holds its neighbourhood, not the whole run",
     CHECK(part.timeline.ops.size() <= 3);
     CHECK(part.sweep_from <= plan.steps[k].start_ns);
     CHECK(part.sweep_to >= plan.steps[k].end_ns);
+  }
+}
+
+TEST_CASE("windows: a long stretch without device work is not read by every window in it",
+          "[windows]") {
+  // Two steps with a kernel, thirty whose host makes three calls each and
+  // submits nothing, then a step with a kernel: the device idle through the
+  // thirty, or under a kernel launched in step 1 that outlasts them (so
+  // their device spans lie far after their host ranges). Each one-step
+  // window in the stretch reads only its own step's calls and a few around
+  // them: each thread's calls at the drain, the calls bounding its host
+  // gaps and the ops' calls.
+  for (const bool covered : {false, true}) {
+    CAPTURE(covered);
+    TraceBuilder b;
+    auto api = testing::AddStandardApis(&b);
+    auto kernel_step = [&](int k) {
+      const int64_t t0 = k * 1000 * kUs;
+      b.Range(1, t0, t0 + 1000 * kUs, "step " + std::to_string(k));
+      b.Submit(1, api.launch, t0 + 100 * kUs, t0 + 105 * kUs, t0 + 300 * kUs, t0 + 900 * kUs);
+    };
+    kernel_step(0);
+    kernel_step(1);
+    if (covered) {  // a kernel from step 1 to step 31
+      b.Submit(1, api.launch, 1200 * kUs, 1205 * kUs, 1300 * kUs, 31'500 * kUs);
+    }
+    for (int k = 2; k < 32; ++k) {
+      const int64_t t0 = k * 1000 * kUs;
+      b.Range(1, t0, t0 + 1000 * kUs, "step " + std::to_string(k));
+      for (int i = 0; i < 3; ++i) {
+        b.Call(1, api.other, t0 + (100 + 200 * i) * kUs, t0 + (110 + 200 * i) * kUs);
+      }
+    }
+    kernel_step(32);
+    const Timeline t = testing::ReadOrDie(b);
+    auto pattern = CompileStepPattern(kDefaultStepPattern);
+    REQUIRE(pattern.ok());
+    const StepPlan plan = FindSteps(t, *pattern, BusiestDevice(t));
+    REQUIRE(plan.steps.size() == 33);
+    const std::vector<CallClass> classes = ClassifyCalls(t, plan.device, {});
+    WindowCutter cutter(t, plan, classes);
+    for (size_t k = 0; k < 33; ++k) {
+      CAPTURE(k);
+      const WindowPart part = cutter.Cut(k, k + 1);
+      CHECK(part.sweep_from <= plan.steps[k].start_ns);
+      CHECK(part.sweep_to >= plan.steps[k].end_ns);
+      if (k >= 3 && k <= 30) {
+        // Idle, the stretch's drain to the next kernel; covered, the steps
+        // are of no length where the long kernel ends (they tile the
+        // device timeline), far from their host ranges.
+        if (!covered) CHECK(part.sweep_from <= 2 * 1000 * kUs);
+        CHECK(part.sweep_to >= 31 * 1000 * kUs);
+        // Its three; before and after each band (its host range, and its
+        // device span when apart), the calls bounding its host gaps; two at
+        // the drain; the kernels' calls.
+        CHECK(part.timeline.calls.size() <= 3 + (covered ? 4 : 2) + 2 + 3);
+      }
+    }
+    CheckWindows(t, 4);
   }
 }
 
