@@ -56,6 +56,42 @@ def check_windowed_report(exe, trace, whole):
                       f"{p.stdout[max(0, at - 200):at + 200]!r} against {whole[max(0, at - 200):at + 200]!r}")
 
 
+def check_chunk_index(exe, trace):
+    """`dump --chunks` (the index pass) of every trace file under `trace`:
+    its chunks tile the file from the header on, and its record counts are
+    the reader's calls and device ops (`dump`)."""
+    import glob
+    import json
+    import os
+    import subprocess
+    files = sorted(glob.glob(os.path.join(trace, "*.sstrace"))) if os.path.isdir(trace) else [trace]
+    check(files, f"no trace files under {trace}")
+    for path in files:
+        p = subprocess.run([exe, "dump", path, "--chunks", "--format", "json"],
+                           capture_output=True, text=True, timeout=300)
+        check(p.returncode == 0, f"dump --chunks {path} exited {p.returncode}: {p.stderr[-2000:]}")
+        index = json.loads(p.stdout)
+        chunks = index["chunks"]
+        check(chunks, f"{path}: no chunks")
+        for a, b in zip(chunks, chunks[1:]):
+            check(a["offset"] + 24 + a["payload_bytes"] == b["offset"],
+                  f"{path}: chunk at {a['offset']} does not end where the next begins ({b['offset']})")
+        end = chunks[-1]["offset"] + 24 + chunks[-1]["payload_bytes"]
+        check(index["truncated"] or end == index["bytes"],
+              f"{path}: the chunks end at {end}, the file at {index['bytes']}")
+        p = subprocess.run([exe, "dump", path, "--format", "json"], capture_output=True, text=True,
+                           timeout=300)
+        check(p.returncode == 0, f"dump {path} exited {p.returncode}: {p.stderr[-2000:]}")
+        d = json.loads(p.stdout)
+        counts = {}
+        for c in chunks:
+            counts[c["type"]] = counts.get(c["type"], 0) + c["count"]
+        check(counts.get("api", 0) == len(d["calls"]),
+              f"{path}: {counts.get('api', 0)} calls in the api chunks, {len(d['calls'])} read")
+        check(counts.get("device", 0) == len(d["ops"]),
+              f"{path}: {counts.get('device', 0)} ops in the device chunks, {len(d['ops'])} read")
+
+
 def marker_line(src, marker):
     """The number of the first line of `src` that ends with `marker` (the
     `// STALL:<name>` comments the tests find call sites by)."""

@@ -368,11 +368,10 @@ HeaderCheck CheckHeader(const ChunkHeader& ch, uint64_t at, uint64_t size) {
   return ch.payload_bytes > size - at - sizeof(ch) ? HeaderCheck::kShort : HeaderCheck::kOk;
 }
 
-absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::string& name,
-                              const ReadProgress& progress = nullptr) {
-  Timeline t;
-  t.path = name;
-  t.file_size = size;
+// The file header, checked: a stallscope trace of a format this reader
+// reads.
+absl::StatusOr<FileHeader> ReadFileHeader(const ReadAt& read, uint64_t size,
+                                          const std::string& name) {
   FileHeader fh;
   if (size < sizeof(fh) || !read(0, sizeof(fh), &fh)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -400,6 +399,39 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: bad header size %d at byte offset 12", name, fh.header_bytes));
   }
+  return fh;
+}
+
+// A chunk at `at`: verified (its payload in `buffer`), cut short by the end
+// of the file, or failing a check.
+enum class Load { kOk, kShort, kBad, kBadChecksum, kReadError };
+Load LoadChunk(const ReadAt& read, uint64_t size, uint16_t version, uint64_t at, ChunkHeader* ch,
+               std::vector<uint64_t>* buffer) {
+  if (size - at < sizeof(*ch)) return Load::kShort;
+  if (!read(at, sizeof(*ch), ch)) return Load::kReadError;
+  switch (CheckHeader(*ch, at, size)) {
+    case HeaderCheck::kBad: return Load::kBad;
+    case HeaderCheck::kShort: return Load::kShort;
+    case HeaderCheck::kOk: break;
+  }
+  buffer->resize(ch->payload_bytes / 8);
+  if (ch->payload_bytes > 0 && !read(at + sizeof(*ch), ch->payload_bytes, buffer->data())) {
+    return Load::kReadError;
+  }
+  if (trace::ChunkChecksum(version, buffer->data(), ch->payload_bytes) != ch->checksum) {
+    return Load::kBadChecksum;
+  }
+  return Load::kOk;
+}
+
+absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::string& name,
+                              const ReadProgress& progress = nullptr) {
+  Timeline t;
+  t.path = name;
+  t.file_size = size;
+  auto header = ReadFileHeader(read, size, name);
+  if (!header.ok()) return header.status();
+  const FileHeader fh = *header;
   t.header = fh;
   t.host = std::string(fh.host, strnlen(fh.host, sizeof(fh.host)));
   t.ticks_are_ns = (fh.flags & trace::kFileTicksAreNs) != 0;
@@ -458,26 +490,9 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
     t.by_external.Expect(api);
   }
 
-  // A chunk at `at`: verified (its payload in `buffer`), cut short by the end
-  // of the file, or failing a check.
   std::vector<uint64_t> buffer;  // 8-byte aligned payload buffer, reused
-  enum class Load { kOk, kShort, kBad, kBadChecksum, kReadError };
-  auto load = [&](uint64_t at, ChunkHeader* ch) -> Load {
-    if (size - at < sizeof(*ch)) return Load::kShort;
-    if (!read(at, sizeof(*ch), ch)) return Load::kReadError;
-    switch (CheckHeader(*ch, at, size)) {
-      case HeaderCheck::kBad: return Load::kBad;
-      case HeaderCheck::kShort: return Load::kShort;
-      case HeaderCheck::kOk: break;
-    }
-    buffer.resize(ch->payload_bytes / 8);
-    if (ch->payload_bytes > 0 && !read(at + sizeof(*ch), ch->payload_bytes, buffer.data())) {
-      return Load::kReadError;
-    }
-    if (trace::ChunkChecksum(fh.version, buffer.data(), ch->payload_bytes) != ch->checksum) {
-      return Load::kBadChecksum;
-    }
-    return Load::kOk;
+  auto load = [&](uint64_t at, ChunkHeader* ch) {
+    return LoadChunk(read, size, fh.version, at, ch, &buffer);
   };
   // The first offset at or after `from` where a chunk verifies (its magic,
   // size and checksum); `size` when none does. Verifying candidates reads
@@ -612,18 +627,95 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
   return t;
 }
 
-}  // namespace
-
-absl::StatusOr<Timeline> ReadTraceBytes(std::string_view bytes, const std::string& name) {
-  auto read = [bytes](uint64_t offset, size_t n, void* dst) {
-    if (offset > bytes.size() || n > bytes.size() - offset) return false;
-    std::memcpy(dst, bytes.data() + offset, n);
-    return true;
+// The span of a verified chunk's records (ChunkSpan::lo, hi), from its raw
+// payload: the fixed records that carry a time or an id.
+void SpanOf(ChunkType type, const uint8_t* p, size_t n, uint32_t count, ChunkSpan* c) {
+  const trace::ChunkTypeInfo* info = trace::FindChunkType(static_cast<uint16_t>(type));
+  if (info == nullptr || info->record_bytes == 0 || count == 0) return;
+  const size_t records = std::min<size_t>(count, n / info->record_bytes);
+  uint64_t lo = ~uint64_t{0}, hi = 0;
+  auto u64 = [&](size_t i, size_t field) {
+    uint64_t v;
+    std::memcpy(&v, p + i * info->record_bytes + field, sizeof v);
+    return v;
   };
-  return Read(read, bytes.size(), name);
+  for (size_t i = 0; i < records; ++i) {
+    uint64_t a, b;
+    switch (type) {
+      case ChunkType::kApi:
+      case ChunkType::kDevice:  // enter and exit, start and end
+        a = u64(i, 0);
+        b = u64(i, 8);
+        break;
+      case ChunkType::kCorrelation: {  // the CUPTI id
+        uint32_t id;
+        std::memcpy(&id, p + i * info->record_bytes + offsetof(trace::CorrelationRecord, correlation),
+                    sizeof id);
+        a = b = id;
+        break;
+      }
+      default:  // the first field is the record's time
+        a = b = u64(i, 0);
+        break;
+    }
+    lo = std::min(lo, a);
+    hi = std::max({hi, a, b});
+  }
+  if (records == 0) return;
+  c->lo = lo;
+  c->hi = hi;
 }
 
-absl::StatusOr<Timeline> ReadTraceFile(const std::string& path, const ReadProgress& progress) {
+absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::string& name) {
+  auto header = ReadFileHeader(read, size, name);
+  if (!header.ok()) return header.status();
+  TraceIndex index;
+  index.header = *header;
+  index.file_size = size;
+  std::vector<uint64_t> buffer;
+  Unpacked unpacked;
+  for (uint64_t off = index.header.header_bytes; off < size;) {
+    ChunkHeader ch;
+    const Load l = LoadChunk(read, size, index.header.version, off, &ch, &buffer);
+    if (l == Load::kReadError) {
+      return absl::DataLossError(absl::StrFormat("%s: read error at byte offset %d", name, off));
+    }
+    // A chunk cut short by the end of the file (or failing its checksum as
+    // the last one) is a torn tail: what precedes it is the trace.
+    if (l == Load::kShort ||
+        (l == Load::kBadChecksum && off + sizeof(ch) + ch.payload_bytes == size)) {
+      index.truncated = true;
+      break;
+    }
+    std::string reason = l == Load::kOk ? "" : "a chunk that does not verify";
+    const uint8_t* payload = reinterpret_cast<const uint8_t*>(buffer.data());
+    size_t payload_bytes = ch.payload_bytes;
+    if (index.header.version < 4) ch.encoding = trace::kEncodingRaw;
+    if (reason.empty()) reason = Unpack(ch, &payload, &payload_bytes, &unpacked);
+    if (!reason.empty()) {
+      // The reader skips damaged chunks; an index of their neighbours would
+      // not say what was lost, so it is refused.
+      return absl::DataLossError(absl::StrFormat(
+          "%s: damaged chunk at byte offset %d (%s): index a whole trace, or read it with `report`",
+          name, off, reason));
+    }
+    ChunkSpan c;
+    c.offset = off;
+    c.payload_bytes = ch.payload_bytes;
+    c.count = ch.count;
+    c.tid = ch.tid;
+    c.type = ch.type;
+    c.encoding = ch.encoding;
+    SpanOf(static_cast<ChunkType>(ch.type), payload, payload_bytes, ch.count, &c);
+    index.chunks.push_back(c);
+    off += sizeof(ch) + ch.payload_bytes;
+  }
+  return index;
+}
+
+// Calls fn(read, size) with a reader of `path` (a regular file).
+template <typename T, typename Fn>
+absl::StatusOr<T> WithFile(const std::string& path, Fn fn) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused
   // below); reads of a regular file ignore the flag.
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -647,9 +739,39 @@ absl::StatusOr<Timeline> ReadTraceFile(const std::string& path, const ReadProgre
     }
     return true;
   };
-  auto result = Read(read, static_cast<uint64_t>(st.st_size), path, progress);
+  absl::StatusOr<T> result = fn(ReadAt(read), static_cast<uint64_t>(st.st_size));
   close(fd);
   return result;
+}
+
+ReadAt BytesReader(std::string_view bytes) {
+  return [bytes](uint64_t offset, size_t n, void* dst) {
+    if (offset > bytes.size() || n > bytes.size() - offset) return false;
+    std::memcpy(dst, bytes.data() + offset, n);
+    return true;
+  };
+}
+
+}  // namespace
+
+absl::StatusOr<Timeline> ReadTraceBytes(std::string_view bytes, const std::string& name) {
+  return Read(BytesReader(bytes), bytes.size(), name);
+}
+
+absl::StatusOr<Timeline> ReadTraceFile(const std::string& path, const ReadProgress& progress) {
+  return WithFile<Timeline>(path, [&](const ReadAt& read, uint64_t size) {
+    return Read(read, size, path, progress);
+  });
+}
+
+absl::StatusOr<TraceIndex> IndexTraceBytes(std::string_view bytes, const std::string& name) {
+  return Index(BytesReader(bytes), bytes.size(), name);
+}
+
+absl::StatusOr<TraceIndex> IndexTraceFile(const std::string& path) {
+  return WithFile<TraceIndex>(path, [&](const ReadAt& read, uint64_t size) {
+    return Index(read, size, path);
+  });
 }
 
 }  // namespace stallscope::analyzer

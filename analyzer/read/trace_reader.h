@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "analyzer/model/timeline.h"
@@ -31,5 +32,37 @@ absl::StatusOr<Timeline> ReadTraceFile(const std::string& path,
 // The same over bytes in memory; `name` names the input in messages.
 absl::StatusOr<Timeline> ReadTraceBytes(std::string_view bytes,
                                         const std::string& name);
+
+// The first pass of the streamed analysis (docs/analyzer.md, "Not yet"):
+// every chunk's place, type, thread and the span of its records, without
+// keeping the records (40 bytes a chunk; a chunk holds about 64 KiB of
+// records).
+struct ChunkSpan {
+  uint64_t offset = 0;  // of its header
+  uint32_t payload_bytes = 0;
+  uint32_t count = 0;  // records or entries
+  uint32_t tid = 0;    // the writing thread (kApi, kNvtx); 0 otherwise
+  uint16_t type = 0;   // trace::ChunkType
+  uint16_t encoding = 0;
+  // Its records' span, lo..hi (both 0 for chunks without records):
+  // kApi, the earliest enter and latest exit (ticks); kDevice, the earliest
+  // start and latest end (ns); kCorrelation, the lowest and highest CUPTI
+  // id; the others with fixed records, their first field (ticks).
+  uint64_t lo = 0;
+  uint64_t hi = 0;
+};
+
+struct TraceIndex {
+  trace::FileHeader header;
+  uint64_t file_size = 0;
+  std::vector<ChunkSpan> chunks;  // in file order
+  bool truncated = false;  // the last chunk was cut short (a torn tail)
+};
+
+// Indexes `path`, one read per chunk (a packed or compressed chunk decoded
+// in passing). A damaged chunk in the middle is an error (the reader skips
+// it; an index would not say what was lost); a torn tail ends the index.
+absl::StatusOr<TraceIndex> IndexTraceFile(const std::string& path);
+absl::StatusOr<TraceIndex> IndexTraceBytes(std::string_view bytes, const std::string& name);
 
 }  // namespace stallscope::analyzer

@@ -47,6 +47,7 @@ def run_traced(build, work, args, extra_env=None, run_args=()):
     if rep.returncode != 0:
         raise Failure(f"report exited {rep.returncode}: {rep.stderr[-2000:]}")
     checks.check_windowed_report(os.path.join(build, "bin", "stallscope"), out, rep.stdout)
+    checks.check_chunk_index(os.path.join(build, "bin", "stallscope"), out)
     report = json.loads(rep.stdout)
     for line in p.stdout.splitlines():
         if line.startswith("spin_on_cpu_share "):

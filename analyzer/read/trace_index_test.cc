@@ -1,0 +1,152 @@
+// Tests of the index pass (IndexTraceBytes): every chunk's place, thread,
+// count and exact span, in raw, packed and compressed traces; a torn tail
+// ends it, a damaged chunk in the middle is refused.
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "analyzer/read/trace_reader.h"
+#include "analyzer/testing/test_util.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+using testing::kUs;
+using testing::TraceBuilder;
+namespace tf = stallscope::trace;
+
+using Span = std::tuple<uint16_t, uint32_t, uint32_t, uint64_t, uint64_t>;  // type, tid, count, lo, hi
+
+// Random calls on three threads, ops, correlations and ranges, in chunks
+// of `per` records; `expected` gets the spans the index must give.
+TraceBuilder Random(uint32_t seed, size_t per, std::vector<Span>* expected) {
+  std::mt19937 rng(seed);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  TraceBuilder b;
+  b.SetChunkRecords(per);
+  auto api = testing::AddStandardApis(&b);
+  struct Rec {
+    uint64_t lo, hi;
+  };
+  std::vector<Rec> calls[3], ops, corr;
+  std::vector<Rec> nvtx;
+  int64_t h[3] = {1000, 1000, 1000};
+  const int n = pick(1, 60);
+  for (int i = 0; i < n; ++i) {
+    const int k = pick(0, 2);
+    const uint32_t tid = 10 + static_cast<uint32_t>(k);
+    h[k] += pick(1, 50) * kUs;
+    const int64_t exit = h[k] + pick(0, 30) * kUs;
+    if (pick(0, 1) == 0) {
+      const int64_t start = h[k] + pick(1, 100) * kUs;
+      const int64_t end = start + pick(0, 200) * kUs;
+      b.Submit(tid, api.launch, h[k], exit, start, end);
+      ops.push_back({static_cast<uint64_t>(start), static_cast<uint64_t>(end)});
+      const uint64_t cupti = ops.size();  // the builder's ids count from 1
+      corr.push_back({cupti, cupti});
+    } else {
+      b.Call(tid, api.other, h[k], exit);
+    }
+    calls[k].push_back({static_cast<uint64_t>(h[k]), static_cast<uint64_t>(exit)});
+    h[k] = exit;
+  }
+  for (int i = pick(0, 5); i > 0; --i) {
+    h[0] += 10 * kUs;
+    b.Range(10, h[0], h[0] + 5 * kUs, "step");
+    nvtx.push_back({static_cast<uint64_t>(h[0]), static_cast<uint64_t>(h[0])});
+    nvtx.push_back({static_cast<uint64_t>(h[0] + 5 * kUs), static_cast<uint64_t>(h[0] + 5 * kUs)});
+    h[0] += 5 * kUs;
+  }
+  auto chunks = [&](uint16_t type, uint32_t tid, const std::vector<Rec>& v) {
+    for (size_t i = 0; i < v.size(); i += per) {
+      uint64_t lo = ~uint64_t{0}, hi = 0;
+      const size_t e = std::min(v.size(), i + per);
+      for (size_t j = i; j < e; ++j) {
+        lo = std::min(lo, v[j].lo);
+        hi = std::max({hi, v[j].lo, v[j].hi});
+      }
+      expected->push_back({type, tid, static_cast<uint32_t>(e - i), lo, hi});
+    }
+  };
+  for (int k = 0; k < 3; ++k) chunks(static_cast<uint16_t>(tf::ChunkType::kApi), 10 + k, calls[k]);
+  chunks(static_cast<uint16_t>(tf::ChunkType::kDevice), 0, ops);
+  chunks(static_cast<uint16_t>(tf::ChunkType::kCorrelation), 0, corr);
+  chunks(static_cast<uint16_t>(tf::ChunkType::kNvtx), 10, nvtx);
+  return b;
+}
+
+std::vector<Span> RecordSpans(const TraceIndex& index) {
+  std::vector<Span> out;
+  for (const ChunkSpan& c : index.chunks) {
+    switch (static_cast<tf::ChunkType>(c.type)) {
+      case tf::ChunkType::kApi:
+      case tf::ChunkType::kDevice:
+      case tf::ChunkType::kCorrelation:
+      case tf::ChunkType::kNvtx:
+        out.push_back({c.type, c.tid, c.count, c.lo, c.hi});
+        break;
+      default:
+        break;
+    }
+  }
+  return out;
+}
+
+TEST_CASE("index: every chunk's place and exact span", "[index]") {
+  for (uint32_t seed = 1; seed <= 60; ++seed) {
+    for (int encoding = 0; encoding < 3; ++encoding) {
+      CAPTURE(seed, encoding);
+      std::vector<Span> expected;
+      TraceBuilder b = Random(seed, 1 + seed % 5, &expected);
+      b.SetPacked(encoding > 0, encoding > 1);
+      const std::string bytes = b.Build();
+      auto index = IndexTraceBytes(bytes, "t");
+      REQUIRE(index.ok());
+      CHECK_FALSE(index->truncated);
+      std::vector<uint64_t> offsets;
+      for (const ChunkSpan& c : index->chunks) offsets.push_back(c.offset);
+      const std::vector<size_t> want = TraceBuilder::ChunkOffsets(bytes);
+      CHECK(offsets == std::vector<uint64_t>(want.begin(), want.end()));
+      std::vector<Span> got = RecordSpans(*index);
+      std::sort(got.begin(), got.end());
+      std::sort(expected.begin(), expected.end());
+      CHECK(got == expected);
+    }
+  }
+}
+
+TEST_CASE("index: a torn tail ends it, a damaged chunk is refused", "[index]") {
+  std::vector<Span> expected;
+  TraceBuilder b = Random(7, 2, &expected);
+  const std::string bytes = b.Build();
+  const std::vector<size_t> offsets = TraceBuilder::ChunkOffsets(bytes);
+  REQUIRE(offsets.size() > 4);
+  // Cut inside the last chunk: the chunks before it.
+  auto torn = IndexTraceBytes(bytes.substr(0, bytes.size() - 8), "t");
+  REQUIRE(torn.ok());
+  CHECK(torn->truncated);
+  CHECK(torn->chunks.size() == offsets.size() - 1);
+  // A payload byte flipped in the middle: an error naming its offset.
+  auto whole = IndexTraceBytes(bytes, "t");
+  REQUIRE(whole.ok());
+  std::vector<uint64_t> api;
+  for (const ChunkSpan& c : whole->chunks) {
+    if (c.type == static_cast<uint16_t>(tf::ChunkType::kApi)) api.push_back(c.offset);
+  }
+  REQUIRE(api.size() > 2);
+  std::string bad = bytes;
+  const size_t at = api[1];
+  bad[at + sizeof(tf::ChunkHeader)] ^= 0x5a;
+  auto damaged = IndexTraceBytes(bad, "t");
+  REQUIRE_FALSE(damaged.ok());
+  CHECK(std::string(damaged.status().message()).find("byte offset " + std::to_string(at)) !=
+        std::string::npos);
+  // Not a trace.
+  CHECK_FALSE(IndexTraceBytes("hello", "t").ok());
+}
+
+}  // namespace
+}  // namespace stallscope::analyzer
