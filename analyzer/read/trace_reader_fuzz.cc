@@ -1,6 +1,6 @@
 // Fuzz target for the whole analysis pipeline on hostile trace bytes:
-// reader → timeline → steps → attribution → hotspots → JSON. Built with
-// Clang's libFuzzer when STALLSCOPE_FUZZ is on; seeds: analyzer/testdata.
+// reader → timeline → steps → attribution → hotspots → JSON, and the
+// index pass. Built with Clang's libFuzzer when STALLSCOPE_FUZZ is on; seeds: analyzer/testdata.
 //   build/analyzer/trace_reader_fuzz -max_total_time=60 analyzer/testdata
 #include <cstddef>
 #include <cstdint>
@@ -43,6 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // One input in two is taken as it is (checksums included), the other
   // with its checksums repaired.
   if (size > 0 && (data[size - 1] & 1)) FixChecksums(&bytes);
+  // The index pass reads the same bytes (its spans and its refusals).
+  (void)IndexTraceBytes(bytes, "fuzz");
   auto t = ReadTraceBytes(bytes, "fuzz");
   if (!t.ok()) return 0;
   auto r = AnalyzeTimeline(*t, AnalysisOptions{});
