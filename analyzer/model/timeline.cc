@@ -247,7 +247,7 @@ void ConvertOtherTicks(Timeline* t, const TickConverter& conv) {
 void Join(Timeline* t) {
   const CorrelationMap& to_external = t->correlations;
   const ExternalIndex& by_external = t->by_external;
-  const bool fallback = t->correlations.empty() && !t->ops.empty();
+  const bool fallback = t->correlations.empty() && !t->ops.empty() && !t->correlations_elsewhere;
   uint64_t unjoined = 0;
   // Ops are counted per device in the same pass.
   CountsByKey<DeviceOpCount> per_device(&t->ops_per_device, &DeviceOpCount::device);

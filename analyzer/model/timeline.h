@@ -293,6 +293,10 @@ struct Timeline {
   // to calls.
   CorrelationMap correlations;
   ExternalIndex by_external;  // likewise
+  // A slice of a file (ReadTraceChunks) whose correlations are partly in
+  // chunks not read: ops without one stay unjoined, instead of being
+  // joined by their CUPTI ids as in a file that has none.
+  bool correlations_elsewhere = false;
   std::vector<NvtxEvent> nvtx;
   std::vector<NvtxRange> ranges;  // sorted by start
   absl::flat_hash_map<uint32_t, std::string> strings;

@@ -148,5 +148,117 @@ TEST_CASE("index: a torn tail ends it, a damaged chunk is refused", "[index]") {
   CHECK_FALSE(IndexTraceBytes("hello", "t").ok());
 }
 
+// A random run for slicing: three threads' calls, some submitting ops that
+// the device runs at once or long after (queued behind others), ops of no
+// call, ranges and CPU samples, in small chunks.
+TraceBuilder SliceRun(uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  TraceBuilder b;
+  b.SetChunkRecords(1 + seed % 4);
+  auto api = testing::AddStandardApis(&b);
+  int64_t h[3] = {1000, 1000, 1000};
+  int64_t device = 0;
+  // Ops of no call carry CUPTI ids equal to the calls' external ids (the
+  // builder's count from 1000): joined by their ids, as in a file without
+  // correlations, they would find a call.
+  uint32_t loose = 1000;
+  for (int i = pick(5, 80); i > 0; --i) {
+    const int k = pick(0, 2);
+    const uint32_t tid = 10 + static_cast<uint32_t>(k);
+    h[k] += pick(1, 50) * kUs;
+    const int64_t exit = h[k] + pick(0, 30) * kUs;
+    switch (pick(0, 5)) {
+      case 0:
+      case 1: {  // a launch; its kernel behind the device's queue, at times long after
+        const int64_t start = std::max(h[k] + 5 * kUs, device) + (pick(0, 5) == 0 ? pick(100, 3000) * kUs : 0);
+        device = start + pick(0, 200) * kUs;
+        b.Submit(tid, api.launch, h[k], exit, start, device);
+        break;
+      }
+      case 2:  // an op of no call
+        b.Device(h[k], h[k] + pick(1, 100) * kUs, tf::DeviceOpKind::kKernel, "loose", loose++);
+        break;
+      case 3:
+        b.CpuSched(tid, h[k], h[k] / 2, 0);
+        break;
+      case 4:
+        b.Range(tid, h[k], exit, "r");
+        break;
+      default:
+        b.Call(tid, api.other, h[k], exit);
+        break;
+    }
+    h[k] = exit;
+  }
+  return b;
+}
+
+TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "[index][slice]") {
+  for (uint32_t seed = 1; seed <= 60; ++seed) {
+    for (int encoding = 0; encoding < 3; ++encoding) {
+      CAPTURE(seed, encoding);
+      TraceBuilder b = SliceRun(seed);
+      b.SetPacked(encoding > 0, encoding > 1);
+      const std::string bytes = b.Build();
+      const Timeline whole = testing::ReadOrDie(b);
+      auto index = IndexTraceBytes(bytes, "t");
+      REQUIRE(index.ok());
+      int64_t last = 0;
+      for (const ApiCall& c : whole.calls) last = std::max(last, c.exit_ns);
+      for (const DeviceOp& op : whole.ops) last = std::max(last, op.end_ns);
+      std::mt19937_64 rng(seed);
+      for (int k = 0; k < 6; ++k) {
+        int64_t lo = static_cast<int64_t>(rng() % static_cast<uint64_t>(last + 1));
+        int64_t hi = static_cast<int64_t>(rng() % static_cast<uint64_t>(last + 1));
+        if (lo > hi) std::swap(lo, hi);
+        CAPTURE(lo, hi);
+        const std::vector<size_t> chosen =
+            SliceChunks(*index, static_cast<uint64_t>(lo), static_cast<uint64_t>(hi),
+                        static_cast<uint64_t>(lo), static_cast<uint64_t>(hi));
+        auto slice = ReadTraceChunks(bytes, "t", *index, chosen);
+        REQUIRE(slice.ok());
+        // A call: its thread, API, times and ids.
+        auto key = [](const Timeline& t, int32_t i) {
+          const ApiCall& c = t.calls[static_cast<size_t>(i)];
+          const CallInfo& n = t.call_info[static_cast<size_t>(i)];
+          return std::make_tuple(c.tid, c.api, c.enter_ns, c.exit_ns, n.correlation);
+        };
+        std::vector<decltype(key(whole, 0))> calls;
+        for (size_t i = 0; i < slice->calls.size(); ++i) calls.push_back(key(*slice, static_cast<int32_t>(i)));
+        std::sort(calls.begin(), calls.end());
+        for (size_t i = 0; i < whole.calls.size(); ++i) {
+          const ApiCall& c = whole.calls[i];
+          if (c.enter_ns < lo || c.exit_ns > hi) continue;
+          CHECK(std::binary_search(calls.begin(), calls.end(), key(whole, static_cast<int32_t>(i))));
+        }
+        // An op: its times, device, kind and the call that submitted it.
+        using OpKey = std::tuple<int64_t, int64_t, uint16_t, int, bool, decltype(key(whole, 0))>;
+        auto op_key = [&](const Timeline& t, const DeviceOp& op) {
+          return OpKey{op.start_ns, op.end_ns, op.device, static_cast<int>(op.kind), op.call >= 0,
+                       op.call >= 0 ? key(t, op.call) : decltype(key(t, 0)){}};
+        };
+        std::vector<OpKey> ops;
+        for (const DeviceOp& op : slice->ops) ops.push_back(op_key(*slice, op));
+        std::sort(ops.begin(), ops.end());
+        size_t inside = 0;
+        for (const DeviceOp& op : whole.ops) {
+          if (op.start_ns < lo || op.end_ns > hi) continue;
+          ++inside;
+          CHECK(std::binary_search(ops.begin(), ops.end(), op_key(whole, op)));
+        }
+        // What was read is bounded by what was chosen: no more ops than
+        // the chosen device chunks hold.
+        size_t chosen_ops = 0;
+        for (size_t c : chosen) {
+          if (index->chunks[c].type == static_cast<uint16_t>(tf::ChunkType::kDevice)) chosen_ops += index->chunks[c].count;
+        }
+        CHECK(slice->ops.size() == chosen_ops);
+        CHECK(inside <= chosen_ops);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace stallscope::analyzer

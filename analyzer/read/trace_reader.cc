@@ -424,8 +424,17 @@ Load LoadChunk(const ReadAt& read, uint64_t size, uint16_t version, uint64_t at,
   return Load::kOk;
 }
 
+// Chunks to read (ReadTraceChunks), in file order.
+struct ChunkList {
+  std::vector<uint64_t> offsets;
+  bool file_has_correlations = false;
+};
+
+// With `only`, reads just the chunks at those offsets (an index chose
+// them: each must verify) and finalizes them; else the whole file.
 absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::string& name,
-                              const ReadProgress& progress = nullptr) {
+                              const ReadProgress& progress = nullptr,
+                              const ChunkList* only = nullptr) {
   Timeline t;
   t.path = name;
   t.file_size = size;
@@ -438,7 +447,7 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
 
   // A pass over the chunk headers sizes the record vectors once (counts
   // capped by what each payload can hold), so no vector grows by copying.
-  {
+  if (only == nullptr) {
     uint64_t api = 0, device = 0, corr = 0;
     for (uint64_t off = fh.header_bytes; off < size && size - off >= sizeof(ChunkHeader);) {
       ChunkHeader ch;
@@ -523,6 +532,28 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
   };
 
   Unpacked unpacked;
+  if (only != nullptr) {
+    for (const uint64_t at : only->offsets) {
+      ChunkHeader ch;
+      const Load l = at < size ? load(at, &ch) : Load::kShort;
+      std::string reason = l == Load::kOk ? "" : "a chunk that does not verify";
+      const uint8_t* payload = reinterpret_cast<const uint8_t*>(buffer.data());
+      size_t payload_bytes = ch.payload_bytes;
+      if (fh.version < 4) ch.encoding = trace::kEncodingRaw;
+      if (reason.empty()) reason = Unpack(ch, &payload, &payload_bytes, &unpacked);
+      if (reason.empty()) reason = ParseChunk(ch, payload, payload_bytes, &t);
+      if (!reason.empty()) {
+        return absl::DataLossError(
+            absl::StrFormat("%s: chunk at byte offset %d: %s", name, at, reason));
+      }
+      t.bytes_used = std::max(t.bytes_used, at + sizeof(ch) + ch.payload_bytes);
+    }
+    // Ops whose correlations were not read are left unjoined, not joined
+    // by their CUPTI ids (the fallback for files without correlations).
+    t.correlations_elsewhere = only->file_has_correlations;
+    FinalizeTimeline(&t);
+    return t;
+  }
   uint64_t off = fh.header_bytes;
   bool truncated = off > size;
   uint64_t bad_chunks = 0, lost_bytes = 0, first_bad = 0;
@@ -627,6 +658,23 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
   return t;
 }
 
+// The record chunks a slice of the timeline chooses among (SliceChunks);
+// the others (tables, clocks, threads, diagnostics ...) are always read.
+bool IsSliced(uint16_t type) {
+  switch (static_cast<ChunkType>(type)) {
+    case ChunkType::kApi:
+    case ChunkType::kDevice:
+    case ChunkType::kCorrelation:
+    case ChunkType::kNvtx:
+    case ChunkType::kCpu:
+    case ChunkType::kCpuSched:
+    case ChunkType::kNccl:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // The span of a verified chunk's records (ChunkSpan::lo, hi), from its raw
 // payload: the fixed records that carry a time or an id.
 void SpanOf(ChunkType type, const uint8_t* p, size_t n, uint32_t count, ChunkSpan* c) {
@@ -634,6 +682,7 @@ void SpanOf(ChunkType type, const uint8_t* p, size_t n, uint32_t count, ChunkSpa
   if (info == nullptr || info->record_bytes == 0 || count == 0) return;
   const size_t records = std::min<size_t>(count, n / info->record_bytes);
   uint64_t lo = ~uint64_t{0}, hi = 0;
+  uint64_t id_lo = ~uint64_t{0}, id_hi = 0;
   auto u64 = [&](size_t i, size_t field) {
     uint64_t v;
     std::memcpy(&v, p + i * info->record_bytes + field, sizeof v);
@@ -642,16 +691,34 @@ void SpanOf(ChunkType type, const uint8_t* p, size_t n, uint32_t count, ChunkSpa
   for (size_t i = 0; i < records; ++i) {
     uint64_t a, b;
     switch (type) {
-      case ChunkType::kApi:
-      case ChunkType::kDevice:  // enter and exit, start and end
+      case ChunkType::kApi: {  // enter and exit; the external id
         a = u64(i, 0);
         b = u64(i, 8);
+        const uint64_t id = u64(i, offsetof(trace::ApiRecord, correlation));
+        if (id != 0) {
+          id_lo = std::min(id_lo, id);
+          id_hi = std::max(id_hi, id);
+        }
         break;
-      case ChunkType::kCorrelation: {  // the CUPTI id
+      }
+      case ChunkType::kDevice: {  // start and end; the CUPTI id
+        a = u64(i, 0);
+        b = u64(i, 8);
+        uint32_t id;
+        std::memcpy(&id, p + i * info->record_bytes + offsetof(trace::DeviceRecord, correlation),
+                    sizeof id);
+        id_lo = std::min<uint64_t>(id_lo, id);
+        id_hi = std::max<uint64_t>(id_hi, id);
+        break;
+      }
+      case ChunkType::kCorrelation: {  // the CUPTI id; the external id
         uint32_t id;
         std::memcpy(&id, p + i * info->record_bytes + offsetof(trace::CorrelationRecord, correlation),
                     sizeof id);
         a = b = id;
+        const uint64_t ext = u64(i, offsetof(trace::CorrelationRecord, external));
+        id_lo = std::min(id_lo, ext);
+        id_hi = std::max(id_hi, ext);
         break;
       }
       default:  // the first field is the record's time
@@ -664,6 +731,8 @@ void SpanOf(ChunkType type, const uint8_t* p, size_t n, uint32_t count, ChunkSpa
   if (records == 0) return;
   c->lo = lo;
   c->hi = hi;
+  c->id_lo = id_lo;
+  c->id_hi = id_hi;
 }
 
 absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::string& name) {
@@ -752,6 +821,25 @@ ReadAt BytesReader(std::string_view bytes) {
   };
 }
 
+// The offsets of `chunks` (indices into index.chunks) and of every chunk
+// that is not one of the record types a slice chooses among, in file order.
+ChunkList ChunkOffsets(const TraceIndex& index, const std::vector<size_t>& chunks) {
+  ChunkList list;
+  std::vector<uint64_t>& out = list.offsets;
+  for (const ChunkSpan& c : index.chunks) {
+    if (c.type == static_cast<uint16_t>(ChunkType::kCorrelation)) list.file_has_correlations = true;
+  }
+  for (const ChunkSpan& c : index.chunks) {
+    if (!IsSliced(c.type)) out.push_back(c.offset);
+  }
+  for (size_t k : chunks) {
+    if (k < index.chunks.size() && IsSliced(index.chunks[k].type)) out.push_back(index.chunks[k].offset);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return list;
+}
+
 }  // namespace
 
 absl::StatusOr<Timeline> ReadTraceBytes(std::string_view bytes, const std::string& name) {
@@ -762,6 +850,68 @@ absl::StatusOr<Timeline> ReadTraceFile(const std::string& path, const ReadProgre
   return WithFile<Timeline>(path, [&](const ReadAt& read, uint64_t size) {
     return Read(read, size, path, progress);
   });
+}
+
+absl::StatusOr<Timeline> ReadTraceChunks(std::string_view bytes, const std::string& name,
+                                         const TraceIndex& index,
+                                         const std::vector<size_t>& chunks) {
+  const ChunkList offsets = ChunkOffsets(index, chunks);
+  return Read(BytesReader(bytes), bytes.size(), name, nullptr, &offsets);
+}
+
+absl::StatusOr<Timeline> ReadTraceFileChunks(const std::string& path, const TraceIndex& index,
+                                             const std::vector<size_t>& chunks) {
+  const ChunkList offsets = ChunkOffsets(index, chunks);
+  return WithFile<Timeline>(path, [&](const ReadAt& read, uint64_t size) {
+    return Read(read, size, path, nullptr, &offsets);
+  });
+}
+
+std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ticks, uint64_t hi_ticks,
+                                uint64_t lo_ns, uint64_t hi_ns) {
+  using T = ChunkType;
+  auto is = [](const ChunkSpan& c, T type) { return c.type == static_cast<uint16_t>(type); };
+  auto meets = [](uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1) { return a0 <= b1 && b0 <= a1; };
+  std::vector<size_t> out;
+  // The device ops of the slice, and the CUPTI ids they carry.
+  std::vector<std::pair<uint64_t, uint64_t>> cupti, external;
+  for (size_t k = 0; k < index.chunks.size(); ++k) {
+    const ChunkSpan& c = index.chunks[k];
+    if (is(c, T::kDevice) && c.count > 0 && meets(c.lo, c.hi, lo_ns, hi_ns)) {
+      out.push_back(k);
+      if (c.id_lo <= c.id_hi) cupti.push_back({c.id_lo, c.id_hi});
+    }
+  }
+  // Their correlations, and the external ids those give.
+  for (size_t k = 0; k < index.chunks.size(); ++k) {
+    const ChunkSpan& c = index.chunks[k];
+    if (!is(c, T::kCorrelation) || c.count == 0) continue;
+    for (const auto& [a, b] : cupti) {
+      if (meets(c.lo, c.hi, a, b)) {
+        out.push_back(k);
+        if (c.id_lo <= c.id_hi) external.push_back({c.id_lo, c.id_hi});
+        break;
+      }
+    }
+  }
+  // The calls of the slice and those that submitted its ops; the ranges,
+  // CPU samples and NCCL arguments of the slice.
+  for (size_t k = 0; k < index.chunks.size(); ++k) {
+    const ChunkSpan& c = index.chunks[k];
+    if (!IsSliced(c.type) || is(c, T::kDevice) || is(c, T::kCorrelation) || c.count == 0) continue;
+    bool take = meets(c.lo, c.hi, lo_ticks, hi_ticks);
+    if (!take && is(c, T::kApi) && c.id_lo <= c.id_hi) {
+      for (const auto& [a, b] : external) {
+        if (meets(c.id_lo, c.id_hi, a, b)) {
+          take = true;
+          break;
+        }
+      }
+    }
+    if (take) out.push_back(k);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 absl::StatusOr<TraceIndex> IndexTraceBytes(std::string_view bytes, const std::string& name) {

@@ -50,6 +50,11 @@ struct ChunkSpan {
   // id; the others with fixed records, their first field (ticks).
   uint64_t lo = 0;
   uint64_t hi = 0;
+  // The ids its records carry, id_lo..id_hi (id_lo > id_hi: none): kApi,
+  // the external correlation ids (0, none, left out); kDevice, the CUPTI
+  // ids; kCorrelation, the external ids.
+  uint64_t id_lo = ~uint64_t{0};
+  uint64_t id_hi = 0;
 };
 
 struct TraceIndex {
@@ -64,5 +69,26 @@ struct TraceIndex {
 // it; an index would not say what was lost); a torn tail ends the index.
 absl::StatusOr<TraceIndex> IndexTraceFile(const std::string& path);
 absl::StatusOr<TraceIndex> IndexTraceBytes(std::string_view bytes, const std::string& name);
+
+// A slice of the timeline from the file (the streamed analysis' second
+// pass): the record chunks holding the calls, ranges, CPU samples and NCCL
+// arguments whose ticks meet [lo_ticks, hi_ticks], the device ops whose
+// times meet [lo_ns, hi_ns], those ops' correlations (by CUPTI id) and the
+// calls that submitted them (by external id). Indices into index.chunks,
+// in file order.
+std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ticks, uint64_t hi_ticks,
+                                uint64_t lo_ns, uint64_t hi_ns);
+
+// Reads the record chunks `chunks` (indices into index.chunks) and every
+// chunk that is not a record chunk a slice chooses among (tables, clocks,
+// threads, diagnostics ...) into a finalized timeline: each call, op and
+// sample of the slice as the whole file's reading gives it, its ops joined
+// to their calls. A chunk that does not verify is an error. The whole
+// file's diagnostics (an end chunk missing, damage skipped) are not made.
+absl::StatusOr<Timeline> ReadTraceChunks(std::string_view bytes, const std::string& name,
+                                         const TraceIndex& index,
+                                         const std::vector<size_t>& chunks);
+absl::StatusOr<Timeline> ReadTraceFileChunks(const std::string& path, const TraceIndex& index,
+                                             const std::vector<size_t>& chunks);
 
 }  // namespace stallscope::analyzer
