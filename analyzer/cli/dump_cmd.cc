@@ -103,8 +103,8 @@ Runner DeclareDump(CLI::App* app) {
   app->add_option("file", a->path);
   app->add_flag("--chunks", a->chunks,
                 "list the file's chunks instead (offset, type, encoding, writing thread, "
-                "records, payload bytes, and the span of their times: ticks for calls, "
-                "ranges and samples, ns for device ops, CUPTI ids for correlations), then "
+                "records, payload bytes, and the span of their times in ns, or of their "
+                "CUPTI ids for correlations), then "
                 "the totals by type; read one chunk at a time, without keeping the records");
   AddConventions(app, &a->common, {"text", "json"},
                  {.format = "text: one line per call, op, NCCL call and range in time order; "

@@ -21,13 +21,21 @@ namespace tf = stallscope::trace;
 using Span = std::tuple<uint16_t, uint32_t, uint32_t, uint64_t, uint64_t>;  // type, tid, count, lo, hi
 
 // Random calls on three threads, ops, correlations and ranges, in chunks
-// of `per` records; `expected` gets the spans the index must give.
-TraceBuilder Random(uint32_t seed, size_t per, std::vector<Span>* expected) {
+// of `per` records; `expected` gets the spans the index must give (in ns:
+// with `ticks`, the host's times are written in ticks, two a nanosecond
+// from 1000, with the clock pairs that convert them).
+TraceBuilder Random(uint32_t seed, size_t per, bool ticks, std::vector<Span>* expected) {
   std::mt19937 rng(seed);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   TraceBuilder b;
   b.SetChunkRecords(per);
   auto api = testing::AddStandardApis(&b);
+  auto T = [ticks](int64_t ns) { return static_cast<uint64_t>(ticks ? 2 * ns + 1000 : ns); };
+  if (ticks) {
+    b.SetTicksAreNs(false);
+    b.Clock(T(0), 0);
+    b.Clock(T(1'000'000'000), 1'000'000'000);
+  }
   struct Rec {
     uint64_t lo, hi;
   };
@@ -43,19 +51,19 @@ TraceBuilder Random(uint32_t seed, size_t per, std::vector<Span>* expected) {
     if (pick(0, 1) == 0) {
       const int64_t start = h[k] + pick(1, 100) * kUs;
       const int64_t end = start + pick(0, 200) * kUs;
-      b.Submit(tid, api.launch, h[k], exit, start, end);
+      b.Submit(tid, api.launch, T(h[k]), T(exit), start, end);
       ops.push_back({static_cast<uint64_t>(start), static_cast<uint64_t>(end)});
       const uint64_t cupti = ops.size();  // the builder's ids count from 1
       corr.push_back({cupti, cupti});
     } else {
-      b.Call(tid, api.other, h[k], exit);
+      b.Call(tid, api.other, T(h[k]), T(exit));
     }
     calls[k].push_back({static_cast<uint64_t>(h[k]), static_cast<uint64_t>(exit)});
     h[k] = exit;
   }
   for (int i = pick(0, 5); i > 0; --i) {
     h[0] += 10 * kUs;
-    b.Range(10, h[0], h[0] + 5 * kUs, "step");
+    b.Range(10, T(h[0]), T(h[0] + 5 * kUs), "step");
     nvtx.push_back({static_cast<uint64_t>(h[0]), static_cast<uint64_t>(h[0])});
     nvtx.push_back({static_cast<uint64_t>(h[0] + 5 * kUs), static_cast<uint64_t>(h[0] + 5 * kUs)});
     h[0] += 5 * kUs;
@@ -100,7 +108,7 @@ TEST_CASE("index: every chunk's place and exact span", "[index]") {
     for (int encoding = 0; encoding < 3; ++encoding) {
       CAPTURE(seed, encoding);
       std::vector<Span> expected;
-      TraceBuilder b = Random(seed, 1 + seed % 5, &expected);
+      TraceBuilder b = Random(seed, 1 + seed % 5, seed % 2 == 1, &expected);
       b.SetPacked(encoding > 0, encoding > 1);
       const std::string bytes = b.Build();
       auto index = IndexTraceBytes(bytes, "t");
@@ -120,7 +128,7 @@ TEST_CASE("index: every chunk's place and exact span", "[index]") {
 
 TEST_CASE("index: a torn tail ends it, a damaged chunk is refused", "[index]") {
   std::vector<Span> expected;
-  TraceBuilder b = Random(7, 2, &expected);
+  TraceBuilder b = Random(7, 2, false, &expected);
   const std::string bytes = b.Build();
   const std::vector<size_t> offsets = TraceBuilder::ChunkOffsets(bytes);
   REQUIRE(offsets.size() > 4);
@@ -150,13 +158,21 @@ TEST_CASE("index: a torn tail ends it, a damaged chunk is refused", "[index]") {
 
 // A random run for slicing: three threads' calls, some submitting ops that
 // the device runs at once or long after (queued behind others), ops of no
-// call, ranges and CPU samples, in small chunks.
-TraceBuilder SliceRun(uint32_t seed) {
+// call, ranges and CPU samples, in small chunks; with `ticks`, the host's
+// times in ticks (two a nanosecond, from 1000) and the clock pairs that
+// convert them.
+TraceBuilder SliceRun(uint32_t seed, bool ticks) {
   std::mt19937 rng(seed);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   TraceBuilder b;
   b.SetChunkRecords(1 + seed % 4);
   auto api = testing::AddStandardApis(&b);
+  auto T = [ticks](int64_t ns) { return static_cast<uint64_t>(ticks ? 2 * ns + 1000 : ns); };
+  if (ticks) {
+    b.SetTicksAreNs(false);
+    b.Clock(T(0), 0);
+    b.Clock(T(1'000'000'000), 1'000'000'000);
+  }
   int64_t h[3] = {1000, 1000, 1000};
   int64_t device = 0;
   // Ops of no call carry CUPTI ids equal to the calls' external ids (the
@@ -173,20 +189,20 @@ TraceBuilder SliceRun(uint32_t seed) {
       case 1: {  // a launch; its kernel behind the device's queue, at times long after
         const int64_t start = std::max(h[k] + 5 * kUs, device) + (pick(0, 5) == 0 ? pick(100, 3000) * kUs : 0);
         device = start + pick(0, 200) * kUs;
-        b.Submit(tid, api.launch, h[k], exit, start, device);
+        b.Submit(tid, api.launch, T(h[k]), T(exit), start, device);
         break;
       }
       case 2:  // an op of no call
         b.Device(h[k], h[k] + pick(1, 100) * kUs, tf::DeviceOpKind::kKernel, "loose", loose++);
         break;
       case 3:
-        b.CpuSched(tid, h[k], h[k] / 2, 0);
+        b.CpuSched(tid, T(h[k]), h[k] / 2, 0);
         break;
       case 4:
-        b.Range(tid, h[k], exit, "r");
+        b.Range(tid, T(h[k]), T(exit), "r");
         break;
       default:
-        b.Call(tid, api.other, h[k], exit);
+        b.Call(tid, api.other, T(h[k]), T(exit));
         break;
     }
     h[k] = exit;
@@ -198,7 +214,7 @@ TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "
   for (uint32_t seed = 1; seed <= 60; ++seed) {
     for (int encoding = 0; encoding < 3; ++encoding) {
       CAPTURE(seed, encoding);
-      TraceBuilder b = SliceRun(seed);
+      TraceBuilder b = SliceRun(seed, seed % 2 == 1);
       b.SetPacked(encoding > 0, encoding > 1);
       const std::string bytes = b.Build();
       const Timeline whole = testing::ReadOrDie(b);
@@ -214,8 +230,7 @@ TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "
         if (lo > hi) std::swap(lo, hi);
         CAPTURE(lo, hi);
         const std::vector<size_t> chosen =
-            SliceChunks(*index, static_cast<uint64_t>(lo), static_cast<uint64_t>(hi),
-                        static_cast<uint64_t>(lo), static_cast<uint64_t>(hi));
+            SliceChunks(*index, static_cast<uint64_t>(lo), static_cast<uint64_t>(hi));
         auto slice = ReadTraceChunks(bytes, "t", *index, chosen);
         REQUIRE(slice.ok());
         // A call: its thread, API, times and ids.

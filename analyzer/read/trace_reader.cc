@@ -675,6 +675,22 @@ bool IsSliced(uint16_t type) {
   }
 }
 
+// Whether a chunk's records carry ticks (the others: device ops' ns, ids).
+bool InTicks(uint16_t type) {
+  switch (static_cast<ChunkType>(type)) {
+    case ChunkType::kApi:
+    case ChunkType::kNvtx:
+    case ChunkType::kClock:
+    case ChunkType::kCpu:
+    case ChunkType::kCpuSched:
+    case ChunkType::kNccl:
+    case ChunkType::kDeviceTiming:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // The span of a verified chunk's records (ChunkSpan::lo, hi), from its raw
 // payload: the fixed records that carry a time or an id.
 void SpanOf(ChunkType type, const uint8_t* p, size_t n, uint32_t count, ChunkSpan* c) {
@@ -743,6 +759,7 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
   index.file_size = size;
   std::vector<uint64_t> buffer;
   Unpacked unpacked;
+  std::vector<trace::ClockRecord> clocks;
   for (uint64_t off = index.header.header_bytes; off < size;) {
     ChunkHeader ch;
     const Load l = LoadChunk(read, size, index.header.version, off, &ch, &buffer);
@@ -777,7 +794,26 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
     c.encoding = ch.encoding;
     SpanOf(static_cast<ChunkType>(ch.type), payload, payload_bytes, ch.count, &c);
     index.chunks.push_back(c);
+    if (ch.type == static_cast<uint16_t>(ChunkType::kClock)) {
+      const size_t n = std::min<size_t>(ch.count, payload_bytes / sizeof(trace::ClockRecord));
+      const size_t old = clocks.size();
+      clocks.resize(old + n);
+      if (n > 0) std::memcpy(clocks.data() + old, payload, n * sizeof(trace::ClockRecord));
+    }
     off += sizeof(ch) + ch.payload_bytes;
+  }
+  // Spans in ticks to ns, by the file's clock pairs as the reader converts
+  // (its clock diagnostics are the reader's to give). The conversion rises
+  // with the ticks, so a span's ends stay its ends.
+  if ((index.header.flags & trace::kFileTicksAreNs) == 0) {
+    std::vector<Diagnostic> ignored;
+    const TickConverter conv(std::move(clocks), &ignored);
+    for (ChunkSpan& c : index.chunks) {
+      if (!InTicks(c.type) || c.count == 0 || c.lo > c.hi) continue;
+      const int64_t a = conv.ToNs(c.lo), b = conv.ToNs(c.hi);
+      c.lo = static_cast<uint64_t>(std::max<int64_t>(0, std::min(a, b)));
+      c.hi = static_cast<uint64_t>(std::max<int64_t>(0, std::max(a, b)));
+    }
   }
   return index;
 }
@@ -867,8 +903,7 @@ absl::StatusOr<Timeline> ReadTraceFileChunks(const std::string& path, const Trac
   });
 }
 
-std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ticks, uint64_t hi_ticks,
-                                uint64_t lo_ns, uint64_t hi_ns) {
+std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ns, uint64_t hi_ns) {
   using T = ChunkType;
   auto is = [](const ChunkSpan& c, T type) { return c.type == static_cast<uint16_t>(type); };
   auto meets = [](uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1) { return a0 <= b1 && b0 <= a1; };
@@ -899,7 +934,7 @@ std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ticks, uint
   for (size_t k = 0; k < index.chunks.size(); ++k) {
     const ChunkSpan& c = index.chunks[k];
     if (!IsSliced(c.type) || is(c, T::kDevice) || is(c, T::kCorrelation) || c.count == 0) continue;
-    bool take = meets(c.lo, c.hi, lo_ticks, hi_ticks);
+    bool take = meets(c.lo, c.hi, lo_ns, hi_ns);
     if (!take && is(c, T::kApi) && c.id_lo <= c.id_hi) {
       for (const auto& [a, b] : external) {
         if (meets(c.id_lo, c.id_hi, a, b)) {

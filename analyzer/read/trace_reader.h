@@ -44,10 +44,11 @@ struct ChunkSpan {
   uint32_t tid = 0;    // the writing thread (kApi, kNvtx); 0 otherwise
   uint16_t type = 0;   // trace::ChunkType
   uint16_t encoding = 0;
-  // Its records' span, lo..hi (both 0 for chunks without records):
-  // kApi, the earliest enter and latest exit (ticks); kDevice, the earliest
-  // start and latest end (ns); kCorrelation, the lowest and highest CUPTI
-  // id; the others with fixed records, their first field (ticks).
+  // Its records' span, lo..hi (both 0 for chunks without records), in ns
+  // as the reader converts ticks (by the file's clock pairs): kApi, the
+  // earliest enter and latest exit; kDevice, the earliest start and latest
+  // end; the others with fixed records, their time; kCorrelation, the
+  // lowest and highest CUPTI id instead.
   uint64_t lo = 0;
   uint64_t hi = 0;
   // The ids its records carry, id_lo..id_hi (id_lo > id_hi: none): kApi,
@@ -71,13 +72,11 @@ absl::StatusOr<TraceIndex> IndexTraceFile(const std::string& path);
 absl::StatusOr<TraceIndex> IndexTraceBytes(std::string_view bytes, const std::string& name);
 
 // A slice of the timeline from the file (the streamed analysis' second
-// pass): the record chunks holding the calls, ranges, CPU samples and NCCL
-// arguments whose ticks meet [lo_ticks, hi_ticks], the device ops whose
-// times meet [lo_ns, hi_ns], those ops' correlations (by CUPTI id) and the
-// calls that submitted them (by external id). Indices into index.chunks,
-// in file order.
-std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ticks, uint64_t hi_ticks,
-                                uint64_t lo_ns, uint64_t hi_ns);
+// pass): the record chunks holding the calls, ranges, CPU samples, NCCL
+// arguments and device ops whose times meet [lo_ns, hi_ns], those ops'
+// correlations (by CUPTI id) and the calls that submitted them (by
+// external id). Indices into index.chunks, in file order.
+std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ns, uint64_t hi_ns);
 
 // Reads the record chunks `chunks` (indices into index.chunks) and every
 // chunk that is not a record chunk a slice chooses among (tables, clocks,
