@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "analyzer/read/trace_reader.h"
 #include "analyzer/testing/test_util.h"
 
@@ -242,10 +243,32 @@ TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "
         std::vector<decltype(key(whole, 0))> calls;
         for (size_t i = 0; i < slice->calls.size(); ++i) calls.push_back(key(*slice, static_cast<int32_t>(i)));
         std::sort(calls.begin(), calls.end());
+        // Each call inside, with its ops' count and last end (its ops may
+        // run long after the slice).
         for (size_t i = 0; i < whole.calls.size(); ++i) {
           const ApiCall& c = whole.calls[i];
           if (c.enter_ns < lo || c.exit_ns > hi) continue;
-          CHECK(std::binary_search(calls.begin(), calls.end(), key(whole, static_cast<int32_t>(i))));
+          const auto k = key(whole, static_cast<int32_t>(i));
+          REQUIRE(std::binary_search(calls.begin(), calls.end(), k));
+          for (size_t j = 0; j < slice->calls.size(); ++j) {
+            if (key(*slice, static_cast<int32_t>(j)) != k) continue;
+            CHECK(slice->call_info[j].op_count == whole.call_info[i].op_count);
+            CHECK(slice->call_info[j].last_op_end_ns == whole.call_info[i].last_op_end_ns);
+          }
+        }
+        // On each thread, its last call entering before the slice and its
+        // first entering at or after its end.
+        absl::flat_hash_map<uint32_t, std::pair<int32_t, int32_t>> edge;
+        for (size_t i = 0; i < whole.calls.size(); ++i) {
+          const ApiCall& c = whole.calls[i];
+          auto& [before, after] = edge.try_emplace(c.tid, -1, -1).first->second;
+          if (c.enter_ns < lo) before = static_cast<int32_t>(i);
+          if (c.enter_ns >= hi && after < 0) after = static_cast<int32_t>(i);
+        }
+        for (const auto& [tid, e] : edge) {
+          CAPTURE(tid);
+          if (e.first >= 0) CHECK(std::binary_search(calls.begin(), calls.end(), key(whole, e.first)));
+          if (e.second >= 0) CHECK(std::binary_search(calls.begin(), calls.end(), key(whole, e.second)));
         }
         // An op: its times, device, kind and the call that submitted it.
         using OpKey = std::tuple<int64_t, int64_t, uint16_t, int, bool, decltype(key(whole, 0))>;

@@ -11,6 +11,7 @@
 #include <functional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "trace_codec.h"
@@ -903,49 +904,105 @@ absl::StatusOr<Timeline> ReadTraceFileChunks(const std::string& path, const Trac
   });
 }
 
+namespace {
+
+// Closed ranges of ids, merged once all are added; Meets by binary search.
+class IdRanges {
+ public:
+  void Add(uint64_t lo, uint64_t hi) {
+    if (lo <= hi) r_.push_back({lo, hi});
+  }
+  void Merge() {
+    std::sort(r_.begin(), r_.end());
+    size_t n = 0;
+    for (const auto& x : r_) {
+      if (n > 0 && x.first <= r_[n - 1].second + 1) {
+        r_[n - 1].second = std::max(r_[n - 1].second, x.second);
+      } else {
+        r_[n++] = x;
+      }
+    }
+    r_.resize(n);
+  }
+  bool Meets(uint64_t lo, uint64_t hi) const {
+    if (lo > hi) return false;
+    // The first range ending at or after lo.
+    auto it = std::lower_bound(r_.begin(), r_.end(), lo,
+                               [](const std::pair<uint64_t, uint64_t>& x, uint64_t v) { return x.second < v; });
+    return it != r_.end() && it->first <= hi;
+  }
+
+ private:
+  std::vector<std::pair<uint64_t, uint64_t>> r_;
+};
+
+}  // namespace
+
 std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ns, uint64_t hi_ns) {
   using T = ChunkType;
   auto is = [](const ChunkSpan& c, T type) { return c.type == static_cast<uint16_t>(type); };
-  auto meets = [](uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1) { return a0 <= b1 && b0 <= a1; };
-  std::vector<size_t> out;
-  // The device ops of the slice, and the CUPTI ids they carry.
-  std::vector<std::pair<uint64_t, uint64_t>> cupti, external;
-  for (size_t k = 0; k < index.chunks.size(); ++k) {
-    const ChunkSpan& c = index.chunks[k];
-    if (is(c, T::kDevice) && c.count > 0 && meets(c.lo, c.hi, lo_ns, hi_ns)) {
-      out.push_back(k);
-      if (c.id_lo <= c.id_hi) cupti.push_back({c.id_lo, c.id_hi});
+  auto meets = [](const ChunkSpan& c, uint64_t a, uint64_t b) { return c.lo <= b && a <= c.hi; };
+  const std::vector<ChunkSpan>& chunks = index.chunks;
+  std::vector<bool> take(chunks.size(), false);
+  // By time: the calls, ranges, CPU samples, NCCL arguments and device ops
+  // of the slice. On each thread, the chunk holding its last call before
+  // the slice and the one holding its first call after (the host gaps at
+  // its edges are bounded by them).
+  IdRanges cupti, external;
+  struct Edges {
+    int64_t before = -1, after = -1, next = -1;
+  };
+  absl::flat_hash_map<uint32_t, Edges> edges;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const ChunkSpan& c = chunks[k];
+    if (!IsSliced(c.type) || is(c, T::kCorrelation) || c.count == 0) continue;
+    if (meets(c, lo_ns, hi_ns)) {
+      take[k] = true;
+      if (is(c, T::kDevice)) cupti.Add(c.id_lo, c.id_hi);
+      if (is(c, T::kApi)) external.Add(c.id_lo, c.id_hi);
+    }
+    if (is(c, T::kApi)) {
+      // A thread's chunks come in time order. The first one reaching past
+      // the slice may end in a call still running at its end; then its
+      // first call entering after is in the next one.
+      Edges& e = edges[c.tid];
+      if (c.lo < lo_ns) e.before = static_cast<int64_t>(k);
+      if (e.after >= 0 && e.next < 0) e.next = static_cast<int64_t>(k);
+      if (c.hi > hi_ns && e.after < 0) e.after = static_cast<int64_t>(k);
     }
   }
-  // Their correlations, and the external ids those give.
-  for (size_t k = 0; k < index.chunks.size(); ++k) {
-    const ChunkSpan& c = index.chunks[k];
+  for (const auto& [tid, e] : edges) {
+    for (const int64_t k : {e.before, e.after, e.next}) {
+      if (k >= 0) take[static_cast<size_t>(k)] = true;
+    }
+  }
+  cupti.Merge();
+  external.Merge();
+  // The joins, both ways, through the correlations: the calls that
+  // submitted the slice's ops (an op queued long after its launch), and the
+  // ops of the slice's calls (a call's op count and last op end).
+  IdRanges to_cupti, to_external;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const ChunkSpan& c = chunks[k];
     if (!is(c, T::kCorrelation) || c.count == 0) continue;
-    for (const auto& [a, b] : cupti) {
-      if (meets(c.lo, c.hi, a, b)) {
-        out.push_back(k);
-        if (c.id_lo <= c.id_hi) external.push_back({c.id_lo, c.id_hi});
-        break;
-      }
-    }
+    const bool of_ops = cupti.Meets(c.lo, c.hi);
+    const bool of_calls = external.Meets(c.id_lo, c.id_hi);
+    if (!of_ops && !of_calls) continue;
+    take[k] = true;
+    if (of_ops) to_external.Add(c.id_lo, c.id_hi);
+    if (of_calls) to_cupti.Add(c.lo, c.hi);
   }
-  // The calls of the slice and those that submitted its ops; the ranges,
-  // CPU samples and NCCL arguments of the slice.
-  for (size_t k = 0; k < index.chunks.size(); ++k) {
-    const ChunkSpan& c = index.chunks[k];
-    if (!IsSliced(c.type) || is(c, T::kDevice) || is(c, T::kCorrelation) || c.count == 0) continue;
-    bool take = meets(c.lo, c.hi, lo_ns, hi_ns);
-    if (!take && is(c, T::kApi) && c.id_lo <= c.id_hi) {
-      for (const auto& [a, b] : external) {
-        if (meets(c.id_lo, c.id_hi, a, b)) {
-          take = true;
-          break;
-        }
-      }
+  to_external.Merge();
+  to_cupti.Merge();
+  std::vector<size_t> out;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const ChunkSpan& c = chunks[k];
+    if (!take[k] && c.count > 0) {
+      if (is(c, T::kApi)) take[k] = to_external.Meets(c.id_lo, c.id_hi);
+      if (is(c, T::kDevice)) take[k] = to_cupti.Meets(c.id_lo, c.id_hi);
     }
-    if (take) out.push_back(k);
+    if (take[k]) out.push_back(k);
   }
-  std::sort(out.begin(), out.end());
   return out;
 }
 
