@@ -111,7 +111,7 @@ void WindowCutter::Cut(size_t k0, size_t k1, WindowPart* out) {
   // F: the first start at or after w1. The search goes on from the last
   // window's answer: every op before it started before that window's w1.
   int64_t first_after = kMax;
-  size_t j = std::max(next_op_, f_scan_);
+  size_t j = f_scan_;
   for (; j < ops.size(); ++j) {
     if (ops[j].device == device && ops[j].start_ns >= w1) {
       first_after = ops[j].start_ns;

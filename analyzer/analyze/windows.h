@@ -42,12 +42,15 @@ struct WindowPart {
 // interval crossing w0 or w1 is then seen whole. A window's part holds:
 // - the analyzed device's ops ending at or after E and starting by the
 //   sweep's end;
-// - the calls that exit at or after lo (the earlier of the sweep's start
-//   and the window's host start) and enter before hi (the later of the
-//   sweep's end and the window's host end); on each thread, its last
-//   outermost call ending before lo (the host gap before its first call in
-//   the window) and its first call entering at or after hi (the host gap
-//   after its last one); and the calls that submitted the ops;
+// - the calls of its bands, each the calls exiting at or after its start
+//   and entering before its end: the window's host range (its launches
+//   and synchronizing calls are counted by it) and its device span w0..w1
+//   (the host activity its idle is charged by), one band when they meet;
+//   what the sweep reads outside w0..w1 is not charged;
+// - on each thread, its last outermost call ending before a band and its
+//   first call entering at or after it (the host gaps reaching into it),
+//   its outermost calls on either side of E (rule 1 at the drain), and the
+//   calls that submitted the ops;
 // - each thread's CPU samples that bound those calls' gaps;
 // - the API table and the per-thread call counts.
 class WindowCutter {
@@ -74,11 +77,11 @@ class WindowCutter {
   // Per thread, in a window: (its index in calls_per_thread, -1 none;
   // (earliest exit, latest time) of its calls there).
   std::vector<std::pair<int64_t, std::pair<int64_t, int64_t>>> span_;
-  // The sweeps over ops (by start) and calls (by enter): what earlier
-  // windows passed and a later one may still need.
+  // The sweep over ops (by start): what earlier windows passed and a later
+  // one may still need.
   size_t next_op_ = 0;
-  size_t f_scan_ = 0;
-  size_t last_k1_ = 0;  // the last window's end  // where the last window's search for F stopped
+  size_t f_scan_ = 0;   // where the last window's search for F stopped
+  size_t last_k1_ = 0;  // the last window's end
   std::vector<int32_t> op_carry_;
   int64_t last_end_ = std::numeric_limits<int64_t>::min();  // E
   std::vector<int32_t> band_;  // a window's calls in its bands

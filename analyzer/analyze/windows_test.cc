@@ -214,8 +214,8 @@ TEST_CASE("windows: an unmarked run is one step, one window", "[windows]") {
     auto pattern = CompileStepPattern(kDefaultStepPattern);
     REQUIRE(pattern.ok());
     const StepPlan plan = FindSteps(t, *pattern, BusiestDevice(t));
-    if (plan.source != "none") continue;  // launches repeating enough to be steps
-    CHECK(plan.steps.size() == 1);
+    // Unless its launches repeat enough to be found as steps.
+    if (plan.source == "none") CHECK(plan.steps.size() == 1);
     CheckWindows(t, 2);
   }
 }
@@ -302,7 +302,7 @@ TEST_CASE("windows: a long stretch without device work is not read by every wind
         // are of no length where the long kernel ends (they tile the
         // device timeline), far from their host ranges.
         if (!covered) CHECK(part.sweep_from <= 2 * 1000 * kUs);
-        CHECK(part.sweep_to >= 31 * 1000 * kUs);
+        CHECK(part.sweep_to == 32'300 * kUs);  // F: step 32's kernel
         // Its three; before and after each band (its host range, and its
         // device span when apart), the calls bounding its host gaps; two at
         // the drain; the kernels' calls.

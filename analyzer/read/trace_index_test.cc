@@ -3,6 +3,8 @@
 // ends it, a damaged chunk in the middle is refused.
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <random>
 #include <string>
 #include <tuple>
@@ -153,6 +155,13 @@ TEST_CASE("index: a torn tail ends it, a damaged chunk is refused", "[index]") {
   REQUIRE_FALSE(damaged.ok());
   CHECK(std::string(damaged.status().message()).find("byte offset " + std::to_string(at)) !=
         std::string::npos);
+  // A chunk in the middle claiming more bytes than the file holds (its
+  // header's size damaged): not a torn tail, as chunks follow it.
+  std::string long_claim = bytes;
+  const uint32_t huge = static_cast<uint32_t>((bytes.size() + 8) & ~size_t{7});  // a multiple of 8
+  std::memcpy(&long_claim[at + offsetof(tf::ChunkHeader, payload_bytes)], &huge, sizeof huge);
+  auto claimed = IndexTraceBytes(long_claim, "t");
+  CHECK_FALSE(claimed.ok());
   // Not a trace.
   CHECK_FALSE(IndexTraceBytes("hello", "t").ok());
 }
@@ -161,8 +170,15 @@ TEST_CASE("index: a torn tail ends it, a damaged chunk is refused", "[index]") {
 // the device runs at once or long after (queued behind others), ops of no
 // call, ranges and CPU samples, in small chunks; with `ticks`, the host's
 // times in ticks (two a nanosecond, from 1000) and the clock pairs that
-// convert them.
-TraceBuilder SliceRun(uint32_t seed, bool ticks) {
+// convert them. The ids (`ids`): kShaped, external ids as the recorder
+// gives them (the thread's index above bit 40, its count below), so a
+// correlation chunk holds ids of threads far apart; kSmall, one count from
+// 1000, with the ops of no call carrying CUPTI ids equal to calls'
+// external ids (joined by their ids, as in a file without correlations,
+// they would find a call); kPlain, no correlations at all (the reader
+// joins an op to the call whose external id is its CUPTI id).
+enum class Ids { kShaped, kSmall, kPlain };
+TraceBuilder SliceRun(uint32_t seed, bool ticks, Ids ids) {
   std::mt19937 rng(seed);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   TraceBuilder b;
@@ -175,11 +191,11 @@ TraceBuilder SliceRun(uint32_t seed, bool ticks) {
     b.Clock(T(1'000'000'000), 1'000'000'000);
   }
   int64_t h[3] = {1000, 1000, 1000};
+  uint64_t count[3] = {0, 0, 0};
+  uint32_t cupti = 1;
   int64_t device = 0;
-  // Ops of no call carry CUPTI ids equal to the calls' external ids (the
-  // builder's count from 1000): joined by their ids, as in a file without
-  // correlations, they would find a call.
-  uint32_t loose = 1000;
+  // The CUPTI ids of ops of no call: none a correlation names.
+  uint32_t loose = ids == Ids::kSmall ? 1001 : 900'000;
   for (int i = pick(5, 80); i > 0; --i) {
     const int k = pick(0, 2);
     const uint32_t tid = 10 + static_cast<uint32_t>(k);
@@ -190,7 +206,15 @@ TraceBuilder SliceRun(uint32_t seed, bool ticks) {
       case 1: {  // a launch; its kernel behind the device's queue, at times long after
         const int64_t start = std::max(h[k] + 5 * kUs, device) + (pick(0, 5) == 0 ? pick(100, 3000) * kUs : 0);
         device = start + pick(0, 200) * kUs;
-        b.Submit(tid, api.launch, T(h[k]), T(exit), start, device);
+        const uint64_t external = ids == Ids::kPlain   ? cupti
+                                  : ids == Ids::kSmall ? 1000 + cupti
+                                                       : (uint64_t(k + 1) << 40) | ++count[k];
+        testing::CallOptions o;
+        o.correlation = external;
+        b.Call(tid, api.launch, T(h[k]), T(exit), o);
+        b.Device(start, device, tf::DeviceOpKind::kKernel, "kernel", cupti);
+        if (ids != Ids::kPlain) b.Correlate(external, cupti);
+        ++cupti;
         break;
       }
       case 2:  // an op of no call
@@ -215,7 +239,7 @@ TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "
   for (uint32_t seed = 1; seed <= 60; ++seed) {
     for (int encoding = 0; encoding < 3; ++encoding) {
       CAPTURE(seed, encoding);
-      TraceBuilder b = SliceRun(seed, seed % 2 == 1);
+      TraceBuilder b = SliceRun(seed, seed % 2 == 1, static_cast<Ids>(seed % 3));
       b.SetPacked(encoding > 0, encoding > 1);
       const std::string bytes = b.Build();
       const Timeline whole = testing::ReadOrDie(b);

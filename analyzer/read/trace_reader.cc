@@ -535,7 +535,7 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
   Unpacked unpacked;
   if (only != nullptr) {
     for (const uint64_t at : only->offsets) {
-      ChunkHeader ch;
+      ChunkHeader ch{};
       const Load l = at < size ? load(at, &ch) : Load::kShort;
       std::string reason = l == Load::kOk ? "" : "a chunk that does not verify";
       const uint8_t* payload = reinterpret_cast<const uint8_t*>(buffer.data());
@@ -694,9 +694,37 @@ bool InTicks(uint16_t type) {
 
 // The span of a verified chunk's records (ChunkSpan::lo, hi), from its raw
 // payload: the fixed records that carry a time or an id.
+// A correlation chunk's external ids, by the thread that gave them (the
+// recorder's ids are the thread's index above bit 40 and its count below):
+// one range per thread, so that ids of two threads far apart do not make
+// one range holding every id between them. Appended to `ranges`.
+void ExternalRanges(const uint8_t* p, size_t records,
+                    std::vector<std::pair<uint64_t, uint64_t>>* ranges) {
+  const size_t first = ranges->size();
+  for (size_t i = 0; i < records; ++i) {
+    uint64_t ext;
+    std::memcpy(&ext, p + i * sizeof(trace::CorrelationRecord) +
+                          offsetof(trace::CorrelationRecord, external),
+                sizeof ext);
+    auto it = std::find_if(ranges->begin() + static_cast<std::ptrdiff_t>(first), ranges->end(),
+                           [ext](const auto& r) { return (r.first >> 40) == (ext >> 40); });
+    if (it == ranges->end()) {
+      ranges->push_back({ext, ext});
+    } else {
+      it->first = std::min(it->first, ext);
+      it->second = std::max(it->second, ext);
+    }
+  }
+}
+
 void SpanOf(ChunkType type, const uint8_t* p, size_t n, uint32_t count, ChunkSpan* c) {
   const trace::ChunkTypeInfo* info = trace::FindChunkType(static_cast<uint16_t>(type));
   if (info == nullptr || info->record_bytes == 0 || count == 0) return;
+  // Records with a time (or ids); threads, diagnostics and ranks have none.
+  if (!InTicks(static_cast<uint16_t>(type)) && type != ChunkType::kDevice &&
+      type != ChunkType::kCorrelation) {
+    return;
+  }
   const size_t records = std::min<size_t>(count, n / info->record_bytes);
   uint64_t lo = ~uint64_t{0}, hi = 0;
   uint64_t id_lo = ~uint64_t{0}, id_hi = 0;
@@ -752,6 +780,23 @@ void SpanOf(ChunkType type, const uint8_t* p, size_t n, uint32_t count, ChunkSpa
   c->id_hi = id_hi;
 }
 
+// Whether a chunk magic appears anywhere in the file from `from` on.
+bool MagicAfter(const ReadAt& read, uint64_t size, uint64_t from) {
+  constexpr size_t kBlock = 64 * 1024;
+  std::vector<unsigned char> block(kBlock);
+  const uint32_t magic = trace::kChunkMagic;
+  for (uint64_t pos = from; pos < size && size - pos >= sizeof(magic);) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, size - pos));
+    if (!read(pos, n, block.data())) return false;
+    for (size_t i = 0; i + sizeof(magic) <= n; ++i) {
+      if (std::memcmp(block.data() + i, &magic, sizeof(magic)) == 0) return true;
+    }
+    if (n < kBlock) break;
+    pos += n - (sizeof(magic) - 1);  // a magic across the block boundary
+  }
+  return false;
+}
+
 absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::string& name) {
   auto header = ReadFileHeader(read, size, name);
   if (!header.ok()) return header.status();
@@ -761,6 +806,7 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
   std::vector<uint64_t> buffer;
   Unpacked unpacked;
   std::vector<trace::ClockRecord> clocks;
+  Timeline tables;  // the small chunks, parsed to check them
   for (uint64_t off = index.header.header_bytes; off < size;) {
     ChunkHeader ch;
     const Load l = LoadChunk(read, size, index.header.version, off, &ch, &buffer);
@@ -768,17 +814,25 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
       return absl::DataLossError(absl::StrFormat("%s: read error at byte offset %d", name, off));
     }
     // A chunk cut short by the end of the file (or failing its checksum as
-    // the last one) is a torn tail: what precedes it is the trace.
+    // the last one) is a torn tail: what precedes it is the trace. Unless a
+    // chunk's magic follows it: then its size was damaged, and the reader
+    // would go on at that chunk.
     if (l == Load::kShort ||
         (l == Load::kBadChecksum && off + sizeof(ch) + ch.payload_bytes == size)) {
-      index.truncated = true;
-      break;
+      if (!MagicAfter(read, size, off + 1)) {
+        index.truncated = true;
+        break;
+      }
     }
     std::string reason = l == Load::kOk ? "" : "a chunk that does not verify";
     const uint8_t* payload = reinterpret_cast<const uint8_t*>(buffer.data());
     size_t payload_bytes = ch.payload_bytes;
     if (index.header.version < 4) ch.encoding = trace::kEncodingRaw;
     if (reason.empty()) reason = Unpack(ch, &payload, &payload_bytes, &unpacked);
+    // The small chunks (tables, clocks, threads ...), which every slice
+    // reads, are parsed here too: one the reader rejects is refused now,
+    // not by every slice.
+    if (reason.empty() && !IsSliced(ch.type)) reason = ParseChunk(ch, payload, payload_bytes, &tables);
     if (!reason.empty()) {
       // The reader skips damaged chunks; an index of their neighbours would
       // not say what was lost, so it is refused.
@@ -794,6 +848,12 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
     c.type = ch.type;
     c.encoding = ch.encoding;
     SpanOf(static_cast<ChunkType>(ch.type), payload, payload_bytes, ch.count, &c);
+    if (ch.type == static_cast<uint16_t>(ChunkType::kCorrelation)) {
+      c.ranges_at = static_cast<uint32_t>(index.external_ranges.size());
+      ExternalRanges(payload, std::min<size_t>(ch.count, payload_bytes / sizeof(trace::CorrelationRecord)),
+                     &index.external_ranges);
+      c.ranges = static_cast<uint32_t>(index.external_ranges.size() - c.ranges_at);
+    }
     index.chunks.push_back(c);
     if (ch.type == static_cast<uint16_t>(ChunkType::kClock)) {
       const size_t n = std::min<size_t>(ch.count, payload_bytes / sizeof(trace::ClockRecord));
@@ -815,6 +875,12 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
       c.lo = static_cast<uint64_t>(std::max<int64_t>(0, std::min(a, b)));
       c.hi = static_cast<uint64_t>(std::max<int64_t>(0, std::max(a, b)));
     }
+  }
+  // Times past kMaxTimeNs are clamped to it, as the reader clamps them.
+  for (ChunkSpan& c : index.chunks) {
+    if (c.type == static_cast<uint16_t>(ChunkType::kCorrelation)) continue;
+    c.lo = std::min<uint64_t>(c.lo, kMaxTimeNs);
+    c.hi = std::min<uint64_t>(c.hi, kMaxTimeNs);
   }
   return index;
 }
@@ -864,7 +930,9 @@ ChunkList ChunkOffsets(const TraceIndex& index, const std::vector<size_t>& chunk
   ChunkList list;
   std::vector<uint64_t>& out = list.offsets;
   for (const ChunkSpan& c : index.chunks) {
-    if (c.type == static_cast<uint16_t>(ChunkType::kCorrelation)) list.file_has_correlations = true;
+    if (c.type == static_cast<uint16_t>(ChunkType::kCorrelation) && c.count > 0) {
+      list.file_has_correlations = true;
+    }
   }
   for (const ChunkSpan& c : index.chunks) {
     if (!IsSliced(c.type)) out.push_back(c.offset);
@@ -916,7 +984,7 @@ class IdRanges {
     std::sort(r_.begin(), r_.end());
     size_t n = 0;
     for (const auto& x : r_) {
-      if (n > 0 && x.first <= r_[n - 1].second + 1) {
+      if (n > 0 && (x.first <= r_[n - 1].second || x.first - r_[n - 1].second == 1)) {
         r_[n - 1].second = std::max(r_[n - 1].second, x.second);
       } else {
         r_[n++] = x;
@@ -982,15 +1050,28 @@ std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ns, uint64_
   // submitted the slice's ops (an op queued long after its launch), and the
   // ops of the slice's calls (a call's op count and last op end).
   IdRanges to_cupti, to_external;
+  bool correlations = false;
   for (size_t k = 0; k < chunks.size(); ++k) {
     const ChunkSpan& c = chunks[k];
     if (!is(c, T::kCorrelation) || c.count == 0) continue;
+    correlations = true;
+    // Its external ids, a range per thread that gave them.
+    const auto* r = index.external_ranges.data() + c.ranges_at;
     const bool of_ops = cupti.Meets(c.lo, c.hi);
-    const bool of_calls = external.Meets(c.id_lo, c.id_hi);
+    bool of_calls = false;
+    for (uint32_t i = 0; i < c.ranges && !of_calls; ++i) of_calls = external.Meets(r[i].first, r[i].second);
     if (!of_ops && !of_calls) continue;
     take[k] = true;
-    if (of_ops) to_external.Add(c.id_lo, c.id_hi);
+    if (of_ops) {
+      for (uint32_t i = 0; i < c.ranges; ++i) to_external.Add(r[i].first, r[i].second);
+    }
     if (of_calls) to_cupti.Add(c.lo, c.hi);
+  }
+  // A file without correlations joins an op to the call whose external id
+  // is its CUPTI id (the reader's fallback).
+  if (!correlations) {
+    to_external = cupti;
+    to_cupti = external;
   }
   to_external.Merge();
   to_cupti.Merge();

@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,7 +36,8 @@ absl::StatusOr<Timeline> ReadTraceBytes(std::string_view bytes,
 
 // The first pass of the streamed analysis (docs/analyzer.md, "Not yet"):
 // every chunk's place, type, thread and the span of its records, without
-// keeping the records (40 bytes a chunk; a chunk holds about 64 KiB of
+// keeping the records (64 bytes a chunk, and 16 for each thread whose
+// launches a correlation chunk holds; a chunk holds about 64 KiB of
 // records).
 struct ChunkSpan {
   uint64_t offset = 0;  // of its header
@@ -56,12 +58,17 @@ struct ChunkSpan {
   // ids; kCorrelation, the external ids.
   uint64_t id_lo = ~uint64_t{0};
   uint64_t id_hi = 0;
+  // kCorrelation: its external ids as one range per thread that gave them,
+  // TraceIndex::external_ranges[ranges_at, ranges_at + ranges).
+  uint32_t ranges_at = 0;
+  uint32_t ranges = 0;
 };
 
 struct TraceIndex {
   trace::FileHeader header;
   uint64_t file_size = 0;
   std::vector<ChunkSpan> chunks;  // in file order
+  std::vector<std::pair<uint64_t, uint64_t>> external_ranges;  // see ChunkSpan::ranges
   bool truncated = false;  // the last chunk was cut short (a torn tail)
 };
 
