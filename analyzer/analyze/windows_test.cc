@@ -89,6 +89,8 @@ TraceBuilder RandomLoop(uint32_t seed, bool marked) {
     b.CpuSched(tid, static_cast<uint64_t>(at), static_cast<uint64_t>(cpu), static_cast<uint64_t>(delay));
   };
   uint32_t loose = 1'000'000;  // CUPTI ids of ops no call submitted
+  int64_t h2 = 0;    // thread 2's last time
+  int64_t cpu2 = 0;  // and its CPU time
   const int steps = pick(3, 14);
   int idle_run = 0;  // steps left in a run of steps without kernels
   for (int k = 0; k < steps; ++k) {
@@ -150,6 +152,20 @@ TraceBuilder RandomLoop(uint32_t seed, bool marked) {
         const int64_t o2 = std::max(at + 10 * kUs, d);
         d = o2 + pick(5, 100) * kUs;
         b.Submit(2, api.launch, at, at + 4 * kUs, o2, d);
+        if (at > h2 && pick(0, 2) == 0) {  // and waits for it, sampled after
+          const int64_t exit = d + pick(1, 30) * kUs;
+          CallOptions o;
+          o.python_stack = site;
+          b.Call(2, api.event_sync, static_cast<uint64_t>(at + 5 * kUs), static_cast<uint64_t>(exit), o);
+          cpu2 += pick(0, 50) * kUs;
+          b.CpuSched(2, static_cast<uint64_t>(exit), static_cast<uint64_t>(cpu2), 0);
+          h2 = exit;
+        }
+        h2 = std::max(h2, at + 4 * kUs);
+      }
+      if (pick(0, 9) == 0) {  // a call entering before the last one returned, returning after it
+        b.Call(1, api.other, static_cast<uint64_t>(h - 2 * kUs), static_cast<uint64_t>(h + 10 * kUs));
+        h += 10 * kUs;
       }
     }
     if (!empty && pick(0, 2) == 0) {  // a synchronizing read-back
@@ -172,6 +188,17 @@ TraceBuilder RandomLoop(uint32_t seed, bool marked) {
       h += pick(10, 300) * kUs;
     }
     int64_t end = h + pick(1, 20) * kUs;
+    if (pick(0, 7) == 0) {  // a long call over the step's end, holding a launch after it
+      const int64_t enter = end - 5 * kUs;
+      const int64_t exit = end + pick(20, 300) * kUs;
+      b.Call(1, api.other, static_cast<uint64_t>(enter), static_cast<uint64_t>(exit));
+      const int64_t op = std::max(end + 10 * kUs, d);
+      d = op + pick(5, 100) * kUs;
+      b.Submit(1, api.launch, end + 2 * kUs, end + 6 * kUs, op, d);
+      if (marked) b.Range(1, static_cast<uint64_t>(start), static_cast<uint64_t>(end), "step " + std::to_string(k));
+      h = exit;
+      continue;
+    }
     if (pick(0, 5) == 0) {  // a synchronize that outlives the step's range
       const int64_t enter = end - 2 * kUs;
       const int64_t exit = std::max(end + pick(10, 200) * kUs, d + pick(1, 10) * kUs);
