@@ -2,7 +2,12 @@
 // count and exact span, in raw, packed and compressed traces; a torn tail
 // ends it, a damaged chunk in the middle is refused.
 #include <catch2/catch.hpp>
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstddef>
 #include <cstring>
 #include <random>
@@ -320,6 +325,62 @@ TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "
       }
     }
   }
+}
+
+// Not a test (hidden, "[.]"): what reading a trace by slices costs, for
+// scripts/bench. STALLSCOPE_SLICE_BENCH=FILE[:SLICES] cuts FILE's device
+// time into SLICES equal slices (default 350) and reads each from the file
+// (SliceChunks, ReadTraceFileChunks); prints the time, the events read
+// against the events in the file, and the largest slice.
+TEST_CASE("slices: what reading a trace by slices costs", "[.][slice-bench]") {
+  const char* spec = std::getenv("STALLSCOPE_SLICE_BENCH");
+  if (spec == nullptr) return;
+  std::string path = spec;
+  size_t slices = 350;
+  if (auto colon = path.rfind(':'); colon != std::string::npos) {
+    slices = std::stoul(path.substr(colon + 1));
+    path = path.substr(0, colon);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto index = IndexTraceFile(path);
+  REQUIRE(index.ok());
+  const auto t1 = std::chrono::steady_clock::now();
+  uint64_t lo = ~uint64_t{0}, hi = 0, in_file = 0;
+  for (const ChunkSpan& c : index->chunks) {
+    if (c.type == static_cast<uint16_t>(tf::ChunkType::kDevice) && c.count > 0) {
+      lo = std::min(lo, c.lo);
+      hi = std::max(hi, c.hi);
+    }
+    if (c.type == static_cast<uint16_t>(tf::ChunkType::kApi) ||
+        c.type == static_cast<uint16_t>(tf::ChunkType::kDevice)) {
+      in_file += c.count;
+    }
+  }
+  REQUIRE(lo < hi);
+  uint64_t read = 0, most = 0, chunks = 0;
+  for (size_t k = 0; k < slices; ++k) {
+    const uint64_t a = lo + (hi - lo) / slices * k;
+    const uint64_t b = k + 1 == slices ? hi : lo + (hi - lo) / slices * (k + 1);
+    const std::vector<size_t> chosen = SliceChunks(*index, a, b);
+    chunks += chosen.size();
+    auto t = ReadTraceFileChunks(path, *index, chosen);
+    REQUIRE(t.ok());
+    const uint64_t n = t->calls.size() + t->ops.size();
+    read += n;
+    most = std::max(most, n);
+  }
+  const auto t2 = std::chrono::steady_clock::now();
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  const double index_s = std::chrono::duration<double>(t1 - t0).count();
+  const double slices_s = std::chrono::duration<double>(t2 - t1).count();
+  std::printf("slices: %s: index %.2f s; %zu slices read in %.2f s (%.1f ms each, %.1f chunks each); "
+              "calls and ops read %.2f x those in the file (%llu), the largest slice %llu; peak %ld MB\n",
+              path.c_str(), index_s, slices, slices_s, 1e3 * slices_s / static_cast<double>(slices),
+              static_cast<double>(chunks) / static_cast<double>(slices),
+              static_cast<double>(read) / static_cast<double>(in_file),
+              static_cast<unsigned long long>(in_file), static_cast<unsigned long long>(most),
+              ru.ru_maxrss / 1024);
 }
 
 }  // namespace
