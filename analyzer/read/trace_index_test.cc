@@ -28,6 +28,22 @@ namespace tf = stallscope::trace;
 
 using Span = std::tuple<uint16_t, uint32_t, uint32_t, uint64_t, uint64_t>;  // type, tid, count, lo, hi
 
+// The host's times as a trace writes them: in ns, or (`ticks`) in ticks,
+// two a nanosecond from 1000, with the clock pairs that convert them.
+struct HostTime {
+  bool ticks = false;
+  uint64_t operator()(int64_t ns) const { return static_cast<uint64_t>(ticks ? 2 * ns + 1000 : ns); }
+};
+HostTime HostTimes(TraceBuilder* b, bool ticks) {
+  const HostTime t{ticks};
+  if (ticks) {
+    b->SetTicksAreNs(false);
+    b->Clock(t(0), 0);
+    b->Clock(t(1'000'000'000), 1'000'000'000);
+  }
+  return t;
+}
+
 // Random calls on three threads, ops, correlations and ranges, in chunks
 // of `per` records; `expected` gets the spans the index must give (in ns:
 // with `ticks`, the host's times are written in ticks, two a nanosecond
@@ -38,12 +54,7 @@ TraceBuilder Random(uint32_t seed, size_t per, bool ticks, std::vector<Span>* ex
   TraceBuilder b;
   b.SetChunkRecords(per);
   auto api = testing::AddStandardApis(&b);
-  auto T = [ticks](int64_t ns) { return static_cast<uint64_t>(ticks ? 2 * ns + 1000 : ns); };
-  if (ticks) {
-    b.SetTicksAreNs(false);
-    b.Clock(T(0), 0);
-    b.Clock(T(1'000'000'000), 1'000'000'000);
-  }
+  const HostTime T = HostTimes(&b, ticks);
   struct Rec {
     uint64_t lo, hi;
   };
@@ -189,12 +200,7 @@ TraceBuilder SliceRun(uint32_t seed, bool ticks, Ids ids) {
   TraceBuilder b;
   b.SetChunkRecords(1 + seed % 4);
   auto api = testing::AddStandardApis(&b);
-  auto T = [ticks](int64_t ns) { return static_cast<uint64_t>(ticks ? 2 * ns + 1000 : ns); };
-  if (ticks) {
-    b.SetTicksAreNs(false);
-    b.Clock(T(0), 0);
-    b.Clock(T(1'000'000'000), 1'000'000'000);
-  }
+  const HostTime T = HostTimes(&b, ticks);
   int64_t h[3] = {1000, 1000, 1000};
   uint64_t count[3] = {0, 0, 0};
   uint32_t cupti = 1;
