@@ -9,6 +9,7 @@
 //              [--tiny K] [--dispatch-us D] [--cpu-us C] [--no-nvtx]
 //              [--batch-bytes B] [--graph] [--dump-at STEP]
 //              [--slow-from STEP --slow-input-us U] [--step-time]
+//              [--log-waits FILE]
 //
 // --dispatch-us spins the CPU for D us before every launch: the per-op cost of
 // a framework's dispatcher, which is what makes tiny kernels launch-bound.
@@ -29,6 +30,10 @@
 // steps after the first tenth (the warm-up), and the process's peak resident
 // memory so far (VmHWM: its own address space's, not the exec'ing parent's),
 // for scripts/bench's overhead figures.
+// --log-waits FILE writes each input wait's CLOCK_MONOTONIC [start, end) ns
+// and the thread's CPU time in it, one JSON object a line, after the loop
+// (the same fields as the Python examples' --log-waits): what the waits
+// really took, for the tests' oracles.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
@@ -38,6 +43,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "example_args.h"
 
@@ -64,6 +70,7 @@ struct Options : example::LoopOptions {
   int slow_from = -1;      // --slow-from: the first step of the slower input
   long slow_input_us = 0;  // --slow-input-us: its wait per batch
   bool step_time = false;  // --step-time: print the mean step time
+  const char* log_waits = nullptr;  // --log-waits: where to write the waits
 };
 
 void Check(CUresult r, const char* what) {
@@ -128,11 +135,31 @@ long long ClockNs(clockid_t id) {
 // The slow input pipeline: the host waits for the next batch before it can
 // launch anything (a data-loader queue, storage). What the waits really took
 // is printed at the end for the tests.
+// Each wait's start, end and on-CPU time, kept in memory until the loop ends
+// (--log-waits).
+struct Wait {
+  long long start_ns, end_ns, cpu_ns;
+};
 long long g_wait_wall_ns = 0;
+std::vector<Wait> g_waits;
 void WaitForBatch(long us) {
-  const long long w0 = ClockNs(CLOCK_MONOTONIC);
+  const long long c0 = ClockNs(CLOCK_THREAD_CPUTIME_ID), w0 = ClockNs(CLOCK_MONOTONIC);
   SleepUs(us);
-  g_wait_wall_ns += ClockNs(CLOCK_MONOTONIC) - w0;
+  const long long w1 = ClockNs(CLOCK_MONOTONIC);
+  g_wait_wall_ns += w1 - w0;
+  g_waits.push_back({w0, w1, ClockNs(CLOCK_THREAD_CPUTIME_ID) - c0});
+}
+
+void WriteWaits(const char* path) {
+  FILE* f = std::fopen(path, "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "train_loop: cannot write %s\n", path);
+    std::exit(1);
+  }
+  for (const Wait& w : g_waits) {
+    std::fprintf(f, "{\"start_ns\": %lld, \"end_ns\": %lld, \"cpu_ns\": %lld}\n", w.start_ns, w.end_ns, w.cpu_ns);
+  }
+  std::fclose(f);
 }
 
 __attribute__((noinline)) void PreprocessBatch(long us) {
@@ -159,6 +186,7 @@ Options Parse(int argc, char** argv) {
     else if (a.Is("--slow-from")) o.slow_from = a.Int();
     else if (a.Is("--slow-input-us")) o.slow_input_us = a.Long();
     else if (a.Is("--step-time")) o.step_time = true;
+    else if (a.Is("--log-waits")) o.log_waits = a.Value();
     else a.Unknown();
   }
   return o;
@@ -222,6 +250,7 @@ int main(int argc, char** argv) {
   }
 
   float last_loss = 0;
+  g_waits.reserve(size_t(o.steps));
   const int timed_from = o.steps / 10;
   long long timed_start = 0;
   for (int step = 0; step < o.steps; ++step) {
@@ -260,6 +289,7 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("train_loop: %d steps, last loss %g\n", o.steps, double(last_loss));
+  if (o.log_waits != nullptr) WriteWaits(o.log_waits);
   if (g_spin_wall_ns > 0) {
     std::printf("spin_on_cpu_share %.4f\n", double(g_spin_cpu_ns) / double(g_spin_wall_ns));
   }

@@ -59,19 +59,31 @@ def run_traced(build, work, args, extra_env=None, run_args=()):
     return report, truth
 
 
-def injected_gaps(truth):
+def injected_gaps(truth, waits=None, clip_start=True):
     """Per step, (the device idle just before the step's first op, the batch
     copy host-to-device that follows the injected host wait, up to its
     submission (ground_truth.until_submit); of it the time the submitting
     thread was runnable but waiting for a CPU in the ground truth, at most
-    the gap)."""
+    the gap).
+    waits: the program's own log of its input waits (train_loop
+    --log-waits), one a step: the gap is cut to the end of the step's wait
+    (the copy's call after it, its hook and the driver's path to the
+    submission, is the host's work, launch_overhead: a sanitized build
+    stretches it to 0.1 ms), and with clip_start to its start too (a drain
+    before the wait began is not the wait's)."""
     pre_of = preempted_before(truth)
     gaps, busy_until = [], None
     for op in sorted(truth, key=lambda op: op["start_ns"]):
         if op["kind"] == "memcpy" and op["name"] == "HtoD":
             gap = 0
             if busy_until is not None:  # an op that overlapped the previous work ends no gap
-                gap = max(0, until_submit(busy_until, op["start_ns"], op) - busy_until)
+                lo, hi = busy_until, until_submit(busy_until, op["start_ns"], op)
+                if waits is not None:
+                    w = waits[len(gaps)]
+                    hi = min(hi, w["end_ns"])
+                    if clip_start:
+                        lo = max(lo, w["start_ns"])
+                gap = max(0, hi - lo)
             gaps.append((gap, min(gap, pre_of[id(op)])))
         busy_until = op["end_ns"] if busy_until is None else max(busy_until, op["end_ns"])
     return gaps
@@ -171,20 +183,30 @@ def case_device_sample(build, work):
     check_idle_matches_truth(report, truth)
 
 
+def read_waits(path, steps):
+    with open(path) as f:
+        waits = [json.loads(line) for line in f if line.strip()]
+    check(len(waits) == steps, f"{len(waits)} input waits logged, expected {steps}")
+    return waits
+
+
 def case_input(build, work):
     wait_us = 6000
+    waits_log = os.path.join(work, "waits.jsonl")
     report, truth = run_traced(build, work, [os.path.join(build, "bin", "train_loop"),
-                                             "--steps", str(STEPS), "--input-us", str(wait_us)])
+                                             "--steps", str(STEPS), "--input-us", str(wait_us),
+                                             "--log-waits", waits_log])
     check_marker_steps(report)
     check_idle_matches_truth(report, truth)
     # No synchronization precedes the wait, so the host ran ahead: the GPU
     # idles for the wait less the work still queued from the step before. The
     # injected idle is, in the ground truth, the gap before each step's first
-    # op (its batch copy); at least 90% of it is host_wait (steady-state steps,
-    # from step 2).
+    # op (its batch copy) while the program waited (its own log of the
+    # waits); at least 90% of it is host_wait (steady-state steps, from
+    # step 2).
     # Where the thread, woken, waited for a CPU (the ground truth's run-queue
     # delay), that part may be host_preempted instead.
-    gaps = injected_gaps(truth)
+    gaps = injected_gaps(truth, read_waits(waits_log, STEPS))
     check(len(gaps) == STEPS, f"{len(gaps)} batch copies in the ground truth, expected {STEPS}")
     for st, (gap, pre) in zip(report["steps"][2:], gaps[2:]):
         hw = st["idle_by_cause"]["host_wait"]
@@ -250,19 +272,21 @@ def case_host_busy(build, work):
 
 def case_input_after_sync(build, work):
     wait_us = 4000
+    waits_log = os.path.join(work, "waits.jsonl")
     report, truth = run_traced(build, work, [os.path.join(build, "bin", "train_loop"),
                                              "--steps", str(STEPS), "--input-us", str(wait_us),
-                                             "--sync-log"])
+                                             "--sync-log", "--log-waits", waits_log])
     check_marker_steps(report)
     check_idle_matches_truth(report, truth)
     # After a synchronization, rule 1 comes first: the sync gets the part the
     # host could have overlapped (the time it sat blocked while the GPU still
     # had work); the rest of the wait is host_wait. Together they explain at
     # least 90% of the injected idle (the ground truth's gap before each
-    # step's batch copy), from step 2. (How much of it is host_wait depends
-    # on how long the device work ran, which a loaded machine stretches;
-    # the attribution unit tests pin the split.)
-    gaps = injected_gaps(truth)
+    # step's batch copy, up to the end of the step's input wait), from step
+    # 2. (How much of it is host_wait depends on how long the device work
+    # ran, which a loaded machine stretches; the attribution unit tests pin
+    # the split.)
+    gaps = injected_gaps(truth, read_waits(waits_log, STEPS), clip_start=False)
     check(len(gaps) == STEPS, f"{len(gaps)} batch copies in the ground truth, expected {STEPS}")
     for st, (gap, _) in zip(report["steps"][2:], gaps[2:]):
         c = st["idle_by_cause"]
