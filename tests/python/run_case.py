@@ -210,10 +210,14 @@ def threads(build, work, exe):
 def bench(build, work, exe):
     """Added cost per blocking call: no library / library without Python
     stacks / library with them. Fails only when the Python capture alone
-    costs more than the whole 5 us budget (a loose bound for shared CI)."""
+    costs more than the whole 5 us budget (a loose bound for shared CI).
+    5,000 calls a round here (BENCH_N, 20,000 when the workload runs by
+    hand): the case runs alone, once per Python, and most of its time was
+    the traced runs and reading their traces back."""
     script = os.path.join(HERE, "bench_workload.py")
+    n = {"BENCH_N": os.environ.get("BENCH_N", "5000")}
     env = dict(os.environ, SIMGPU_KERNEL_US=KERNELS,
-               LD_LIBRARY_PATH=os.path.join(build, "lib", "simgpu"))
+               LD_LIBRARY_PATH=os.path.join(build, "lib", "simgpu"), **n)
     env.pop("LD_PRELOAD", None)
     p = subprocess.run([exe, script], env=env, capture_output=True, text=True, timeout=300)
     check(p.returncode == 0, f"bench without the library exited {p.returncode}: {p.stderr[-2000:]}")
@@ -221,7 +225,7 @@ def bench(build, work, exe):
     res = {}
     for name, extra in (("native", {"STALLSCOPE_PYTHON_STACKS": "0"}), ("python", {})):
         os.makedirs(os.path.join(work, name))
-        p, out = run(build, os.path.join(work, name), [exe, script], extra, timeout=300)
+        p, out = run(build, os.path.join(work, name), [exe, script], dict(extra, **n), timeout=300)
         check(p.returncode == 0, f"bench ({name}) exited {p.returncode}: {p.stderr[-2000:]}")
         res[name] = json.loads(p.stdout.strip().splitlines()[-1])
         t = trace_dump.load_dir(build, out)[0]
