@@ -29,11 +29,14 @@ struct ChunkTypeInfo {
   ChunkType type;
   const char* name;     // as reports and messages name it
   size_t record_bytes;  // the fixed record's size; 0 for Entries and NoRecords
+  ChunkClock clock;     // the clock of its records' times
+  ChunkReading reading;  // whether a slice of the timeline chooses it
 };
 
 inline constexpr ChunkTypeInfo kChunkTypes[] = {
-#define STALLSCOPE_CHUNK_INFO(id, wire, name, record) \
-  {ChunkType::id, name, std::is_empty_v<record> ? 0 : sizeof(record)},
+#define STALLSCOPE_CHUNK_INFO(id, wire, name, record, clock, reading)                         \
+  {ChunkType::id, name, std::is_empty_v<record> ? 0 : sizeof(record), ChunkClock::clock, \
+   ChunkReading::reading},
     STALLSCOPE_CHUNK_TYPES(STALLSCOPE_CHUNK_INFO)
 #undef STALLSCOPE_CHUNK_INFO
 };
@@ -50,7 +53,7 @@ constexpr const ChunkTypeInfo* FindChunkType(uint16_t type) {
 // ChunkRecord<ChunkType::kApi>::type is ApiRecord.
 template <ChunkType kType>
 struct ChunkRecord;
-#define STALLSCOPE_CHUNK_RECORD(id, wire, name, record) \
+#define STALLSCOPE_CHUNK_RECORD(id, wire, name, record, clock, reading) \
   template <>                                                       \
   struct ChunkRecord<ChunkType::id> {                               \
     using type = record;                                            \

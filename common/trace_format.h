@@ -56,36 +56,53 @@ enum FileFlags : uint32_t {
   kFileTicksAreNs = 1u << 0,  // API/NVTX ticks are CLOCK_MONOTONIC ns already
 };
 
+// What clock a chunk's record times are on.
+enum class ChunkClock : uint8_t {
+  kNoTime,  // none of its records carries a time
+  kTicks,   // the host's ticks, converted to ns by the file's clock pairs
+  kNs,      // CLOCK_MONOTONIC ns already (device ops, from CUPTI)
+};
+
+// How a reader of a slice of the timeline takes a chunk (SliceChunks in
+// analyzer/read/trace_reader.h).
+enum class ChunkReading : uint8_t {
+  kWhole,   // always read, whatever the slice (tables, clocks, threads ...)
+  kSliced,  // records of the timeline: read when the slice needs them
+};
+
 // The chunk types, the one table of them: X(enumerator, wire type, name,
-// record). `record` is the fixed-size record a chunk holds `count` of;
-// `Entries` for variable-size entries, each padded to 8 bytes (their encoders
-// and decoders are in common/trace_codec.h); `NoRecords` for an empty
-// payload. kApi, kNvtx, kCpu and kCpuSched chunks hold one thread's records
-// and carry it in `tid`. Payloads are described in docs/trace-format.md; a
-// wire type is never reused.
-#define STALLSCOPE_CHUNK_TYPES(X)                                            \
-  X(kApi, 1, "api", ApiRecord)                                               \
-  X(kDevice, 2, "device", DeviceRecord)                                      \
-  X(kCorrelation, 3, "correlation", CorrelationRecord)                       \
-  X(kNvtx, 4, "nvtx", NvtxRecord)                                            \
-  X(kString, 5, "string", Entries)      /* {u32 id, u32 len, bytes} */       \
-  X(kStack, 6, "stack", Entries)        /* {u32 id, u16 depth, u16 kind,     \
-                                           words}: native u64 pc[depth];     \
-                                           Python depth x (string, line) */  \
-  X(kModule, 7, "module", Entries)      /* ModuleRecord, path, build id */   \
-  X(kClock, 8, "clock", ClockRecord)                                         \
-  X(kApiTable, 9, "api-table", Entries) /* ApiTableEntry, name */            \
-  X(kThread, 10, "thread", ThreadRecord)                                     \
-  X(kDiagnostic, 11, "diagnostic", DiagnosticRecord)                         \
-  X(kEnd, 12, "end", NoRecords)         /* the process finished cleanly */   \
-  X(kCpu, 13, "cpu", CpuRecord)         /* superseded by kCpuSched */        \
-  X(kNccl, 14, "nccl", NcclRecord)                                           \
-  X(kRank, 15, "rank", RankRecord)                                           \
-  X(kCpuSched, 16, "cpu-sched", CpuSchedRecord)                              \
-  X(kDeviceTiming, 17, "device-timing", DeviceTimingRecord)
+// record, clock, reading). `record` is the fixed-size record a chunk holds
+// `count` of; `Entries` for variable-size entries, each padded to 8 bytes
+// (their encoders and decoders are in common/trace_codec.h); `NoRecords` for
+// an empty payload. `clock` is a ChunkClock, `reading` a ChunkReading.
+// kApi, kNvtx, kCpu and kCpuSched chunks hold one thread's records and carry
+// it in `tid`. Payloads are described in docs/trace-format.md; a wire type
+// is never reused.
+#define STALLSCOPE_CHUNK_TYPES(X)                                                    \
+  X(kApi, 1, "api", ApiRecord, kTicks, kSliced)                                      \
+  X(kDevice, 2, "device", DeviceRecord, kNs, kSliced)                                \
+  X(kCorrelation, 3, "correlation", CorrelationRecord, kNoTime, kSliced)             \
+  X(kNvtx, 4, "nvtx", NvtxRecord, kTicks, kSliced)                                   \
+  X(kString, 5, "string", Entries, kNoTime, kWhole)  /* {u32 id, u32 len, bytes} */  \
+  X(kStack, 6, "stack", Entries, kNoTime, kWhole)    /* {u32 id, u16 depth,         \
+                                                        u16 kind, words}: native    \
+                                                        u64 pc[depth]; Python       \
+                                                        depth x (string, line) */   \
+  X(kModule, 7, "module", Entries, kNoTime, kWhole)  /* ModuleRecord, path,         \
+                                                        build id */                 \
+  X(kClock, 8, "clock", ClockRecord, kTicks, kWhole)                                 \
+  X(kApiTable, 9, "api-table", Entries, kNoTime, kWhole) /* ApiTableEntry, name */   \
+  X(kThread, 10, "thread", ThreadRecord, kNoTime, kWhole)                            \
+  X(kDiagnostic, 11, "diagnostic", DiagnosticRecord, kNoTime, kWhole)                \
+  X(kEnd, 12, "end", NoRecords, kNoTime, kWhole) /* the process finished cleanly */  \
+  X(kCpu, 13, "cpu", CpuRecord, kTicks, kSliced) /* superseded by kCpuSched */       \
+  X(kNccl, 14, "nccl", NcclRecord, kTicks, kSliced)                                  \
+  X(kRank, 15, "rank", RankRecord, kNoTime, kWhole)                                  \
+  X(kCpuSched, 16, "cpu-sched", CpuSchedRecord, kTicks, kSliced)                     \
+  X(kDeviceTiming, 17, "device-timing", DeviceTimingRecord, kTicks, kWhole)
 
 enum class ChunkType : uint16_t {
-#define STALLSCOPE_CHUNK_ENUM(id, wire, name, record) id = wire,
+#define STALLSCOPE_CHUNK_ENUM(id, wire, name, record, clock, reading) id = wire,
   STALLSCOPE_CHUNK_TYPES(STALLSCOPE_CHUNK_ENUM)
 #undef STALLSCOPE_CHUNK_ENUM
 };

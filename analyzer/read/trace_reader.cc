@@ -403,6 +403,38 @@ absl::StatusOr<FileHeader> ReadFileHeader(const ReadAt& read, uint64_t size,
   return fh;
 }
 
+// What a ScanMagics visitor makes of a chunk magic it was shown.
+enum class AtMagic { kNext, kFound, kGiveUp };
+
+// Shows `visit` the offset of every chunk magic in the file from `from` on,
+// in order, reading it by blocks (a magic across two blocks included),
+// until `visit` answers kFound (that offset is returned) or kGiveUp; `size`
+// when it never did, or a read failed.
+template <typename Visit>
+uint64_t ScanMagics(const ReadAt& read, uint64_t size, uint64_t from, Visit&& visit) {
+  constexpr size_t kBlock = 64 * 1024;
+  std::vector<unsigned char> block(kBlock);
+  const uint32_t magic = trace::kChunkMagic;
+  for (uint64_t pos = from; pos < size && size - pos >= sizeof(magic);) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, size - pos));
+    if (!read(pos, n, block.data())) return size;
+    for (size_t i = 0; i + sizeof(magic) <= n; ++i) {
+      if (std::memcmp(block.data() + i, &magic, sizeof(magic)) != 0) continue;
+      switch (visit(pos + i)) {
+        case AtMagic::kNext:
+          break;
+        case AtMagic::kFound:
+          return pos + i;
+        case AtMagic::kGiveUp:
+          return size;
+      }
+    }
+    if (n < kBlock) break;
+    pos += n - (sizeof(magic) - 1);  // a magic across the block boundary
+  }
+  return size;
+}
+
 // A chunk at `at`: verified (its payload in `buffer`), cut short by the end
 // of the file, or failing a check.
 enum class Load { kOk, kShort, kBad, kBadChecksum, kReadError };
@@ -510,26 +542,14 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
   // large payloads costs no more).
   uint64_t verify_budget = 2 * size + (uint64_t{64} << 20);
   auto resync = [&](uint64_t from) -> uint64_t {
-    constexpr size_t kBlock = 64 * 1024;
-    std::vector<unsigned char> block(kBlock);
-    uint32_t magic = trace::kChunkMagic;
-    for (uint64_t pos = from; pos < size && size - pos >= sizeof(ChunkHeader);) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, size - pos));
-      if (!read(pos, n, block.data())) return size;
-      for (size_t i = 0; i + sizeof(magic) <= n; ++i) {
-        if (std::memcmp(block.data() + i, &magic, sizeof(magic)) != 0) continue;
-        const uint64_t at = pos + i;
-        ChunkHeader ch;
-        if (size - at < sizeof(ch) || !read(at, sizeof(ch), &ch)) return size;
-        if (CheckHeader(ch, at, size) != HeaderCheck::kOk) continue;  // its payload is not read
-        if (ch.payload_bytes > verify_budget) return size;
-        verify_budget -= ch.payload_bytes;
-        if (load(at, &ch) == Load::kOk) return at;
-      }
-      if (n < kBlock) break;
-      pos += n - (sizeof(magic) - 1);  // a magic across the block boundary
-    }
-    return size;
+    return ScanMagics(read, size, from, [&](uint64_t at) {
+      ChunkHeader ch;
+      if (size - at < sizeof(ch) || !read(at, sizeof(ch), &ch)) return AtMagic::kGiveUp;
+      if (CheckHeader(ch, at, size) != HeaderCheck::kOk) return AtMagic::kNext;  // its payload is not read
+      if (ch.payload_bytes > verify_budget) return AtMagic::kGiveUp;
+      verify_budget -= ch.payload_bytes;
+      return load(at, &ch) == Load::kOk ? AtMagic::kFound : AtMagic::kNext;
+    });
   };
 
   Unpacked unpacked;
@@ -662,34 +682,14 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
 // The record chunks a slice of the timeline chooses among (SliceChunks);
 // the others (tables, clocks, threads, diagnostics ...) are always read.
 bool IsSliced(uint16_t type) {
-  switch (static_cast<ChunkType>(type)) {
-    case ChunkType::kApi:
-    case ChunkType::kDevice:
-    case ChunkType::kCorrelation:
-    case ChunkType::kNvtx:
-    case ChunkType::kCpu:
-    case ChunkType::kCpuSched:
-    case ChunkType::kNccl:
-      return true;
-    default:
-      return false;
-  }
+  const trace::ChunkTypeInfo* info = trace::FindChunkType(type);
+  return info != nullptr && info->reading == trace::ChunkReading::kSliced;
 }
 
 // Whether a chunk's records carry ticks (the others: device ops' ns, ids).
 bool InTicks(uint16_t type) {
-  switch (static_cast<ChunkType>(type)) {
-    case ChunkType::kApi:
-    case ChunkType::kNvtx:
-    case ChunkType::kClock:
-    case ChunkType::kCpu:
-    case ChunkType::kCpuSched:
-    case ChunkType::kNccl:
-    case ChunkType::kDeviceTiming:
-      return true;
-    default:
-      return false;
-  }
+  const trace::ChunkTypeInfo* info = trace::FindChunkType(type);
+  return info != nullptr && info->clock == trace::ChunkClock::kTicks;
 }
 
 // The span of a verified chunk's records (ChunkSpan::lo, hi), from its raw
@@ -782,19 +782,7 @@ void SpanOf(ChunkType type, const uint8_t* p, size_t n, uint32_t count, ChunkSpa
 
 // Whether a chunk magic appears anywhere in the file from `from` on.
 bool MagicAfter(const ReadAt& read, uint64_t size, uint64_t from) {
-  constexpr size_t kBlock = 64 * 1024;
-  std::vector<unsigned char> block(kBlock);
-  const uint32_t magic = trace::kChunkMagic;
-  for (uint64_t pos = from; pos < size && size - pos >= sizeof(magic);) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, size - pos));
-    if (!read(pos, n, block.data())) return false;
-    for (size_t i = 0; i + sizeof(magic) <= n; ++i) {
-      if (std::memcmp(block.data() + i, &magic, sizeof(magic)) == 0) return true;
-    }
-    if (n < kBlock) break;
-    pos += n - (sizeof(magic) - 1);  // a magic across the block boundary
-  }
-  return false;
+  return ScanMagics(read, size, from, [](uint64_t) { return AtMagic::kFound; }) < size;
 }
 
 absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::string& name) {
