@@ -2,6 +2,7 @@
 // timeline model (see timeline.h).
 #include "analyzer/model/timeline.h"
 
+#include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -37,6 +38,11 @@ const ApiInfo& Timeline::UnknownApi() {
   return *kUnknown;
 }
 
+void KeepFreedMemory() {
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, INT32_MAX);
+}
+
 void PopulatePages(void* data, size_t bytes) {
 #ifdef MADV_POPULATE_WRITE
   if (bytes < (size_t{1} << 20)) return;
@@ -62,6 +68,22 @@ void GrowToHold(std::vector<T>* v, uint64_t index, uint64_t limit, T fill) {
   if (index < v->size()) return;
   v->resize(std::min<uint64_t>(std::max<uint64_t>({index + 1, v->capacity(), 2 * v->size()}), limit),
             fill);
+}
+
+// A flat vector `v` of ids from `*base` (v[i] is id *base + i), at most
+// `limit` long: when `id` is below the base and the vector can reach down
+// to it, moves the base down (by at least 1024, as far as 0) and fills the
+// new front with `fill`. False when `id` stays below the base (it belongs
+// in the hash map beside the vector).
+template <typename T>
+bool MoveBaseDown(std::vector<T>* v, uint64_t* base, uint64_t id, uint64_t limit, T fill) {
+  if (id >= *base) return true;
+  const uint64_t need = *base - id;
+  if (v->size() + need > limit) return false;
+  const uint64_t by = std::min<uint64_t>({*base, std::max<uint64_t>(need, 1024), limit - v->size()});
+  v->insert(v->begin(), by, fill);
+  *base -= by;
+  return true;
 }
 
 // Per-key counts in `list`, in order of each key's first appearance: the
@@ -102,11 +124,17 @@ void CorrelationMap::Expect(uint64_t expected) {
 
 void CorrelationMap::Set(uint32_t correlation, uint64_t external) {
   ++records_;
-  if (correlation < dense_.size()) {
-    dense_[correlation] = external;
-  } else if (correlation < limit_) {
-    GrowToHold(&dense_, correlation, limit_, uint64_t{0});
-    dense_[correlation] = external;
+  if (records_ == 1 && dense_.empty()) base_ = correlation;
+  if (!MoveBaseDown(&dense_, &base_, correlation, limit_, uint64_t{0})) {
+    sparse_[correlation] = external;
+    return;
+  }
+  const uint64_t at = correlation - base_;
+  if (at < dense_.size()) {
+    dense_[at] = external;
+  } else if (at < limit_) {
+    GrowToHold(&dense_, at, limit_, uint64_t{0});
+    dense_[at] = external;
   } else {
     sparse_[correlation] = external;
   }
@@ -114,6 +142,7 @@ void CorrelationMap::Set(uint32_t correlation, uint64_t external) {
 
 void CorrelationMap::Clear() {
   records_ = 0;
+  base_ = 0;
   std::vector<uint64_t>().swap(dense_);
   absl::flat_hash_map<uint32_t, uint64_t>().swap(sparse_);
 }
@@ -133,18 +162,21 @@ void ExternalIndex::SetSlow(uint64_t external, uint32_t call) {
       break;
     }
   }
-  if (th == nullptr && seq < limit_ && threads_.size() < kMaxThreads) {
+  if (th == nullptr && threads_.size() < kMaxThreads) {
     th = &threads_.emplace_back();
     th->high = high;
+    // From the first sequence set, or 0 when that is inside the vector's
+    // reach (a whole file's, from 1).
+    th->base = seq < limit_ ? 0 : seq;
     // Most calls come from one thread: room for all of them there.
     if (threads_.size() == 1) th->calls.reserve(std::min(expected_ + 1, limit_));
   }
-  if (th == nullptr || seq >= limit_) {
+  if (th == nullptr || !MoveBaseDown(&th->calls, &th->base, seq, limit_, -1) || seq - th->base >= limit_) {
     sparse_[external] = static_cast<int32_t>(call);
     return;
   }
-  GrowToHold(&th->calls, seq, limit_, -1);
-  th->calls[seq] = static_cast<int32_t>(call);
+  GrowToHold(&th->calls, seq - th->base, limit_, -1);
+  th->calls[seq - th->base] = static_cast<int32_t>(call);
   last_ = static_cast<size_t>(th - threads_.data());
 }
 

@@ -341,6 +341,7 @@ TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "
 TEST_CASE("slices: what reading a trace by slices costs", "[.][slice-bench]") {
   const char* spec = std::getenv("STALLSCOPE_SLICE_BENCH");
   if (spec == nullptr) return;
+  KeepFreedMemory();  // as the `stallscope` command reads
   std::string path = spec;
   size_t slices = 350;
   if (auto colon = path.rfind(':'); colon != std::string::npos) {

@@ -461,6 +461,8 @@ Load LoadChunk(const ReadAt& read, uint64_t size, uint16_t version, uint64_t at,
 struct ChunkList {
   std::vector<uint64_t> offsets;
   bool file_has_correlations = false;
+  // The records those chunks hold, by the index: calls, ops, correlations.
+  uint64_t calls = 0, ops = 0, correlations = 0;
 };
 
 // With `only`, reads just the chunks at those offsets (an index chose
@@ -554,6 +556,17 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
 
   Unpacked unpacked;
   if (only != nullptr) {
+    // Sized by the index's counts, bounded as the whole read bounds them:
+    // the id maps' flat vectors then reach over the slice's ids.
+    const uint64_t budget = std::max<uint64_t>(uint64_t{1} << 30, 64 * size);
+    const uint64_t calls = std::min<uint64_t>(only->calls, budget / (sizeof(ApiCall) + sizeof(CallInfo)));
+    const uint64_t ops = std::min<uint64_t>(only->ops, budget / (sizeof(DeviceOp) + sizeof(OpInfo)));
+    t.calls.reserve(calls);
+    t.call_info.reserve(calls);
+    t.ops.reserve(ops);
+    t.op_info.reserve(ops);
+    t.correlations.Expect(std::min<uint64_t>(only->correlations, budget / 16));
+    t.by_external.Expect(calls);
     for (const uint64_t at : only->offsets) {
       ChunkHeader ch{};
       const Load l = at < size ? load(at, &ch) : Load::kShort;
@@ -926,7 +939,15 @@ ChunkList ChunkOffsets(const TraceIndex& index, const std::vector<size_t>& chunk
     if (!IsSliced(c.type)) out.push_back(c.offset);
   }
   for (size_t k : chunks) {
-    if (k < index.chunks.size() && IsSliced(index.chunks[k].type)) out.push_back(index.chunks[k].offset);
+    if (k >= index.chunks.size() || !IsSliced(index.chunks[k].type)) continue;
+    const ChunkSpan& c = index.chunks[k];
+    out.push_back(c.offset);
+    switch (static_cast<ChunkType>(c.type)) {
+      case ChunkType::kApi: list.calls += c.count; break;
+      case ChunkType::kDevice: list.ops += c.count; break;
+      case ChunkType::kCorrelation: list.correlations += c.count; break;
+      default: break;
+    }
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
