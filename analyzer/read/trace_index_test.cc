@@ -246,7 +246,33 @@ TraceBuilder SliceRun(uint32_t seed, bool ticks, Ids ids) {
   return b;
 }
 
+// Two readings of one slice hold the same records, joined alike.
+void CheckSameSlice(const Timeline& a, const Timeline& b) {
+  REQUIRE(a.calls.size() == b.calls.size());
+  REQUIRE(a.ops.size() == b.ops.size());
+  for (size_t i = 0; i < a.calls.size(); ++i) {
+    CHECK(std::tie(a.calls[i].tid, a.calls[i].api, a.calls[i].enter_ns, a.calls[i].exit_ns) ==
+          std::tie(b.calls[i].tid, b.calls[i].api, b.calls[i].enter_ns, b.calls[i].exit_ns));
+    CHECK(std::tie(a.call_info[i].correlation, a.call_info[i].op_count, a.call_info[i].last_op_end_ns) ==
+          std::tie(b.call_info[i].correlation, b.call_info[i].op_count, b.call_info[i].last_op_end_ns));
+  }
+  for (size_t i = 0; i < a.ops.size(); ++i) {
+    CHECK(std::tie(a.ops[i].start_ns, a.ops[i].end_ns, a.ops[i].device, a.ops[i].call) ==
+          std::tie(b.ops[i].start_ns, b.ops[i].end_ns, b.ops[i].device, b.ops[i].call));
+  }
+  CHECK(a.ranges.size() == b.ranges.size());
+  CHECK(a.cpu.size() == b.cpu.size());
+  for (const auto& [tid, samples] : a.cpu) {
+    auto it = b.cpu.find(tid);
+    REQUIRE(it != b.cpu.end());
+    CHECK(samples.size() == it->second.size());
+  }
+  CHECK(a.bytes_used == b.bytes_used);
+  CHECK(a.diagnostics.size() == b.diagnostics.size());
+}
+
 TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "[index][slice]") {
+  uint64_t kept_total = 0;
   for (uint32_t seed = 1; seed <= 60; ++seed) {
     for (int encoding = 0; encoding < 3; ++encoding) {
       CAPTURE(seed, encoding);
@@ -260,6 +286,10 @@ TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "
       for (const ApiCall& c : whole.calls) last = std::max(last, c.exit_ns);
       for (const DeviceOp& op : whole.ops) last = std::max(last, op.end_ns);
       std::mt19937_64 rng(seed);
+      // One reader for every slice of the run: what it keeps from the
+      // slice before changes nothing.
+      auto reader = SliceReader::OpenBytes(bytes, "t", *index);
+      REQUIRE(reader.ok());
       for (int k = 0; k < 6; ++k) {
         int64_t lo = static_cast<int64_t>(rng() % static_cast<uint64_t>(last + 1));
         int64_t hi = static_cast<int64_t>(rng() % static_cast<uint64_t>(last + 1));
@@ -269,6 +299,9 @@ TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "
             SliceChunks(*index, static_cast<uint64_t>(lo), static_cast<uint64_t>(hi));
         auto slice = ReadTraceChunks(bytes, "t", *index, chosen);
         REQUIRE(slice.ok());
+        auto again = reader->Read(chosen);
+        REQUIRE(again.ok());
+        CheckSameSlice(*slice, *again);
         // A call: its thread, API, times and ids.
         auto key = [](const Timeline& t, int32_t i) {
           const ApiCall& c = t.calls[static_cast<size_t>(i)];
@@ -329,15 +362,31 @@ TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "
         CHECK(slice->ops.size() == chosen_ops);
         CHECK(inside <= chosen_ops);
       }
+      // Neighbouring slices, in order, as the streamed analysis reads them:
+      // the chunks at their edges are kept, not decoded again.
+      const uint64_t kept_before = reader->chunks_kept();
+      for (int k = 0; k < 5; ++k) {
+        const auto lo = static_cast<uint64_t>(last / 5 * k);
+        const auto hi = k == 4 ? static_cast<uint64_t>(last) : static_cast<uint64_t>(last / 5 * (k + 1));
+        const std::vector<size_t> chosen = SliceChunks(*index, lo, hi);
+        auto fresh = ReadTraceChunks(bytes, "t", *index, chosen);
+        auto kept = reader->Read(chosen);
+        REQUIRE(fresh.ok());
+        REQUIRE(kept.ok());
+        CheckSameSlice(*fresh, *kept);
+      }
+      kept_total += reader->chunks_kept() - kept_before;
     }
   }
+  CHECK(kept_total > 0);
 }
 
 // Not a test (hidden, "[.]"): what reading a trace by slices costs, for
 // scripts/bench. STALLSCOPE_SLICE_BENCH=FILE[:SLICES] cuts FILE's device
-// time into SLICES equal slices (default 350) and reads each from the file
-// (SliceChunks, ReadTraceFileChunks); prints the time, the events read
-// against the events in the file, and the largest slice.
+// time into SLICES equal slices (default 350) and reads them in order from
+// the file with one SliceReader (SliceChunks, SliceReader::Read); prints
+// the time, the events read against the events in the file, the chunks
+// decoded and kept from the slice before, and the largest slice.
 TEST_CASE("slices: what reading a trace by slices costs", "[.][slice-bench]") {
   const char* spec = std::getenv("STALLSCOPE_SLICE_BENCH");
   if (spec == nullptr) return;
@@ -365,12 +414,14 @@ TEST_CASE("slices: what reading a trace by slices costs", "[.][slice-bench]") {
   }
   REQUIRE(lo < hi);
   uint64_t read = 0, most = 0, chunks = 0;
+  auto reader = SliceReader::OpenFile(path, *index);
+  REQUIRE(reader.ok());
   for (size_t k = 0; k < slices; ++k) {
     const uint64_t a = lo + (hi - lo) / slices * k;
     const uint64_t b = k + 1 == slices ? hi : lo + (hi - lo) / slices * (k + 1);
     const std::vector<size_t> chosen = SliceChunks(*index, a, b);
     chunks += chosen.size();
-    auto t = ReadTraceFileChunks(path, *index, chosen);
+    auto t = reader->Read(chosen);
     REQUIRE(t.ok());
     const uint64_t n = t->calls.size() + t->ops.size();
     read += n;
@@ -381,10 +432,12 @@ TEST_CASE("slices: what reading a trace by slices costs", "[.][slice-bench]") {
   getrusage(RUSAGE_SELF, &ru);
   const double index_s = std::chrono::duration<double>(t1 - t0).count();
   const double slices_s = std::chrono::duration<double>(t2 - t1).count();
-  std::printf("slices: %s: index %.2f s; %zu slices read in %.2f s (%.1f ms each, %.1f chunks each); "
+  std::printf("slices: %s: index %.2f s; %zu slices read in %.2f s (%.1f ms each, %.1f chunks each, "
+              "%.1f of them decoded, the others kept from the slice before); "
               "calls and ops read %.2f x those in the file (%llu), the largest slice %llu; peak %ld MB\n",
               path.c_str(), index_s, slices, slices_s, 1e3 * slices_s / static_cast<double>(slices),
               static_cast<double>(chunks) / static_cast<double>(slices),
+              static_cast<double>(reader->chunks_decoded()) / static_cast<double>(slices),
               static_cast<double>(read) / static_cast<double>(in_file),
               static_cast<unsigned long long>(in_file), static_cast<unsigned long long>(most),
               ru.ru_maxrss / 1024);

@@ -457,32 +457,30 @@ Load LoadChunk(const ReadAt& read, uint64_t size, uint16_t version, uint64_t at,
   return Load::kOk;
 }
 
-// Chunks to read (ReadTraceChunks), in file order.
-struct ChunkList {
-  std::vector<uint64_t> offsets;
-  bool file_has_correlations = false;
-  // The records those chunks hold, by the index: calls, ops, correlations.
-  uint64_t calls = 0, ops = 0, correlations = 0;
-};
-
-// With `only`, reads just the chunks at those offsets (an index chose
-// them: each must verify) and finalizes them; else the whole file.
-absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::string& name,
-                              const ReadProgress& progress = nullptr,
-                              const ChunkList* only = nullptr) {
+// A timeline holding the file header's fields, no records yet.
+absl::StatusOr<Timeline> StartTimeline(const ReadAt& read, uint64_t size, const std::string& name) {
   Timeline t;
   t.path = name;
   t.file_size = size;
   auto header = ReadFileHeader(read, size, name);
   if (!header.ok()) return header.status();
-  const FileHeader fh = *header;
-  t.header = fh;
-  t.host = std::string(fh.host, strnlen(fh.host, sizeof(fh.host)));
-  t.ticks_are_ns = (fh.flags & trace::kFileTicksAreNs) != 0;
+  t.header = *header;
+  t.host = std::string(header->host, strnlen(header->host, sizeof(header->host)));
+  t.ticks_are_ns = (header->flags & trace::kFileTicksAreNs) != 0;
+  return t;
+}
+
+// Reads the whole file, resuming after damage.
+absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::string& name,
+                              const ReadProgress& progress = nullptr) {
+  auto started = StartTimeline(read, size, name);
+  if (!started.ok()) return started.status();
+  Timeline t = *std::move(started);
+  const FileHeader fh = t.header;
 
   // A pass over the chunk headers sizes the record vectors once (counts
   // capped by what each payload can hold), so no vector grows by copying.
-  if (only == nullptr) {
+  {
     uint64_t api = 0, device = 0, corr = 0;
     for (uint64_t off = fh.header_bytes; off < size && size - off >= sizeof(ChunkHeader);) {
       ChunkHeader ch;
@@ -555,39 +553,6 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
   };
 
   Unpacked unpacked;
-  if (only != nullptr) {
-    // Sized by the index's counts, bounded as the whole read bounds them:
-    // the id maps' flat vectors then reach over the slice's ids.
-    const uint64_t budget = std::max<uint64_t>(uint64_t{1} << 30, 64 * size);
-    const uint64_t calls = std::min<uint64_t>(only->calls, budget / (sizeof(ApiCall) + sizeof(CallInfo)));
-    const uint64_t ops = std::min<uint64_t>(only->ops, budget / (sizeof(DeviceOp) + sizeof(OpInfo)));
-    t.calls.reserve(calls);
-    t.call_info.reserve(calls);
-    t.ops.reserve(ops);
-    t.op_info.reserve(ops);
-    t.correlations.Expect(std::min<uint64_t>(only->correlations, budget / 16));
-    t.by_external.Expect(calls);
-    for (const uint64_t at : only->offsets) {
-      ChunkHeader ch{};
-      const Load l = at < size ? load(at, &ch) : Load::kShort;
-      std::string reason = l == Load::kOk ? "" : "a chunk that does not verify";
-      const uint8_t* payload = reinterpret_cast<const uint8_t*>(buffer.data());
-      size_t payload_bytes = ch.payload_bytes;
-      if (fh.version < 4) ch.encoding = trace::kEncodingRaw;
-      if (reason.empty()) reason = Unpack(ch, &payload, &payload_bytes, &unpacked);
-      if (reason.empty()) reason = ParseChunk(ch, payload, payload_bytes, &t);
-      if (!reason.empty()) {
-        return absl::DataLossError(
-            absl::StrFormat("%s: chunk at byte offset %d: %s", name, at, reason));
-      }
-      t.bytes_used = std::max(t.bytes_used, at + sizeof(ch) + ch.payload_bytes);
-    }
-    // Ops whose correlations were not read are left unjoined, not joined
-    // by their CUPTI ids (the fallback for files without correlations).
-    t.correlations_elsewhere = only->file_has_correlations;
-    FinalizeTimeline(&t);
-    return t;
-  }
   uint64_t off = fh.header_bytes;
   bool truncated = off > size;
   uint64_t bad_chunks = 0, lost_bytes = 0, first_bad = 0;
@@ -886,9 +851,8 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
   return index;
 }
 
-// Calls fn(read, size) with a reader of `path` (a regular file).
-template <typename T, typename Fn>
-absl::StatusOr<T> WithFile(const std::string& path, Fn fn) {
+// `path` opened for reading, when it is a regular file; its size in *size.
+absl::StatusOr<int> OpenRegular(const std::string& path, uint64_t* size) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused
   // below); reads of a regular file ignore the flag.
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -900,7 +864,12 @@ absl::StatusOr<T> WithFile(const std::string& path, Fn fn) {
     close(fd);
     return absl::InvalidArgumentError(absl::StrFormat("%s: not a regular file", path));
   }
-  auto read = [fd](uint64_t offset, size_t n, void* dst) {
+  *size = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
+ReadAt FileReader(int fd) {
+  return [fd](uint64_t offset, size_t n, void* dst) {
     auto* out = static_cast<char*>(dst);
     while (n > 0) {
       ssize_t r = pread(fd, out, n, static_cast<off_t>(offset));
@@ -912,8 +881,16 @@ absl::StatusOr<T> WithFile(const std::string& path, Fn fn) {
     }
     return true;
   };
-  absl::StatusOr<T> result = fn(ReadAt(read), static_cast<uint64_t>(st.st_size));
-  close(fd);
+}
+
+// Calls fn(read, size) with a reader of `path` (a regular file).
+template <typename T, typename Fn>
+absl::StatusOr<T> WithFile(const std::string& path, Fn fn) {
+  uint64_t size = 0;
+  absl::StatusOr<int> fd = OpenRegular(path, &size);
+  if (!fd.ok()) return fd.status();
+  absl::StatusOr<T> result = fn(FileReader(*fd), size);
+  close(*fd);
   return result;
 }
 
@@ -923,35 +900,6 @@ ReadAt BytesReader(std::string_view bytes) {
     std::memcpy(dst, bytes.data() + offset, n);
     return true;
   };
-}
-
-// The offsets of `chunks` (indices into index.chunks) and of every chunk
-// that is not one of the record types a slice chooses among, in file order.
-ChunkList ChunkOffsets(const TraceIndex& index, const std::vector<size_t>& chunks) {
-  ChunkList list;
-  std::vector<uint64_t>& out = list.offsets;
-  for (const ChunkSpan& c : index.chunks) {
-    if (c.type == static_cast<uint16_t>(ChunkType::kCorrelation) && c.count > 0) {
-      list.file_has_correlations = true;
-    }
-  }
-  for (const ChunkSpan& c : index.chunks) {
-    if (!IsSliced(c.type)) out.push_back(c.offset);
-  }
-  for (size_t k : chunks) {
-    if (k >= index.chunks.size() || !IsSliced(index.chunks[k].type)) continue;
-    const ChunkSpan& c = index.chunks[k];
-    out.push_back(c.offset);
-    switch (static_cast<ChunkType>(c.type)) {
-      case ChunkType::kApi: list.calls += c.count; break;
-      case ChunkType::kDevice: list.ops += c.count; break;
-      case ChunkType::kCorrelation: list.correlations += c.count; break;
-      default: break;
-    }
-  }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return list;
 }
 
 }  // namespace
@@ -966,19 +914,171 @@ absl::StatusOr<Timeline> ReadTraceFile(const std::string& path, const ReadProgre
   });
 }
 
+// What a SliceReader keeps: the file, the timeline of the chunks every
+// slice reads (parsed once), and the record chunks the last slice decoded.
+struct SliceReader::State {
+  int fd = -1;  // -1 when reading bytes
+  ReadAt read;
+  uint64_t size = 0;
+  const TraceIndex* index = nullptr;
+  bool file_has_correlations = false;
+  Timeline base;
+  // A record chunk decoded: its header and its raw records.
+  struct Decoded {
+    ChunkHeader ch{};
+    std::vector<uint64_t> words;
+    size_t bytes = 0;
+  };
+  absl::flat_hash_map<size_t, Decoded> kept, next;  // by index into index->chunks
+  Unpacked unpacked;
+  uint64_t decoded = 0, reused = 0;
+
+  ~State() {
+    if (fd >= 0) close(fd);
+  }
+
+  // Loads, verifies and decodes chunk `k` into `d`; an error text, or empty.
+  std::string Decode(size_t k, Decoded* d) {
+    const uint64_t at = index->chunks[k].offset;
+    if (at >= size || LoadChunk(read, size, base.header.version, at, &d->ch, &d->words) != Load::kOk) {
+      return "a chunk that does not verify";
+    }
+    if (base.header.version < 4) d->ch.encoding = trace::kEncodingRaw;
+    const uint8_t* payload = reinterpret_cast<const uint8_t*>(d->words.data());
+    size_t n = d->ch.payload_bytes;
+    if (std::string reason = Unpack(d->ch, &payload, &n, &unpacked); !reason.empty()) return reason;
+    if (payload != reinterpret_cast<const uint8_t*>(d->words.data())) {
+      d->words.assign(reinterpret_cast<const uint64_t*>(payload),
+                      reinterpret_cast<const uint64_t*>(payload) + (n + 7) / 8);
+    }
+    d->bytes = n;
+    return {};
+  }
+};
+
+absl::StatusOr<SliceReader> SliceReader::Open(std::unique_ptr<State> s, const std::string& name) {
+  auto started = StartTimeline(s->read, s->size, name);
+  if (!started.ok()) return started.status();
+  s->base = *std::move(started);
+  for (size_t k = 0; k < s->index->chunks.size(); ++k) {
+    const ChunkSpan& c = s->index->chunks[k];
+    if (c.type == static_cast<uint16_t>(ChunkType::kCorrelation) && c.count > 0) s->file_has_correlations = true;
+    if (IsSliced(c.type)) continue;
+    State::Decoded d;
+    std::string reason = s->Decode(k, &d);
+    if (reason.empty()) reason = ParseChunk(d.ch, reinterpret_cast<const uint8_t*>(d.words.data()), d.bytes, &s->base);
+    if (!reason.empty()) {
+      return absl::DataLossError(absl::StrFormat("%s: chunk at byte offset %d: %s", name, c.offset, reason));
+    }
+    s->base.bytes_used = std::max(s->base.bytes_used, c.offset + sizeof(ChunkHeader) + c.payload_bytes);
+  }
+  return SliceReader(std::move(s));
+}
+
+absl::StatusOr<SliceReader> SliceReader::OpenFile(const std::string& path, const TraceIndex& index) {
+  auto s = std::make_unique<State>();
+  absl::StatusOr<int> fd = OpenRegular(path, &s->size);
+  if (!fd.ok()) return fd.status();
+  s->fd = *fd;
+  s->read = FileReader(s->fd);
+  s->index = &index;
+  return Open(std::move(s), path);
+}
+
+absl::StatusOr<SliceReader> SliceReader::OpenBytes(std::string_view bytes, const std::string& name,
+                                                   const TraceIndex& index) {
+  auto s = std::make_unique<State>();
+  s->read = BytesReader(bytes);
+  s->size = bytes.size();
+  s->index = &index;
+  return Open(std::move(s), name);
+}
+
+SliceReader::SliceReader(std::unique_ptr<State> s) : s_(std::move(s)) {}
+SliceReader::SliceReader(SliceReader&&) noexcept = default;
+SliceReader& SliceReader::operator=(SliceReader&&) noexcept = default;
+SliceReader::~SliceReader() = default;
+
+uint64_t SliceReader::chunks_decoded() const { return s_->decoded; }
+uint64_t SliceReader::chunks_kept() const { return s_->reused; }
+
+absl::StatusOr<Timeline> SliceReader::Read(const std::vector<size_t>& chunks) {
+  State& s = *s_;
+  const TraceIndex& index = *s.index;
+  std::vector<size_t> take;
+  take.reserve(chunks.size());
+  uint64_t calls = 0, ops = 0, correlations = 0;
+  for (size_t k : chunks) {
+    if (k >= index.chunks.size() || !IsSliced(index.chunks[k].type)) continue;
+    take.push_back(k);
+  }
+  // In file order, as the whole read meets them.
+  std::sort(take.begin(), take.end());
+  take.erase(std::unique(take.begin(), take.end()), take.end());
+  for (size_t k : take) {
+    const ChunkSpan& c = index.chunks[k];
+    switch (static_cast<ChunkType>(c.type)) {
+      case ChunkType::kApi: calls += c.count; break;
+      case ChunkType::kDevice: ops += c.count; break;
+      case ChunkType::kCorrelation: correlations += c.count; break;
+      default: break;
+    }
+  }
+  Timeline t = s.base;
+  // Sized by the index's counts, bounded as the whole read bounds them:
+  // the id maps' flat vectors then reach over the slice's ids.
+  const uint64_t budget = std::max<uint64_t>(uint64_t{1} << 30, 64 * s.size);
+  calls = std::min<uint64_t>(calls, budget / (sizeof(ApiCall) + sizeof(CallInfo)));
+  ops = std::min<uint64_t>(ops, budget / (sizeof(DeviceOp) + sizeof(OpInfo)));
+  t.calls.reserve(calls);
+  t.call_info.reserve(calls);
+  t.ops.reserve(ops);
+  t.op_info.reserve(ops);
+  t.correlations.Expect(std::min<uint64_t>(correlations, budget / 16));
+  t.by_external.Expect(calls);
+  s.next.clear();
+  for (size_t k : take) {
+    const ChunkSpan& c = index.chunks[k];
+    State::Decoded d;
+    std::string reason;
+    if (auto it = s.kept.find(k); it != s.kept.end()) {
+      d = std::move(it->second);
+      ++s.reused;
+    } else {
+      reason = s.Decode(k, &d);
+      ++s.decoded;
+    }
+    if (reason.empty()) reason = ParseChunk(d.ch, reinterpret_cast<const uint8_t*>(d.words.data()), d.bytes, &t);
+    if (!reason.empty()) {
+      return absl::DataLossError(absl::StrFormat("%s: chunk at byte offset %d: %s", t.path, c.offset, reason));
+    }
+    t.bytes_used = std::max(t.bytes_used, c.offset + sizeof(ChunkHeader) + c.payload_bytes);
+    s.next.emplace(k, std::move(d));
+  }
+  // What this slice decoded is kept for the next (neighbouring slices share
+  // their edge chunks); what it did not need again is let go.
+  std::swap(s.kept, s.next);
+  s.next.clear();
+  // Ops whose correlations were not read are left unjoined, not joined
+  // by their CUPTI ids (the fallback for files without correlations).
+  t.correlations_elsewhere = s.file_has_correlations;
+  FinalizeTimeline(&t);
+  return t;
+}
+
 absl::StatusOr<Timeline> ReadTraceChunks(std::string_view bytes, const std::string& name,
                                          const TraceIndex& index,
                                          const std::vector<size_t>& chunks) {
-  const ChunkList offsets = ChunkOffsets(index, chunks);
-  return Read(BytesReader(bytes), bytes.size(), name, nullptr, &offsets);
+  absl::StatusOr<SliceReader> reader = SliceReader::OpenBytes(bytes, name, index);
+  if (!reader.ok()) return reader.status();
+  return reader->Read(chunks);
 }
 
 absl::StatusOr<Timeline> ReadTraceFileChunks(const std::string& path, const TraceIndex& index,
                                              const std::vector<size_t>& chunks) {
-  const ChunkList offsets = ChunkOffsets(index, chunks);
-  return WithFile<Timeline>(path, [&](const ReadAt& read, uint64_t size) {
-    return Read(read, size, path, nullptr, &offsets);
-  });
+  absl::StatusOr<SliceReader> reader = SliceReader::OpenFile(path, index);
+  if (!reader.ok()) return reader.status();
+  return reader->Read(chunks);
 }
 
 namespace {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -99,5 +100,34 @@ absl::StatusOr<Timeline> ReadTraceChunks(std::string_view bytes, const std::stri
                                          const std::vector<size_t>& chunks);
 absl::StatusOr<Timeline> ReadTraceFileChunks(const std::string& path, const TraceIndex& index,
                                              const std::vector<size_t>& chunks);
+
+// Reads slices of one file one after another, each as ReadTraceChunks
+// reads it: the chunks that are not record chunks are read and parsed once,
+// when the reader opens, and the record chunks one slice decoded are kept
+// for the next, which mostly needs many of them again (neighbouring slices
+// share the chunks at their edges). Holds `index`, which must outlive it.
+class SliceReader {
+ public:
+  static absl::StatusOr<SliceReader> OpenFile(const std::string& path, const TraceIndex& index);
+  static absl::StatusOr<SliceReader> OpenBytes(std::string_view bytes, const std::string& name,
+                                               const TraceIndex& index);
+  SliceReader(SliceReader&&) noexcept;
+  SliceReader& operator=(SliceReader&&) noexcept;
+  ~SliceReader();
+
+  // The timeline of the record chunks `chunks` (indices into the index's
+  // chunks, SliceChunks' answer) and the others.
+  absl::StatusOr<Timeline> Read(const std::vector<size_t>& chunks);
+  // Record chunks read from the file and decoded so far; and those taken
+  // from the slice before instead.
+  uint64_t chunks_decoded() const;
+  uint64_t chunks_kept() const;
+
+ private:
+  struct State;
+  explicit SliceReader(std::unique_ptr<State> s);
+  static absl::StatusOr<SliceReader> Open(std::unique_ptr<State> s, const std::string& name);
+  std::unique_ptr<State> s_;
+};
 
 }  // namespace stallscope::analyzer
