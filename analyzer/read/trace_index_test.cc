@@ -338,6 +338,29 @@ TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "
           if (e.first >= 0) CHECK(std::binary_search(calls.begin(), calls.end(), key(whole, e.first)));
           if (e.second >= 0) CHECK(std::binary_search(calls.begin(), calls.end(), key(whole, e.second)));
         }
+        // On each thread, its CPU samples in the slice, its last one before
+        // and its first one after (a gap at the slice's edge is split
+        // on-CPU and off by the samples around it).
+        for (const auto& [tid, samples] : whole.cpu) {
+          CAPTURE(tid);
+          std::vector<int64_t> want;
+          const CpuSample* before = nullptr;
+          const CpuSample* after = nullptr;
+          for (const CpuSample& x : samples) {
+            if (x.ns < lo) before = &x;
+            if (x.ns >= lo && x.ns <= hi) want.push_back(x.ns);
+            if (x.ns > hi && after == nullptr) after = &x;
+          }
+          if (before != nullptr) want.push_back(before->ns);
+          if (after != nullptr) want.push_back(after->ns);
+          auto it = slice->cpu.find(tid);
+          std::vector<int64_t> got;
+          if (it != slice->cpu.end()) {
+            for (const CpuSample& x : it->second) got.push_back(x.ns);
+          }
+          std::sort(got.begin(), got.end());
+          for (int64_t ns : want) CHECK(std::binary_search(got.begin(), got.end(), ns));
+        }
         // An op: its times, device, kind and the call that submitted it.
         using OpKey = std::tuple<int64_t, int64_t, uint16_t, int, bool, decltype(key(whole, 0))>;
         auto op_key = [&](const Timeline& t, const DeviceOp& op) {

@@ -1124,12 +1124,14 @@ std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ns, uint64_
   // By time: the calls, ranges, CPU samples, NCCL arguments and device ops
   // of the slice. On each thread, the chunk holding its last call before
   // the slice and the one holding its first call after (the host gaps at
-  // its edges are bounded by them).
+  // its edges are bounded by them), and likewise its CPU samples (a gap
+  // is split on-CPU and off by the samples around it).
   IdRanges cupti, external;
   struct Edges {
     int64_t before = -1, after = -1, next = -1;
   };
   absl::flat_hash_map<uint32_t, Edges> edges;
+  absl::flat_hash_map<std::pair<uint32_t, uint16_t>, Edges> sample_edges;  // by thread and chunk type
   for (size_t k = 0; k < chunks.size(); ++k) {
     const ChunkSpan& c = chunks[k];
     if (!IsSliced(c.type) || is(c, T::kCorrelation) || c.count == 0) continue;
@@ -1147,9 +1149,22 @@ std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ns, uint64_
       if (e.after >= 0 && e.next < 0) e.next = static_cast<int64_t>(k);
       if (c.hi > hi_ns && e.after < 0) e.after = static_cast<int64_t>(k);
     }
+    if (is(c, T::kCpu) || is(c, T::kCpuSched)) {
+      // A thread's samples come in time order too: its last chunk starting
+      // before the slice holds its last sample before it, its first chunk
+      // ending after it the first sample after.
+      Edges& e = sample_edges[{c.tid, c.type}];
+      if (c.lo < lo_ns) e.before = static_cast<int64_t>(k);
+      if (c.hi > hi_ns && e.after < 0) e.after = static_cast<int64_t>(k);
+    }
   }
   for (const auto& [tid, e] : edges) {
     for (const int64_t k : {e.before, e.after, e.next}) {
+      if (k >= 0) take[static_cast<size_t>(k)] = true;
+    }
+  }
+  for (const auto& [key, e] : sample_edges) {
+    for (const int64_t k : {e.before, e.after}) {
       if (k >= 0) take[static_cast<size_t>(k)] = true;
     }
   }
