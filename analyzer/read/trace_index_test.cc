@@ -207,6 +207,7 @@ TraceBuilder SliceRun(uint32_t seed, bool ticks, Ids ids) {
   int64_t device = 0;
   // The CUPTI ids of ops of no call: none a correlation names.
   uint32_t loose = ids == Ids::kSmall ? 1001 : 900'000;
+  int others = 0;
   for (int i = pick(5, 80); i > 0; --i) {
     const int k = pick(0, 2);
     const uint32_t tid = 10 + static_cast<uint32_t>(k);
@@ -238,7 +239,18 @@ TraceBuilder SliceRun(uint32_t seed, bool ticks, Ids ids) {
         b.Range(tid, T(h[k]), T(exit), "r");
         break;
       default:
-        b.Call(tid, api.other, T(h[k]), T(exit));
+        // Every other one an NCCL call with its arguments (a kNccl record,
+        // joined to the call by thread and enter time).
+        if (++others % 2 == 0) {
+          b.Call(tid, api.nccl, T(h[k]), T(exit));
+          tf::NcclRecord r{};
+          r.enter = static_cast<uint64_t>(T(h[k]));
+          r.tid = tid;
+          r.kind = static_cast<uint8_t>(tf::NcclKind::kAllReduce);
+          b.Nccl(r);
+        } else {
+          b.Call(tid, api.other, T(h[k]), T(exit));
+        }
         break;
     }
     h[k] = exit;
@@ -337,6 +349,16 @@ TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "
           CAPTURE(tid);
           if (e.first >= 0) CHECK(std::binary_search(calls.begin(), calls.end(), key(whole, e.first)));
           if (e.second >= 0) CHECK(std::binary_search(calls.begin(), calls.end(), key(whole, e.second)));
+        }
+        // Each NCCL call read has its arguments joined to it (the call may
+        // have entered long before the slice: a thread's edge call).
+        for (const NcclCall& n : whole.nccl) {
+          if (n.call < 0) continue;
+          const auto k = key(whole, n.call);
+          if (!std::binary_search(calls.begin(), calls.end(), k)) continue;
+          bool joined = false;
+          for (const NcclCall& m : slice->nccl) joined |= m.call >= 0 && key(*slice, m.call) == k;
+          CHECK(joined);
         }
         // On each thread, its CPU samples in the slice, its last one before
         // and its first one after (a gap at the slice's edge is split

@@ -1199,13 +1199,25 @@ std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ns, uint64_
   }
   to_external.Merge();
   to_cupti.Merge();
-  std::vector<size_t> out;
   for (size_t k = 0; k < chunks.size(); ++k) {
     const ChunkSpan& c = chunks[k];
     if (!take[k] && c.count > 0) {
       if (is(c, T::kApi)) take[k] = to_external.Meets(c.id_lo, c.id_hi);
       if (is(c, T::kDevice)) take[k] = to_cupti.Meets(c.id_lo, c.id_hi);
     }
+  }
+  // The NCCL arguments of every call read (joined to it by thread and enter
+  // time): the argument chunks meeting the time of a call chunk read (its
+  // edge calls may have entered long before the slice).
+  IdRanges read_calls;  // as time ranges
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    if (take[k] && is(chunks[k], T::kApi) && chunks[k].count > 0) read_calls.Add(chunks[k].lo, chunks[k].hi);
+  }
+  read_calls.Merge();
+  std::vector<size_t> out;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const ChunkSpan& c = chunks[k];
+    if (!take[k] && is(c, T::kNccl) && c.count > 0) take[k] = read_calls.Meets(c.lo, c.hi);
     if (take[k]) out.push_back(k);
   }
   return out;

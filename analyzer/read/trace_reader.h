@@ -83,10 +83,11 @@ absl::StatusOr<TraceIndex> IndexTraceBytes(std::string_view bytes, const std::st
 // pass): the record chunks holding the calls, ranges, CPU samples, NCCL
 // arguments and device ops whose times meet [lo_ns, hi_ns]; on each
 // thread, the chunks holding its last call before the slice and its first
-// call after; and, through the correlations (by CUPTI and external id),
-// the calls that submitted the slice's ops and the ops of its calls, so
-// each call of the slice has its op count and last op end, and each op its
-// call. Indices into index.chunks, in file order.
+// call after, and likewise its CPU samples; through the correlations (by
+// CUPTI and external id), the calls that submitted the slice's ops and the
+// ops of its calls, so each call of the slice has its op count and last op
+// end, and each op its call; and the NCCL arguments of every call read.
+// Indices into index.chunks, in file order.
 std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ns, uint64_t hi_ns);
 
 // Reads the record chunks `chunks` (indices into index.chunks) and every
