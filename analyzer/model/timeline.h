@@ -176,8 +176,11 @@ class CorrelationMap {
   void Expect(uint64_t expected);
   void Set(uint32_t correlation, uint64_t external);
   uint64_t Get(uint32_t correlation) const {  // 0 when unknown
+    // An id is in the vector or the map, never both: one that went to the
+    // map stays out of the vector's reach (its start only moves down while
+    // the whole stays within the limit, and its end never moves down).
     const uint64_t at = uint64_t{correlation} - base_;  // wraps below base_
-    if (at < dense_.size() && (dense_[at] != 0 || sparse_.empty())) return dense_[at];
+    if (at < dense_.size()) return dense_[at];
     if (sparse_.empty()) return 0;
     auto it = sparse_.find(correlation);
     return it == sparse_.end() ? 0 : it->second;
@@ -221,8 +224,9 @@ class ExternalIndex {
     const uint64_t seq = external & kSeqMask;
     for (const Thread& th : threads_) {
       if (th.high == high) {
+        // In the vector or the map, never both (CorrelationMap::Get).
         const uint64_t at = seq - th.base;  // wraps below base
-        if (at < th.calls.size() && (th.calls[at] >= 0 || sparse_.empty())) return th.calls[at];
+        if (at < th.calls.size()) return th.calls[at];
         break;
       }
     }

@@ -426,6 +426,36 @@ TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "
   CHECK(kept_total > 0);
 }
 
+TEST_CASE("slices: a slice that fails part-way leaves the reader whole", "[index][slice]") {
+  TraceBuilder b = SliceRun(7, false, Ids::kShaped);
+  std::string bytes = b.Build();
+  auto index = IndexTraceBytes(bytes, "t");
+  REQUIRE(index.ok());
+  // A call chunk, and a device chunk after it in the file.
+  size_t a = index->chunks.size(), d = index->chunks.size();
+  for (size_t k = 0; k < index->chunks.size(); ++k) {
+    const ChunkSpan& c = index->chunks[k];
+    if (c.count == 0) continue;
+    if (a == index->chunks.size() && c.type == static_cast<uint16_t>(tf::ChunkType::kApi)) a = k;
+    if (a < k && c.type == static_cast<uint16_t>(tf::ChunkType::kDevice)) d = k;
+  }
+  REQUIRE(d < index->chunks.size());
+  auto reader = SliceReader::OpenBytes(bytes, "t", *index);
+  REQUIRE(reader.ok());
+  REQUIRE(reader->Read({a}).ok());  // the call chunk, kept
+  // The device chunk damaged after indexing: the slice holding both fails
+  // at it, after taking the kept call chunk.
+  bytes[index->chunks[d].offset + sizeof(tf::ChunkHeader)] ^= 0x5a;
+  CHECK_FALSE(reader->Read({a, d}).ok());
+  // The call chunk again: read whole, as a fresh reader reads it.
+  auto again = reader->Read({a});
+  REQUIRE(again.ok());
+  auto fresh = ReadTraceChunks(bytes, "t", *index, {a});
+  REQUIRE(fresh.ok());
+  CHECK(again->calls.size() == index->chunks[a].count);
+  CheckSameSlice(*fresh, *again);
+}
+
 // Not a test (hidden, "[.]"): what reading a trace by slices costs, for
 // scripts/bench. STALLSCOPE_SLICE_BENCH=FILE[:SLICES] cuts FILE's device
 // time into SLICES equal slices (default 350) and reads them in order from

@@ -1042,7 +1042,9 @@ absl::StatusOr<Timeline> SliceReader::Read(const std::vector<size_t>& chunks) {
     State::Decoded d;
     std::string reason;
     if (auto it = s.kept.find(k); it != s.kept.end()) {
-      d = std::move(it->second);
+      // Taken out, so that a slice that fails part-way leaves no emptied
+      // chunk behind for the next.
+      d = std::move(s.kept.extract(it).mapped());
       ++s.reused;
     } else {
       reason = s.Decode(k, &d);
