@@ -124,7 +124,9 @@ void CorrelationMap::Expect(uint64_t expected) {
 
 void CorrelationMap::Set(uint32_t correlation, uint64_t external) {
   ++records_;
-  if (records_ == 1 && dense_.empty()) base_ = correlation;
+  // From the first id set, or 0 when that is inside the vector's reach (a
+  // whole file's, from 1), as ExternalIndex's threads.
+  if (records_ == 1 && dense_.empty()) base_ = correlation < limit_ ? 0 : correlation;
   if (!MoveBaseDown(&dense_, &base_, correlation, limit_, uint64_t{0})) {
     sparse_[correlation] = external;
     return;

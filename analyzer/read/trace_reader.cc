@@ -457,6 +457,43 @@ Load LoadChunk(const ReadAt& read, uint64_t size, uint16_t version, uint64_t at,
   return Load::kOk;
 }
 
+// How many calls, ops and correlations some chunks hold.
+struct RecordCounts {
+  uint64_t calls = 0, ops = 0, correlations = 0;
+  void Add(uint16_t type, uint64_t n) {
+    switch (static_cast<ChunkType>(type)) {
+      case ChunkType::kApi: calls += n; break;
+      case ChunkType::kDevice: ops += n; break;
+      case ChunkType::kCorrelation: correlations += n; break;
+      default: break;
+    }
+  }
+};
+
+// Sizes `t`'s record vectors and id maps once for `n` records, so no
+// vector grows by copying. Compressed chunks may claim more than the file
+// could hold: what is reserved stays under 64 times the file's size
+// (`file_size`), or 1 GiB.
+void SizeForRecords(RecordCounts n, uint64_t file_size, Timeline* t) {
+  const uint64_t budget = std::max<uint64_t>(uint64_t{1} << 30, 64 * file_size);
+  n.calls = std::min<uint64_t>(n.calls, budget / (sizeof(ApiCall) + sizeof(CallInfo)));
+  n.ops = std::min<uint64_t>(n.ops, budget / (sizeof(DeviceOp) + sizeof(OpInfo)));
+  n.correlations = std::min<uint64_t>(n.correlations, budget / 16);
+  t->calls.reserve(n.calls);
+  t->call_info.reserve(n.calls);
+  t->ops.reserve(n.ops);
+  t->op_info.reserve(n.ops);
+  // Mapped now in one call each: the first write to every page would
+  // otherwise take a fault (most of the reading time on large traces).
+  PopulateCapacity(&t->calls);
+  PopulateCapacity(&t->call_info);
+  PopulateCapacity(&t->ops);
+  PopulateCapacity(&t->op_info);
+  // The id maps' flat vectors then reach over the records' ids.
+  t->correlations.Expect(n.correlations);
+  t->by_external.Expect(n.calls);
+}
+
 // A timeline holding the file header's fields, no records yet.
 absl::StatusOr<Timeline> StartTimeline(const ReadAt& read, uint64_t size, const std::string& name) {
   Timeline t;
@@ -481,7 +518,7 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
   // A pass over the chunk headers sizes the record vectors once (counts
   // capped by what each payload can hold), so no vector grows by copying.
   {
-    uint64_t api = 0, device = 0, corr = 0;
+    RecordCounts counts;
     for (uint64_t off = fh.header_bytes; off < size && size - off >= sizeof(ChunkHeader);) {
       ChunkHeader ch;
       // Counts come only from chunks that fit in the file, so what is
@@ -503,33 +540,10 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
       const uint64_t room = (encoding & 0xff) == trace::kEncodingPacked          ? bytes
                             : info != nullptr && info->record_bytes > 0 ? bytes / info->record_bytes
                                                                         : 0;
-      const uint64_t fits = info != nullptr && info->record_bytes > 0 ? std::min<uint64_t>(n, room) : 0;
-      switch (static_cast<ChunkType>(ch.type)) {
-        case ChunkType::kApi: api += fits; break;
-        case ChunkType::kDevice: device += fits; break;
-        case ChunkType::kCorrelation: corr += fits; break;
-        default: break;
-      }
+      counts.Add(ch.type, info != nullptr && info->record_bytes > 0 ? std::min<uint64_t>(n, room) : 0);
       off += sizeof(ch) + ch.payload_bytes;
     }
-    // Compressed chunks may claim more than the file could hold: what is
-    // reserved stays under 64 times the file's size, or 1 GiB.
-    const uint64_t budget = std::max<uint64_t>(uint64_t{1} << 30, 64 * size);
-    api = std::min<uint64_t>(api, budget / (sizeof(ApiCall) + sizeof(CallInfo)));
-    device = std::min<uint64_t>(device, budget / (sizeof(DeviceOp) + sizeof(OpInfo)));
-    corr = std::min<uint64_t>(corr, budget / 16);
-    t.calls.reserve(api);
-    t.call_info.reserve(api);
-    t.ops.reserve(device);
-    t.op_info.reserve(device);
-    // Mapped now in one call each: the first write to every page would
-    // otherwise take a fault (most of the reading time on large traces).
-    PopulateCapacity(&t.calls);
-    PopulateCapacity(&t.call_info);
-    PopulateCapacity(&t.ops);
-    PopulateCapacity(&t.op_info);
-    t.correlations.Expect(corr);
-    t.by_external.Expect(api);
+    SizeForRecords(counts, size, &t);
   }
 
   std::vector<uint64_t> buffer;  // 8-byte aligned payload buffer, reused
@@ -699,10 +713,7 @@ void SpanOf(ChunkType type, const uint8_t* p, size_t n, uint32_t count, ChunkSpa
   const trace::ChunkTypeInfo* info = trace::FindChunkType(static_cast<uint16_t>(type));
   if (info == nullptr || info->record_bytes == 0 || count == 0) return;
   // Records with a time (or ids); threads, diagnostics and ranks have none.
-  if (!InTicks(static_cast<uint16_t>(type)) && type != ChunkType::kDevice &&
-      type != ChunkType::kCorrelation) {
-    return;
-  }
+  if (info->clock == trace::ChunkClock::kNoTime && type != ChunkType::kCorrelation) return;
   const size_t records = std::min<size_t>(count, n / info->record_bytes);
   uint64_t lo = ~uint64_t{0}, hi = 0;
   uint64_t id_lo = ~uint64_t{0}, id_hi = 0;
@@ -1007,7 +1018,6 @@ absl::StatusOr<Timeline> SliceReader::Read(const std::vector<size_t>& chunks) {
   const TraceIndex& index = *s.index;
   std::vector<size_t> take;
   take.reserve(chunks.size());
-  uint64_t calls = 0, ops = 0, correlations = 0;
   for (size_t k : chunks) {
     if (k >= index.chunks.size() || !IsSliced(index.chunks[k].type)) continue;
     take.push_back(k);
@@ -1015,27 +1025,11 @@ absl::StatusOr<Timeline> SliceReader::Read(const std::vector<size_t>& chunks) {
   // In file order, as the whole read meets them.
   std::sort(take.begin(), take.end());
   take.erase(std::unique(take.begin(), take.end()), take.end());
-  for (size_t k : take) {
-    const ChunkSpan& c = index.chunks[k];
-    switch (static_cast<ChunkType>(c.type)) {
-      case ChunkType::kApi: calls += c.count; break;
-      case ChunkType::kDevice: ops += c.count; break;
-      case ChunkType::kCorrelation: correlations += c.count; break;
-      default: break;
-    }
-  }
+  // Sized by the index's counts, as the whole read is by the headers'.
+  RecordCounts counts;
+  for (size_t k : take) counts.Add(index.chunks[k].type, index.chunks[k].count);
   Timeline t = s.base;
-  // Sized by the index's counts, bounded as the whole read bounds them:
-  // the id maps' flat vectors then reach over the slice's ids.
-  const uint64_t budget = std::max<uint64_t>(uint64_t{1} << 30, 64 * s.size);
-  calls = std::min<uint64_t>(calls, budget / (sizeof(ApiCall) + sizeof(CallInfo)));
-  ops = std::min<uint64_t>(ops, budget / (sizeof(DeviceOp) + sizeof(OpInfo)));
-  t.calls.reserve(calls);
-  t.call_info.reserve(calls);
-  t.ops.reserve(ops);
-  t.op_info.reserve(ops);
-  t.correlations.Expect(std::min<uint64_t>(correlations, budget / 16));
-  t.by_external.Expect(calls);
+  SizeForRecords(counts, s.size, &t);
   s.next.clear();
   for (size_t k : take) {
     const ChunkSpan& c = index.chunks[k];
