@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 #include <tuple>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -424,12 +425,87 @@ std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid) {
                                                                                       : main;
 }
 
+std::vector<StepSpan> MarkedSteps(const Timeline& t, const std::regex& pattern, uint32_t main_tid) {
+  std::vector<StepSpan> steps = MarkerSteps(t, pattern, main_tid);
+  if (steps.empty()) steps = ExplicitSteps(t);
+  return steps;
+}
+
+StepSpanBuilder::StepSpanBuilder(std::vector<StepSpan> steps)
+    : steps_(std::move(steps)),
+      op_start_(steps_.size(), std::numeric_limits<int64_t>::max()),
+      op_count_(steps_.size(), 0),
+      op_end_(steps_.size(), std::numeric_limits<int64_t>::min()) {}
+
+void StepSpanBuilder::AddOp(int64_t call_enter_ns, int64_t start_ns, int64_t end_ns) {
+  ++submitted_;
+  // Each op takes the step whose host range holds its submitting call's
+  // enter time (host ranges are sorted and disjoint): the first range that
+  // ends after it, if it has begun by then. Ops come in start order, so
+  // their calls mostly do too: the previous op's step is tried first.
+  size_t k = hint_;
+  if (!(k < steps_.size() && steps_[k].host_end_ns > call_enter_ns &&
+        (k == 0 || steps_[k - 1].host_end_ns <= call_enter_ns))) {
+    k = static_cast<size_t>(
+        std::upper_bound(steps_.begin(), steps_.end(), call_enter_ns,
+                         [](int64_t v, const StepSpan& s) { return v < s.host_end_ns; }) -
+        steps_.begin());
+    hint_ = k;
+  }
+  if (!(k < steps_.size() && call_enter_ns >= steps_[k].host_start_ns)) return;
+  ++assigned_;
+  ++op_count_[k];
+  op_start_[k] = std::min(op_start_[k], start_ns);
+  op_end_[k] = std::max(op_end_[k], end_ns);
+}
+
+bool StepSpanBuilder::LastSubmittedNothing(const Timeline& names) const {
+  // torch.profiler's step() closes ProfilerStep#k and opens #k+1, so one
+  // last range runs after the loop up to the profiler's stop: when it
+  // submitted nothing on any device, it is that range, not a training step.
+  // (Other markers keep an empty last step: an input-starved step is one.)
+  return steps_.size() > 1 && op_count_.back() == 0 &&
+         names.String(steps_.back().name).starts_with("ProfilerStep#");
+}
+
+void StepSpanBuilder::Finish(bool drop_last, StepPlan* plan) {
+  if (drop_last) {
+    steps_.pop_back();
+    plan->dropped_empty_last = true;
+  }
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    StepSpan& s = steps_[k];
+    const bool none = op_end_[k] == std::numeric_limits<int64_t>::min();
+    if (k == 0) {
+      // The host range's start: a marker's push (an input wait right after
+      // it is the step's), an automatic step's first call.
+      s.start_ns = std::min(s.host_start_ns, op_start_[k]);
+    } else {
+      s.start_ns = steps_[k - 1].end_ns;
+    }
+    // A step that submitted nothing ends with its host range.
+    s.end_ns = std::max(s.start_ns, none ? s.host_end_ns : op_end_[k]);
+  }
+  plan->ops_outside = submitted_ - assigned_;
+  plan->steps = std::move(steps_);
+}
+
+bool SubmittedIn(const Timeline& t, int64_t from_ns, int64_t to_ns) {
+  using C = trace::ApiCategory;
+  for (auto c = t.calls.rbegin(); c != t.calls.rend() && c->enter_ns >= from_ns; ++c) {
+    const C cat = t.Api(c->api).category;
+    if (c->enter_ns < to_ns && (cat == C::kLaunch || cat == C::kCopy || cat == C::kSet || cat == C::kNccl)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device) {
   StepPlan plan;
   plan.device = device;
   plan.main_tid = MainThread(t);
-  std::vector<StepSpan> steps = MarkerSteps(t, pattern, plan.main_tid);
-  if (steps.empty()) steps = ExplicitSteps(t);
+  std::vector<StepSpan> steps = MarkedSteps(t, pattern, plan.main_tid);
   plan.source = steps.empty() ? "none" : "marker";
   if (steps.empty()) {
     steps = AutoSteps(t, plan.main_tid);
@@ -459,75 +535,15 @@ StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device
     return plan;
   }
 
-  // Each op takes the step whose host range holds its submitting call's
-  // enter time (host ranges are sorted and disjoint): the first range that
-  // ends after it, if it has begun by then. Ops come in start order, so
-  // their calls mostly do too: the previous op's step is tried first.
-  auto step_of = [&steps](int64_t enter, size_t* hint) -> int32_t {
-    size_t k = *hint;
-    if (!(k < steps.size() && steps[k].host_end_ns > enter &&
-          (k == 0 || steps[k - 1].host_end_ns <= enter))) {
-      k = static_cast<size_t>(
-          std::upper_bound(steps.begin(), steps.end(), enter,
-                           [](int64_t v, const StepSpan& s) { return v < s.host_end_ns; }) -
-          steps.begin());
-      *hint = k;
-    }
-    return k < steps.size() && enter >= steps[k].host_start_ns ? static_cast<int32_t>(k) : -1;
-  };
-  std::vector<int64_t> op_start(steps.size(), std::numeric_limits<int64_t>::max());
-  std::vector<int64_t> op_count(steps.size(), 0);
-  std::vector<int64_t> op_end(steps.size(), std::numeric_limits<int64_t>::min());
-  int64_t submitted = 0;
-  int64_t assigned = 0;
-  size_t hint = 0;
+  StepSpanBuilder spans(std::move(steps));
   for (const DeviceOp& op : t.ops) {
     if (op.device != device || op.call < 0) continue;
-    ++submitted;
-    const int32_t k = step_of(t.calls[op.call].enter_ns, &hint);
-    if (k < 0) continue;
-    ++assigned;
-    ++op_count[k];
-    op_start[k] = std::min(op_start[k], op.start_ns);
-    op_end[k] = std::max(op_end[k], op.end_ns);
+    spans.AddOp(t.calls[op.call].enter_ns, op.start_ns, op.end_ns);
   }
-  // torch.profiler's step() closes ProfilerStep#k and opens #k+1, so one
-  // last range runs after the loop up to the profiler's stop: when it
-  // submitted nothing on any device, it is that range, not a training step.
-  // (Other markers keep an empty last step: an input-starved step is one.)
-  if (plan.source == "marker" && steps.size() > 1 && op_count.back() == 0 &&
-      t.String(steps.back().name).starts_with("ProfilerStep#")) {
-    const StepSpan& last = steps.back();
-    using C = trace::ApiCategory;
-    bool submitted_any = false;
-    for (auto c = t.calls.rbegin(); c != t.calls.rend() && c->enter_ns >= last.host_start_ns; ++c) {
-      const C cat = t.Api(c->api).category;
-      if (c->enter_ns < last.host_end_ns &&
-          (cat == C::kLaunch || cat == C::kCopy || cat == C::kSet || cat == C::kNccl)) {
-        submitted_any = true;
-        break;
-      }
-    }
-    if (!submitted_any) {
-      steps.pop_back();
-      plan.dropped_empty_last = true;
-    }
-  }
-  for (size_t k = 0; k < steps.size(); ++k) {
-    StepSpan& s = steps[k];
-    const bool none = op_end[k] == std::numeric_limits<int64_t>::min();
-    if (k == 0) {
-      // The host range's start: a marker's push (an input wait right after
-      // it is the step's), an automatic step's first call.
-      s.start_ns = std::min(s.host_start_ns, op_start[k]);
-    } else {
-      s.start_ns = steps[k - 1].end_ns;
-    }
-    // A step that submitted nothing ends with its host range.
-    s.end_ns = std::max(s.start_ns, none ? s.host_end_ns : op_end[k]);
-  }
-  plan.ops_outside = submitted - assigned;
-  plan.steps = std::move(steps);
+  const StepSpan* last = spans.steps().empty() ? nullptr : &spans.steps().back();
+  const bool drop = plan.source == "marker" && spans.LastSubmittedNothing(t) &&
+                    !SubmittedIn(t, last->host_start_ns, last->host_end_ns);
+  spans.Finish(drop, &plan);
   return plan;
 }
 

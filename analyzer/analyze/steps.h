@@ -82,6 +82,42 @@ std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid);
 
 StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device);
 
+// FindSteps in parts, for a reader that sees the trace a slice at a time
+// (stream.h):
+// - the marked steps' host ranges: NVTX ranges matching `pattern` on
+//   `main_tid` (else on the thread with the most), else explicit step
+//   markers; empty when there are none;
+std::vector<StepSpan> MarkedSteps(const Timeline& t, const std::regex& pattern, uint32_t main_tid);
+// - whether a call entering in [from_ns, to_ns) submitted device work
+//   (launch, copy, set, NCCL);
+bool SubmittedIn(const Timeline& t, int64_t from_ns, int64_t to_ns);
+// - the steps' device spans: each op of the analyzed device with a call
+//   takes the step whose host range holds its call's enter time, in any
+//   order (ops mostly in start order, for speed); Finish tiles the device
+//   timeline with the steps' spans.
+class StepSpanBuilder {
+ public:
+  explicit StepSpanBuilder(std::vector<StepSpan> steps);
+  void AddOp(int64_t call_enter_ns, int64_t start_ns, int64_t end_ns);
+  const std::vector<StepSpan>& steps() const { return steps_; }
+  // The last range is a profiler's closing one (ProfilerStep#, more than
+  // one step) and no op took it; it is dropped when, besides, no call in
+  // it submitted work (SubmittedIn). `names`: the range names' strings.
+  bool LastSubmittedNothing(const Timeline& names) const;
+  // Sets plan->steps (without the last when `drop_last`: then
+  // dropped_empty_last), and ops_outside.
+  void Finish(bool drop_last, StepPlan* plan);
+
+ private:
+  std::vector<StepSpan> steps_;
+  std::vector<int64_t> op_start_;
+  std::vector<int64_t> op_count_;
+  std::vector<int64_t> op_end_;
+  int64_t submitted_ = 0;
+  int64_t assigned_ = 0;
+  size_t hint_ = 0;
+};
+
 // Device timing in sampled windows (Timeline::device_timing; docs/analyzer.md
 // "Sampled device timing"): keeps the steps whose device work was all timed,
 // as was the device work of the step before (its end is where the kept

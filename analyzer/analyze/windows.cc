@@ -270,6 +270,29 @@ void WindowCutter::Cut(size_t k0, size_t k1, WindowPart* out) {
   out->sweep_to = sweep.to;
 }
 
+Attribution AttributeWindow(const WindowPart& part, const StepPlan& plan, size_t k0, size_t k1,
+                            const AttributionOptions& options) {
+  StepPlan window;
+  window.source = plan.source;
+  window.main_tid = plan.main_tid;
+  window.device = plan.device;
+  window.steps.assign(plan.steps.begin() + static_cast<std::ptrdiff_t>(k0),
+                      plan.steps.begin() + static_cast<std::ptrdiff_t>(k1));
+  Attribution a = AttributeIdleWithin(part.timeline, window, part.classes, options, part.sweep_from,
+                                      part.sweep_to);
+  Attribution out;
+  out.steps = std::move(a.steps);
+  for (StepStats& s : out.steps) s.index += static_cast<int>(k0);
+  out.gaps = std::move(a.gaps);
+  for (IdleGap& g : out.gaps) {
+    g.step += static_cast<int32_t>(k0);
+    if (g.call >= 0) g.call = part.call[static_cast<size_t>(g.call)];
+  }
+  a.idle_caused.ForEach(
+      [&](size_t call, int64_t ns) { out.idle_caused.Add(static_cast<size_t>(part.call[call]), ns); });
+  return out;
+}
+
 Attribution AttributeIdleByWindows(const Timeline& t, const StepPlan& plan,
                                    const std::vector<CallClass>& classes,
                                    const AttributionOptions& options, size_t steps_per_window) {
@@ -282,25 +305,10 @@ Attribution AttributeIdleByWindows(const Timeline& t, const StepPlan& plan,
   for (size_t k0 = 0; k0 < n; k0 += per) {
     const size_t k1 = std::min(n, k0 + per);
     cutter.Cut(k0, k1, &part);
-    StepPlan window;
-    window.source = plan.source;
-    window.main_tid = plan.main_tid;
-    window.device = plan.device;
-    window.steps.assign(plan.steps.begin() + static_cast<std::ptrdiff_t>(k0),
-                        plan.steps.begin() + static_cast<std::ptrdiff_t>(k1));
-    Attribution a = AttributeIdleWithin(part.timeline, window, part.classes, options,
-                                        part.sweep_from, part.sweep_to);
-    for (StepStats& s : a.steps) {
-      s.index += static_cast<int>(k0);
-      out.steps.push_back(s);
-    }
-    for (IdleGap& g : a.gaps) {
-      g.step += static_cast<int32_t>(k0);
-      if (g.call >= 0) g.call = part.call[static_cast<size_t>(g.call)];
-      out.gaps.push_back(g);
-    }
-    a.idle_caused.ForEach(
-        [&](size_t call, int64_t ns) { out.idle_caused.Add(static_cast<size_t>(part.call[call]), ns); });
+    Attribution a = AttributeWindow(part, plan, k0, k1, options);
+    out.steps.insert(out.steps.end(), a.steps.begin(), a.steps.end());
+    out.gaps.insert(out.gaps.end(), a.gaps.begin(), a.gaps.end());
+    a.idle_caused.ForEach([&](size_t call, int64_t ns) { out.idle_caused.Add(call, ns); });
   }
   return out;
 }

@@ -89,6 +89,12 @@ class WindowCutter {
   std::vector<int32_t> open_;
 };
 
+// Attributes the steps [k0, k1) of `plan` from `part`, cut for them: rows
+// and gaps numbered by the plan's steps, and the gaps' calls and the rule-1
+// charges by their index in the timeline the part was cut from.
+Attribution AttributeWindow(const WindowPart& part, const StepPlan& plan, size_t k0, size_t k1,
+                            const AttributionOptions& options);
+
 // AttributeIdle over windows of `steps_per_window` steps (at least 1): the
 // same steps, gaps (step and call indices the whole timeline's) and rule-1
 // charges.

@@ -2,6 +2,7 @@
 // the same step rows, gaps and rule-1 charges, for windows of every size,
 // on random training loops and on the sampled-timing trace.
 #include "analyzer/analyze/windows.h"
+#include "analyzer/analyze/stream.h"
 
 #include <algorithm>
 #include <random>
@@ -338,6 +339,107 @@ TEST_CASE("windows: a long stretch without device work is not read by every wind
     }
     CheckWindows(t, 4);
   }
+}
+
+// The streamed attribution of the bytes `b` builds (chunks of
+// `chunk_records` records) gives the whole timeline's plan, rows, gaps and
+// charges, for windows of 1..max_window steps.
+void CheckStreamed(TraceBuilder b, size_t chunk_records, size_t max_window) {
+  b.SetChunkRecords(chunk_records);
+  const std::string bytes = b.Build();
+  const Timeline t = testing::ReadOrDie(b);
+  auto pattern = CompileStepPattern(kDefaultStepPattern);
+  REQUIRE(pattern.ok());
+  StepPlan plan = FindSteps(t, *pattern, BusiestDevice(t));
+  KeepTimedSteps(t, &plan);
+  REQUIRE(plan.source == "marker");
+  const AttributionOptions options;
+  const std::vector<CallClass> classes = ClassifyCalls(t, plan.device, options);
+  const Attribution whole = AttributeIdle(t, plan, classes, options);
+  std::vector<std::pair<CallKey, int64_t>> caused;
+  whole.idle_caused.ForEach([&](size_t call, int64_t ns) { caused.push_back({CallKey::Of(t.calls[call]), ns}); });
+  std::sort(caused.begin(), caused.end());
+  auto index = IndexTraceBytes(bytes, "t");
+  REQUIRE(index.ok());
+  auto span_row = [](const StepSpan& s) {
+    return std::make_tuple(s.start_ns, s.end_ns, s.host_start_ns, s.host_end_ns, s.name);
+  };
+  for (size_t per = 1; per <= max_window; ++per) {
+    CAPTURE(per, plan.steps.size());
+    auto reader = SliceReader::OpenBytes(bytes, "t", *index);
+    REQUIRE(reader.ok());
+    StreamOptions so;
+    so.steps_per_window = per;
+    so.chunks_per_slice = 1 + per % 3;
+    auto s = AttributeIdleStreamed(&*reader, *index, *pattern, options, so);
+    REQUIRE(s.ok());
+    CHECK(s->plan.device == plan.device);
+    CHECK(s->plan.main_tid == plan.main_tid);
+    CHECK(s->plan.ops_outside == plan.ops_outside);
+    CHECK(s->plan.dropped_empty_last == plan.dropped_empty_last);
+    CHECK(s->plan.numbers == plan.numbers);
+    CHECK(s->plan.steps_found == plan.steps_found);
+    REQUIRE(s->plan.steps.size() == plan.steps.size());
+    for (size_t k = 0; k < plan.steps.size(); ++k) CHECK(span_row(s->plan.steps[k]) == span_row(plan.steps[k]));
+    REQUIRE(s->steps.size() == whole.steps.size());
+    for (size_t k = 0; k < whole.steps.size(); ++k) {
+      CAPTURE(k);
+      CHECK(Row(s->steps[k]) == Row(whole.steps[k]));
+    }
+    REQUIRE(s->gaps.size() == whole.gaps.size());
+    size_t named = 0;
+    for (size_t k = 0; k < whole.gaps.size(); ++k) {
+      CAPTURE(k);
+      IdleGap g = s->gaps[k];
+      const IdleGap& w = whole.gaps[k];
+      const bool has_call = named < s->gap_call.size() && s->gap_call[named].first == k;
+      CHECK(has_call == (w.call >= 0));
+      if (has_call) {
+        CHECK(s->gap_call[named].second == CallKey::Of(t.calls[static_cast<size_t>(w.call)]));
+        g.call = w.call;
+        ++named;
+      }
+      CHECK(GapRow(g) == GapRow(w));
+    }
+    CHECK(s->idle_caused == caused);
+    CHECK(s->slices[2] >= (plan.steps.size() + per - 1) / per);
+  }
+}
+
+TEST_CASE("streamed: random loops read by slices attribute as the whole timeline",
+          "[windows][stream]") {
+  for (uint32_t seed = 1; seed <= 150; ++seed) {
+    CAPTURE(seed);
+    TraceBuilder b = RandomLoop(seed, true);
+    b.SetPacked(seed % 3 > 0, seed % 3 > 1);
+    CheckStreamed(std::move(b), 1 + seed % 9, 3);
+  }
+}
+
+TEST_CASE("streamed: sampled device timing and long idle stretches", "[windows][stream]") {
+  CheckStreamed(testing::SampledSteps(), 4, 3);
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  for (int k = 0; k < 40; ++k) {
+    const int64_t t0 = k * 1000 * kUs;
+    b.Range(1, t0, t0 + 1000 * kUs, "step " + std::to_string(k));
+    if (k < 2 || k > 36) b.Submit(1, api.launch, t0 + 100 * kUs, t0 + 105 * kUs, t0 + 300 * kUs, t0 + 900 * kUs);
+    if (k == 1) b.Submit(1, api.launch, t0 + 200 * kUs, t0 + 205 * kUs, t0 + 950 * kUs, 20'000 * kUs);
+    b.Call(1, api.other, t0 + 500 * kUs, t0 + 510 * kUs);
+  }
+  CheckStreamed(std::move(b), 2, 2);
+}
+
+TEST_CASE("streamed: a trace without step markers is refused", "[windows][stream]") {
+  TraceBuilder b = RandomLoop(5, false);
+  const std::string bytes = b.Build();
+  auto index = IndexTraceBytes(bytes, "t");
+  REQUIRE(index.ok());
+  auto reader = SliceReader::OpenBytes(bytes, "t", *index);
+  REQUIRE(reader.ok());
+  auto pattern = CompileStepPattern(kDefaultStepPattern);
+  auto s = AttributeIdleStreamed(&*reader, *index, *pattern, {});
+  CHECK(s.status().code() == absl::StatusCode::kUnimplemented);
 }
 
 }  // namespace

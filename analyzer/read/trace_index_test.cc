@@ -213,6 +213,22 @@ TraceBuilder SliceRun(uint32_t seed, bool ticks, Ids ids) {
     const uint32_t tid = 10 + static_cast<uint32_t>(k);
     h[k] += pick(1, 50) * kUs;
     const int64_t exit = h[k] + pick(0, 30) * kUs;
+    if (pick(0, 6) == 0) {
+      // A call holding nested calls, written as the recorder writes them
+      // (each as it returns, the outer one last), so the outer call may
+      // come chunks after the calls it holds.
+      int64_t x = h[k];
+      for (int n = pick(1, 4); n > 0; --n) {
+        x += pick(0, 10) * kUs;
+        const int64_t e = x + pick(0, 10) * kUs;
+        b.Call(tid, api.other, T(x), T(e));
+        x = e;
+      }
+      const int64_t outer_exit = x + pick(0, 10) * kUs;
+      b.Call(tid, api.other, T(h[k]), T(outer_exit));
+      h[k] = outer_exit;
+      continue;
+    }
     switch (pick(0, 5)) {
       case 0:
       case 1: {  // a launch; its kernel behind the device's queue, at times long after
@@ -336,14 +352,16 @@ TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "
             CHECK(slice->call_info[j].last_op_end_ns == whole.call_info[i].last_op_end_ns);
           }
         }
-        // On each thread, its last call entering before the slice and its
-        // first entering at or after its end.
+        // On each thread, its last call ending before the slice (of equal
+        // ends, the outer one) and its first entering after it.
         absl::flat_hash_map<uint32_t, std::pair<int32_t, int32_t>> edge;
         for (size_t i = 0; i < whole.calls.size(); ++i) {
           const ApiCall& c = whole.calls[i];
           auto& [before, after] = edge.try_emplace(c.tid, -1, -1).first->second;
-          if (c.enter_ns < lo) before = static_cast<int32_t>(i);
-          if (c.enter_ns >= hi && after < 0) after = static_cast<int32_t>(i);
+          if (c.exit_ns < lo && (before < 0 || c.exit_ns > whole.calls[static_cast<size_t>(before)].exit_ns)) {
+            before = static_cast<int32_t>(i);
+          }
+          if (c.enter_ns > hi && after < 0) after = static_cast<int32_t>(i);
         }
         for (const auto& [tid, e] : edge) {
           CAPTURE(tid);

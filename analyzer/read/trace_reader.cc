@@ -1118,44 +1118,62 @@ std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ns, uint64_
   const std::vector<ChunkSpan>& chunks = index.chunks;
   std::vector<bool> take(chunks.size(), false);
   // By time: the calls, ranges, CPU samples, NCCL arguments and device ops
-  // of the slice. On each thread, the chunk holding its last call before
-  // the slice and the one holding its first call after (the host gaps at
-  // its edges are bounded by them), and likewise its CPU samples (a gap
-  // is split on-CPU and off by the samples around it).
+  // of the slice. On each thread, the chunk holding its last call ending
+  // before the slice and the one holding its first call entering after
+  // (the host gaps at its edges are bounded by them): of its chunks wholly
+  // before the slice, the one ending last, and of those wholly after, the
+  // one starting first, whatever order the calls were written in (the
+  // recorder writes a call as it returns, so an outer call comes after the
+  // calls nested in it, maybe chunks later).
   IdRanges cupti, external;
   struct Edges {
-    int64_t before = -1, after = -1, next = -1;
+    int64_t before = -1, after = -1;
+    // Those chunks' latest end and earliest start.
+    uint64_t before_hi = 0, after_lo = 0;
+    // Over the wholly-before chunk ending last, the wholly-after one
+    // starting first: `c` is one of the thread's chunks.
+    void See(const ChunkSpan& c, size_t k, uint64_t lo, uint64_t hi) {
+      if (c.hi < lo && (before < 0 || c.hi >= before_hi)) {
+        before = static_cast<int64_t>(k);
+        before_hi = c.hi;
+      }
+      if (c.lo > hi && (after < 0 || c.lo < after_lo)) {
+        after = static_cast<int64_t>(k);
+        after_lo = c.lo;
+      }
+    }
   };
   absl::flat_hash_map<uint32_t, Edges> edges;
   absl::flat_hash_map<std::pair<uint32_t, uint16_t>, Edges> sample_edges;  // by thread and chunk type
   for (size_t k = 0; k < chunks.size(); ++k) {
     const ChunkSpan& c = chunks[k];
     if (!IsSliced(c.type) || is(c, T::kCorrelation) || c.count == 0) continue;
+    if (is(c, T::kCpu) || is(c, T::kCpuSched)) continue;  // below
     if (meets(c, lo_ns, hi_ns)) {
       take[k] = true;
       if (is(c, T::kDevice)) cupti.Add(c.id_lo, c.id_hi);
       if (is(c, T::kApi)) external.Add(c.id_lo, c.id_hi);
     }
-    if (is(c, T::kApi)) {
-      // A thread's chunks come in time order. The first one reaching past
-      // the slice may end in a call still running at its end; then its
-      // first call entering after is in the next one.
-      Edges& e = edges[c.tid];
-      if (c.lo < lo_ns) e.before = static_cast<int64_t>(k);
-      if (e.after >= 0 && e.next < 0) e.next = static_cast<int64_t>(k);
-      if (c.hi > hi_ns && e.after < 0) e.after = static_cast<int64_t>(k);
+    if (is(c, T::kApi)) edges[c.tid].See(c, k, lo_ns, hi_ns);
+  }
+  // A thread's CPU samples (a gap is split on-CPU and off by the samples
+  // around it), over the times of its calls read, from its edge chunk
+  // before the slice to the one after, and the samples just outside them.
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const ChunkSpan& c = chunks[k];
+    if (!(is(c, T::kCpu) || is(c, T::kCpuSched)) || c.count == 0) continue;
+    uint64_t a = lo_ns;
+    uint64_t b = hi_ns;
+    if (auto it = edges.find(c.tid); it != edges.end()) {
+      const Edges& e = it->second;
+      if (e.before >= 0) a = std::min(a, chunks[static_cast<size_t>(e.before)].lo);
+      if (e.after >= 0) b = std::max(b, chunks[static_cast<size_t>(e.after)].hi);
     }
-    if (is(c, T::kCpu) || is(c, T::kCpuSched)) {
-      // A thread's samples come in time order too: its last chunk starting
-      // before the slice holds its last sample before it, its first chunk
-      // ending after it the first sample after.
-      Edges& e = sample_edges[{c.tid, c.type}];
-      if (c.lo < lo_ns) e.before = static_cast<int64_t>(k);
-      if (c.hi > hi_ns && e.after < 0) e.after = static_cast<int64_t>(k);
-    }
+    if (meets(c, a, b)) take[k] = true;
+    sample_edges[{c.tid, c.type}].See(c, k, a, b);
   }
   for (const auto& [tid, e] : edges) {
-    for (const int64_t k : {e.before, e.after, e.next}) {
+    for (const int64_t k : {e.before, e.after}) {
       if (k >= 0) take[static_cast<size_t>(k)] = true;
     }
   }

@@ -1,0 +1,195 @@
+// The streamed analysis (see stream.h).
+#include "analyzer/analyze/stream.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
+#include "absl/status/status.h"
+#include "analyzer/analyze/windows.h"
+
+namespace stallscope::analyzer {
+namespace {
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+struct KeyHash {
+  size_t operator()(const CallKey& k) const {
+    return absl::HashOf(k.tid, k.api, k.enter_ns, k.exit_ns);
+  }
+};
+
+bool IsType(const ChunkSpan& c, trace::ChunkType type) {
+  return c.type == static_cast<uint16_t>(type);
+}
+
+// Adds `from`'s counts of calls per thread and ops per device into `into`.
+void AddCounts(const Timeline& from, Timeline* into) {
+  for (const ThreadCallCount& c : from.calls_per_thread) {
+    auto it = std::find_if(into->calls_per_thread.begin(), into->calls_per_thread.end(),
+                           [&](const ThreadCallCount& x) { return x.tid == c.tid; });
+    if (it == into->calls_per_thread.end()) {
+      into->calls_per_thread.push_back(c);
+    } else {
+      it->calls += c.calls;
+      it->launches += c.launches;
+    }
+  }
+  for (const DeviceOpCount& d : from.ops_per_device) {
+    auto it = std::find_if(into->ops_per_device.begin(), into->ops_per_device.end(),
+                           [&](const DeviceOpCount& x) { return x.device == d.device; });
+    if (it == into->ops_per_device.end()) {
+      into->ops_per_device.push_back(d);
+    } else {
+      it->ops += d.ops;
+      it->nccl += d.nccl;
+    }
+  }
+}
+
+uint64_t Clamp(int64_t ns) { return ns < 0 ? 0 : static_cast<uint64_t>(ns); }
+
+}  // namespace
+
+absl::StatusOr<StreamedIdle> AttributeIdleStreamed(SliceReader* reader, const TraceIndex& index,
+                                                   const std::regex& pattern,
+                                                   const AttributionOptions& options,
+                                                   const StreamOptions& stream) {
+  StreamedIdle out;
+  const uint64_t decoded0 = reader->chunks_decoded();
+  const uint64_t kept0 = reader->chunks_kept();
+  const size_t per_slice = std::max<size_t>(1, stream.chunks_per_slice);
+  auto read = [&](const std::vector<size_t>& chunks, int pass) -> absl::StatusOr<Timeline> {
+    auto t = reader->Read(chunks);
+    if (!t.ok()) return t.status();
+    ++out.slices[pass];
+    out.max_slice_calls = std::max(out.max_slice_calls, t->calls.size());
+    out.max_slice_ops = std::max(out.max_slice_ops, t->ops.size());
+    return t;
+  };
+
+  // Pass 1: the counts (each call and op record read once), then the NVTX
+  // ranges, all at once (a few per step).
+  Timeline counts;
+  std::vector<size_t> batch;
+  std::vector<size_t> nvtx;
+  int64_t ops_from = kMax;  // the device chunks' extent
+  int64_t ops_to = std::numeric_limits<int64_t>::min();
+  for (size_t i = 0; i < index.chunks.size(); ++i) {
+    const ChunkSpan& c = index.chunks[i];
+    if (IsType(c, trace::ChunkType::kNvtx)) nvtx.push_back(i);
+    if (!IsType(c, trace::ChunkType::kApi) && !IsType(c, trace::ChunkType::kDevice)) continue;
+    if (IsType(c, trace::ChunkType::kDevice) && c.count > 0) {
+      ops_from = std::min(ops_from, static_cast<int64_t>(c.lo));
+      ops_to = std::max(ops_to, static_cast<int64_t>(c.hi));
+    }
+    batch.push_back(i);
+    if (batch.size() < per_slice) continue;
+    auto t = read(batch, 0);
+    if (!t.ok()) return t.status();
+    AddCounts(*t, &counts);
+    batch.clear();
+  }
+  if (!batch.empty()) {
+    auto t = read(batch, 0);
+    if (!t.ok()) return t.status();
+    AddCounts(*t, &counts);
+  }
+  auto names = read(nvtx, 0);
+  if (!names.ok()) return names.status();
+  StepPlan& plan = out.plan;
+  plan.device = BusiestDevice(counts);
+  plan.main_tid = MainThread(counts);
+  std::vector<StepSpan> marked = MarkedSteps(*names, pattern, plan.main_tid);
+  if (marked.empty()) {
+    return absl::UnimplementedError(
+        "the trace has no step markers: steps found from the launch sequence need the whole "
+        "trace in memory");
+  }
+  plan.source = "marker";
+
+  // Pass 2: the steps' device spans, from slices by the device chunks'
+  // starts; an op counts in the slice its start falls in.
+  StepSpanBuilder spans(std::move(marked));
+  std::vector<int64_t> starts;
+  for (const ChunkSpan& c : index.chunks) {
+    if (IsType(c, trace::ChunkType::kDevice) && c.count > 0) starts.push_back(static_cast<int64_t>(c.lo));
+  }
+  std::sort(starts.begin(), starts.end());
+  for (size_t j = 0; j < starts.size(); j += per_slice) {
+    const int64_t from = starts[j];
+    const int64_t to = j + per_slice < starts.size() ? starts[j + per_slice] : ops_to + 1;
+    if (to <= from) continue;  // chunks starting together: the next slice has them
+    auto t = read(SliceChunks(index, Clamp(from), Clamp(to - 1)), 1);
+    if (!t.ok()) return t.status();
+    for (const DeviceOp& op : t->ops) {
+      if (op.device != plan.device || op.call < 0 || op.start_ns < from || op.start_ns >= to) continue;
+      spans.AddOp(t->calls[static_cast<size_t>(op.call)].enter_ns, op.start_ns, op.end_ns);
+    }
+  }
+  bool drop = false;
+  if (spans.LastSubmittedNothing(*names)) {
+    const StepSpan& last = spans.steps().back();
+    auto t = read(SliceChunks(index, Clamp(last.host_start_ns), Clamp(last.host_end_ns)), 1);
+    if (!t.ok()) return t.status();
+    drop = !SubmittedIn(*t, last.host_start_ns, last.host_end_ns);
+  }
+  spans.Finish(drop, &plan);
+  KeepTimedSteps(*names, &plan);
+
+  // Pass 3: windows of steps, each from its own slice.
+  absl::flat_hash_map<CallKey, int64_t, KeyHash> caused;
+  const size_t n = plan.steps.size();
+  const size_t per = std::max<size_t>(1, stream.steps_per_window);
+  WindowPart part;
+  for (size_t k0 = 0; k0 < n; k0 += per) {
+    const size_t k1 = std::min(n, k0 + per);
+    const int64_t w0 = plan.steps[k0].start_ns;
+    const int64_t w1 = plan.steps[k1 - 1].end_ns;
+    int64_t lo = std::min(plan.steps[k0].host_start_ns, w0);
+    int64_t hi = std::max(plan.steps[k1 - 1].host_end_ns, w1);
+    int64_t widen = std::max<int64_t>(hi - lo, 1'000);
+    absl::StatusOr<Timeline> t;
+    // The slice must hold the drain before the window (the latest op end at
+    // or before w0) and the first op starting at or after w1: the part's
+    // sweep runs from one to the other. Until it does, it is widened on the
+    // side lacking one, twice as far each time.
+    for (;;) {
+      t = read(SliceChunks(index, Clamp(lo), Clamp(hi)), 2);
+      if (!t.ok()) return t.status();
+      bool drain = lo <= ops_from;
+      bool next = hi >= ops_to;
+      for (const DeviceOp& op : t->ops) {
+        if (op.device != plan.device) continue;
+        drain = drain || (op.end_ns <= w0 && op.end_ns >= lo);
+        next = next || (op.start_ns >= w1 && op.start_ns <= hi);
+      }
+      if (drain && next) break;
+      if (!drain) lo -= widen;
+      if (!next) hi += widen;
+      widen *= 2;
+    }
+    const std::vector<CallClass> classes = ClassifyCalls(*t, plan.device, options);
+    WindowCutter cutter(*t, plan, classes);
+    cutter.Cut(k0, k1, &part);
+    Attribution a = AttributeWindow(part, plan, k0, k1, options);
+    out.steps.insert(out.steps.end(), a.steps.begin(), a.steps.end());
+    for (IdleGap& g : a.gaps) {
+      if (g.call >= 0) {
+        out.gap_call.push_back({out.gaps.size(), CallKey::Of(t->calls[static_cast<size_t>(g.call)])});
+        g.call = -1;
+      }
+      out.gaps.push_back(g);
+    }
+    a.idle_caused.ForEach([&](size_t call, int64_t ns) { caused[CallKey::Of(t->calls[call])] += ns; });
+  }
+  out.idle_caused.assign(caused.begin(), caused.end());
+  std::sort(out.idle_caused.begin(), out.idle_caused.end());
+  out.chunks_decoded = reader->chunks_decoded() - decoded0;
+  out.chunks_kept = reader->chunks_kept() - kept0;
+  return out;
+}
+
+}  // namespace stallscope::analyzer

@@ -1,0 +1,77 @@
+// The streamed analysis (docs/analyzer.md, "Memory that follows steps"):
+// the steps and their idle attribution read from the file a slice at a
+// time, so that what is held follows the number of steps, not of events.
+// Three passes over the file's index (read/trace_reader.h):
+// 1. counts: each thread's calls and launches, each device's ops (the
+//    record chunks read a few at a time, each once), and the NVTX ranges:
+//    the analyzed device, the main thread and the marked steps' host
+//    ranges, as FindSteps finds them;
+// 2. spans: slices of the timeline, each op starting in one taking the step
+//    of its call's enter time (StepSpanBuilder);
+// 3. windows: each window of steps reads the slice from the drain before it
+//    to the first op after it and its host range, widened until it holds
+//    both, and is attributed from the part WindowCutter cuts from that
+//    slice's timeline, with the call classes computed there.
+// Rows, gaps and rule-1 charges come out as AttributeIdle gives them on the
+// whole timeline, the calls named by CallKey instead of an index.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <regex>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "analyzer/analyze/attribution.h"
+#include "analyzer/analyze/steps.h"
+#include "analyzer/model/timeline.h"
+#include "analyzer/read/trace_reader.h"
+
+namespace stallscope::analyzer {
+
+// A call named across slices (an index names it within one timeline only).
+struct CallKey {
+  uint32_t tid = 0;
+  uint16_t api = 0;
+  int64_t enter_ns = 0;
+  int64_t exit_ns = 0;
+  static CallKey Of(const ApiCall& c) { return {c.tid, c.api, c.enter_ns, c.exit_ns}; }
+  auto Tie() const { return std::tie(tid, api, enter_ns, exit_ns); }
+  bool operator==(const CallKey& o) const { return Tie() == o.Tie(); }
+  bool operator<(const CallKey& o) const { return Tie() < o.Tie(); }
+};
+
+struct StreamOptions {
+  size_t steps_per_window = 64;
+  // Record chunks a slice of the first two passes reads (about).
+  size_t chunks_per_slice = 16;
+};
+
+struct StreamedIdle {
+  StepPlan plan;
+  std::vector<StepStats> steps;
+  std::vector<IdleGap> gaps;                         // `call` left -1
+  std::vector<std::pair<size_t, CallKey>> gap_call;  // (index into gaps, its call)
+  std::vector<std::pair<CallKey, int64_t>> idle_caused;  // rule-1 ns per call, by key
+  // What the reading cost: slices read in each pass, record chunks decoded
+  // and kept from the slice before, and the most calls and ops one slice
+  // held.
+  size_t slices[3] = {0, 0, 0};
+  uint64_t chunks_decoded = 0;
+  uint64_t chunks_kept = 0;
+  size_t max_slice_calls = 0;
+  size_t max_slice_ops = 0;
+};
+
+// The attribution of a trace's marked steps, read by `reader` over `index`.
+// Unimplemented when the trace has no step markers (automatic steps need
+// the main thread's whole launch sequence; the in-memory analysis finds
+// them); a chunk that does not verify is an error.
+absl::StatusOr<StreamedIdle> AttributeIdleStreamed(SliceReader* reader, const TraceIndex& index,
+                                                   const std::regex& pattern,
+                                                   const AttributionOptions& options,
+                                                   const StreamOptions& stream = {});
+
+}  // namespace stallscope::analyzer
