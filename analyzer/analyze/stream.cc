@@ -25,30 +25,6 @@ bool IsType(const ChunkSpan& c, trace::ChunkType type) {
   return c.type == static_cast<uint16_t>(type);
 }
 
-// Adds `from`'s counts of calls per thread and ops per device into `into`.
-void AddCounts(const Timeline& from, Timeline* into) {
-  for (const ThreadCallCount& c : from.calls_per_thread) {
-    auto it = std::find_if(into->calls_per_thread.begin(), into->calls_per_thread.end(),
-                           [&](const ThreadCallCount& x) { return x.tid == c.tid; });
-    if (it == into->calls_per_thread.end()) {
-      into->calls_per_thread.push_back(c);
-    } else {
-      it->calls += c.calls;
-      it->launches += c.launches;
-    }
-  }
-  for (const DeviceOpCount& d : from.ops_per_device) {
-    auto it = std::find_if(into->ops_per_device.begin(), into->ops_per_device.end(),
-                           [&](const DeviceOpCount& x) { return x.device == d.device; });
-    if (it == into->ops_per_device.end()) {
-      into->ops_per_device.push_back(d);
-    } else {
-      it->ops += d.ops;
-      it->nccl += d.nccl;
-    }
-  }
-}
-
 uint64_t Clamp(int64_t ns) { return ns < 0 ? 0 : static_cast<uint64_t>(ns); }
 
 }  // namespace
@@ -70,32 +46,21 @@ absl::StatusOr<StreamedIdle> AttributeIdleStreamed(SliceReader* reader, const Tr
     return t;
   };
 
-  // Pass 1: the counts (each call and op record read once), then the NVTX
-  // ranges, all at once (a few per step).
+  // Pass 1: the counts (the index's), and the NVTX ranges, all at once (a
+  // few per step).
   Timeline counts;
-  std::vector<size_t> batch;
+  counts.calls_per_thread = index.calls_per_thread;
+  counts.ops_per_device = index.ops_per_device;
   std::vector<size_t> nvtx;
   int64_t ops_from = kMax;  // the device chunks' extent
   int64_t ops_to = std::numeric_limits<int64_t>::min();
   for (size_t i = 0; i < index.chunks.size(); ++i) {
     const ChunkSpan& c = index.chunks[i];
     if (IsType(c, trace::ChunkType::kNvtx)) nvtx.push_back(i);
-    if (!IsType(c, trace::ChunkType::kApi) && !IsType(c, trace::ChunkType::kDevice)) continue;
     if (IsType(c, trace::ChunkType::kDevice) && c.count > 0) {
       ops_from = std::min(ops_from, static_cast<int64_t>(c.lo));
       ops_to = std::max(ops_to, static_cast<int64_t>(c.hi));
     }
-    batch.push_back(i);
-    if (batch.size() < per_slice) continue;
-    auto t = read(batch, 0);
-    if (!t.ok()) return t.status();
-    AddCounts(*t, &counts);
-    batch.clear();
-  }
-  if (!batch.empty()) {
-    auto t = read(batch, 0);
-    if (!t.ok()) return t.status();
-    AddCounts(*t, &counts);
   }
   auto names = read(nvtx, 0);
   if (!names.ok()) return names.status();
@@ -149,7 +114,8 @@ absl::StatusOr<StreamedIdle> AttributeIdleStreamed(SliceReader* reader, const Tr
     const int64_t w0 = plan.steps[k0].start_ns;
     const int64_t w1 = plan.steps[k1 - 1].end_ns;
     int64_t lo = std::min(plan.steps[k0].host_start_ns, w0);
-    int64_t hi = std::max(plan.steps[k1 - 1].host_end_ns, w1);
+    // The first op after the window is mostly the next step's first.
+    int64_t hi = std::max({plan.steps[k1 - 1].host_end_ns, w1, k1 < n ? plan.steps[k1].end_ns : w1});
     int64_t widen = std::max<int64_t>(hi - lo, 1'000);
     absl::StatusOr<Timeline> t;
     // The slice must hold the drain before the window (the latest op end at

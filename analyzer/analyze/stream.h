@@ -44,7 +44,7 @@ struct CallKey {
 };
 
 struct StreamOptions {
-  size_t steps_per_window = 64;
+  size_t steps_per_window = 256;
   // Record chunks a slice of the first two passes reads (about).
   size_t chunks_per_slice = 16;
 };

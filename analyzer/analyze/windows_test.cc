@@ -3,8 +3,16 @@
 // on random training loops and on the sampled-timing trace.
 #include "analyzer/analyze/windows.h"
 #include "analyzer/analyze/stream.h"
+#include "trace_codec.h"
+
+#include <sys/resource.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <tuple>
@@ -344,10 +352,10 @@ TEST_CASE("windows: a long stretch without device work is not read by every wind
 // The streamed attribution of the bytes `b` builds (chunks of
 // `chunk_records` records) gives the whole timeline's plan, rows, gaps and
 // charges, for windows of 1..max_window steps.
-void CheckStreamed(TraceBuilder b, size_t chunk_records, size_t max_window) {
-  b.SetChunkRecords(chunk_records);
-  const std::string bytes = b.Build();
-  const Timeline t = testing::ReadOrDie(b);
+void CheckStreamedBytes(const std::string& bytes, size_t max_window) {
+  auto read = ReadTraceBytes(bytes, "t");
+  REQUIRE(read.ok());
+  const Timeline& t = *read;
   auto pattern = CompileStepPattern(kDefaultStepPattern);
   REQUIRE(pattern.ok());
   StepPlan plan = FindSteps(t, *pattern, BusiestDevice(t));
@@ -406,6 +414,11 @@ void CheckStreamed(TraceBuilder b, size_t chunk_records, size_t max_window) {
   }
 }
 
+void CheckStreamed(TraceBuilder b, size_t chunk_records, size_t max_window) {
+  b.SetChunkRecords(chunk_records);
+  CheckStreamedBytes(b.Build(), max_window);
+}
+
 TEST_CASE("streamed: random loops read by slices attribute as the whole timeline",
           "[windows][stream]") {
   for (uint32_t seed = 1; seed <= 150; ++seed) {
@@ -430,6 +443,16 @@ TEST_CASE("streamed: sampled device timing and long idle stretches", "[windows][
   CheckStreamed(std::move(b), 2, 2);
 }
 
+TEST_CASE("streamed: the golden traces attribute as the whole timeline", "[windows][stream][golden]") {
+  for (const char* name : {"sync_loop.sstrace", "format4_packed_sync_loop.sstrace"}) {
+    CAPTURE(name);
+    std::ifstream in(std::string(STALLSCOPE_TESTDATA_DIR) + "/" + name, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    REQUIRE(!bytes.empty());
+    CheckStreamedBytes(bytes, 3);
+  }
+}
+
 TEST_CASE("streamed: a trace without step markers is refused", "[windows][stream]") {
   TraceBuilder b = RandomLoop(5, false);
   const std::string bytes = b.Build();
@@ -440,6 +463,53 @@ TEST_CASE("streamed: a trace without step markers is refused", "[windows][stream
   auto pattern = CompileStepPattern(kDefaultStepPattern);
   auto s = AttributeIdleStreamed(&*reader, *index, *pattern, {});
   CHECK(s.status().code() == absl::StatusCode::kUnimplemented);
+}
+
+// STALLSCOPE_STREAM_BENCH=FILE[:STEPS_PER_WINDOW]: the streamed attribution
+// of FILE (scripts/bench, at 100 M events): time, events a second, the
+// slices each pass read, and the peak memory.
+TEST_CASE("streamed: what attributing a trace by slices costs", "[.][stream-bench]") {
+  const char* spec = std::getenv("STALLSCOPE_STREAM_BENCH");
+  if (spec == nullptr) return;
+  KeepFreedMemory();  // as the `stallscope` command reads
+  std::string path = spec;
+  StreamOptions so;
+  if (auto colon = path.rfind(':'); colon != std::string::npos) {
+    so.steps_per_window = std::stoul(path.substr(colon + 1));
+    path = path.substr(0, colon);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto index = IndexTraceFile(path);
+  REQUIRE(index.ok());
+  uint64_t events = 0;  // the records of the chunks slices choose among
+  for (const ChunkSpan& c : index->chunks) {
+    const tf::ChunkTypeInfo* info = tf::FindChunkType(c.type);
+    if (info != nullptr && info->reading == tf::ChunkReading::kSliced) events += c.count;
+  }
+  auto reader = SliceReader::OpenFile(path, *index);
+  REQUIRE(reader.ok());
+  auto pattern = CompileStepPattern(kDefaultStepPattern);
+  REQUIRE(pattern.ok());
+  const auto t1 = std::chrono::steady_clock::now();
+  auto s = AttributeIdleStreamed(&*reader, *index, *pattern, {}, so);
+  REQUIRE(s.ok());
+  const auto t2 = std::chrono::steady_clock::now();
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  const double index_s = std::chrono::duration<double>(t1 - t0).count();
+  const double total_s = std::chrono::duration<double>(t2 - t0).count();
+  int64_t idle = 0;
+  for (const StepStats& st : s->steps) idle += st.gpu_idle_ns;
+  std::printf("streamed: %s: %zu steps, %llu events; index %.2f s, attribution %.2f s "
+              "(%.1f M events a second in all); slices read: %zu counting, %zu for the steps' "
+              "spans, %zu for %zu windows of %zu steps; %llu chunks decoded, %llu kept; the "
+              "largest slice %zu calls, %zu ops; GPU idle %.3f s; peak %ld MB\n",
+              path.c_str(), s->steps.size(), static_cast<unsigned long long>(events), index_s,
+              total_s - index_s, static_cast<double>(events) / total_s / 1e6, s->slices[0],
+              s->slices[1], s->slices[2], (s->steps.size() + so.steps_per_window - 1) / so.steps_per_window,
+              so.steps_per_window, static_cast<unsigned long long>(s->chunks_decoded),
+              static_cast<unsigned long long>(s->chunks_kept), s->max_slice_calls, s->max_slice_ops,
+              static_cast<double>(idle) / 1e9, ru.ru_maxrss / 1024);
 }
 
 }  // namespace

@@ -141,6 +141,25 @@ TEST_CASE("index: every chunk's place and exact span", "[index]") {
       std::sort(got.begin(), got.end());
       std::sort(expected.begin(), expected.end());
       CHECK(got == expected);
+      // The counts the streamed analysis chooses its thread and device by
+      // are the whole reading's.
+      auto whole = ReadTraceBytes(bytes, "t");
+      REQUIRE(whole.ok());
+      auto threads = [](std::vector<ThreadCallCount> v) {
+        std::vector<std::tuple<uint32_t, int64_t, int64_t>> out;
+        for (const ThreadCallCount& c : v) out.emplace_back(c.tid, c.calls, c.launches);
+        std::sort(out.begin(), out.end());
+        return out;
+      };
+      auto devices = [](std::vector<DeviceOpCount> v) {
+        std::vector<std::tuple<uint32_t, int64_t, int64_t>> out;
+        for (const DeviceOpCount& d : v) out.emplace_back(d.device, d.ops, d.nccl);
+        std::sort(out.begin(), out.end());
+        return out;
+      };
+      CHECK(threads(index->calls_per_thread) == threads(whole->calls_per_thread));
+      CHECK(devices(index->ops_per_device) == devices(whole->ops_per_device));
+      CHECK(!whole->calls_per_thread.empty());
     }
   }
 }

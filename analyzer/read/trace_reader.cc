@@ -769,6 +769,31 @@ void SpanOf(ChunkType type, const uint8_t* p, size_t n, uint32_t count, ChunkSpa
   c->id_hi = id_hi;
 }
 
+// Adds a call or device chunk's records to the index's counts: calls by
+// thread and API, ops by device.
+void CountRecords(ChunkType type, const uint8_t* p, size_t n, uint32_t count, uint32_t tid,
+                  absl::flat_hash_map<std::pair<uint32_t, uint16_t>, int64_t>* calls,
+                  std::vector<DeviceOpCount>* ops) {
+  if (type == ChunkType::kApi) {
+    const size_t records = std::min<size_t>(count, n / sizeof(trace::ApiRecord));
+    for (size_t i = 0; i < records; ++i) {
+      uint16_t api;
+      std::memcpy(&api, p + i * sizeof(trace::ApiRecord) + offsetof(trace::ApiRecord, api), sizeof api);
+      ++(*calls)[{tid, api}];
+    }
+  } else if (type == ChunkType::kDevice) {
+    const size_t records = std::min<size_t>(count, n / sizeof(trace::DeviceRecord));
+    for (size_t i = 0; i < records; ++i) {
+      trace::DeviceRecord r;
+      std::memcpy(&r, p + i * sizeof r, sizeof r);
+      auto it = std::find_if(ops->begin(), ops->end(), [&](const DeviceOpCount& d) { return d.device == r.device; });
+      if (it == ops->end()) it = ops->insert(ops->end(), DeviceOpCount{r.device, 0, 0});
+      ++it->ops;
+      it->nccl += r.kind == static_cast<uint8_t>(trace::DeviceOpKind::kNccl);
+    }
+  }
+}
+
 // Whether a chunk magic appears anywhere in the file from `from` on.
 bool MagicAfter(const ReadAt& read, uint64_t size, uint64_t from) {
   return ScanMagics(read, size, from, [](uint64_t) { return AtMagic::kFound; }) < size;
@@ -784,6 +809,7 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
   Unpacked unpacked;
   std::vector<trace::ClockRecord> clocks;
   Timeline tables;  // the small chunks, parsed to check them
+  absl::flat_hash_map<std::pair<uint32_t, uint16_t>, int64_t> calls_by_api;
   for (uint64_t off = index.header.header_bytes; off < size;) {
     ChunkHeader ch;
     const Load l = LoadChunk(read, size, index.header.version, off, &ch, &buffer);
@@ -825,6 +851,8 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
     c.type = ch.type;
     c.encoding = ch.encoding;
     SpanOf(static_cast<ChunkType>(ch.type), payload, payload_bytes, ch.count, &c);
+    CountRecords(static_cast<ChunkType>(ch.type), payload, payload_bytes, ch.count, ch.tid,
+                 &calls_by_api, &index.ops_per_device);
     if (ch.type == static_cast<uint16_t>(ChunkType::kCorrelation)) {
       c.ranges_at = static_cast<uint32_t>(index.external_ranges.size());
       ExternalRanges(payload, std::min<size_t>(ch.count, payload_bytes / sizeof(trace::CorrelationRecord)),
@@ -840,6 +868,17 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
     }
     off += sizeof(ch) + ch.payload_bytes;
   }
+  // Each thread's calls and launches (the API table read by now).
+  for (const auto& [key, n] : calls_by_api) {
+    const auto [tid, api] = key;
+    auto it = std::find_if(index.calls_per_thread.begin(), index.calls_per_thread.end(),
+                           [tid](const ThreadCallCount& c) { return c.tid == tid; });
+    if (it == index.calls_per_thread.end()) it = index.calls_per_thread.insert(index.calls_per_thread.end(), {tid, 0, 0});
+    it->calls += n;
+    if (tables.Api(api).category == trace::ApiCategory::kLaunch) it->launches += n;
+  }
+  std::sort(index.calls_per_thread.begin(), index.calls_per_thread.end(),
+            [](const ThreadCallCount& a, const ThreadCallCount& b) { return a.tid < b.tid; });
   // Spans in ticks to ns, by the file's clock pairs as the reader converts
   // (its clock diagnostics are the reader's to give). The conversion rises
   // with the ticks, so a span's ends stay its ends.

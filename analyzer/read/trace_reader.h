@@ -71,6 +71,11 @@ struct TraceIndex {
   std::vector<ChunkSpan> chunks;  // in file order
   std::vector<std::pair<uint64_t, uint64_t>> external_ranges;  // see ChunkSpan::ranges
   bool truncated = false;  // the last chunk was cut short (a torn tail)
+  // Every call's and op's count, as a whole reading counts them
+  // (Timeline::calls_per_thread, by thread; ops_per_device, in order of
+  // first appearance): what MainThread and BusiestDevice choose by.
+  std::vector<ThreadCallCount> calls_per_thread;
+  std::vector<DeviceOpCount> ops_per_device;
 };
 
 // Indexes `path`, one read per chunk (a packed or compressed chunk decoded
