@@ -45,15 +45,19 @@ def check(cond, msg):
 def check_windowed_report(exe, trace, whole):
     """The report of `trace` with idle attributed one step at a time
     (`report --window-steps 1`, each window from the part of the trace it
-    reads) is `whole`, the report over all steps at once, byte for byte."""
+    reads), and with idle attributed from the file by slices two steps at
+    a time (`report --stream --window-steps 2`), is `whole`, the report
+    over all steps at once, byte for byte."""
     import subprocess
-    p = subprocess.run([exe, "report", trace, "--format", "json", "--window-steps", "1"],
-                       capture_output=True, text=True, timeout=300)
-    check(p.returncode == 0, f"report --window-steps 1 exited {p.returncode}: {p.stderr[-2000:]}")
-    if p.stdout != whole:
-        at = next((i for i, (a, b) in enumerate(zip(p.stdout, whole)) if a != b), min(len(p.stdout), len(whole)))
-        raise Failure(f"report --window-steps 1 differs from the whole report at byte {at}: "
-                      f"{p.stdout[max(0, at - 200):at + 200]!r} against {whole[max(0, at - 200):at + 200]!r}")
+    for flags in (["--window-steps", "1"], ["--stream", "--window-steps", "2"]):
+        what = "report " + " ".join(flags)
+        p = subprocess.run([exe, "report", trace, "--format", "json"] + flags,
+                           capture_output=True, text=True, timeout=300)
+        check(p.returncode == 0, f"{what} exited {p.returncode}: {p.stderr[-2000:]}")
+        if p.stdout != whole:
+            at = next((i for i, (a, b) in enumerate(zip(p.stdout, whole)) if a != b), min(len(p.stdout), len(whole)))
+            raise Failure(f"{what} differs from the whole report at byte {at}: "
+                          f"{p.stdout[max(0, at - 200):at + 200]!r} against {whole[max(0, at - 200):at + 200]!r}")
 
 
 def check_chunk_index(exe, trace):

@@ -25,6 +25,7 @@
 #include "analyzer/analyze/predict.h"
 #include "analyzer/analyze/questions.h"
 #include "analyzer/analyze/ranks.h"
+#include "analyzer/analyze/stream.h"
 #include "analyzer/analyze/windows.h"
 #include "analyzer/model/format.h"
 #include "analyzer/read/symbolizer.h"
@@ -54,6 +55,58 @@ class PhaseTimer {
   bool on_;
   int64_t last_;
 };
+
+// `stream`: the attribution read from the trace's file by slices, its
+// calls found in `t` by key; nullopt where the streamed path does not
+// apply (no step markers, a file the index refuses). Its plan must be the
+// one found in memory.
+absl::StatusOr<std::optional<Attribution>> AttributeFromFile(const Timeline& t, const StepPlan& plan,
+                                                             const std::regex& pattern,
+                                                             const AttributionOptions& ao,
+                                                             size_t window_steps) {
+  auto index = IndexTraceFile(t.path);
+  if (!index.ok()) return std::nullopt;
+  auto reader = SliceReader::OpenFile(t.path, *index);
+  if (!reader.ok()) return reader.status();
+  StreamOptions so;
+  if (window_steps > 0) so.steps_per_window = window_steps;
+  auto s = AttributeIdleStreamed(&*reader, *index, pattern, ao, so);
+  if (s.status().code() == absl::StatusCode::kUnimplemented) return std::nullopt;
+  if (!s.ok()) return s.status();
+  auto span = [](const StepSpan& x) { return std::tie(x.start_ns, x.end_ns, x.host_start_ns, x.host_end_ns); };
+  bool same = s->plan.steps.size() == plan.steps.size();
+  for (size_t k = 0; same && k < plan.steps.size(); ++k) same = span(s->plan.steps[k]) == span(plan.steps[k]);
+  if (!same) {
+    return absl::InternalError(absl::StrFormat("%s: the steps read by slices differ from the whole trace's",
+                                               t.path));
+  }
+  absl::flat_hash_map<std::tuple<uint32_t, uint16_t, int64_t, int64_t>, size_t> call_of;
+  for (size_t i = 0; i < t.calls.size(); ++i) {
+    const ApiCall& c = t.calls[i];
+    call_of.try_emplace(std::make_tuple(c.tid, c.api, c.enter_ns, c.exit_ns), i);
+  }
+  auto find = [&](const CallKey& k) -> std::optional<size_t> {
+    auto it = call_of.find(std::make_tuple(k.tid, k.api, k.enter_ns, k.exit_ns));
+    if (it == call_of.end()) return std::nullopt;
+    return it->second;
+  };
+  Attribution a;
+  a.steps = std::move(s->steps);
+  a.gaps = std::move(s->gaps);
+  const absl::Status missing =
+      absl::InternalError(absl::StrFormat("%s: a call read by slices is not in the whole trace", t.path));
+  for (const auto& [k, key] : s->gap_call) {
+    const auto i = find(key);
+    if (!i) return missing;
+    a.gaps[k].call = static_cast<int32_t>(*i);
+  }
+  for (const auto& [key, ns] : s->idle_caused) {
+    const auto i = find(key);
+    if (!i) return missing;
+    a.idle_caused.Add(*i, ns);
+  }
+  return a;
+}
 
 }  // namespace
 
@@ -110,9 +163,15 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
   const AttributionOptions& ao = options.attribution;
   std::vector<CallClass> classes = ClassifyCalls(t, device, ao);
   timer.Mark("classify");
-  Attribution attribution = options.window_steps > 0
-                                ? AttributeIdleByWindows(t, plan, classes, ao, options.window_steps)
-                                : AttributeIdle(t, plan, classes, ao);
+  std::optional<Attribution> streamed;
+  if (options.stream) {
+    auto a = AttributeFromFile(t, plan, *pattern, ao, options.window_steps);
+    if (!a.ok()) return a.status();
+    streamed = std::move(*a);
+  }
+  Attribution attribution = streamed                   ? std::move(*streamed)
+                            : options.window_steps > 0 ? AttributeIdleByWindows(t, plan, classes, ao, options.window_steps)
+                                                       : AttributeIdle(t, plan, classes, ao);
   timer.Mark("attribute");
   report.steps = std::move(attribution.steps);
   // Sampled: each step keeps its number among all the steps found.
@@ -392,8 +451,12 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   std::vector<absl::StatusOr<Report>> reports(n_read, absl::UnknownError("not analyzed"));
   ProcessAnalysis details;
   const bool keep_details = primary_out != nullptr || options.predict;
+  // The ranks' timelines were changed after reading (their NCCL waits):
+  // the file no longer says what they hold.
+  AnalysisOptions analyzed = options;
+  if (distributed) analyzed.stream = false;
   ParallelFor(n_read, options.jobs, [&](size_t i) {
-    reports[i] = AnalyzeTimeline(*timelines[i], options, i == primary && keep_details ? &details : nullptr);
+    reports[i] = AnalyzeTimeline(*timelines[i], analyzed, i == primary && keep_details ? &details : nullptr);
   });
   for (const auto& r : reports) {
     if (!r.ok()) return r.status();

@@ -51,6 +51,7 @@ void PredictFixes(const Timeline& t, const ProcessAnalysis& details, const Analy
   AnalysisOptions inner = options;
   inner.predict = false;
   inner.progress = nullptr;
+  inner.stream = false;  // a replayed timeline is not its file's
   ReplayOptions base;
   base.launch_dispatch_ns = options.attribution.launch_dispatch_ns;
 

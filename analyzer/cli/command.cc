@@ -93,6 +93,10 @@ void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a, bool predictions) {
                   "reads (the report is the same; default 0: all steps at once)")
       ->type_name("N")
       ->check(CLI::Range(0, 1 << 30));
+  app->add_flag("--stream", a->stream,
+                "attribute idle from the trace file by slices, a window of steps at a time "
+                "(the report is the same; traces without step markers, and the ranks of a "
+                "distributed run, are attributed in memory)");
   const struct {
     const char* name;
     std::vector<std::string>* globs;
@@ -120,6 +124,7 @@ AnalysisOptions OptionsFrom(const Conventions& c, const AnalysisArgs& a) {
   options.attribution.site = a.site;
   options.predict = a.predictions && !a.no_predict;
   options.window_steps = a.window_steps;
+  options.stream = a.stream;
   AddSiteRulesFromEnvironment(&options.attribution.site);
   if (!c.quiet && isatty(STDERR_FILENO)) options.progress = ShowProgress;
   return options;

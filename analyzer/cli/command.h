@@ -45,7 +45,8 @@ void AddConventions(CLI::App* app, Conventions* c, const std::vector<std::string
 CLI::Validator NonEmpty(const std::string& what);
 
 // What every subcommand that analyzes traces takes: --step-pattern RE,
-// --user-code / --not-user-code GLOB (repeatable), and --window-steps N.
+// --user-code / --not-user-code GLOB (repeatable), --window-steps N and
+// --stream.
 // With `predictions` (report, run), also --no-predict: the report's
 // predicted step times (analyze/predict.h) are made unless it is given.
 struct AnalysisArgs {
@@ -54,6 +55,7 @@ struct AnalysisArgs {
   bool predictions = false;
   bool no_predict = false;
   size_t window_steps = 0;
+  bool stream = false;
 };
 void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a, bool predictions = false);
 

@@ -91,7 +91,9 @@ int Rank(const FleetArgs& a) {
   if (!t.ok()) return Fail(t.status(), kExitBadTrace);
   const RankArrivals arrivals = CollectArrivals(*t);
   ApplyLastArrivals(&*t, arrivals, *last);
-  auto report = AnalyzeTimeline(*t, OptionsFrom(a.common, a.analysis));
+  AnalysisOptions options = OptionsFrom(a.common, a.analysis);
+  options.stream = false;  // the timeline was changed after reading
+  auto report = AnalyzeTimeline(*t, options);
   if (!report.ok()) return Fail(report.status(), kExitUsage);
   return Emit(a.common.out,
               RankSummaryToJson(SummarizeRank(*t, arrivals, *last, *report)).dump() + "\n");
@@ -126,7 +128,8 @@ int ReportStep(const FleetArgs& a) {
   auto t = ReadTraceFile(ranks[primary].path);
   if (!t.ok()) return Fail(t.status(), kExitBadTrace);
   if (distributed) ApplyLastArrivals(&*t, ranks[primary].arrivals, *last);
-  const AnalysisOptions options = OptionsFrom(a.common, a.analysis);
+  AnalysisOptions options = OptionsFrom(a.common, a.analysis);
+  if (distributed) options.stream = false;  // the rank's timeline was changed after reading
   ProcessAnalysis details;
   auto report = AnalyzeTimeline(*t, options, &details);
   if (!report.ok()) return Fail(report.status(), kExitUsage);

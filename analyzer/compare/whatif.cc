@@ -222,14 +222,17 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
   // Each replayed timeline lives only while it is analyzed (peak memory:
   // the trace's timeline and one replay).
   ReplayStats stats;
+  AnalysisOptions replay_options = options;
+  replay_options.stream = false;  // a replayed timeline is not its file's
   {
     auto replayed = AnalyzeTimeline(
-        Replay(t, analysis.classes, ReplayOptions{.launch_dispatch_ns = ro.launch_dispatch_ns}), options);
+        Replay(t, analysis.classes, ReplayOptions{.launch_dispatch_ns = ro.launch_dispatch_ns}),
+        replay_options);
     if (!replayed.ok()) return replayed.status();
     w.replayed = SummarizeSteps(*replayed);
   }
   {
-    auto predicted = AnalyzeTimeline(Replay(t, analysis.classes, ro, &stats), options);
+    auto predicted = AnalyzeTimeline(Replay(t, analysis.classes, ro, &stats), replay_options);
     if (!predicted.ok()) return predicted.status();
     w.predicted = SummarizeSteps(*predicted);
   }
