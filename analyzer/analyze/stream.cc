@@ -14,6 +14,9 @@ namespace stallscope::analyzer {
 namespace {
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+// How far a window's slice may be widened (146 years of ns, past
+// kMaxTimeNs, the latest time a reading keeps).
+constexpr int64_t kFar = kMax / 2;
 
 struct KeyHash {
   size_t operator()(const CallKey& k) const {
@@ -125,17 +128,19 @@ absl::StatusOr<StreamedIdle> AttributeIdleStreamed(SliceReader* reader, const Tr
     for (;;) {
       t = read(SliceChunks(index, Clamp(lo), Clamp(hi)), 2);
       if (!t.ok()) return t.status();
-      bool drain = lo <= ops_from;
-      bool next = hi >= ops_to;
+      // (Or nothing is left on that side: the file's first op is in, or the
+      // slice reaches the file's start, or past any sane time.)
+      bool drain = lo <= ops_from || lo <= 0;
+      bool next = hi >= ops_to || hi >= kFar;
       for (const DeviceOp& op : t->ops) {
         if (op.device != plan.device) continue;
         drain = drain || (op.end_ns <= w0 && op.end_ns >= lo);
         next = next || (op.start_ns >= w1 && op.start_ns <= hi);
       }
       if (drain && next) break;
-      if (!drain) lo -= widen;
-      if (!next) hi += widen;
-      widen *= 2;
+      if (!drain) lo -= std::min(widen, std::max<int64_t>(lo, 0));
+      if (!next) hi += std::min(widen, kFar - hi);
+      widen = std::min(widen, kFar / 2) * 2;
     }
     const std::vector<CallClass> classes = ClassifyCalls(*t, plan.device, options);
     WindowCutter cutter(*t, plan, classes);
