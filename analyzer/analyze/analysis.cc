@@ -56,21 +56,26 @@ class PhaseTimer {
   int64_t last_;
 };
 
-// `stream`: the attribution read from the trace's file by slices, its
-// calls found in `t` by key; nullopt where the streamed path does not
-// apply (no step markers, a file the index refuses). Its plan must be the
-// one found in memory.
-absl::StatusOr<std::optional<Attribution>> AttributeFromFile(const Timeline& t, const StepPlan& plan,
-                                                             const std::regex& pattern,
-                                                             const AttributionOptions& ao,
-                                                             size_t window_steps) {
+// `stream`: the attribution and hotspots read from the trace's file by
+// slices, the attribution's calls found in `t` by key; nullopt where the
+// streamed path does not apply (no step markers, a file the index
+// refuses). Its plan must be the one found in memory.
+struct FromFile {
+  Attribution attribution;
+  std::vector<Hotspot> hotspots;
+  std::vector<std::string> changed_modules;
+};
+absl::StatusOr<std::optional<FromFile>> AnalyzeFromFile(const Timeline& t, const StepPlan& plan,
+                                                        const std::regex& pattern,
+                                                        const AttributionOptions& ao,
+                                                        size_t window_steps) {
   auto index = IndexTraceFile(t.path);
   if (!index.ok()) return std::nullopt;
   auto reader = SliceReader::OpenFile(t.path, *index);
   if (!reader.ok()) return reader.status();
   StreamOptions so;
   if (window_steps > 0) so.steps_per_window = window_steps;
-  auto s = AttributeIdleStreamed(&*reader, *index, pattern, ao, so);
+  auto s = AnalyzeStreamed(&*reader, *index, pattern, ao, so);
   if (s.status().code() == absl::StatusCode::kUnimplemented) return std::nullopt;
   if (!s.ok()) return s.status();
   auto span = [](const StepSpan& x) { return std::tie(x.start_ns, x.end_ns, x.host_start_ns, x.host_end_ns); };
@@ -90,7 +95,10 @@ absl::StatusOr<std::optional<Attribution>> AttributeFromFile(const Timeline& t, 
     if (it == call_of.end()) return std::nullopt;
     return it->second;
   };
-  Attribution a;
+  FromFile out;
+  out.hotspots = std::move(s->hotspots);
+  out.changed_modules = std::move(s->changed_modules);
+  Attribution& a = out.attribution;
   a.steps = std::move(s->steps);
   a.gaps = std::move(s->gaps);
   const absl::Status missing =
@@ -105,7 +113,7 @@ absl::StatusOr<std::optional<Attribution>> AttributeFromFile(const Timeline& t, 
     if (!i) return missing;
     a.idle_caused.Add(*i, ns);
   }
-  return a;
+  return out;
 }
 
 }  // namespace
@@ -163,13 +171,13 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
   const AttributionOptions& ao = options.attribution;
   std::vector<CallClass> classes = ClassifyCalls(t, device, ao);
   timer.Mark("classify");
-  std::optional<Attribution> streamed;
+  std::optional<FromFile> streamed;
   if (options.stream) {
-    auto a = AttributeFromFile(t, plan, *pattern, ao, options.window_steps);
+    auto a = AnalyzeFromFile(t, plan, *pattern, ao, options.window_steps);
     if (!a.ok()) return a.status();
     streamed = std::move(*a);
   }
-  Attribution attribution = streamed                   ? std::move(*streamed)
+  Attribution attribution = streamed                   ? std::move(streamed->attribution)
                             : options.window_steps > 0 ? AttributeIdleByWindows(t, plan, classes, ao, options.window_steps)
                                                        : AttributeIdle(t, plan, classes, ao);
   timer.Mark("attribute");
@@ -178,17 +186,23 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
   for (size_t i = 0; i < plan.numbers.size() && i < report.steps.size(); ++i)
     report.steps[i].index = plan.numbers[i];
 
+  // Streamed, the hotspots are the file's; those of the timeline only
+  // give each call's hotspot to the writers that draw it.
   Symbolizer symbolizer(t.modules);
-  report.hotspots = FindHotspots(t, plan, classes, attribution.idle_caused, ao, &symbolizer,
-                                 details != nullptr ? &details->hotspot_of_call : nullptr);
+  if (!streamed || details != nullptr) {
+    report.hotspots = FindHotspots(t, plan, classes, attribution.idle_caused, ao, &symbolizer,
+                                   details != nullptr ? &details->hotspot_of_call : nullptr);
+  }
+  const std::vector<std::string>& changed = streamed ? streamed->changed_modules : symbolizer.ChangedModules();
+  if (streamed) report.hotspots = std::move(streamed->hotspots);
   timer.Mark("hotspots");
-  if (!symbolizer.ChangedModules().empty()) {
+  if (!changed.empty()) {
     std::string names;
-    for (const std::string& path : symbolizer.ChangedModules()) {
+    for (const std::string& path : changed) {
       absl::StrAppend(&names, names.empty() ? "" : ", ", BaseName(path));
     }
     AddDiagnostic(&report.diagnostics, DiagId::kModuleChanged,
-                  symbolizer.ChangedModules().size(),
+                  changed.size(),
                   absl::StrFormat("%s rebuilt since the trace was recorded (another build id): "
                                   "its frames are shown as module+offset",
                                   names));

@@ -392,9 +392,30 @@ class Attributor {
 
 }  // namespace
 
+void PendingIntervals::Add(int64_t a, int64_t b) {
+  if (b <= a) return;
+  // The intervals it meets (an open interval ending at a does not) merge
+  // into one.
+  auto it = spans_.lower_bound(a);
+  if (it != spans_.begin() && std::prev(it)->second > a) --it;
+  while (it != spans_.end() && it->first < b) {
+    a = std::min(a, it->first);
+    b = std::max(b, it->second);
+    it = spans_.erase(it);
+  }
+  spans_.emplace(a, b);
+}
+
+bool PendingIntervals::At(int64_t x) const {
+  auto it = spans_.lower_bound(x);  // the first starting at or after x
+  return it != spans_.begin() && std::prev(it)->second > x;
+}
+
 std::vector<CallClass> ClassifyCalls(const Timeline& t, uint32_t device,
-                                     const AttributionOptions& o) {
+                                     const AttributionOptions& o,
+                                     const PendingIntervals* given) {
   PendingWork pending(t, device);
+  auto pending_at = [&](int64_t x) { return given != nullptr ? given->At(x) : pending.At(x); };
   std::vector<CallClass> out(t.calls.size(), CallClass::kNonBlocking);
   for (size_t i = 0; i < t.calls.size(); ++i) {
     const ApiCall& c = t.calls[i];
@@ -454,7 +475,7 @@ std::vector<CallClass> ClassifyCalls(const Timeline& t, uint32_t device,
       } else {
         synchronized = info.op_count > 0
                            ? c.exit_ns > info.last_op_end_ns
-                           : c.exit_ns - c.enter_ns > o.observed_block_ns && pending.At(c.enter_ns);
+                           : c.exit_ns - c.enter_ns > o.observed_block_ns && pending_at(c.enter_ns);
       }
       if (synchronized) out[i] = CallClass::kSync;
     }

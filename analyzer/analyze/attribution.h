@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <map>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -49,10 +50,28 @@ enum class CallClass : uint8_t {
   kNccl,
 };
 
+// When device work was pending on a device: the union of the open
+// intervals (enter of an op's submitting call, end of the op), added in
+// any order. A call entering at x found work pending iff x lies inside
+// one. For a reader that sees a trace a slice at a time (stream.h): an op
+// queued long after its launch may lie beyond the slice of a call it kept
+// waiting. Memory: one entry per stretch of pending work.
+class PendingIntervals {
+ public:
+  void Add(int64_t enter_ns, int64_t end_ns);
+  bool At(int64_t x) const;
+  size_t size() const { return spans_.size(); }
+
+ private:
+  std::map<int64_t, int64_t> spans_;  // start → end, disjoint
+};
+
 // Classifies each call of `t` (indexed like t.calls). See docs/analyzer.md
-// "Synchronizing calls".
+// "Synchronizing calls". Work pending at a call's entry is found among
+// t's ops, or in `pending` when given.
 std::vector<CallClass> ClassifyCalls(const Timeline& t, uint32_t device,
-                                     const AttributionOptions& options);
+                                     const AttributionOptions& options,
+                                     const PendingIntervals* pending = nullptr);
 
 // One stretch of an idle interval charged to one cause, inside one step.
 // Consecutive pieces with the same cause, step and call are merged.

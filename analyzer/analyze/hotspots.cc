@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <optional>
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
@@ -271,197 +272,171 @@ int32_t StepOfHostTime(const StepPlan& plan, int64_t ns, size_t* hint) {
   return static_cast<int32_t>(i);
 }
 
-absl::flat_hash_map<size_t, size_t> FindCopySyncs(const Timeline& t,
-                                                  const std::vector<CallClass>& classes) {
-  absl::flat_hash_map<size_t, size_t> out;
-  // Copy calls whose API names no direction (cuMemcpy, cuMemcpyAsync): their
-  // op's CUPTI copy kind says (1 HtoD, 2 DtoH, 3 HtoA, 4 AtoH). Found once,
-  // when needed.
-  absl::flat_hash_set<int32_t> host_copy_by_op;
-  bool by_op_done = false;
-  auto is_host_copy = [&](size_t i, const ApiInfo& api) {
-    if ((api.flags & (trace::kApiDevToHost | trace::kApiHostToDev)) != 0) return true;
-    if (t.call_info[i].op_count == 0) return false;
-    if (!by_op_done) {
-      by_op_done = true;
-      for (const DeviceOp& op : t.ops) {
-        if (op.call >= 0 && op.kind == trace::DeviceOpKind::kMemcpy && op.copy_kind >= 1 &&
-            op.copy_kind <= 4) {
-          host_copy_by_op.insert(op.call);
+HotspotFinder::HotspotFinder(const StepPlan& plan, const AttributionOptions& options,
+                             Symbolizer* symbolizer)
+    : plan_(plan), options_(options), symbolizer_(symbolizer) {}
+
+void HotspotFinder::Add(const Timeline& t, const std::vector<CallClass>& classes, size_t from,
+                        size_t to, const std::function<int64_t(size_t)>& idle_caused,
+                        std::vector<int32_t>* hotspot_of_call) {
+  // The memcpy ops of the calls, for copy calls whose API names no
+  // direction (cuMemcpy, cuMemcpyAsync).
+  absl::flat_hash_map<int32_t, OpCopy> op_copy;
+  for (size_t i = 0; i < t.ops.size(); ++i) {
+    const DeviceOp& op = t.ops[i];
+    if (op.call < 0 || op.kind != trace::DeviceOpKind::kMemcpy) continue;
+    if (op.call < static_cast<int32_t>(from) || op.call >= static_cast<int32_t>(to)) continue;
+    OpCopy& x = op_copy[op.call];
+    if (op.copy_kind == 1 || op.copy_kind == 3) x.direction |= trace::kApiHostToDev;
+    if (op.copy_kind == 2 || op.copy_kind == 4) x.direction |= trace::kApiDevToHost;
+    x.host = x.host || (op.copy_kind >= 1 && op.copy_kind <= 4);
+    x.max_bytes = std::max(x.max_bytes, t.op_info[i].bytes);
+  }
+  auto op_of = [&](size_t i) {
+    auto it = op_copy.find(static_cast<int32_t>(i));
+    return it == op_copy.end() ? OpCopy{} : it->second;
+  };
+  // A copy's op information counts toward its hotspot when its API names
+  // no direction.
+  auto add_op_copy = [&](Extra& x, bool has_ops, const OpCopy& o) {
+    if (x.api_direction != 0 || !has_ops) return;
+    x.op_direction |= o.direction;
+    x.max_bytes = std::max(x.max_bytes, o.max_bytes);
+  };
+  const bool markers = plan_.source != "none";
+  for (size_t i = from; i < to; ++i) {
+    const ApiCall& c = t.calls[i];
+    const ApiInfo& api = t.Api(c.api);
+    const CallInfo& info = t.call_info[i];
+    // A synchronization completing a copy: an explicit stream or context
+    // synchronize whose thread's previous copy-or-synchronizing call was a
+    // copy between host and device made from the same Python line (and
+    // stream). Any synchronizing call takes the pending copy.
+    std::optional<PendingCopy> completes;
+    const bool host_copy = api.category == trace::ApiCategory::kCopy &&
+                           ((api.flags & (trace::kApiDevToHost | trace::kApiHostToDev)) != 0 ||
+                            (info.op_count > 0 && op_of(i).host));
+    if (!host_copy && classes[i] == CallClass::kSync) {
+      auto it = pending_.find(c.tid);
+      if (it != pending_.end()) {
+        const PendingCopy copy = it->second;
+        pending_.erase(it);
+        const bool whole_context = NameHas(api.name, "Ctx") || NameHas(api.name, "DeviceSynchronize");
+        if (api.category == trace::ApiCategory::kSync && info.python_stack != 0 &&
+            info.python_stack == copy.python_stack && (whole_context || info.stream == copy.stream)) {
+          completes = copy;
         }
       }
     }
-    return host_copy_by_op.contains(static_cast<int32_t>(i));
-  };
-  absl::flat_hash_map<uint32_t, int64_t> last_copy;  // per thread: a pending copy
-  for (size_t i = 0; i < t.calls.size(); ++i) {
-    const ApiCall& c = t.calls[i];
-    const ApiInfo& api = t.Api(c.api);
-    if (api.category == trace::ApiCategory::kCopy && is_host_copy(i, api)) {
-      last_copy[c.tid] = static_cast<int64_t>(i);
-      continue;
-    }
-    if (classes[i] != CallClass::kSync) continue;
-    auto it = last_copy.find(c.tid);
-    if (it == last_copy.end() || it->second < 0) continue;
-    const size_t copy = static_cast<size_t>(it->second);
-    it->second = -1;
-    if (api.category != trace::ApiCategory::kSync) continue;
-    const CallInfo& ci = t.call_info[copy];
-    const CallInfo& si = t.call_info[i];
-    const bool whole_context = NameHas(api.name, "Ctx") || NameHas(api.name, "DeviceSynchronize");
-    if (si.python_stack != 0 && si.python_stack == ci.python_stack &&
-        (whole_context || si.stream == ci.stream)) {
-      out.emplace(i, copy);
-    }
-  }
-  return out;
-}
-
-std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
-                                  const std::vector<CallClass>& classes,
-                                  const IdleCaused& idle_caused,
-                                  const AttributionOptions& options,
-                                  Symbolizer* symbolizer,
-                                  std::vector<int32_t>* hotspot_of_call) {
-  if (hotspot_of_call != nullptr) hotspot_of_call->assign(t.calls.size(), -1);
-  struct Resolved {
-    Frame site;
-    std::vector<Frame> frames;
-    bool site_lost = false;  // its Python frames could not be read
-  };
-  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, Resolved> stacks;
-  absl::flat_hash_map<std::tuple<uint16_t, bool, std::string, int, std::string>, size_t> index;
-  std::vector<Hotspot> out;
-  struct Extra {
-    uint16_t direction = 0;  // kApiHostToDev / kApiDevToHost
-    uint64_t max_bytes = 0;
-    bool completes_copy = false;  // holds synchronizes that completed a copy
-    int32_t last_step = -1;
-  };
-  const absl::flat_hash_map<size_t, size_t> copy_of_sync = FindCopySyncs(t, classes);
-  size_t step_hint = 0;
-  size_t sampled_hint = 0;
-  absl::flat_hash_set<size_t> counted_copies;  // copies counted as hits
-  std::vector<Extra> extra;
-  // The hotspot of each grouped call (for the copy direction of its op).
-  absl::flat_hash_map<size_t, size_t> copy_calls;
-  const bool markers = plan.source != "none";
-  for (size_t i = 0; i < t.calls.size(); ++i) {
-    if (classes[i] != CallClass::kSync) continue;
-    const ApiCall& c = t.calls[i];
+    bool counted = false;
+    const int64_t caused = classes[i] == CallClass::kSync ? idle_caused(i) : 0;
     const int64_t blocked = c.exit_ns - c.enter_ns;
-    if (blocked <= options.hotspot_min_blocked_ns && idle_caused.Get(i) == 0) continue;
+    bool hit = classes[i] == CallClass::kSync &&
+               (blocked > options_.hotspot_min_blocked_ns || caused != 0);
     // With markers: calls between the first step's host start and the last
     // step's host end, or that caused idle inside a step (start-up and
     // teardown synchronizations are left out).
-    if (markers && idle_caused.Get(i) == 0 &&
-        (c.enter_ns < plan.steps.front().host_start_ns ||
-         c.enter_ns >= plan.steps.back().host_end_ns)) {
-      continue;
+    if (hit && markers && caused == 0 &&
+        (c.enter_ns < plan_.steps.front().host_start_ns || c.enter_ns >= plan_.steps.back().host_end_ns)) {
+      hit = false;
     }
     // Device timing sampled: only calls inside the timed steps (the others'
     // device work, and so the idle they caused, is unknown).
-    if (plan.sampled_every != 0 && idle_caused.Get(i) == 0 &&
-        StepOfHostTime(plan, c.enter_ns, &sampled_hint) < 0) {
-      continue;
+    if (hit && plan_.sampled_every != 0 && caused == 0 && StepOfHostTime(plan_, c.enter_ns, &sampled_hint_) < 0) {
+      hit = false;
     }
-    const CallInfo& info = t.call_info[i];
-    auto [sit, inserted] = stacks.try_emplace(std::make_pair(info.stack, info.python_stack));
-    if (inserted) {
-      ResolveStack(t, info.stack, info.python_stack, symbolizer, options.site, &sit->second.site,
-                   &sit->second.frames, &sit->second.site_lost);
-    }
-    const Resolved& r = sit->second;
-    // A synchronize completing a read-back joins its copy's hotspot: what the
-    // user wrote is the read-back (the copy blocks when it goes to pageable
-    // memory, the synchronize when it goes to pinned memory).
-    const auto cs = copy_of_sync.find(i);
-    const uint16_t api_id = cs == copy_of_sync.end() ? c.api : t.calls[cs->second].api;
-    const bool explicit_sync = t.Api(api_id).category == trace::ApiCategory::kSync;
-    auto key = std::make_tuple(api_id, explicit_sync, r.site.file, r.site.line, r.site.function);
-    auto [hit, fresh] = index.try_emplace(key, out.size());
-    if (fresh) {
-      Hotspot h;
-      const ApiInfo& api = t.Api(api_id);
-      h.api = api.name;
-      h.explicit_sync = explicit_sync;
-      h.site = r.site;
-      h.stack = r.frames;
-      out.push_back(std::move(h));
-      extra.push_back({static_cast<uint16_t>(api.flags & (trace::kApiHostToDev |
-                                                          trace::kApiDevToHost)),
-                       0, false, -1});
-    }
-    if (cs != copy_of_sync.end()) {
-      // The copy's direction: from its API, else from its op (below).
-      extra[hit->second].completes_copy = true;
-      extra[hit->second].max_bytes =
-          std::max(extra[hit->second].max_bytes, t.call_info[cs->second].bytes);
-      if (extra[hit->second].direction == 0 && t.call_info[cs->second].op_count > 0) {
-        copy_calls.emplace(cs->second, hit->second);
+    if (hit) {
+      auto [sit, inserted] = stacks_.try_emplace(std::make_pair(info.stack, info.python_stack));
+      if (inserted) {
+        ResolveStack(t, info.stack, info.python_stack, symbolizer_, options_.site, &sit->second.site,
+                     &sit->second.frames, &sit->second.site_lost);
       }
+      const Resolved& r = sit->second;
+      // A synchronize completing a read-back joins its copy's hotspot: what
+      // the user wrote is the read-back (the copy blocks when it goes to
+      // pageable memory, the synchronize when it goes to pinned memory).
+      const uint16_t api_id = completes ? completes->api : c.api;
+      const ApiInfo& hot_api = t.Api(api_id);
+      const bool explicit_sync = hot_api.category == trace::ApiCategory::kSync;
+      auto key = std::make_tuple(api_id, explicit_sync, r.site.file, r.site.line, r.site.function);
+      auto [hit_it, fresh] = index_.try_emplace(key, out_.size());
+      const size_t h_at = hit_it->second;
+      if (fresh) {
+        Hotspot h;
+        h.api = hot_api.name;
+        h.explicit_sync = explicit_sync;
+        h.site = r.site;
+        h.stack = r.frames;
+        out_.push_back(std::move(h));
+        Extra x;
+        x.api_direction = static_cast<uint16_t>(hot_api.flags & (trace::kApiHostToDev | trace::kApiDevToHost));
+        extra_.push_back(x);
+      }
+      Extra& x = extra_[h_at];
+      if (completes) {
+        x.completes_copy = true;
+        x.max_bytes = std::max(x.max_bytes, completes->bytes);
+        add_op_copy(x, completes->has_ops, completes->op);
+      }
+      // The steps it hit: calls come in time order, so a step is new when
+      // it differs from the last one counted.
+      const int32_t step = StepOfHostTime(plan_, c.enter_ns, &step_hint_);
+      Hotspot& h = out_[h_at];
+      if (step >= 0 && step != x.last_step) {
+        x.last_step = step;
+        ++h.steps;
+      }
+      if (hotspot_of_call != nullptr) (*hotspot_of_call)[i] = static_cast<int32_t>(h_at);
+      // A read-back is its copy and the synchronize completing it: one hit,
+      // whichever of them (or both) blocked.
+      const bool same_copy = completes && completes->counted;
+      counted = api.category == trace::ApiCategory::kCopy;
+      x.max_bytes = std::max(x.max_bytes, info.bytes);
+      if (api.category == trace::ApiCategory::kCopy) add_op_copy(x, info.op_count > 0, op_of(i));
+      if (!same_copy) ++h.count;
+      if (r.site_lost) ++h.sites_lost;
+      // Calls of several threads may overlap: saturate rather than overflow
+      // on absurd (hostile) durations.
+      h.blocked_ns = AddCapped(h.blocked_ns, blocked);
+      h.idle_caused_ns += caused;
     }
-    // The steps it hit: calls come in time order, so a step is new when it
-    // differs from the last one counted.
-    const int32_t step = StepOfHostTime(plan, c.enter_ns, &step_hint);
-    if (step >= 0 && step != extra[hit->second].last_step) {
-      extra[hit->second].last_step = step;
-      ++out[hit->second].steps;
+    if (host_copy) {
+      PendingCopy p;
+      p.api = c.api;
+      p.python_stack = info.python_stack;
+      p.stream = info.stream;
+      p.bytes = info.bytes;
+      p.has_ops = info.op_count > 0;
+      p.op = op_of(i);
+      p.counted = counted;
+      pending_[c.tid] = p;
     }
-    if (hotspot_of_call != nullptr) (*hotspot_of_call)[i] = static_cast<int32_t>(hit->second);
-    Hotspot& h = out[hit->second];
-    // A read-back is its copy and the synchronize completing it: one hit,
-    // whichever of them (or both) blocked.
-    const bool same_copy = cs != copy_of_sync.end() && counted_copies.contains(cs->second);
-    if (t.Api(c.api).category == trace::ApiCategory::kCopy) counted_copies.insert(i);
-    Extra& x = extra[hit->second];
-    x.max_bytes = std::max(x.max_bytes, info.bytes);
-    if (x.direction == 0 && info.op_count > 0 &&
-        t.Api(c.api).category == trace::ApiCategory::kCopy) {
-      copy_calls.emplace(i, hit->second);
-    }
-    if (!same_copy) ++h.count;
-    if (r.site_lost) ++h.sites_lost;
-    // Calls of several threads may overlap: saturate rather than overflow on
-    // absurd (hostile) durations.
-    h.blocked_ns = AddCapped(h.blocked_ns, blocked);
-    h.idle_caused_ns += idle_caused.Get(i);
   }
-  // Copies without a direction in their API flags: from their op's CUPTI
-  // memcpy kind (1 HtoD, 2 DtoH, 3 HtoA, 4 AtoH), and its bytes.
-  if (!copy_calls.empty()) {
-    for (size_t i = 0; i < t.ops.size(); ++i) {
-      const DeviceOp& op = t.ops[i];
-      if (op.call < 0 || op.kind != trace::DeviceOpKind::kMemcpy) continue;
-      auto it = copy_calls.find(static_cast<size_t>(op.call));
-      if (it == copy_calls.end()) continue;
-      Extra& x = extra[it->second];
-      if (op.copy_kind == 1 || op.copy_kind == 3) x.direction |= trace::kApiHostToDev;
-      if (op.copy_kind == 2 || op.copy_kind == 4) x.direction |= trace::kApiDevToHost;
-      x.max_bytes = std::max(x.max_bytes, t.op_info[i].bytes);
-    }
-  }
+}
+
+std::vector<Hotspot> HotspotFinder::Finish(const std::vector<ApiInfo>& apis,
+                                           std::vector<int32_t>* hotspot_of_call) {
+  std::vector<Hotspot>& out = out_;
   for (size_t k = 0; k < out.size(); ++k) {
     Hotspot& h = out[k];
+    const Extra& x = extra_[k];
+    const uint16_t direction = x.api_direction | x.op_direction;
     h.fingerprint = HotspotFingerprint(h.api, h.explicit_sync, h.site);
     const ApiInfo* info = nullptr;
-    for (const ApiInfo& a : t.apis) {
+    for (const ApiInfo& a : apis) {
       if (a.name == h.api) {
         info = &a;
         break;
       }
     }
-    if (extra[k].completes_copy && (extra[k].direction & trace::kApiDevToHost) != 0 &&
-        extra[k].max_bytes > kScalarReadBytes) {
+    if (x.completes_copy && (direction & trace::kApiDevToHost) != 0 && x.max_bytes > kScalarReadBytes) {
       h.suggestion =
           "device-to-host read-back waits for the device: keep the result on the GPU, or copy it "
           "with non_blocking=True into pinned memory and read it a step later (after an event)";
       continue;
     }
     h.suggestion = HotspotSuggestion(h.api, info ? info->category : trace::ApiCategory::kOther,
-                                     info ? info->flags : 0, extra[k].direction,
-                                     extra[k].max_bytes);
+                                     info ? info->flags : 0, direction, x.max_bytes);
   }
   std::vector<int32_t> order(out.size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int32_t>(k);
@@ -483,7 +458,23 @@ std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
       if (h >= 0) h = rank[h];
     }
   }
+  out.clear();
+  extra_.clear();
+  index_.clear();
   return sorted;
+}
+
+std::vector<Hotspot> FindHotspots(const Timeline& t, const StepPlan& plan,
+                                  const std::vector<CallClass>& classes,
+                                  const IdleCaused& idle_caused,
+                                  const AttributionOptions& options,
+                                  Symbolizer* symbolizer,
+                                  std::vector<int32_t>* hotspot_of_call) {
+  if (hotspot_of_call != nullptr) hotspot_of_call->assign(t.calls.size(), -1);
+  HotspotFinder finder(plan, options, symbolizer);
+  finder.Add(t, classes, 0, t.calls.size(), [&](size_t i) { return idle_caused.Get(i); },
+             hotspot_of_call);
+  return finder.Finish(t.apis, hotspot_of_call);
 }
 
 }  // namespace stallscope::analyzer

@@ -4,7 +4,10 @@
 // the simulated GPU), with count, host time blocked and GPU idle caused.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -60,22 +63,81 @@ std::string HotspotFingerprint(std::string_view api, bool explicit_sync, const F
 std::string HotspotSuggestion(std::string_view api, trace::ApiCategory category, uint16_t flags,
                               uint16_t direction, uint64_t max_bytes);
 
-// Synchronizations that complete a copy (indexed like t.calls; value: the
-// copy's call): an explicit stream or context synchronize whose thread's
-// previous copy-or-synchronizing call was a copy between host and device
-// made from the same Python line (and stream). torch's `.item()`, `.cpu()`,
+// The step whose host range holds `ns` (-1: none); `hint` (start at 0)
+// makes a walk in time order linear.
+int32_t StepOfHostTime(const StepPlan& plan, int64_t ns, size_t* hint);
+
+// Finds the hotspots of calls given in time order, from one timeline or
+// from slices of a trace one after another (stream.h), each call once.
+//
+// A synchronization that completes a copy joins the copy's hotspot: an
+// explicit stream or context synchronize whose thread's previous
+// copy-or-synchronizing call was a copy between host and device made from
+// the same Python line (and stream). torch's `.item()`, `.cpu()`,
 // `.tolist()`, `print` of a tensor, `if tensor:`, data-dependent sizes
 // (`nonzero`) copy into pinned memory and then synchronize the stream, and
 // `x.to(device)` from pageable memory uploads and synchronizes: what the
 // user wrote is the copy, so such a hotspot is implicit, with the copy's
-// fix; it is the copy's hotspot (same API, site and kind).
-// torch.cuda.synchronize() stays explicit.
-absl::flat_hash_map<size_t, size_t> FindCopySyncs(const Timeline& t,
-                                                  const std::vector<CallClass>& classes);
+// fix; the copy and its synchronize are one hit. torch.cuda.synchronize()
+// stays explicit. The pending copy of each thread is carried from one
+// slice to the next.
+class HotspotFinder {
+ public:
+  HotspotFinder(const StepPlan& plan, const AttributionOptions& options, Symbolizer* symbolizer);
+  // The calls [from, to) of `t` (each with its ops in `t`), classed by
+  // `classes`, with the rule-1 idle each caused (`idle_caused(i)`, its
+  // total over the whole trace); with `hotspot_of_call`, sets the entries
+  // of the calls that count to their hotspot (renumbered by Finish).
+  void Add(const Timeline& t, const std::vector<CallClass>& classes, size_t from, size_t to,
+           const std::function<int64_t(size_t)>& idle_caused,
+           std::vector<int32_t>* hotspot_of_call = nullptr);
+  // The hotspots, sorted by idle_caused_ns, then blocked_ns; `apis` the
+  // API table (for the suggestions).
+  std::vector<Hotspot> Finish(const std::vector<ApiInfo>& apis,
+                              std::vector<int32_t>* hotspot_of_call = nullptr);
 
-// The step whose host range holds `ns` (-1: none); `hint` (start at 0)
-// makes a walk in time order linear.
-int32_t StepOfHostTime(const StepPlan& plan, int64_t ns, size_t* hint);
+ private:
+  struct Resolved {
+    Frame site;
+    std::vector<Frame> frames;
+    bool site_lost = false;  // its Python frames could not be read
+  };
+  struct Extra {
+    uint16_t api_direction = 0;  // kApiHostToDev / kApiDevToHost from the API's flags
+    uint16_t op_direction = 0;   // from its copies' ops, when the API names none
+    uint64_t max_bytes = 0;
+    bool completes_copy = false;  // holds synchronizes that completed a copy
+    int32_t last_step = -1;
+  };
+  // A copy call's memcpy ops: their directions (CUPTI copy kinds 1 HtoD, 2
+  // DtoH, 3 HtoA, 4 AtoH) and largest size.
+  struct OpCopy {
+    uint16_t direction = 0;
+    uint64_t max_bytes = 0;
+    bool host = false;  // a copy between host and device
+  };
+  // A thread's last copy between host and device, not yet followed by a
+  // synchronizing call.
+  struct PendingCopy {
+    uint16_t api = 0;
+    uint32_t python_stack = 0;
+    uint64_t stream = 0;
+    uint64_t bytes = 0;
+    bool has_ops = false;
+    OpCopy op;
+    bool counted = false;  // counted as a hit itself
+  };
+  const StepPlan& plan_;
+  const AttributionOptions& options_;
+  Symbolizer* symbolizer_;
+  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, Resolved> stacks_;
+  absl::flat_hash_map<std::tuple<uint16_t, bool, std::string, int, std::string>, size_t> index_;
+  std::vector<Hotspot> out_;
+  std::vector<Extra> extra_;
+  absl::flat_hash_map<uint32_t, PendingCopy> pending_;
+  size_t step_hint_ = 0;
+  size_t sampled_hint_ = 0;
+};
 
 // With step markers, calls count when they entered between the first step's
 // host start and the last step's host end, or caused idle inside a step;

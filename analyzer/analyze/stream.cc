@@ -8,7 +8,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
+#include "analyzer/analyze/hotspots.h"
 #include "analyzer/analyze/windows.h"
+#include "analyzer/read/symbolizer.h"
 
 namespace stallscope::analyzer {
 namespace {
@@ -32,11 +34,11 @@ uint64_t Clamp(int64_t ns) { return ns < 0 ? 0 : static_cast<uint64_t>(ns); }
 
 }  // namespace
 
-absl::StatusOr<StreamedIdle> AttributeIdleStreamed(SliceReader* reader, const TraceIndex& index,
+absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const TraceIndex& index,
                                                    const std::regex& pattern,
                                                    const AttributionOptions& options,
                                                    const StreamOptions& stream) {
-  StreamedIdle out;
+  StreamedAnalysis out;
   const uint64_t decoded0 = reader->chunks_decoded();
   const uint64_t kept0 = reader->chunks_kept();
   const size_t per_slice = std::max<size_t>(1, stream.chunks_per_slice);
@@ -81,6 +83,10 @@ absl::StatusOr<StreamedIdle> AttributeIdleStreamed(SliceReader* reader, const Tr
   // Pass 2: the steps' device spans, from slices by the device chunks'
   // starts; an op counts in the slice its start falls in.
   StepSpanBuilder spans(std::move(marked));
+  // And when work was pending on the device (the call classes need it at
+  // each call's entry, and an op queued long after its launch may lie
+  // beyond the slice of a call it kept waiting).
+  PendingIntervals pending;
   std::vector<int64_t> starts;
   for (const ChunkSpan& c : index.chunks) {
     if (IsType(c, trace::ChunkType::kDevice) && c.count > 0) starts.push_back(static_cast<int64_t>(c.lo));
@@ -95,6 +101,7 @@ absl::StatusOr<StreamedIdle> AttributeIdleStreamed(SliceReader* reader, const Tr
     for (const DeviceOp& op : t->ops) {
       if (op.device != plan.device || op.call < 0 || op.start_ns < from || op.start_ns >= to) continue;
       spans.AddOp(t->calls[static_cast<size_t>(op.call)].enter_ns, op.start_ns, op.end_ns);
+      pending.Add(t->calls[static_cast<size_t>(op.call)].enter_ns, op.end_ns);
     }
   }
   bool drop = false;
@@ -142,7 +149,7 @@ absl::StatusOr<StreamedIdle> AttributeIdleStreamed(SliceReader* reader, const Tr
       if (!next) hi += std::min(widen, kFar - hi);
       widen = std::min(widen, kFar / 2) * 2;
     }
-    const std::vector<CallClass> classes = ClassifyCalls(*t, plan.device, options);
+    const std::vector<CallClass> classes = ClassifyCalls(*t, plan.device, options, &pending);
     WindowCutter cutter(*t, plan, classes);
     cutter.Cut(k0, k1, &part);
     Attribution a = AttributeWindow(part, plan, k0, k1, options);
@@ -158,6 +165,38 @@ absl::StatusOr<StreamedIdle> AttributeIdleStreamed(SliceReader* reader, const Tr
   }
   out.idle_caused.assign(caused.begin(), caused.end());
   std::sort(out.idle_caused.begin(), out.idle_caused.end());
+
+  // Pass 4: the hotspots, from slices by the call chunks' starts; a call
+  // counts in the slice its enter time falls in.
+  Symbolizer symbolizer(names->modules);
+  HotspotFinder finder(plan, options, &symbolizer);
+  std::vector<int64_t> enters;
+  int64_t calls_to = std::numeric_limits<int64_t>::min();
+  for (const ChunkSpan& c : index.chunks) {
+    if (!IsType(c, trace::ChunkType::kApi) || c.count == 0) continue;
+    enters.push_back(static_cast<int64_t>(c.lo));
+    calls_to = std::max(calls_to, static_cast<int64_t>(c.hi));
+  }
+  std::sort(enters.begin(), enters.end());
+  for (size_t j = 0; j < enters.size(); j += per_slice) {
+    const int64_t from = enters[j];
+    const int64_t to = j + per_slice < enters.size() ? enters[j + per_slice] : calls_to + 1;
+    if (to <= from) continue;  // chunks starting together: the next slice has them
+    auto t = read(SliceChunks(index, Clamp(from), Clamp(to - 1)), 3);
+    if (!t.ok()) return t.status();
+    auto by_enter = [](const ApiCall& c, int64_t v) { return c.enter_ns < v; };
+    const size_t i0 = static_cast<size_t>(
+        std::lower_bound(t->calls.begin(), t->calls.end(), from, by_enter) - t->calls.begin());
+    const size_t i1 = static_cast<size_t>(
+        std::lower_bound(t->calls.begin(), t->calls.end(), to, by_enter) - t->calls.begin());
+    const std::vector<CallClass> classes = ClassifyCalls(*t, plan.device, options, &pending);
+    finder.Add(*t, classes, i0, i1, [&](size_t i) {
+      auto it = caused.find(CallKey::Of(t->calls[i]));
+      return it == caused.end() ? int64_t{0} : it->second;
+    });
+  }
+  out.hotspots = finder.Finish(names->apis);
+  out.changed_modules = symbolizer.ChangedModules();
   out.chunks_decoded = reader->chunks_decoded() - decoded0;
   out.chunks_kept = reader->chunks_kept() - kept0;
   return out;

@@ -7,24 +7,31 @@
 //    the analyzed device, the main thread and the marked steps' host
 //    ranges, as FindSteps finds them;
 // 2. spans: slices of the timeline, each op starting in one taking the step
-//    of its call's enter time (StepSpanBuilder);
+//    of its call's enter time (StepSpanBuilder), and adding to when work
+//    was pending on the device (PendingIntervals, for the call classes);
 // 3. windows: each window of steps reads the slice from the drain before it
 //    to the first op after it and its host range, widened until it holds
 //    both, and is attributed from the part WindowCutter cuts from that
-//    slice's timeline, with the call classes computed there.
+//    slice's timeline, with the call classes computed there;
+// 4. hotspots: slices by the call chunks' starts, each call entering in one
+//    given to the HotspotFinder in time order, with the rule-1 idle the
+//    windows charged it.
 // Rows, gaps and rule-1 charges come out as AttributeIdle gives them on the
-// whole timeline, the calls named by CallKey instead of an index.
+// whole timeline, the calls named by CallKey instead of an index, and the
+// hotspots as FindHotspots gives them.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <regex>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "analyzer/analyze/attribution.h"
+#include "analyzer/model/report.h"
 #include "analyzer/analyze/steps.h"
 #include "analyzer/model/timeline.h"
 #include "analyzer/read/trace_reader.h"
@@ -49,16 +56,21 @@ struct StreamOptions {
   size_t chunks_per_slice = 16;
 };
 
-struct StreamedIdle {
+struct StreamedAnalysis {
   StepPlan plan;
   std::vector<StepStats> steps;
   std::vector<IdleGap> gaps;                         // `call` left -1
   std::vector<std::pair<size_t, CallKey>> gap_call;  // (index into gaps, its call)
   std::vector<std::pair<CallKey, int64_t>> idle_caused;  // rule-1 ns per call, by key
+  // The forced-sync hotspots (hotspots.h), as FindHotspots gives them on
+  // the whole timeline; and the modules rebuilt since the trace was
+  // recorded (Symbolizer::ChangedModules).
+  std::vector<Hotspot> hotspots;
+  std::vector<std::string> changed_modules;
   // What the reading cost: slices read in each pass, record chunks decoded
   // and kept from the slice before, and the most calls and ops one slice
   // held.
-  size_t slices[3] = {0, 0, 0};
+  size_t slices[4] = {0, 0, 0, 0};
   uint64_t chunks_decoded = 0;
   uint64_t chunks_kept = 0;
   size_t max_slice_calls = 0;
@@ -69,7 +81,7 @@ struct StreamedIdle {
 // Unimplemented when the trace has no step markers (automatic steps need
 // the main thread's whole launch sequence; the in-memory analysis finds
 // them); a chunk that does not verify is an error.
-absl::StatusOr<StreamedIdle> AttributeIdleStreamed(SliceReader* reader, const TraceIndex& index,
+absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const TraceIndex& index,
                                                    const std::regex& pattern,
                                                    const AttributionOptions& options,
                                                    const StreamOptions& stream = {});

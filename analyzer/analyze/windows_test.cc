@@ -2,6 +2,7 @@
 // the same step rows, gaps and rule-1 charges, for windows of every size,
 // on random training loops and on the sampled-timing trace.
 #include "analyzer/analyze/windows.h"
+#include "analyzer/analyze/hotspots.h"
 #include "analyzer/analyze/stream.h"
 #include "trace_codec.h"
 
@@ -37,6 +38,12 @@ auto Row(const StepStats& s) {
 
 auto GapRow(const IdleGap& g) {
   return std::make_tuple(g.start_ns, g.end_ns, static_cast<int>(g.cause), g.step, g.call);
+}
+
+auto HotRow(const Hotspot& h) {
+  return std::make_tuple(h.api, h.explicit_sync, h.site.file, h.site.line, h.site.function, h.stack.size(),
+                         h.count, h.steps, h.blocked_ns, h.idle_caused_ns, h.sites_lost, h.fingerprint,
+                         h.suggestion);
 }
 
 std::vector<std::pair<size_t, int64_t>> Caused(const IdleCaused& c) {
@@ -98,6 +105,7 @@ TraceBuilder RandomLoop(uint32_t seed, bool marked) {
     b.CpuSched(tid, static_cast<uint64_t>(at), static_cast<uint64_t>(cpu), static_cast<uint64_t>(delay));
   };
   uint32_t loose = 1'000'000;  // CUPTI ids of ops no call submitted
+  uint32_t item = 0;           // the read-backs' ids
   int64_t h2 = 0;    // thread 2's last time
   int64_t cpu2 = 0;  // and its CPU time
   const int steps = pick(3, 14);
@@ -176,6 +184,30 @@ TraceBuilder RandomLoop(uint32_t seed, bool marked) {
         b.Call(1, api.other, static_cast<uint64_t>(h - 2 * kUs), static_cast<uint64_t>(h + 10 * kUs));
         h += 10 * kUs;
       }
+    }
+    if (!empty && pick(0, 3) == 0) {
+      // An .item()-style read-back: an async copy to the host (its
+      // direction only in its op), then a synchronize from the same line
+      // and stream, which joins the copy's hotspot.
+      h += pick(1, 20) * kUs;
+      const int64_t op = std::max(h + 5 * kUs, d);
+      d = op + 2 * kUs;
+      const uint64_t bytes = static_cast<uint64_t>(pick(1, 2) == 1 ? 4 : 4096);
+      CallOptions o;
+      o.correlation = 5'000'000 + item;
+      o.stream = 7;
+      o.python_stack = site;
+      o.bytes = bytes;
+      b.Call(1, api.memcpy_async, static_cast<uint64_t>(h), static_cast<uint64_t>(h + 3 * kUs), o);
+      b.Device(static_cast<uint64_t>(op), static_cast<uint64_t>(d), tf::DeviceOpKind::kMemcpy, "DtoH",
+               3'000'000 + item, 7, 0, bytes, /*copy_kind=*/2);
+      b.Correlate(5'000'000 + item, 3'000'000 + item);
+      ++item;
+      CallOptions so;
+      so.stream = 7;
+      so.python_stack = site;
+      b.Call(1, api.sync, static_cast<uint64_t>(h + 4 * kUs), static_cast<uint64_t>(d + 1 * kUs), so);
+      h = d + 1 * kUs;
     }
     if (!empty && pick(0, 2) == 0) {  // a synchronizing read-back
       h += pick(1, 20) * kUs;
@@ -367,6 +399,9 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window) {
   std::vector<std::pair<CallKey, int64_t>> caused;
   whole.idle_caused.ForEach([&](size_t call, int64_t ns) { caused.push_back({CallKey::Of(t.calls[call]), ns}); });
   std::sort(caused.begin(), caused.end());
+  Symbolizer symbolizer(t.modules);
+  const std::vector<Hotspot> hotspots =
+      FindHotspots(t, plan, classes, whole.idle_caused, options, &symbolizer);
   auto index = IndexTraceBytes(bytes, "t");
   REQUIRE(index.ok());
   auto span_row = [](const StepSpan& s) {
@@ -379,7 +414,7 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window) {
     StreamOptions so;
     so.steps_per_window = per;
     so.chunks_per_slice = 1 + per % 3;
-    auto s = AttributeIdleStreamed(&*reader, *index, *pattern, options, so);
+    auto s = AnalyzeStreamed(&*reader, *index, *pattern, options, so);
     REQUIRE(s.ok());
     CHECK(s->plan.device == plan.device);
     CHECK(s->plan.main_tid == plan.main_tid);
@@ -410,6 +445,11 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window) {
       CHECK(GapRow(g) == GapRow(w));
     }
     CHECK(s->idle_caused == caused);
+    REQUIRE(s->hotspots.size() == hotspots.size());
+    for (size_t k = 0; k < hotspots.size(); ++k) {
+      CAPTURE(k);
+      CHECK(HotRow(s->hotspots[k]) == HotRow(hotspots[k]));
+    }
     CHECK(s->slices[2] >= (plan.steps.size() + per - 1) / per);
   }
 }
@@ -461,7 +501,7 @@ TEST_CASE("streamed: a trace without step markers is refused", "[windows][stream
   auto reader = SliceReader::OpenBytes(bytes, "t", *index);
   REQUIRE(reader.ok());
   auto pattern = CompileStepPattern(kDefaultStepPattern);
-  auto s = AttributeIdleStreamed(&*reader, *index, *pattern, {});
+  auto s = AnalyzeStreamed(&*reader, *index, *pattern, {});
   CHECK(s.status().code() == absl::StatusCode::kUnimplemented);
 }
 
@@ -491,7 +531,7 @@ TEST_CASE("streamed: what attributing a trace by slices costs", "[.][stream-benc
   auto pattern = CompileStepPattern(kDefaultStepPattern);
   REQUIRE(pattern.ok());
   const auto t1 = std::chrono::steady_clock::now();
-  auto s = AttributeIdleStreamed(&*reader, *index, *pattern, {}, so);
+  auto s = AnalyzeStreamed(&*reader, *index, *pattern, {}, so);
   REQUIRE(s.ok());
   const auto t2 = std::chrono::steady_clock::now();
   struct rusage ru {};
