@@ -31,9 +31,9 @@ struct AnalysisOptions {
   // Idle attribution by windows of this many steps (windows.h), 0: over
   // the whole timeline at once. The report is the same either way.
   size_t window_steps = 0;
-  // Idle attribution read from the trace's file by slices (stream.h;
-  // `report --stream`), windows of `window_steps` steps (its default when
-  // 0); the report is the same. A trace without step markers, a timeline
+  // Idle attribution and hotspots read from the trace's file by slices
+  // (stream.h; `report --stream`), windows of `window_steps` steps (its
+  // default when 0); the report is the same. A trace without step markers, a timeline
   // changed after reading (the ranks of a distributed run) or a file that
   // cannot be indexed is attributed in memory.
   bool stream = false;

@@ -394,6 +394,16 @@ class Attributor {
 
 void PendingIntervals::Add(int64_t a, int64_t b) {
   if (b <= a) return;
+  // Mostly ops come in time order: at or after the last interval's start.
+  if (!spans_.empty() && a >= spans_.rbegin()->first) {
+    int64_t& end = spans_.rbegin()->second;
+    if (a < end) {
+      end = std::max(end, b);
+    } else {
+      spans_.emplace_hint(spans_.end(), a, b);
+    }
+    return;
+  }
   // The intervals it meets (an open interval ending at a does not) merge
   // into one.
   auto it = spans_.lower_bound(a);

@@ -505,10 +505,10 @@ TEST_CASE("streamed: a trace without step markers is refused", "[windows][stream
   CHECK(s.status().code() == absl::StatusCode::kUnimplemented);
 }
 
-// STALLSCOPE_STREAM_BENCH=FILE[:STEPS_PER_WINDOW]: the streamed attribution
-// of FILE (scripts/bench, at 100 M events): time, events a second, the
+// STALLSCOPE_STREAM_BENCH=FILE[:STEPS_PER_WINDOW]: the streamed analysis
+// (steps, attribution, hotspots) of FILE (scripts/bench, at 100 M events): time, events a second, the
 // slices each pass read, and the peak memory.
-TEST_CASE("streamed: what attributing a trace by slices costs", "[.][stream-bench]") {
+TEST_CASE("streamed: what analyzing a trace by slices costs", "[.][stream-bench]") {
   const char* spec = std::getenv("STALLSCOPE_STREAM_BENCH");
   if (spec == nullptr) return;
   KeepFreedMemory();  // as the `stallscope` command reads
@@ -540,16 +540,17 @@ TEST_CASE("streamed: what attributing a trace by slices costs", "[.][stream-benc
   const double total_s = std::chrono::duration<double>(t2 - t0).count();
   int64_t idle = 0;
   for (const StepStats& st : s->steps) idle += st.gpu_idle_ns;
-  std::printf("streamed: %s: %zu steps, %llu events; index %.2f s, attribution %.2f s "
+  std::printf("streamed: %s: %zu steps, %llu events; index %.2f s, analysis %.2f s "
               "(%.1f M events a second in all); slices read: %zu counting, %zu for the steps' "
-              "spans, %zu for %zu windows of %zu steps; %llu chunks decoded, %llu kept; the "
-              "largest slice %zu calls, %zu ops; GPU idle %.3f s; peak %ld MB\n",
+              "spans, %zu for %zu windows of %zu steps, %zu for the hotspots; %llu chunks decoded, "
+              "%llu kept; the largest slice %zu calls, %zu ops; GPU idle %.3f s, %zu hotspots; "
+              "peak %ld MB\n",
               path.c_str(), s->steps.size(), static_cast<unsigned long long>(events), index_s,
               total_s - index_s, static_cast<double>(events) / total_s / 1e6, s->slices[0],
               s->slices[1], s->slices[2], (s->steps.size() + so.steps_per_window - 1) / so.steps_per_window,
-              so.steps_per_window, static_cast<unsigned long long>(s->chunks_decoded),
+              so.steps_per_window, s->slices[3], static_cast<unsigned long long>(s->chunks_decoded),
               static_cast<unsigned long long>(s->chunks_kept), s->max_slice_calls, s->max_slice_ops,
-              static_cast<double>(idle) / 1e9, ru.ru_maxrss / 1024);
+              static_cast<double>(idle) / 1e9, s->hotspots.size(), ru.ru_maxrss / 1024);
 }
 
 }  // namespace

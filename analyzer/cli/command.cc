@@ -94,9 +94,9 @@ void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a, bool predictions) {
       ->type_name("N")
       ->check(CLI::Range(0, 1 << 30));
   app->add_flag("--stream", a->stream,
-                "attribute idle from the trace file by slices, a window of steps at a time "
-                "(the report is the same; traces without step markers, and the ranks of a "
-                "distributed run, are attributed in memory)");
+                "attribute idle and find the hotspots from the trace file by slices, a window "
+                "of steps at a time (the report is the same; traces without step markers, and "
+                "the ranks of a distributed run, are analyzed in memory)");
   const struct {
     const char* name;
     std::vector<std::string>* globs;
