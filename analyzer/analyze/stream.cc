@@ -35,9 +35,9 @@ uint64_t Clamp(int64_t ns) { return ns < 0 ? 0 : static_cast<uint64_t>(ns); }
 }  // namespace
 
 absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const TraceIndex& index,
-                                                   const std::regex& pattern,
-                                                   const AttributionOptions& options,
-                                                   const StreamOptions& stream) {
+                                                 const std::regex& pattern,
+                                                 const AttributionOptions& options,
+                                                 const StreamOptions& stream) {
   StreamedAnalysis out;
   const uint64_t decoded0 = reader->chunks_decoded();
   const uint64_t kept0 = reader->chunks_kept();

@@ -1,9 +1,9 @@
 // The streamed analysis (docs/analyzer.md, "Memory that follows steps"):
-// the steps and their idle attribution read from the file a slice at a
-// time, so that what is held follows the number of steps, not of events.
-// Three passes over the file's index (read/trace_reader.h):
-// 1. counts: each thread's calls and launches, each device's ops (the
-//    record chunks read a few at a time, each once), and the NVTX ranges:
+// the steps, their idle attribution and the hotspots read from the file a
+// slice at a time, so that what is held follows the number of steps, not
+// of events. Four passes over the file's index (read/trace_reader.h):
+// 1. counts and ranges: each thread's calls and launches and each
+//    device's ops (the index's counts), and the NVTX ranges, read at once:
 //    the analyzed device, the main thread and the marked steps' host
 //    ranges, as FindSteps finds them;
 // 2. spans: slices of the timeline, each op starting in one taking the step
@@ -77,13 +77,14 @@ struct StreamedAnalysis {
   size_t max_slice_ops = 0;
 };
 
-// The attribution of a trace's marked steps, read by `reader` over `index`.
-// Unimplemented when the trace has no step markers (automatic steps need
-// the main thread's whole launch sequence; the in-memory analysis finds
-// them); a chunk that does not verify is an error.
+// The steps, attribution and hotspots of a trace with step markers, read
+// by `reader` over `index`. Unimplemented when the trace has no step
+// markers (automatic steps need the main thread's whole launch sequence;
+// the in-memory analysis finds them); a chunk that does not verify is an
+// error.
 absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const TraceIndex& index,
-                                                   const std::regex& pattern,
-                                                   const AttributionOptions& options,
-                                                   const StreamOptions& stream = {});
+                                                 const std::regex& pattern,
+                                                 const AttributionOptions& options,
+                                                 const StreamOptions& stream = {});
 
 }  // namespace stallscope::analyzer
