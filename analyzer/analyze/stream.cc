@@ -32,6 +32,29 @@ bool IsType(const ChunkSpan& c, trace::ChunkType type) {
 
 uint64_t Clamp(int64_t ns) { return ns < 0 ? 0 : static_cast<uint64_t>(ns); }
 
+// Slices tiling the records of one chunk type by their chunks' starts,
+// `per_slice` chunks apart: fn(from, to) for each, a record belonging to
+// the slice its time (an op's start, a call's enter) falls in, [from, to).
+template <typename Fn>
+absl::Status TileSlices(const TraceIndex& index, trace::ChunkType type, size_t per_slice, Fn fn) {
+  std::vector<int64_t> starts;
+  int64_t last = std::numeric_limits<int64_t>::min();
+  for (const ChunkSpan& c : index.chunks) {
+    if (!IsType(c, type) || c.count == 0) continue;
+    starts.push_back(static_cast<int64_t>(c.lo));
+    last = std::max(last, static_cast<int64_t>(c.hi));
+  }
+  std::sort(starts.begin(), starts.end());
+  for (size_t j = 0; j < starts.size(); j += per_slice) {
+    const int64_t from = starts[j];
+    const int64_t to = j + per_slice < starts.size() ? starts[j + per_slice] : last + 1;
+    if (to <= from) continue;  // chunks starting together: the next slice has them
+    absl::Status s = fn(from, to);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const TraceIndex& index,
@@ -87,15 +110,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   // each call's entry, and an op queued long after its launch may lie
   // beyond the slice of a call it kept waiting).
   PendingIntervals pending;
-  std::vector<int64_t> starts;
-  for (const ChunkSpan& c : index.chunks) {
-    if (IsType(c, trace::ChunkType::kDevice) && c.count > 0) starts.push_back(static_cast<int64_t>(c.lo));
-  }
-  std::sort(starts.begin(), starts.end());
-  for (size_t j = 0; j < starts.size(); j += per_slice) {
-    const int64_t from = starts[j];
-    const int64_t to = j + per_slice < starts.size() ? starts[j + per_slice] : ops_to + 1;
-    if (to <= from) continue;  // chunks starting together: the next slice has them
+  absl::Status tiled = TileSlices(index, trace::ChunkType::kDevice, per_slice, [&](int64_t from, int64_t to) {
     auto t = read(SliceChunks(index, Clamp(from), Clamp(to - 1)), 1);
     if (!t.ok()) return t.status();
     for (const DeviceOp& op : t->ops) {
@@ -103,7 +118,9 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
       spans.AddOp(t->calls[static_cast<size_t>(op.call)].enter_ns, op.start_ns, op.end_ns);
       pending.Add(t->calls[static_cast<size_t>(op.call)].enter_ns, op.end_ns);
     }
-  }
+    return absl::OkStatus();
+  });
+  if (!tiled.ok()) return tiled;
   bool drop = false;
   if (spans.LastSubmittedNothing(*names)) {
     const StepSpan& last = spans.steps().back();
@@ -170,18 +187,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   // counts in the slice its enter time falls in.
   Symbolizer symbolizer(names->modules);
   HotspotFinder finder(plan, options, &symbolizer);
-  std::vector<int64_t> enters;
-  int64_t calls_to = std::numeric_limits<int64_t>::min();
-  for (const ChunkSpan& c : index.chunks) {
-    if (!IsType(c, trace::ChunkType::kApi) || c.count == 0) continue;
-    enters.push_back(static_cast<int64_t>(c.lo));
-    calls_to = std::max(calls_to, static_cast<int64_t>(c.hi));
-  }
-  std::sort(enters.begin(), enters.end());
-  for (size_t j = 0; j < enters.size(); j += per_slice) {
-    const int64_t from = enters[j];
-    const int64_t to = j + per_slice < enters.size() ? enters[j + per_slice] : calls_to + 1;
-    if (to <= from) continue;  // chunks starting together: the next slice has them
+  tiled = TileSlices(index, trace::ChunkType::kApi, per_slice, [&](int64_t from, int64_t to) {
     auto t = read(SliceChunks(index, Clamp(from), Clamp(to - 1)), 3);
     if (!t.ok()) return t.status();
     auto by_enter = [](const ApiCall& c, int64_t v) { return c.enter_ns < v; };
@@ -194,7 +200,9 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
       auto it = caused.find(CallKey::Of(t->calls[i]));
       return it == caused.end() ? int64_t{0} : it->second;
     });
-  }
+    return absl::OkStatus();
+  });
+  if (!tiled.ok()) return tiled;
   out.hotspots = finder.Finish(names->apis);
   out.changed_modules = symbolizer.ChangedModules();
   out.chunks_decoded = reader->chunks_decoded() - decoded0;
