@@ -85,13 +85,10 @@ absl::StatusOr<std::optional<FromFile>> AnalyzeFromFile(const Timeline& t, const
     return absl::InternalError(absl::StrFormat("%s: the steps read by slices differ from the whole trace's",
                                                t.path));
   }
-  absl::flat_hash_map<std::tuple<uint32_t, uint16_t, int64_t, int64_t>, size_t> call_of;
-  for (size_t i = 0; i < t.calls.size(); ++i) {
-    const ApiCall& c = t.calls[i];
-    call_of.try_emplace(std::make_tuple(c.tid, c.api, c.enter_ns, c.exit_ns), i);
-  }
+  absl::flat_hash_map<CallKey, size_t> call_of;
+  for (size_t i = 0; i < t.calls.size(); ++i) call_of.try_emplace(CallKey::Of(t.calls[i]), i);
   auto find = [&](const CallKey& k) -> std::optional<size_t> {
-    auto it = call_of.find(std::make_tuple(k.tid, k.api, k.enter_ns, k.exit_ns));
+    auto it = call_of.find(k);
     if (it == call_of.end()) return std::nullopt;
     return it->second;
   };

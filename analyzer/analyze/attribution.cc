@@ -16,44 +16,6 @@ constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
 
 using trace::ApiCategory;
 
-// Answers "was device work pending on `device` when a call entered at x?":
-// some op whose submitting call entered before x ends after x.
-class PendingWork {
- public:
-  PendingWork(const Timeline& t, uint32_t device) : t_(t), device_(device) {}
-  bool At(int64_t x) {
-    if (!built_) Build();
-    auto it = std::lower_bound(entries_.begin(), entries_.end(),
-                               std::pair<int64_t, int64_t>{x, std::numeric_limits<int64_t>::min()});
-    if (it == entries_.begin()) return false;
-    return std::prev(it)->second > x;
-  }
-
- private:
-  // Built on first use: only calls without a joined device op need it.
-  void Build() {
-    built_ = true;
-    const Timeline& t = t_;
-    const uint32_t device = device_;
-    for (const DeviceOp& op : t.ops) {
-      if (op.device == device && op.call >= 0) {
-        entries_.push_back({t.calls[op.call].enter_ns, op.end_ns});
-      }
-    }
-    if (!std::is_sorted(entries_.begin(), entries_.end())) std::sort(entries_.begin(), entries_.end());
-    int64_t running = std::numeric_limits<int64_t>::min();
-    for (auto& [enter, end] : entries_) {
-      running = std::max(running, end);
-      end = running;  // prefix maximum of ends
-    }
-  }
-
-  const Timeline& t_;
-  uint32_t device_;
-  bool built_ = false;
-  std::vector<std::pair<int64_t, int64_t>> entries_;
-};
-
 // A thread's outermost CUDA calls, in order: the calls not nested in an
 // earlier one. Exits strictly increase along the list; a call that began
 // inside the previous one counts from that one's exit, so the activities
@@ -424,8 +386,19 @@ bool PendingIntervals::At(int64_t x) const {
 std::vector<CallClass> ClassifyCalls(const Timeline& t, uint32_t device,
                                      const AttributionOptions& o,
                                      const PendingIntervals* given) {
-  PendingWork pending(t, device);
-  auto pending_at = [&](int64_t x) { return given != nullptr ? given->At(x) : pending.At(x); };
+  // Was device work pending when a call entered at x? Built from t's ops
+  // on first use, unless given: only calls without a joined op need it.
+  PendingIntervals own;
+  const PendingIntervals* pending = given;
+  auto pending_at = [&](int64_t x) {
+    if (pending == nullptr) {
+      for (const DeviceOp& op : t.ops) {
+        if (op.device == device && op.call >= 0) own.Add(t.calls[op.call].enter_ns, op.end_ns);
+      }
+      pending = &own;
+    }
+    return pending->At(x);
+  };
   std::vector<CallClass> out(t.calls.size(), CallClass::kNonBlocking);
   for (size_t i = 0; i < t.calls.size(); ++i) {
     const ApiCall& c = t.calls[i];

@@ -53,9 +53,10 @@ enum class CallClass : uint8_t {
 // When device work was pending on a device: the union of the open
 // intervals (enter of an op's submitting call, end of the op), added in
 // any order. A call entering at x found work pending iff x lies inside
-// one. For a reader that sees a trace a slice at a time (stream.h): an op
-// queued long after its launch may lie beyond the slice of a call it kept
-// waiting. Memory: one entry per stretch of pending work.
+// one. ClassifyCalls builds it from a timeline's ops; a reader that sees a
+// trace a slice at a time (stream.h) builds it from every slice, since an
+// op queued long after its launch may lie beyond the slice of a call it
+// kept waiting. Memory: one entry per stretch of pending work.
 class PendingIntervals {
  public:
   void Add(int64_t enter_ns, int64_t end_ns);

@@ -6,7 +6,6 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "analyzer/analyze/hotspots.h"
 #include "analyzer/analyze/windows.h"
@@ -19,12 +18,6 @@ constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 // How far a window's slice may be widened (146 years of ns, past
 // kMaxTimeNs, the latest time a reading keeps).
 constexpr int64_t kFar = kMax / 2;
-
-struct KeyHash {
-  size_t operator()(const CallKey& k) const {
-    return absl::HashOf(k.tid, k.api, k.enter_ns, k.exit_ns);
-  }
-};
 
 bool IsType(const ChunkSpan& c, trace::ChunkType type) {
   return c.type == static_cast<uint16_t>(type);
@@ -132,7 +125,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   KeepTimedSteps(*names, &plan);
 
   // Pass 3: windows of steps, each from its own slice.
-  absl::flat_hash_map<CallKey, int64_t, KeyHash> caused;
+  absl::flat_hash_map<CallKey, int64_t> caused;
   const size_t n = plan.steps.size();
   const size_t per = std::max<size_t>(1, stream.steps_per_window);
   WindowPart part;

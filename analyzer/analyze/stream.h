@@ -48,6 +48,10 @@ struct CallKey {
   auto Tie() const { return std::tie(tid, api, enter_ns, exit_ns); }
   bool operator==(const CallKey& o) const { return Tie() == o.Tie(); }
   bool operator<(const CallKey& o) const { return Tie() < o.Tie(); }
+  template <typename H>
+  friend H AbslHashValue(H h, const CallKey& k) {
+    return H::combine(std::move(h), k.tid, k.api, k.enter_ns, k.exit_ns);
+  }
 };
 
 struct StreamOptions {

@@ -541,7 +541,7 @@ TEST_CASE("streamed: what analyzing a trace by slices costs", "[.][stream-bench]
   int64_t idle = 0;
   for (const StepStats& st : s->steps) idle += st.gpu_idle_ns;
   std::printf("streamed: %s: %zu steps, %llu events; index %.2f s, analysis %.2f s "
-              "(%.1f M events a second in all); slices read: %zu counting, %zu for the steps' "
+              "(%.1f M events a second in all); slices read: %zu for the NVTX ranges, %zu for the steps' "
               "spans, %zu for %zu windows of %zu steps, %zu for the hotspots; %llu chunks decoded, "
               "%llu kept; the largest slice %zu calls, %zu ops; GPU idle %.3f s, %zu hotspots; "
               "peak %ld MB\n",
