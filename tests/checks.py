@@ -47,17 +47,26 @@ def check_windowed_report(exe, trace, whole):
     (`report --window-steps 1`, each window from the part of the trace it
     reads), and with idle attributed from the file by slices two steps at
     a time (`report --stream --window-steps 2`), is `whole`, the report
-    over all steps at once, byte for byte."""
+    over all steps at once, byte for byte. Without predictions, `report
+    --stream` makes the whole report from slices of the file, the reading's
+    diagnostics included: it is `report --no-predict`'s, byte for byte."""
     import subprocess
-    for flags in (["--window-steps", "1"], ["--stream", "--window-steps", "2"]):
-        what = "report " + " ".join(flags)
+
+    def report(flags):
         p = subprocess.run([exe, "report", trace, "--format", "json"] + flags,
                            capture_output=True, text=True, timeout=300)
-        check(p.returncode == 0, f"{what} exited {p.returncode}: {p.stderr[-2000:]}")
-        if p.stdout != whole:
-            at = next((i for i, (a, b) in enumerate(zip(p.stdout, whole)) if a != b), min(len(p.stdout), len(whole)))
+        check(p.returncode == 0, f"report {' '.join(flags)} exited {p.returncode}: {p.stderr[-2000:]}")
+        return p.stdout
+
+    no_predict = report(["--no-predict"])
+    for flags, want in ((["--window-steps", "1"], whole), (["--stream", "--window-steps", "2"], whole),
+                        (["--no-predict", "--stream", "--window-steps", "2"], no_predict)):
+        what = "report " + " ".join(flags)
+        got = report(flags)
+        if got != want:
+            at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
             raise Failure(f"{what} differs from the whole report at byte {at}: "
-                          f"{p.stdout[max(0, at - 200):at + 200]!r} against {whole[max(0, at - 200):at + 200]!r}")
+                          f"{got[max(0, at - 200):at + 200]!r} against {want[max(0, at - 200):at + 200]!r}")
 
 
 def check_chunk_index(exe, trace):

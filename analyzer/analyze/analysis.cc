@@ -113,6 +113,163 @@ absl::StatusOr<std::optional<FromFile>> AnalyzeFromFile(const Timeline& t, const
   return out;
 }
 
+// The plan's diagnostics, in the report's order after the reading's: ops
+// on several devices, sampled device timing, an empty last step dropped,
+// ops outside every step; and the plan's fields.
+void AddPlan(const StepPlan& plan, size_t devices, Report* report) {
+  if (devices > 1) {
+    AddDiagnostic(&report->diagnostics, DiagId::kMultipleDevices, devices,
+                  absl::StrFormat("device ops on %d devices: device %d (the busiest) is "
+                                  "analyzed",
+                                  devices, plan.device));
+  }
+  if (plan.sampled_every != 0) {
+    AddDiagnostic(&report->diagnostics, DiagId::kDeviceSampled, plan.steps.size(),
+                  absl::StrFormat("device timing was sampled (one step in %d, and the step before "
+                                  "it): %d of %d steps were timed; the steps, totals and hotspots "
+                                  "cover those",
+                                  plan.sampled_every, plan.steps.size(), plan.steps_found));
+  }
+  report->step_source = plan.source;
+  report->sampled_every = plan.sampled_every;
+  report->steps_found = static_cast<int64_t>(plan.steps_found);
+  if (plan.dropped_empty_last) AddDiagnostic(&report->diagnostics, DiagId::kEmptyLastStep, 1);
+  if (plan.ops_outside > 0) {
+    AddDiagnostic(&report->diagnostics, DiagId::kOpsOutsideSteps, plan.ops_outside,
+                  absl::StrFormat("%d device ops were submitted outside every step and "
+                                  "count only where they overlap a step",
+                                  plan.ops_outside));
+  }
+}
+
+// The rest of a process's report once its steps and hotspots are in:
+// rebuilt modules, the totals, the questions, the diagnostics on idle
+// charged to `other` and on the CPU-time samples (`no_delay` of them
+// without a run-queue delay), and the process's summary `p`.
+void FinishReport(const std::vector<std::string>& changed, const QuestionInputs& qi, uint64_t no_delay,
+                  ProcessSummary p, Report* out) {
+  Report& report = *out;
+  if (!changed.empty()) {
+    std::string names;
+    for (const std::string& path : changed) {
+      absl::StrAppend(&names, names.empty() ? "" : ", ", BaseName(path));
+    }
+    AddDiagnostic(&report.diagnostics, DiagId::kModuleChanged,
+                  changed.size(),
+                  absl::StrFormat("%s rebuilt since the trace was recorded (another build id): "
+                                  "its frames are shown as module+offset",
+                                  names));
+  }
+
+  Totals& tot = report.totals;
+  for (const StepStats& s : report.steps) {
+    tot.gpu_busy_ns += s.gpu_busy_ns;
+    tot.gpu_idle_ns += s.gpu_idle_ns;
+    for (int c = 0; c < kNumCauses; ++c) tot.idle_by_cause[c] += s.idle_by_cause[c];
+    tot.busy_by_kind.compute += s.busy_by_kind.compute;
+    tot.busy_by_kind.copy += s.busy_by_kind.copy;
+    tot.busy_by_kind.comm += s.busy_by_kind.comm;
+    tot.launches += s.launches;
+    tot.syncs += s.sync_count;
+  }
+  // The steps' spans: the run's wall time when the steps tile the device
+  // timeline, the timed steps' when device timing was sampled.
+  for (const StepStats& s : report.steps) tot.wall_ns += s.end_ns - s.start_ns;
+
+  report.questions = AnswerQuestions(report.steps, tot, qi);
+
+  const int64_t other = tot.idle_by_cause[static_cast<int>(Cause::kOther)];
+  AddDiagnostic(&report.diagnostics, DiagId::kOtherIdle, static_cast<uint64_t>(other),
+                absl::StrFormat("%s of GPU idle (%.1f%%) is charged to `other`",
+                                FormatDuration(other),
+                                tot.gpu_idle_ns > 0 ? 100.0 * static_cast<double>(other) /
+                                                          static_cast<double>(tot.gpu_idle_ns)
+                                                    : 0.0));
+  if (no_delay > 0) {
+    AddDiagnostic(&report.diagnostics, DiagId::kNoRunDelay, no_delay,
+                  absl::StrFormat("%d CPU-time samples carry no run-queue delay (a recorder "
+                                  "older than it, or /proc/thread-self/schedstat unreadable): "
+                                  "time the launching thread was runnable but waiting for a "
+                                  "CPU counts as host_wait there",
+                                  no_delay));
+  }
+  if (!qi.cpu_samples) {
+    AddDiagnostic(&report.diagnostics, DiagId::kNoCpuTime, 1,
+                  "the trace carries no thread CPU-time samples (a recorder older than "
+                  "them): host stalls longer than the dispatch threshold are charged to "
+                  "host_wait, never host_busy");
+  }
+
+  p.steps = static_cast<int>(report.steps.size());
+  p.totals = tot;
+  p.analyzed = true;
+  report.processes.push_back(std::move(p));
+}
+
+// A process's report made from its file by slices (stream.h), nothing held
+// whole: the same report as AnalyzeTimeline's (and PredictFixes') on the
+// whole reading, where no prediction is made. nullopt where that cannot
+// be: predictions asked for a trace small enough to replay, a file the
+// index refuses (damage the reader skips), records the reading fixes (their
+// times past any sane clock), or no step markers; the file is then read
+// whole. `identity` gets the trace's identity.
+absl::StatusOr<std::optional<Report>> ReportFromFile(const std::string& path,
+                                                     const AnalysisOptions& options,
+                                                     TraceIdentity* identity) {
+  auto pattern = CompileStepPattern(options.step_pattern);
+  if (!pattern.ok()) return pattern.status();
+  auto index = IndexTraceFile(path);
+  if (!index.ok()) return std::nullopt;
+  for (const Diagnostic& d : index->diagnostics) {
+    if (d.id == DiagId::kInvalidRecords) return std::nullopt;
+  }
+  uint64_t ops = 0, calls = 0;
+  for (const DeviceOpCount& d : index->ops_per_device) ops += static_cast<uint64_t>(d.ops);
+  for (const ThreadCallCount& c : index->calls_per_thread) calls += static_cast<uint64_t>(c.calls);
+  const auto events = static_cast<int64_t>(calls + ops);
+  if (options.predict && events <= kPredictMaxEvents) return std::nullopt;
+  auto reader = SliceReader::OpenFile(path, *index);
+  if (!reader.ok()) return reader.status();
+  StreamOptions so;
+  if (options.window_steps > 0) so.steps_per_window = options.window_steps;
+  auto s = AnalyzeStreamed(&*reader, *index, *pattern, options.attribution, so);
+  if (s.status().code() == absl::StatusCode::kUnimplemented) return std::nullopt;
+  if (!s.ok()) return s.status();
+
+  Report report;
+  // The whole reading's diagnostics: the index's, then what the slices
+  // counted, in the reading's order.
+  report.diagnostics = std::move(index->diagnostics);
+  Timeline counts;
+  counts.ops_per_device = index->ops_per_device;
+  AddUncorrelatedOps(&report.diagnostics, s->unjoined_ops, ops);
+  if (s->unmatched_nvtx > 0) AddDiagnostic(&report.diagnostics, DiagId::kUnmatchedNvtx, s->unmatched_nvtx);
+  if (ops == 0) AddDiagnostic(&report.diagnostics, DiagId::kNoDeviceOps, 1);
+
+  size_t devices = 0;
+  BusiestDevice(counts, &devices);
+  const StepPlan& plan = s->plan;
+  AddPlan(plan, devices, &report);
+  report.steps = std::move(s->steps);
+  for (size_t i = 0; i < plan.numbers.size() && i < report.steps.size(); ++i)
+    report.steps[i].index = plan.numbers[i];
+  report.hotspots = std::move(s->hotspots);
+
+  const Timeline& t = s->first_slice;
+  ProcessSummary p;
+  p.file = BaseName(path);
+  p.pid = t.header.pid;
+  p.host = t.host;
+  p.device_ops = static_cast<int64_t>(ops);
+  p.api_calls = static_cast<int64_t>(calls);
+  FinishReport(s->changed_modules, s->questions, index->cpu_samples_without_delay, std::move(p), &report);
+  if (options.predict && !SkipPredictions(plan.sampled_every, events, &report)) {
+    return absl::InternalError("predictions asked of a trace read by slices");  // excluded above
+  }
+  *identity = IdentityOf(t);
+  return report;
+}
+
 }  // namespace
 
 const char* CauseName(Cause c) {
@@ -139,32 +296,10 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
 
   size_t devices = 0;
   const uint32_t device = BusiestDevice(t, &devices);
-  if (devices > 1) {
-    AddDiagnostic(&report.diagnostics, DiagId::kMultipleDevices, devices,
-                  absl::StrFormat("device ops on %d devices: device %d (the busiest) is "
-                                  "analyzed",
-                                  devices, device));
-  }
   StepPlan plan = FindSteps(t, *pattern, device);
   KeepTimedSteps(t, &plan);
   timer.Mark("steps");
-  if (plan.sampled_every != 0) {
-    AddDiagnostic(&report.diagnostics, DiagId::kDeviceSampled, plan.steps.size(),
-                  absl::StrFormat("device timing was sampled (one step in %d, and the step before "
-                                  "it): %d of %d steps were timed; the steps, totals and hotspots "
-                                  "cover those",
-                                  plan.sampled_every, plan.steps.size(), plan.steps_found));
-  }
-  report.step_source = plan.source;
-  report.sampled_every = plan.sampled_every;
-  report.steps_found = static_cast<int64_t>(plan.steps_found);
-  if (plan.dropped_empty_last) AddDiagnostic(&report.diagnostics, DiagId::kEmptyLastStep, 1);
-  if (plan.ops_outside > 0) {
-    AddDiagnostic(&report.diagnostics, DiagId::kOpsOutsideSteps, plan.ops_outside,
-                  absl::StrFormat("%d device ops were submitted outside every step and "
-                                  "count only where they overlap a step",
-                                  plan.ops_outside));
-  }
+  AddPlan(plan, devices, &report);
   const AttributionOptions& ao = options.attribution;
   std::vector<CallClass> classes = ClassifyCalls(t, device, ao);
   timer.Mark("classify");
@@ -193,83 +328,27 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
   const std::vector<std::string>& changed = streamed ? streamed->changed_modules : symbolizer.ChangedModules();
   if (streamed) report.hotspots = std::move(streamed->hotspots);
   timer.Mark("hotspots");
-  if (!changed.empty()) {
-    std::string names;
-    for (const std::string& path : changed) {
-      absl::StrAppend(&names, names.empty() ? "" : ", ", BaseName(path));
-    }
-    AddDiagnostic(&report.diagnostics, DiagId::kModuleChanged,
-                  changed.size(),
-                  absl::StrFormat("%s rebuilt since the trace was recorded (another build id): "
-                                  "its frames are shown as module+offset",
-                                  names));
-  }
-
-  Totals& tot = report.totals;
-  for (const StepStats& s : report.steps) {
-    tot.gpu_busy_ns += s.gpu_busy_ns;
-    tot.gpu_idle_ns += s.gpu_idle_ns;
-    for (int c = 0; c < kNumCauses; ++c) tot.idle_by_cause[c] += s.idle_by_cause[c];
-    tot.busy_by_kind.compute += s.busy_by_kind.compute;
-    tot.busy_by_kind.copy += s.busy_by_kind.copy;
-    tot.busy_by_kind.comm += s.busy_by_kind.comm;
-    tot.launches += s.launches;
-    tot.syncs += s.sync_count;
-  }
-  // The steps' spans: the run's wall time when the steps tile the device
-  // timeline, the timed steps' when device timing was sampled.
-  for (const StepStats& s : report.steps) tot.wall_ns += s.end_ns - s.start_ns;
 
   QuestionInputs qi;
   for (const DeviceOp& op : t.ops) {
     if (op.device != device) continue;
     if (op.kind == trace::DeviceOpKind::kNccl) ++qi.nccl_ops;
     if (op.kind != trace::DeviceOpKind::kKernel || op.call < 0) continue;
-    const ApiCall& c = t.calls[op.call];
-    ++qi.kernels;
-    const int64_t launch = c.exit_ns - c.enter_ns;
-    if (launch <= ao.launch_dispatch_ns && op.end_ns - op.start_ns < launch) ++qi.short_kernels;
+    CountKernel(t.calls[op.call], op, ao.launch_dispatch_ns, &qi);
   }
   qi.cpu_samples = !t.cpu.empty();
-  report.questions = AnswerQuestions(report.steps, tot, qi);
-  timer.Mark("questions");
-
-  const int64_t other = tot.idle_by_cause[static_cast<int>(Cause::kOther)];
-  AddDiagnostic(&report.diagnostics, DiagId::kOtherIdle, static_cast<uint64_t>(other),
-                absl::StrFormat("%s of GPU idle (%.1f%%) is charged to `other`",
-                                FormatDuration(other),
-                                tot.gpu_idle_ns > 0 ? 100.0 * static_cast<double>(other) /
-                                                          static_cast<double>(tot.gpu_idle_ns)
-                                                    : 0.0));
   uint64_t no_delay = 0;
   for (const auto& [tid, samples] : t.cpu) {
     for (const CpuSample& c : samples) no_delay += c.run_delay_ns < 0 ? 1 : 0;
   }
-  if (no_delay > 0) {
-    AddDiagnostic(&report.diagnostics, DiagId::kNoRunDelay, no_delay,
-                  absl::StrFormat("%d CPU-time samples carry no run-queue delay (a recorder "
-                                  "older than it, or /proc/thread-self/schedstat unreadable): "
-                                  "time the launching thread was runnable but waiting for a "
-                                  "CPU counts as host_wait there",
-                                  no_delay));
-  }
-  if (t.cpu.empty()) {
-    AddDiagnostic(&report.diagnostics, DiagId::kNoCpuTime, 1,
-                  "the trace carries no thread CPU-time samples (a recorder older than "
-                  "them): host stalls longer than the dispatch threshold are charged to "
-                  "host_wait, never host_busy");
-  }
-
   ProcessSummary p;
   p.file = BaseName(t.path);
   p.pid = t.header.pid;
   p.host = t.host;
-  p.steps = static_cast<int>(report.steps.size());
   p.device_ops = static_cast<int64_t>(t.ops.size());
   p.api_calls = static_cast<int64_t>(t.calls.size());
-  p.totals = tot;
-  p.analyzed = true;
-  report.processes.push_back(std::move(p));
+  FinishReport(changed, qi, no_delay, std::move(p), &report);
+  timer.Mark("questions");
   if (details != nullptr) {
     details->plan = std::move(plan);
     details->classes = std::move(classes);
@@ -388,6 +467,24 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   if (!paths.ok()) return paths.status();
   const size_t n = paths->size();
   if (auto re = CompileStepPattern(options.step_pattern); !re.ok()) return re.status();
+  // One trace, asked to stream or too large to hold whole: its report
+  // drawn from the file by slices where it can be.
+  bool stream = options.stream;
+  if (!stream && n == 1 && primary_out == nullptr) {
+    auto events = CountCallsAndOps(paths->front());
+    stream = events.ok() && *events > options.stream_above_events;
+  }
+  if (stream && n == 1 && primary_out == nullptr) {
+    TraceIdentity id;
+    auto streamed = ReportFromFile(paths->front(), options, &id);
+    if (!streamed.ok()) return streamed.status();
+    if (*streamed) {
+      std::vector<ProcessSummary> processes{(*streamed)->processes.front()};
+      Report out = ComposeProcessesReport(std::move(**streamed), std::move(processes), 0);
+      NoteJobFiles(DescribeJobFiles({id}, {}, {}), &out);
+      return out;
+    }
+  }
 
   // Read every trace (in parallel threads; progress reports serialized).
   std::vector<absl::StatusOr<Timeline>> timelines(n, absl::UnknownError("not read"));

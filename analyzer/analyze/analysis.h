@@ -37,6 +37,12 @@ struct AnalysisOptions {
   // changed after reading (the ranks of a distributed run) or a file that
   // cannot be indexed is attributed in memory.
   bool stream = false;
+  // One trace holding more calls and device ops than this is reported
+  // from its file by slices (as `stream`, where the report can be made so:
+  // its predictions are left out at that size anyway), not read whole:
+  // 20 M events are about 1 GB read whole (47 bytes an event,
+  // docs/performance.md).
+  uint64_t stream_above_events = 20'000'000;
 };
 
 // What the report is made from, kept for the writers that draw the

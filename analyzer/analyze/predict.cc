@@ -26,27 +26,35 @@ int64_t MeanStep(const Report& r, std::vector<int64_t>* steps = nullptr) {
 
 }  // namespace
 
-void PredictFixes(const Timeline& t, const ProcessAnalysis& details, const AnalysisOptions& options,
-                  Report* report) {
+bool SkipPredictions(uint32_t sampled_every, int64_t events, Report* report) {
   Predictions& p = report->predictions;
   p = Predictions{};
   for (Hotspot& h : report->hotspots) h.predicted_saving_ns = -1;
-  if (report->steps.empty()) return;
-  if (details.plan.sampled_every != 0) {
+  if (report->steps.empty()) return true;
+  if (sampled_every != 0) {
     p.skipped = absl::StrFormat(
         "not predicted: device timing was sampled (one step in %d); a prediction replays every "
         "step's device work",
-        details.plan.sampled_every);
-    return;
+        sampled_every);
+    return true;
   }
-  const int64_t events = static_cast<int64_t>(t.calls.size() + t.ops.size());
   if (events > kPredictMaxEvents) {
     p.skipped = absl::StrFormat(
         "not predicted: the analyzed process has %d calls and device ops (over %d); "
         "`stallscope whatif` predicts one fix at a time",
         events, kPredictMaxEvents);
+    return true;
+  }
+  return false;
+}
+
+void PredictFixes(const Timeline& t, const ProcessAnalysis& details, const AnalysisOptions& options,
+                  Report* report) {
+  if (SkipPredictions(details.plan.sampled_every, static_cast<int64_t>(t.calls.size() + t.ops.size()),
+                      report)) {
     return;
   }
+  Predictions& p = report->predictions;
   p.baseline_mean_step_ns = MeanStep(*report);
   AnalysisOptions inner = options;
   inner.predict = false;

@@ -20,6 +20,13 @@ inline constexpr size_t kPredictHotspots = 5;
 // copies the timeline and analyzes it again): `stallscope whatif` still can.
 inline constexpr int64_t kPredictMaxEvents = 1'000'000;
 
+// Leaves the predictions out where none is made, before any replay: no
+// steps, sampled device timing (`sampled_every`), or more than
+// kPredictMaxEvents calls and ops (`events`). Resets report->predictions and
+// each hotspot's saving (unknown), says why in Predictions::skipped, and
+// returns whether they are left out.
+bool SkipPredictions(uint32_t sampled_every, int64_t events, Report* report);
+
 // Fills report->predictions and the top hotspots' predicted_saving_ns.
 // `details` is AnalyzeTimeline's for `t` (its classes and hotspot_of_call).
 void PredictFixes(const Timeline& t, const ProcessAnalysis& details, const AnalysisOptions& options,

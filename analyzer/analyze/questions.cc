@@ -229,4 +229,10 @@ std::vector<Question> AnswerQuestions(const std::vector<StepStats>& steps,
           Q6(totals, in)};
 }
 
+void CountKernel(const ApiCall& c, const DeviceOp& op, int64_t launch_dispatch_ns, QuestionInputs* qi) {
+  ++qi->kernels;
+  const int64_t launch = c.exit_ns - c.enter_ns;
+  if (launch <= launch_dispatch_ns && op.end_ns - op.start_ns < launch) ++qi->short_kernels;
+}
+
 }  // namespace stallscope::analyzer

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "analyzer/model/report.h"
+#include "analyzer/model/timeline.h"
 
 namespace stallscope::analyzer {
 
@@ -51,6 +52,11 @@ struct QuestionInputs {
   int64_t nccl_ops = 0;
   bool cpu_samples = false;  // the trace has thread CPU-time samples (q3's split)
 };
+
+// Counts a kernel op joined to its launch call `c` in `qi`: the kernels,
+// and the short ones (a launch within `launch_dispatch_ns`, the kernel
+// shorter than it).
+void CountKernel(const ApiCall& c, const DeviceOp& op, int64_t launch_dispatch_ns, QuestionInputs* qi);
 
 // The question itself ("Does step time move with the utilization dips?") for
 // q1..q6; "" for any other id.

@@ -95,6 +95,13 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
         "trace in memory");
   }
   plan.source = "marker";
+  for (const DeviceOpCount& d : index.ops_per_device) {
+    if (d.device == plan.device) out.questions.nccl_ops = d.nccl;
+  }
+  out.questions.cpu_samples = index.cpu_samples;
+  for (const Diagnostic& d : names->diagnostics) {
+    if (d.id == DiagId::kUnmatchedNvtx) out.unmatched_nvtx = d.count;
+  }
 
   // Pass 2: the steps' device spans, from slices by the device chunks'
   // starts; an op counts in the slice its start falls in.
@@ -107,9 +114,16 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
     auto t = read(SliceChunks(index, Clamp(from), Clamp(to - 1)), 1);
     if (!t.ok()) return t.status();
     for (const DeviceOp& op : t->ops) {
-      if (op.device != plan.device || op.call < 0 || op.start_ns < from || op.start_ns >= to) continue;
-      spans.AddOp(t->calls[static_cast<size_t>(op.call)].enter_ns, op.start_ns, op.end_ns);
-      pending.Add(t->calls[static_cast<size_t>(op.call)].enter_ns, op.end_ns);
+      if (op.start_ns < from || op.start_ns >= to) continue;
+      if (op.call < 0) {
+        ++out.unjoined_ops;
+        continue;
+      }
+      if (op.device != plan.device) continue;
+      const ApiCall& c = t->calls[static_cast<size_t>(op.call)];
+      spans.AddOp(c.enter_ns, op.start_ns, op.end_ns);
+      pending.Add(c.enter_ns, op.end_ns);
+      if (op.kind == trace::DeviceOpKind::kKernel) CountKernel(c, op, options.launch_dispatch_ns, &out.questions);
     }
     return absl::OkStatus();
   });
@@ -198,6 +212,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   if (!tiled.ok()) return tiled;
   out.hotspots = finder.Finish(names->apis);
   out.changed_modules = symbolizer.ChangedModules();
+  out.first_slice = *std::move(names);
   out.chunks_decoded = reader->chunks_decoded() - decoded0;
   out.chunks_kept = reader->chunks_kept() - kept0;
   return out;

@@ -31,6 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "analyzer/analyze/attribution.h"
+#include "analyzer/analyze/questions.h"
 #include "analyzer/model/report.h"
 #include "analyzer/analyze/steps.h"
 #include "analyzer/model/timeline.h"
@@ -71,6 +72,15 @@ struct StreamedAnalysis {
   // recorded (Symbolizer::ChangedModules).
   std::vector<Hotspot> hotspots;
   std::vector<std::string> changed_modules;
+  // What the rest of a report needs (analysis.h, ReportFromFile): the
+  // questions' inputs; the ops no call submitted, on every device, and the
+  // NVTX ranges left open or closed twice, as a whole reading counts them;
+  // and the first pass's slice (the NVTX events and the chunks every slice
+  // reads: the host, clocks, rank, modules, API names).
+  QuestionInputs questions;
+  uint64_t unjoined_ops = 0;
+  uint64_t unmatched_nvtx = 0;
+  Timeline first_slice;
   // What the reading cost: slices read in each pass, record chunks decoded
   // and kept from the slice before, and the most calls and ops one slice
   // held.

@@ -402,6 +402,20 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window) {
   Symbolizer symbolizer(t.modules);
   const std::vector<Hotspot> hotspots =
       FindHotspots(t, plan, classes, whole.idle_caused, options, &symbolizer);
+  // The questions' inputs and the reading's last diagnostics, as the
+  // whole timeline gives them.
+  QuestionInputs qi;
+  uint64_t unjoined = 0;
+  for (const DeviceOp& op : t.ops) {
+    unjoined += op.call < 0;
+    if (op.device != plan.device) continue;
+    qi.nccl_ops += op.kind == trace::DeviceOpKind::kNccl;
+    if (op.kind == trace::DeviceOpKind::kKernel && op.call >= 0) {
+      CountKernel(t.calls[static_cast<size_t>(op.call)], op, options.launch_dispatch_ns, &qi);
+    }
+  }
+  uint64_t unmatched = 0;
+  for (const Diagnostic& d : t.diagnostics) unmatched += d.id == DiagId::kUnmatchedNvtx ? d.count : 0;
   auto index = IndexTraceBytes(bytes, "t");
   REQUIRE(index.ok());
   auto span_row = [](const StepSpan& s) {
@@ -451,6 +465,12 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window) {
       CHECK(HotRow(s->hotspots[k]) == HotRow(hotspots[k]));
     }
     CHECK(s->slices[2] >= (plan.steps.size() + per - 1) / per);
+    CHECK(s->questions.kernels == qi.kernels);
+    CHECK(s->questions.short_kernels == qi.short_kernels);
+    CHECK(s->questions.nccl_ops == qi.nccl_ops);
+    CHECK(s->questions.cpu_samples == !t.cpu.empty());
+    CHECK(s->unjoined_ops == unjoined);
+    CHECK(s->unmatched_nvtx == unmatched);
   }
 }
 
@@ -465,6 +485,7 @@ TEST_CASE("streamed: random loops read by slices attribute as the whole timeline
     CAPTURE(seed);
     TraceBuilder b = RandomLoop(seed, true);
     b.SetPacked(seed % 3 > 0, seed % 3 > 1);
+    if (seed % 5 == 0) b.Push(3, 150 * kUs, "left open");
     CheckStreamed(std::move(b), 1 + seed % 9, 3);
   }
 }

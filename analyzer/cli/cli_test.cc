@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "analyzer/analyze/predict.h"
 #include "analyzer/testing/test_util.h"
 #include "nlohmann/json.hpp"
 
@@ -317,6 +318,29 @@ TEST_CASE("run onto a folder it cannot write says so before running", "[cli]") {
 // Guards a folder holding two traces of one process (the flight recorder's
 // dumps, here a copy: same host, pid and start, same last clock reading):
 // one process, the first by name analyzed, the other named as left out.
+// A trace past --stream-above is reported from its file by slices: the same
+// bytes as reading it whole, its predictions left out as past 1 M events
+// they are; and with --stream, as with no predictions asked.
+TEST_CASE("report past --stream-above reads by slices, the same report", "[cli]") {
+  Sandbox box;
+  const std::string path = box.root() + "/large.sstrace";
+  const int steps = static_cast<int>(analyzer::kPredictMaxEvents / 201) + 10;
+  testing::SyntheticSteps(steps).SetPacked(true).WriteTo(path);
+  auto events = analyzer::CountCallsAndOps(path);
+  REQUIRE(events.ok());
+  CHECK(*events == 201u * steps);
+  Result whole = box.Run("report '" + path + "' --format json --stream-above 1000000000");
+  REQUIRE(whole.code == 0);
+  CHECK(whole.out.find("not predicted: the analyzed process has") != std::string::npos);
+  Result sliced = box.Run("report '" + path + "' --format json --stream-above 1000000");
+  REQUIRE(sliced.code == 0);
+  CHECK(sliced.out == whole.out);
+  Result streamed = box.Run("report '" + path + "' --format text --stream");
+  Result text = box.Run("report '" + path + "' --format text --stream-above 1000000000");
+  REQUIRE(streamed.code == 0);
+  CHECK(streamed.out == text.out);
+}
+
 TEST_CASE("report of a folder with two traces of one process analyzes one", "[cli]") {
   Sandbox box;
   const std::string dir = box.root() + "/dumps";

@@ -94,9 +94,15 @@ void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a, bool predictions) {
       ->type_name("N")
       ->check(CLI::Range(0, 1 << 30));
   app->add_flag("--stream", a->stream,
-                "attribute idle and find the hotspots from the trace file by slices, a window "
-                "of steps at a time (the report is the same; traces without step markers, and "
-                "the ranks of a distributed run, are analyzed in memory)");
+                "read the trace file by slices, a window of steps at a time (the report is the "
+                "same): one trace's whole report, holding a window at a time, when it makes no "
+                "predictions (--no-predict, or past 1 M events), else the idle attribution and "
+                "hotspots; traces without step markers, and the ranks of a distributed run, are "
+                "analyzed in memory");
+  app->add_option("--stream-above", a->stream_above,
+                  "report one trace as --stream does when it holds more calls and device ops "
+                  "than this (default 20000000: about 1 GB read whole)")
+      ->type_name("EVENTS");
   const struct {
     const char* name;
     std::vector<std::string>* globs;
@@ -125,6 +131,7 @@ AnalysisOptions OptionsFrom(const Conventions& c, const AnalysisArgs& a) {
   options.predict = a.predictions && !a.no_predict;
   options.window_steps = a.window_steps;
   options.stream = a.stream;
+  options.stream_above_events = a.stream_above;
   AddSiteRulesFromEnvironment(&options.attribution.site);
   if (!c.quiet && isatty(STDERR_FILENO)) options.progress = ShowProgress;
   return options;

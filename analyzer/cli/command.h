@@ -45,8 +45,8 @@ void AddConventions(CLI::App* app, Conventions* c, const std::vector<std::string
 CLI::Validator NonEmpty(const std::string& what);
 
 // What every subcommand that analyzes traces takes: --step-pattern RE,
-// --user-code / --not-user-code GLOB (repeatable), --window-steps N and
-// --stream.
+// --user-code / --not-user-code GLOB (repeatable), --window-steps N,
+// --stream and --stream-above EVENTS.
 // With `predictions` (report, run), also --no-predict: the report's
 // predicted step times (analyze/predict.h) are made unless it is given.
 struct AnalysisArgs {
@@ -56,6 +56,7 @@ struct AnalysisArgs {
   bool no_predict = false;
   size_t window_steps = 0;
   bool stream = false;
+  uint64_t stream_above = 20'000'000;
 };
 void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a, bool predictions = false);
 

@@ -313,12 +313,7 @@ void Join(Timeline* t) {
   // Joined: the maps are not needed any more.
   t->correlations.Clear();
   t->by_external.Clear();
-  if (unjoined > 0) {
-    AddDiagnostic(&t->diagnostics, DiagId::kUncorrelatedDeviceOps, unjoined,
-                  absl::StrFormat("%d of %d device ops have no submitting host "
-                                  "call (no matching correlation)",
-                                  unjoined, t->ops.size()));
-  }
+  AddUncorrelatedOps(&t->diagnostics, unjoined, t->ops.size());
 }
 
 void BuildRanges(Timeline* t) {
@@ -550,14 +545,6 @@ const char* NcclKindName(trace::NcclKind kind) {
 
 namespace {
 
-// A time outside [0, kMaxTimeNs] is clamped into it and counted.
-void ClampTime(int64_t* v, uint64_t* invalid) {
-  if (*v < 0 || *v > kMaxTimeNs) {
-    *v = *v < 0 ? 0 : kMaxTimeNs;
-    ++*invalid;
-  }
-}
-
 // Converts each record's start and end (`convert`), clamps them into
 // [0, kMaxTimeNs] with the end at least the start (counting each fix in
 // `invalid`), and returns where the runs sorted by start begin (0 first).
@@ -584,6 +571,14 @@ std::vector<size_t> ClampAndFindRuns(std::vector<T>* v, int64_t T::*start, int64
 }
 
 }  // namespace
+
+void AddUncorrelatedOps(std::vector<Diagnostic>* diags, uint64_t unjoined, uint64_t ops) {
+  if (unjoined == 0) return;
+  AddDiagnostic(diags, DiagId::kUncorrelatedDeviceOps, unjoined,
+                absl::StrFormat("%d of %d device ops have no submitting host call (no matching "
+                                "correlation)",
+                                unjoined, ops));
+}
 
 void SortOpsByStart(Timeline* t) {
   std::vector<size_t> runs{0};

@@ -403,10 +403,23 @@ struct HostGapSplit {
 };
 HostGapSplit SplitHostGap(const Timeline& t, uint32_t tid, int64_t e, int64_t s);
 
+// A time outside [0, kMaxTimeNs] is clamped into it and counted (what
+// FinalizeTimeline fixes).
+inline void ClampTime(int64_t* v, uint64_t* invalid) {
+  if (*v < 0 || *v > kMaxTimeNs) {
+    *v = *v < 0 ? 0 : kMaxTimeNs;
+    ++*invalid;
+  }
+}
+
 // Converts ticks to ns (piecewise-linear through the kClock pairs, or the
 // identity when the file says ticks are ns), sorts calls and ops, joins each
 // device op to its submitting call, and builds NVTX ranges.
 void FinalizeTimeline(Timeline* t);
+
+// What FinalizeTimeline's join says of `unjoined` of `ops` device ops that
+// no call submitted (the streamed analysis counts them slice by slice).
+void AddUncorrelatedOps(std::vector<Diagnostic>* diags, uint64_t unjoined, uint64_t ops);
 
 // Sorts the ops by start (stable), their OpInfo alongside (after op start
 // times change).

@@ -164,6 +164,72 @@ TEST_CASE("index: every chunk's place and exact span", "[index]") {
   }
 }
 
+// The whole reading's diagnostics but those the slices count (ops without
+// a call, unmatched NVTX ranges, no device ops): the index's, in order.
+std::vector<std::tuple<std::string, uint64_t, std::string>> ReadingDiagnostics(const std::vector<Diagnostic>& v) {
+  std::vector<std::tuple<std::string, uint64_t, std::string>> out;
+  for (const Diagnostic& d : v) {
+    if (d.id == DiagId::kUncorrelatedDeviceOps || d.id == DiagId::kUnmatchedNvtx || d.id == DiagId::kNoDeviceOps) {
+      continue;
+    }
+    out.emplace_back(DiagName(d.id), d.count, d.message);
+  }
+  return out;
+}
+
+TEST_CASE("index: the whole reading's diagnostics, in its order", "[index]") {
+  // Each odd thing a trace can hold that a reading reports, alone and
+  // together, in ns and in ticks.
+  constexpr int kOdd = 11;
+  size_t seen = 0, cases = 0;
+  for (int mask = 0; mask < (1 << kOdd); mask += 1 + mask / 7) {
+    for (const bool ticks : {false, true}) {
+      auto on = [&](int k) { return (mask >> k & 1) != 0; };
+      std::vector<Span> expected;
+      TraceBuilder b = Random(static_cast<uint32_t>(mask), 1 + mask % 4, ticks, &expected);
+      const HostTime T{ticks};
+      if (on(0)) b.Device(5000, 4000, tf::DeviceOpKind::kKernel, "back", 999);  // ends first; no call
+      if (on(1)) b.Device(uint64_t{1} << 61, (uint64_t{1} << 61) + 5, tf::DeviceOpKind::kKernel, "far", 998);
+      if (on(2)) b.Device(7000, 8000, tf::DeviceOpKind::kKernel, "dev", 997, 7, 0x12345);  // past kMaxDevice
+      if (on(3)) b.Call(11, 0, T(9000), T(8000));  // exits before it enters
+      if (on(4)) b.Diag(tf::DiagnosticId::kCuptiDropped, 3);
+      if (on(5)) b.Diag(tf::DiagnosticId::kCuptiRecordsStopped, 2);
+      if (on(6)) {
+        b.Diag(tf::DiagnosticId::kTraceWriteFailed, 5);
+        b.Diag(tf::DiagnosticId::kTraceWriteFailedCalls, 4);
+      }
+      if (on(7)) b.SetEnd(false);
+      if (on(8)) b.Cpu(10, T(2000), uint64_t{1} << 62);  // a CPU time past kMaxTimeNs
+      if (on(9)) b.CpuSched(11, T(3000), 100, tf::kRunDelayUnknown);
+      if (on(10)) b.Push(12, T(4000), "open");
+      std::string bytes = b.Build();
+      if (on(7) && on(3)) bytes += "torn";  // neither a chunk nor the end
+      if (on(5) && on(2)) {  // a chunk type this reader does not know, between two
+        std::string unknown;
+        tf::EncodeChunk(&unknown, tf::kVersion, static_cast<tf::ChunkType>(0x7777), 0, 0, std::string());
+        const std::vector<size_t> at = TraceBuilder::ChunkOffsets(bytes);
+        bytes.insert(at[at.size() / 2], unknown);
+      }
+      auto index = IndexTraceBytes(bytes, "t");
+      REQUIRE(index.ok());
+      auto whole = ReadTraceBytes(bytes, "t");
+      REQUIRE(whole.ok());
+      INFO("mask " << mask << (ticks ? " ticks" : " ns"));
+      CHECK(ReadingDiagnostics(index->diagnostics) == ReadingDiagnostics(whole->diagnostics));
+      CHECK(index->diagnostics.size() <= whole->diagnostics.size());
+      CHECK(index->cpu_samples == !whole->cpu.empty());
+      uint64_t without = 0;
+      for (const auto& [tid, v] : whole->cpu) {
+        for (const CpuSample& c : v) without += c.run_delay_ns < 0;
+      }
+      CHECK(index->cpu_samples_without_delay == without);
+      seen += !index->diagnostics.empty();
+      ++cases;
+    }
+  }
+  CHECK(2 * seen > cases);
+}
+
 TEST_CASE("index: a torn tail ends it, a damaged chunk is refused", "[index]") {
   std::vector<Span> expected;
   TraceBuilder b = Random(7, 2, false, &expected);

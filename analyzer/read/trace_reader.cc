@@ -33,16 +33,23 @@ const char* ChunkTypeName(uint16_t type) {
   return info != nullptr ? info->name : "unknown";
 }
 
-// Decodes one verified chunk payload into the timeline. Returns an error text
-// (empty when fine) for counts or lengths that do not fit the payload.
-std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timeline* t) {
+// Fixed-size records: whether a chunk's count fits its payload, by the
+// table's size (an error text; empty when fine, or for a type the table does
+// not know).
+std::string CheckRecordCount(const ChunkHeader& h, size_t n) {
   const trace::ChunkTypeInfo* info = trace::FindChunkType(h.type);
-  // Fixed-size records: the table's size, checked once for every type (a
-  // type the table does not know is counted after the switch).
   if (info != nullptr && info->record_bytes > 0 &&
       static_cast<uint64_t>(h.count) * info->record_bytes > n) {
     return "record count exceeds payload";
   }
+  return {};
+}
+
+// Decodes one verified chunk payload into the timeline. Returns an error text
+// (empty when fine) for counts or lengths that do not fit the payload.
+std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timeline* t) {
+  const trace::ChunkTypeInfo* info = trace::FindChunkType(h.type);
+  if (std::string e = CheckRecordCount(h, n); !e.empty()) return e;
   trace::EntryReader entries(p, n);
   switch (static_cast<ChunkType>(h.type)) {
     case ChunkType::kApi: {
@@ -507,6 +514,62 @@ absl::StatusOr<Timeline> StartTimeline(const ReadAt& read, uint64_t size, const 
   return t;
 }
 
+// Damaged regions a reading skipped (the reader resumes after each).
+struct Damage {
+  uint64_t chunks = 0;
+  uint64_t lost_bytes = 0;
+  uint64_t first_offset = 0;
+  std::string first_reason;
+};
+
+// What a reading adds once the last chunk is read, in its order: records
+// the recorder could not write, the likely cause of CUPTI's missing
+// records, damage skipped, and a truncated or unended file.
+void AddEndOfReadingDiagnostics(Timeline* tl, uint64_t size, const Damage& damage, bool truncated) {
+  Timeline& t = *tl;
+  if (t.write_failed_records > 0) {
+    AddDiagnostic(&t.diagnostics, DiagId::kTraceWriteFailed, t.write_failed_records,
+                  absl::StrFormat("%d records (%d of them API calls) could not be written to the "
+                                  "trace (%s); the records written before and after are kept",
+                                  t.write_failed_records, t.write_failed_calls,
+                                  t.write_failed_errno > 0 && t.write_failed_errno < 4096
+                                      ? strerror(t.write_failed_errno)
+                                      : "write error"));
+  }
+  // CUPTI drops records when the recorder has no buffer to give it (its
+  // budget, STALLSCOPE_BUFFER_MB): then submissions without device records,
+  // or without acknowledgements, need no other profiler to explain them.
+  uint64_t cupti_dropped = 0;
+  for (const Diagnostic& d : t.diagnostics) {
+    if (d.id == DiagId::kCuptiDropped) cupti_dropped += d.count;
+  }
+  if (cupti_dropped > 0) {
+    for (Diagnostic& d : t.diagnostics) {
+      if (d.id != DiagId::kCuptiRecordsStopped && d.id != DiagId::kNoDeviceRecordsAtExit) continue;
+      d.message = absl::StrFormat(
+          "%d submissions %s; CUPTI dropped %d activity records, which the recorder's "
+          "buffers had no room for (a larger STALLSCOPE_BUFFER_MB keeps them): the likely cause",
+          d.count,
+          d.id == DiagId::kCuptiRecordsStopped ? "went unacknowledged by CUPTI"
+                                               : "had no device record when the process exited",
+          cupti_dropped);
+    }
+  }
+  if (damage.chunks > 0) {
+    AddDiagnostic(&t.diagnostics, DiagId::kCorruptChunks, damage.chunks,
+                  absl::StrFormat("%d damaged region(s) skipped, %d of %d bytes lost; the first "
+                                  "at byte offset %d (%s)",
+                                  damage.chunks, damage.lost_bytes, size, damage.first_offset,
+                                  damage.first_reason));
+  }
+  if (truncated) {
+    AddDiagnostic(&t.diagnostics, DiagId::kTruncatedTrace, 1,
+                  absl::StrFormat("truncated trace: read %d of %d bytes", t.bytes_used, size));
+  } else if (!t.ended_cleanly) {
+    AddDiagnostic(&t.diagnostics, DiagId::kNoEndChunk, 1);
+  }
+}
+
 // Reads the whole file, resuming after damage.
 absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::string& name,
                               const ReadProgress& progress = nullptr) {
@@ -569,8 +632,7 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
   Unpacked unpacked;
   uint64_t off = fh.header_bytes;
   bool truncated = off > size;
-  uint64_t bad_chunks = 0, lost_bytes = 0, first_bad = 0;
-  std::string first_reason;
+  Damage damage;
   constexpr uint64_t kProgressBytes = uint64_t{32} << 20;
   uint64_t reported = 0;
   while (!truncated && off < size) {
@@ -618,55 +680,16 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
         break;
       }
     }
-    if (bad_chunks++ == 0) {
-      first_bad = off;
-      first_reason = reason;
+    if (damage.chunks++ == 0) {
+      damage.first_offset = off;
+      damage.first_reason = reason;
     }
-    lost_bytes += next - off;
+    damage.lost_bytes += next - off;
     off = next;
   }
   if (progress) progress(off, size);
   if (t.bytes_used == 0) t.bytes_used = std::min<uint64_t>(fh.header_bytes, size);
-  if (t.write_failed_records > 0) {
-    AddDiagnostic(&t.diagnostics, DiagId::kTraceWriteFailed, t.write_failed_records,
-                  absl::StrFormat("%d records (%d of them API calls) could not be written to the "
-                                  "trace (%s); the records written before and after are kept",
-                                  t.write_failed_records, t.write_failed_calls,
-                                  t.write_failed_errno > 0 && t.write_failed_errno < 4096
-                                      ? strerror(t.write_failed_errno)
-                                      : "write error"));
-  }
-  // CUPTI drops records when the recorder has no buffer to give it (its
-  // budget, STALLSCOPE_BUFFER_MB): then submissions without device records,
-  // or without acknowledgements, need no other profiler to explain them.
-  uint64_t cupti_dropped = 0;
-  for (const Diagnostic& d : t.diagnostics) {
-    if (d.id == DiagId::kCuptiDropped) cupti_dropped += d.count;
-  }
-  if (cupti_dropped > 0) {
-    for (Diagnostic& d : t.diagnostics) {
-      if (d.id != DiagId::kCuptiRecordsStopped && d.id != DiagId::kNoDeviceRecordsAtExit) continue;
-      d.message = absl::StrFormat(
-          "%d submissions %s; CUPTI dropped %d activity records, which the recorder's "
-          "buffers had no room for (a larger STALLSCOPE_BUFFER_MB keeps them): the likely cause",
-          d.count,
-          d.id == DiagId::kCuptiRecordsStopped ? "went unacknowledged by CUPTI"
-                                               : "had no device record when the process exited",
-          cupti_dropped);
-    }
-  }
-  if (bad_chunks > 0) {
-    AddDiagnostic(&t.diagnostics, DiagId::kCorruptChunks, bad_chunks,
-                  absl::StrFormat("%d damaged region(s) skipped, %d of %d bytes lost; the first "
-                                  "at byte offset %d (%s)",
-                                  bad_chunks, lost_bytes, size, first_bad, first_reason));
-  }
-  if (truncated) {
-    AddDiagnostic(&t.diagnostics, DiagId::kTruncatedTrace, 1,
-                  absl::StrFormat("truncated trace: read %d of %d bytes", t.bytes_used, size));
-  } else if (!t.ended_cleanly) {
-    AddDiagnostic(&t.diagnostics, DiagId::kNoEndChunk, 1);
-  }
+  AddEndOfReadingDiagnostics(&t, size, damage, truncated);
   FinalizeTimeline(&t);
   return t;
 }
@@ -770,10 +793,11 @@ void SpanOf(ChunkType type, const uint8_t* p, size_t n, uint32_t count, ChunkSpa
 }
 
 // Adds a call or device chunk's records to the index's counts: calls by
-// thread and API, ops by device.
+// thread and API, ops by device (ids past kMaxDevice clamped to it, as the
+// reader clamps them, and counted in `bad_devices`).
 void CountRecords(ChunkType type, const uint8_t* p, size_t n, uint32_t count, uint32_t tid,
                   absl::flat_hash_map<std::pair<uint32_t, uint16_t>, int64_t>* calls,
-                  std::vector<DeviceOpCount>* ops) {
+                  std::vector<DeviceOpCount>* ops, uint64_t* bad_devices) {
   if (type == ChunkType::kApi) {
     const size_t records = std::min<size_t>(count, n / sizeof(trace::ApiRecord));
     for (size_t i = 0; i < records; ++i) {
@@ -786,12 +810,97 @@ void CountRecords(ChunkType type, const uint8_t* p, size_t n, uint32_t count, ui
     for (size_t i = 0; i < records; ++i) {
       trace::DeviceRecord r;
       std::memcpy(&r, p + i * sizeof r, sizeof r);
-      auto it = std::find_if(ops->begin(), ops->end(), [&](const DeviceOpCount& d) { return d.device == r.device; });
-      if (it == ops->end()) it = ops->insert(ops->end(), DeviceOpCount{r.device, 0, 0});
+      *bad_devices += r.device > kMaxDevice;
+      const uint32_t device = std::min(r.device, kMaxDevice);
+      auto it = std::find_if(ops->begin(), ops->end(), [&](const DeviceOpCount& d) { return d.device == device; });
+      if (it == ops->end()) it = ops->insert(ops->end(), DeviceOpCount{device, 0, 0});
       ++it->ops;
       it->nccl += r.kind == static_cast<uint8_t>(trace::DeviceOpKind::kNccl);
     }
   }
+}
+
+// What FinalizeTimeline fixes in a whole reading (kInvalidRecords), counted
+// from the raw records: a time in ns outside [0, kMaxTimeNs] (each end), and
+// an end before its start once both are in range. Times in ticks are
+// converted into that range, so there only a call ending before it entered
+// can be fixed; the conversion rises with the ticks, so only a call whose
+// exit ticks are below its enter ticks can, and those are kept to be
+// converted once the clocks are all read.
+struct InvalidCounter {
+  bool ticks_are_ns = false;
+  uint64_t count = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> inverted_calls;  // enter and exit ticks
+
+  static int64_t Clamped(uint64_t raw, uint64_t* count) {
+    auto v = static_cast<int64_t>(raw);
+    ClampTime(&v, count);
+    return v;
+  }
+  void Span(uint64_t start, uint64_t end) {
+    const int64_t a = Clamped(start, &count);
+    count += Clamped(end, &count) < a;
+  }
+  void Time(uint64_t ticks) {
+    if (ticks_are_ns) Clamped(ticks, &count);
+  }
+  void Add(ChunkType type, const uint8_t* p, size_t n, uint32_t records_in) {
+    const trace::ChunkTypeInfo* info = trace::FindChunkType(static_cast<uint16_t>(type));
+    if (info == nullptr || info->record_bytes == 0) return;
+    const size_t records = std::min<size_t>(records_in, n / info->record_bytes);
+    auto u64 = [&](size_t i, size_t field) {
+      uint64_t v;
+      std::memcpy(&v, p + i * info->record_bytes + field, sizeof v);
+      return v;
+    };
+    for (size_t i = 0; i < records; ++i) {
+      switch (type) {
+        case ChunkType::kApi: {
+          const uint64_t enter = u64(i, offsetof(trace::ApiRecord, enter));
+          const uint64_t exit = u64(i, offsetof(trace::ApiRecord, exit));
+          if (ticks_are_ns) {
+            Span(enter, exit);
+          } else if (exit < enter) {
+            inverted_calls.push_back({enter, exit});
+          }
+          break;
+        }
+        case ChunkType::kDevice:
+          Span(u64(i, offsetof(trace::DeviceRecord, start_ns)), u64(i, offsetof(trace::DeviceRecord, end_ns)));
+          break;
+        case ChunkType::kNvtx: Time(u64(i, offsetof(trace::NvtxRecord, ticks))); break;
+        case ChunkType::kNccl: Time(u64(i, offsetof(trace::NcclRecord, enter))); break;
+        case ChunkType::kDeviceTiming: Time(u64(i, offsetof(trace::DeviceTimingRecord, ticks))); break;
+        case ChunkType::kCpu:
+        case ChunkType::kCpuSched:
+          Time(u64(i, offsetof(trace::CpuRecord, ticks)));
+          Clamped(u64(i, offsetof(trace::CpuRecord, cpu_ns)), &count);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  // The inverted calls, converted.
+  void Finish(const TickConverter& conv) {
+    for (const auto& [enter, exit] : inverted_calls) count += conv.ToNs(exit) < conv.ToNs(enter);
+  }
+};
+
+// A CPU-time chunk's samples without a run-queue delay (a kCpu chunk's
+// all; a kCpuSched sample's when unknown), as the reader finds them.
+uint64_t SamplesWithoutDelay(ChunkType type, const uint8_t* p, size_t n, uint32_t count) {
+  if (type == ChunkType::kCpu) return std::min<size_t>(count, n / sizeof(trace::CpuRecord));
+  if (type != ChunkType::kCpuSched) return 0;
+  uint64_t without = 0;
+  const size_t records = std::min<size_t>(count, n / sizeof(trace::CpuSchedRecord));
+  for (size_t i = 0; i < records; ++i) {
+    uint64_t delay;
+    std::memcpy(&delay, p + i * sizeof(trace::CpuSchedRecord) + offsetof(trace::CpuSchedRecord, run_delay_ns),
+                sizeof delay);
+    without += delay > uint64_t{INT64_MAX};
+  }
+  return without;
 }
 
 // Whether a chunk magic appears anywhere in the file from `from` on.
@@ -809,6 +918,9 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
   Unpacked unpacked;
   std::vector<trace::ClockRecord> clocks;
   Timeline tables;  // the small chunks, parsed to check them
+  InvalidCounter invalid;
+  invalid.ticks_are_ns = (index.header.flags & trace::kFileTicksAreNs) != 0;
+  uint64_t correlations = 0;
   absl::flat_hash_map<std::pair<uint32_t, uint16_t>, int64_t> calls_by_api;
   for (uint64_t off = index.header.header_bytes; off < size;) {
     ChunkHeader ch;
@@ -836,6 +948,9 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
     // reads, are parsed here too: one the reader rejects is refused now,
     // not by every slice.
     if (reason.empty() && !IsSliced(ch.type)) reason = ParseChunk(ch, payload, payload_bytes, &tables);
+    // A record chunk is parsed by the slices that read it; a count its
+    // payload cannot hold, which the reader skips as damage, is refused now.
+    if (reason.empty() && IsSliced(ch.type)) reason = CheckRecordCount(ch, payload_bytes);
     if (!reason.empty()) {
       // The reader skips damaged chunks; an index of their neighbours would
       // not say what was lost, so it is refused.
@@ -850,9 +965,21 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
     c.tid = ch.tid;
     c.type = ch.type;
     c.encoding = ch.encoding;
-    SpanOf(static_cast<ChunkType>(ch.type), payload, payload_bytes, ch.count, &c);
-    CountRecords(static_cast<ChunkType>(ch.type), payload, payload_bytes, ch.count, ch.tid,
-                 &calls_by_api, &index.ops_per_device);
+    const auto type = static_cast<ChunkType>(ch.type);
+    SpanOf(type, payload, payload_bytes, ch.count, &c);
+    uint64_t bad_devices = 0;
+    CountRecords(type, payload, payload_bytes, ch.count, ch.tid, &calls_by_api, &index.ops_per_device,
+                 &bad_devices);
+    // What the reader would say of the chunk, in its place among the
+    // chunks' diagnostics.
+    if (bad_devices > 0) AddDiagnostic(&tables.diagnostics, DiagId::kInvalidRecords, bad_devices);
+    invalid.Add(type, payload, payload_bytes, ch.count);
+    if (type == ChunkType::kCpu || type == ChunkType::kCpuSched) {
+      index.cpu_samples = true;
+      index.cpu_samples_without_delay += SamplesWithoutDelay(type, payload, payload_bytes, ch.count);
+    }
+    correlations += type == ChunkType::kCorrelation ? ch.count : 0;
+    tables.bytes_used = off + sizeof(ch) + ch.payload_bytes;
     if (ch.type == static_cast<uint16_t>(ChunkType::kCorrelation)) {
       c.ranges_at = static_cast<uint32_t>(index.external_ranges.size());
       ExternalRanges(payload, std::min<size_t>(ch.count, payload_bytes / sizeof(trace::CorrelationRecord)),
@@ -879,19 +1006,27 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
   }
   std::sort(index.calls_per_thread.begin(), index.calls_per_thread.end(),
             [](const ThreadCallCount& a, const ThreadCallCount& b) { return a.tid < b.tid; });
+  // The whole reading's diagnostics after its chunks', in its order.
+  if (tables.bytes_used == 0) tables.bytes_used = std::min<uint64_t>(index.header.header_bytes, size);
+  AddEndOfReadingDiagnostics(&tables, size, Damage{}, index.truncated);
   // Spans in ticks to ns, by the file's clock pairs as the reader converts
-  // (its clock diagnostics are the reader's to give). The conversion rises
-  // with the ticks, so a span's ends stay its ends.
-  if ((index.header.flags & trace::kFileTicksAreNs) == 0) {
-    std::vector<Diagnostic> ignored;
-    const TickConverter conv(std::move(clocks), &ignored);
+  // (and with its clock diagnostics). The conversion rises with the ticks,
+  // so a span's ends stay its ends.
+  if (!invalid.ticks_are_ns) {
+    const TickConverter conv(std::move(clocks), &tables.diagnostics);
     for (ChunkSpan& c : index.chunks) {
       if (!InTicks(c.type) || c.count == 0 || c.lo > c.hi) continue;
       const int64_t a = conv.ToNs(c.lo), b = conv.ToNs(c.hi);
       c.lo = static_cast<uint64_t>(std::max<int64_t>(0, std::min(a, b)));
       c.hi = static_cast<uint64_t>(std::max<int64_t>(0, std::max(a, b)));
     }
+    invalid.Finish(conv);
   }
+  if (invalid.count > 0) AddDiagnostic(&tables.diagnostics, DiagId::kInvalidRecords, invalid.count);
+  uint64_t ops = 0;
+  for (const DeviceOpCount& d : index.ops_per_device) ops += d.ops;
+  if (correlations == 0 && ops > 0) AddDiagnostic(&tables.diagnostics, DiagId::kCorrelationFallback, 1);
+  index.diagnostics = std::move(tables.diagnostics);
   // Times past kMaxTimeNs are clamped to it, as the reader clamps them.
   for (ChunkSpan& c : index.chunks) {
     if (c.type == static_cast<uint16_t>(ChunkType::kCorrelation)) continue;
@@ -1283,6 +1418,23 @@ absl::StatusOr<TraceIndex> IndexTraceBytes(std::string_view bytes, const std::st
 absl::StatusOr<TraceIndex> IndexTraceFile(const std::string& path) {
   return WithFile<TraceIndex>(path, [&](const ReadAt& read, uint64_t size) {
     return Index(read, size, path);
+  });
+}
+
+absl::StatusOr<uint64_t> CountCallsAndOps(const std::string& path) {
+  return WithFile<uint64_t>(path, [&](const ReadAt& read, uint64_t size) -> absl::StatusOr<uint64_t> {
+    auto header = ReadFileHeader(read, size, path);
+    if (!header.ok()) return header.status();
+    uint64_t n = 0;
+    for (uint64_t off = header->header_bytes; off < size && size - off >= sizeof(ChunkHeader);) {
+      ChunkHeader ch;
+      if (!read(off, sizeof(ch), &ch) || CheckHeader(ch, off, size) != HeaderCheck::kOk) break;
+      if (ch.type == static_cast<uint16_t>(ChunkType::kApi) || ch.type == static_cast<uint16_t>(ChunkType::kDevice)) {
+        n += ch.count;
+      }
+      off += sizeof(ch) + ch.payload_bytes;
+    }
+    return n;
   });
 }
 

@@ -76,6 +76,17 @@ struct TraceIndex {
   // first appearance): what MainThread and BusiestDevice choose by.
   std::vector<ThreadCallCount> calls_per_thread;
   std::vector<DeviceOpCount> ops_per_device;
+  // What a whole reading (ReadTraceFile) says of the file, for a report made
+  // from slices: its diagnostics in the reading's order up to its join (the
+  // chunks', the end of the file's, the clocks', the records it fixed, a
+  // join by CUPTI ids for want of correlations). The reading's last ones,
+  // ops without a call (AddUncorrelatedOps), unmatched NVTX ranges and no
+  // device ops, come from what the slices hold.
+  std::vector<Diagnostic> diagnostics;
+  // Whether the file holds CPU-time samples (a CPU-time chunk, as
+  // Timeline::cpu has an entry), and how many carry no run-queue delay.
+  bool cpu_samples = false;
+  uint64_t cpu_samples_without_delay = 0;
 };
 
 // Indexes `path`, one read per chunk (a packed or compressed chunk decoded
@@ -83,6 +94,11 @@ struct TraceIndex {
 // it; an index would not say what was lost); a torn tail ends the index.
 absl::StatusOr<TraceIndex> IndexTraceFile(const std::string& path);
 absl::StatusOr<TraceIndex> IndexTraceBytes(std::string_view bytes, const std::string& name);
+
+// The calls and device ops `path` holds, as its chunks' headers count them
+// (up to the first header that does not verify; no payload is read): what
+// chooses between reading a trace whole and by slices.
+absl::StatusOr<uint64_t> CountCallsAndOps(const std::string& path);
 
 // A slice of the timeline from the file (the streamed analysis' second
 // pass): the record chunks holding the calls, ranges, CPU samples, NCCL

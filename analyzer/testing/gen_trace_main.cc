@@ -20,33 +20,14 @@ int main(int argc, char** argv) {
   }
   const int steps = argc > 2 ? atoi(argv[2]) : 1000;
   const std::string kernel = argc > 3 ? argv[3] : "kernel";
-  TraceBuilder b;
-  b.SetChunkRecords(4096);
   const char* encoding = getenv("STALLSCOPE_GEN_ENCODING");
   const std::string e = encoding != nullptr ? encoding : "raw";
   if (e != "raw" && e != "packed" && e != "zstd") {
     fprintf(stderr, "STALLSCOPE_GEN_ENCODING=%s: expected raw, packed or zstd\n", e.c_str());
     return 1;
   }
+  TraceBuilder b = SyntheticSteps(steps, kernel);
   b.SetPacked(e != "raw", e == "zstd");
-  auto api = AddStandardApis(&b);
-  const uint32_t site = b.PythonStack({{"train.py", "train_step", 42}});
-  int64_t t = 1'000'000'000;
-  for (int k = 0; k < steps; ++k) {
-    const int64_t step_start = t;
-    t += 200 * kUs;  // data loading
-    int64_t d = t + 10 * kUs;
-    for (int i = 0; i < 100; ++i) {
-      const int64_t start = std::max(d, t + 10 * kUs);
-      b.Submit(1, api.launch, t, t + 4 * kUs, start, start + 20 * kUs,
-               stallscope::trace::DeviceOpKind::kKernel, kernel);
-      d = start + 20 * kUs;
-      t += 6 * kUs;
-    }
-    b.Call(1, api.sync, t, d + 5 * kUs, {.python_stack = site});
-    t = d + 20 * kUs;
-    b.Range(1, step_start, t, "step");
-  }
   b.WriteTo(argv[1]);
   return 0;
 }

@@ -2,6 +2,7 @@
 // builder, and trace bytes → Timeline / Report in one call.
 #pragma once
 
+#include <algorithm>
 #include <string>
 
 #include "analyzer/analyze/analysis.h"
@@ -42,6 +43,33 @@ inline analyzer::Report AnalyzeOrDie(const TraceBuilder& b,
   auto r = analyzer::AnalyzeTimeline(ReadOrDie(b, name), o);
   if (!r.ok()) throw std::runtime_error(std::string(r.status().message()));
   return std::move(*r);
+}
+
+// `steps` marked steps ("step") of the benchmarks' synthetic training loop,
+// in chunks of 4,096 records: a 200 us input wait, 100 launches of 20 us
+// kernels named `kernel` (6 us apart, 4 us each), and a synchronize from
+// train.py:42 until the last kernel ends: 201 calls and device ops a step.
+inline TraceBuilder SyntheticSteps(int steps, const std::string& kernel = "kernel") {
+  TraceBuilder b;
+  b.SetChunkRecords(4096);
+  auto api = AddStandardApis(&b);
+  const uint32_t site = b.PythonStack({{"train.py", "train_step", 42}});
+  int64_t t = 1'000'000'000;
+  for (int k = 0; k < steps; ++k) {
+    const int64_t step_start = t;
+    t += 200 * kUs;  // data loading
+    int64_t d = t + 10 * kUs;
+    for (int i = 0; i < 100; ++i) {
+      const int64_t start = std::max(d, t + 10 * kUs);
+      b.Submit(1, api.launch, t, t + 4 * kUs, start, start + 20 * kUs, tf::DeviceOpKind::kKernel, kernel);
+      d = start + 20 * kUs;
+      t += 6 * kUs;
+    }
+    b.Call(1, api.sync, t, d + 5 * kUs, {.python_stack = site});
+    t = d + 20 * kUs;
+    b.Range(1, step_start, t, "step");
+  }
+  return b;
 }
 
 // Seven 1 ms steps ("step K") recorded with device timing sampled one step
