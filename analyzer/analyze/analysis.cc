@@ -223,6 +223,13 @@ absl::StatusOr<std::optional<Report>> ReportFromFile(const std::string& path,
   for (const Diagnostic& d : index->diagnostics) {
     if (d.id == DiagId::kInvalidRecords) return std::nullopt;
   }
+  // Progress, as a reading's in the file's bytes: the index pass a quarter
+  // of the work, the three passes over slices the rest.
+  auto progress = [&](double share) {
+    if (!options.progress) return;
+    const uint64_t size = index->file_size;
+    options.progress(path, static_cast<uint64_t>(share * static_cast<double>(size)), size);
+  };
   uint64_t ops = 0, calls = 0;
   for (const DeviceOpCount& d : index->ops_per_device) ops += static_cast<uint64_t>(d.ops);
   for (const ThreadCallCount& c : index->calls_per_thread) calls += static_cast<uint64_t>(c.calls);
@@ -232,9 +239,16 @@ absl::StatusOr<std::optional<Report>> ReportFromFile(const std::string& path,
   if (!reader.ok()) return reader.status();
   StreamOptions so;
   if (options.window_steps > 0) so.steps_per_window = options.window_steps;
+  if (options.progress) {
+    progress(0.25);
+    so.progress = [&](uint64_t done, uint64_t total) {
+      progress(0.25 + 0.75 * static_cast<double>(done) / static_cast<double>(std::max<uint64_t>(total, 1)));
+    };
+  }
   auto s = AnalyzeStreamed(&*reader, *index, *pattern, options.attribution, so);
   if (s.status().code() == absl::StatusCode::kUnimplemented) return std::nullopt;
   if (!s.ok()) return s.status();
+  progress(1.0);
 
   Report report;
   // The whole reading's diagnostics: the index's, then what the slices

@@ -2,6 +2,7 @@
 #include "analyzer/analyze/stream.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <string>
 
@@ -10,6 +11,7 @@
 #include "analyzer/analyze/hotspots.h"
 #include "analyzer/analyze/windows.h"
 #include "analyzer/read/symbolizer.h"
+#include "trace_codec.h"
 
 namespace stallscope::analyzer {
 namespace {
@@ -55,12 +57,25 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
                                                  const AttributionOptions& options,
                                                  const StreamOptions& stream) {
   StreamedAnalysis out;
+  auto last = std::chrono::steady_clock::now();
+  auto done = [&](int pass) {
+    const auto now = std::chrono::steady_clock::now();
+    out.seconds[pass] = std::chrono::duration<double>(now - last).count();
+    last = now;
+  };
   const uint64_t decoded0 = reader->chunks_decoded();
   const uint64_t kept0 = reader->chunks_kept();
   const size_t per_slice = std::max<size_t>(1, stream.chunks_per_slice);
+  uint64_t record_chunks = 0, chunks_read = 0;
+  for (const ChunkSpan& c : index.chunks) {
+    const trace::ChunkTypeInfo* info = trace::FindChunkType(c.type);
+    record_chunks += info != nullptr && info->reading == trace::ChunkReading::kSliced;
+  }
   auto read = [&](const std::vector<size_t>& chunks, int pass) -> absl::StatusOr<Timeline> {
     auto t = reader->Read(chunks);
     if (!t.ok()) return t.status();
+    chunks_read += chunks.size();
+    if (stream.progress) stream.progress(std::min(chunks_read, 3 * record_chunks - 1), 3 * record_chunks);
     ++out.slices[pass];
     out.max_slice_calls = std::max(out.max_slice_calls, t->calls.size());
     out.max_slice_ops = std::max(out.max_slice_ops, t->ops.size());
@@ -95,6 +110,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
         "trace in memory");
   }
   plan.source = "marker";
+  done(0);
   for (const DeviceOpCount& d : index.ops_per_device) {
     if (d.device == plan.device) out.questions.nccl_ops = d.nccl;
   }
@@ -137,6 +153,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   }
   spans.Finish(drop, &plan);
   KeepTimedSteps(*names, &plan);
+  done(1);
 
   // Pass 3: windows of steps, each from its own slice.
   absl::flat_hash_map<CallKey, int64_t> caused;
@@ -189,6 +206,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   }
   out.idle_caused.assign(caused.begin(), caused.end());
   std::sort(out.idle_caused.begin(), out.idle_caused.end());
+  done(2);
 
   // Pass 4: the hotspots, from slices by the call chunks' starts; a call
   // counts in the slice its enter time falls in.
@@ -212,6 +230,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   if (!tiled.ok()) return tiled;
   out.hotspots = finder.Finish(names->apis);
   out.changed_modules = symbolizer.ChangedModules();
+  done(3);
   out.first_slice = *std::move(names);
   out.chunks_decoded = reader->chunks_decoded() - decoded0;
   out.chunks_kept = reader->chunks_kept() - kept0;

@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <regex>
 #include <string>
 #include <tuple>
@@ -59,6 +60,9 @@ struct StreamOptions {
   size_t steps_per_window = 256;
   // Record chunks a slice of the first two passes reads (about).
   size_t chunks_per_slice = 16;
+  // Called after each slice read: record chunks read so far, and about how
+  // many the passes read in all (each pass about every one once).
+  std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
 struct StreamedAnalysis {
@@ -85,6 +89,7 @@ struct StreamedAnalysis {
   // and kept from the slice before, and the most calls and ops one slice
   // held.
   size_t slices[4] = {0, 0, 0, 0};
+  double seconds[4] = {0, 0, 0, 0};  // each pass's (wall clock)
   uint64_t chunks_decoded = 0;
   uint64_t chunks_kept = 0;
   size_t max_slice_calls = 0;
