@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -305,9 +307,33 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
 }
 
 // Packed and compressed chunks (format 4): the payload as fixed records.
+// An allocator that leaves new elements uninitialized: a payload buffer is
+// resized and then written whole (a read, a decompression, an unpacking),
+// so zeroing it first would only cost a pass over its bytes.
+template <typename T>
+struct UninitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
+  UninitAllocator() = default;
+  template <typename U>
+  UninitAllocator(const UninitAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+// 8-byte aligned payload words.
+using Words = std::vector<uint64_t, UninitAllocator<uint64_t>>;
+
 struct Unpacked {
-  std::vector<uint64_t> inflated;  // a compressed payload, decompressed
-  std::vector<uint64_t> records;   // the records unpacked
+  Words inflated;  // a compressed payload, decompressed
+  Words records;   // the records unpacked
   std::vector<trace::ApiShape> api_shapes = std::vector<trace::ApiShape>(trace::kPackShapes);
   std::vector<trace::DeviceShape> device_shapes = std::vector<trace::DeviceShape>(trace::kPackShapes);
 };
@@ -446,7 +472,7 @@ uint64_t ScanMagics(const ReadAt& read, uint64_t size, uint64_t from, Visit&& vi
 // of the file, or failing a check.
 enum class Load { kOk, kShort, kBad, kBadChecksum, kReadError };
 Load LoadChunk(const ReadAt& read, uint64_t size, uint16_t version, uint64_t at, ChunkHeader* ch,
-               std::vector<uint64_t>* buffer) {
+               Words* buffer) {
   if (size - at < sizeof(*ch)) return Load::kShort;
   if (!read(at, sizeof(*ch), ch)) return Load::kReadError;
   switch (CheckHeader(*ch, at, size)) {
@@ -609,7 +635,7 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
     SizeForRecords(counts, size, &t);
   }
 
-  std::vector<uint64_t> buffer;  // 8-byte aligned payload buffer, reused
+  Words buffer;  // 8-byte aligned payload buffer, reused
   auto load = [&](uint64_t at, ChunkHeader* ch) {
     return LoadChunk(read, size, fh.version, at, ch, &buffer);
   };
@@ -914,7 +940,7 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
   TraceIndex index;
   index.header = *header;
   index.file_size = size;
-  std::vector<uint64_t> buffer;
+  Words buffer;
   Unpacked unpacked;
   std::vector<trace::ClockRecord> clocks;
   Timeline tables;  // the small chunks, parsed to check them
@@ -1111,7 +1137,7 @@ struct SliceReader::State {
   // A record chunk decoded: its header and its raw records.
   struct Decoded {
     ChunkHeader ch{};
-    std::vector<uint64_t> words;
+    Words words;
     size_t bytes = 0;
   };
   absl::flat_hash_map<size_t, Decoded> kept, next;  // by index into index->chunks
@@ -1132,9 +1158,12 @@ struct SliceReader::State {
     const uint8_t* payload = reinterpret_cast<const uint8_t*>(d->words.data());
     size_t n = d->ch.payload_bytes;
     if (std::string reason = Unpack(d->ch, &payload, &n, &unpacked); !reason.empty()) return reason;
-    if (payload != reinterpret_cast<const uint8_t*>(d->words.data())) {
-      d->words.assign(reinterpret_cast<const uint64_t*>(payload),
-                      reinterpret_cast<const uint64_t*>(payload) + (n + 7) / 8);
+    // Decoded into `unpacked`: its buffer is taken, not copied, and this
+    // chunk's raw payload buffer left there to be written next time.
+    if (payload == reinterpret_cast<const uint8_t*>(unpacked.records.data())) {
+      d->words.swap(unpacked.records);
+    } else if (payload == reinterpret_cast<const uint8_t*>(unpacked.inflated.data())) {
+      d->words.swap(unpacked.inflated);
     }
     d->bytes = n;
     return {};
