@@ -158,7 +158,13 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   // Pass 3: windows of steps, each from its own slice.
   absl::flat_hash_map<CallKey, int64_t> caused;
   const size_t n = plan.steps.size();
-  const size_t per = std::max<size_t>(1, stream.steps_per_window);
+  uint64_t events = 0;
+  for (const DeviceOpCount& d : index.ops_per_device) events += static_cast<uint64_t>(d.ops);
+  for (const ThreadCallCount& c : index.calls_per_thread) events += static_cast<uint64_t>(c.calls);
+  const uint64_t per_step = std::max<uint64_t>(1, events / std::max<size_t>(1, n));
+  const size_t per = stream.steps_per_window > 0 ? stream.steps_per_window
+                                                 : std::max<size_t>(1, kWindowEvents / per_step);
+  out.steps_per_window = per;
   WindowPart part;
   for (size_t k0 = 0; k0 < n; k0 += per) {
     const size_t k1 = std::min(n, k0 + per);

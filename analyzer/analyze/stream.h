@@ -9,10 +9,11 @@
 // 2. spans: slices of the timeline, each op starting in one taking the step
 //    of its call's enter time (StepSpanBuilder), and adding to when work
 //    was pending on the device (PendingIntervals, for the call classes);
-// 3. windows: each window of steps reads the slice from the drain before it
-//    to the first op after it and its host range, widened until it holds
-//    both, and is attributed from the part WindowCutter cuts from that
-//    slice's timeline, with the call classes computed there;
+// 3. windows: each window of steps (about kWindowEvents calls and ops)
+//    reads the slice from the drain before it to the first op after it and
+//    its host range, widened until it holds both, and is attributed from
+//    the part WindowCutter cuts from that slice's timeline, with the call
+//    classes computed there;
 // 4. hotspots: slices by the call chunks' starts, each call entering in one
 //    given to the HotspotFinder in time order, with the rule-1 idle the
 //    windows charged it.
@@ -56,8 +57,15 @@ struct CallKey {
   }
 };
 
+// A window's steps when not given: about this many calls and device ops
+// (the trace's mean a step), so that what a window holds follows its
+// events, whatever a step holds (1,000 steps of the benchmarks' 201-event
+// loop; 20 of a model launching 5,000 kernels a step).
+inline constexpr uint64_t kWindowEvents = 200'000;
+
 struct StreamOptions {
-  size_t steps_per_window = 256;
+  // Steps a window; 0: about kWindowEvents calls and ops a window.
+  size_t steps_per_window = 0;
   // Record chunks a slice of the first two passes reads (about).
   size_t chunks_per_slice = 16;
   // Called after each slice read: record chunks read so far, and about how
@@ -88,6 +96,7 @@ struct StreamedAnalysis {
   // What the reading cost: slices read in each pass, record chunks decoded
   // and kept from the slice before, and the most calls and ops one slice
   // held.
+  size_t steps_per_window = 0;  // as chosen
   size_t slices[4] = {0, 0, 0, 0};
   double seconds[4] = {0, 0, 0, 0};  // each pass's (wall clock)
   uint64_t chunks_decoded = 0;

@@ -570,8 +570,8 @@ TEST_CASE("streamed: what analyzing a trace by slices costs", "[.][stream-bench]
               path.c_str(), s->steps.size(), static_cast<unsigned long long>(events), index_s,
               total_s - index_s, static_cast<double>(events) / total_s / 1e6, s->seconds[0], s->seconds[1],
               s->seconds[2], s->seconds[3], s->slices[0],
-              s->slices[1], s->slices[2], (s->steps.size() + so.steps_per_window - 1) / so.steps_per_window,
-              so.steps_per_window, s->slices[3], static_cast<unsigned long long>(s->chunks_decoded),
+              s->slices[1], s->slices[2], (s->steps.size() + s->steps_per_window - 1) / s->steps_per_window,
+              s->steps_per_window, s->slices[3], static_cast<unsigned long long>(s->chunks_decoded),
               static_cast<unsigned long long>(s->chunks_kept), s->max_slice_calls, s->max_slice_ops,
               static_cast<double>(idle) / 1e9, s->hotspots.size(), ru.ru_maxrss / 1024);
 }

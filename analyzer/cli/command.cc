@@ -90,7 +90,8 @@ void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a, bool predictions) {
       });
   app->add_option("--window-steps", a->window_steps,
                   "attribute idle N steps at a time, each window from the part of the trace it "
-                  "reads (the report is the same; default 0: all steps at once)")
+                  "reads (the report is the same; default 0: all steps at once, or read by slices, "
+                  "about 200,000 calls and ops a window)")
       ->type_name("N")
       ->check(CLI::Range(0, 1 << 30));
   app->add_flag("--stream", a->stream,
