@@ -77,16 +77,22 @@ std::vector<StepSpan> Outermost(const std::vector<const NvtxRange*>& ranges) {
   return out;
 }
 
+}  // namespace
+
+bool IsStepName(const Timeline& t, uint32_t name, const std::regex& pattern) {
+  // Long names are matched on their first 1024 bytes (bounds the regex's
+  // time and recursion on hostile traces).
+  const std::string_view s = t.String(name).substr(0, 1024);
+  return !s.empty() && std::regex_search(s.begin(), s.end(), pattern);
+}
+
+namespace {
+
 std::vector<StepSpan> MarkerSteps(const Timeline& t, const std::regex& pattern,
                                   uint32_t main_tid) {
   absl::flat_hash_map<uint32_t, std::vector<const NvtxRange*>> by_thread;
   for (const NvtxRange& r : t.ranges) {
-    if (r.explicit_step) continue;
-    // Long names are matched on their first 1024 bytes (bounds the regex's
-    // time and recursion on hostile traces).
-    std::string_view name = t.String(r.name).substr(0, 1024);
-    if (name.empty()) continue;
-    if (std::regex_search(name.begin(), name.end(), pattern)) by_thread[r.tid].push_back(&r);
+    if (!r.explicit_step && IsStepName(t, r.name, pattern)) by_thread[r.tid].push_back(&r);
   }
   if (by_thread.empty()) return {};
   auto it = by_thread.find(main_tid);

@@ -86,8 +86,11 @@ StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device
 // (stream.h):
 // - the marked steps' host ranges: NVTX ranges matching `pattern` on
 //   `main_tid` (else on the thread with the most), else explicit step
-//   markers; empty when there are none;
+//   markers; empty when there are none. A range's name matches when its
+//   first 1,024 bytes do (IsStepName; an empty name never does), so a
+//   reader may keep only those ranges and the explicit steps;
 std::vector<StepSpan> MarkedSteps(const Timeline& t, const std::regex& pattern, uint32_t main_tid);
+bool IsStepName(const Timeline& t, uint32_t name, const std::regex& pattern);
 // - whether a call entering in [from_ns, to_ns) submitted device work
 //   (launch, copy, set, NCCL);
 bool SubmittedIn(const Timeline& t, int64_t from_ns, int64_t to_ns);

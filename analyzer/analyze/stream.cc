@@ -82,8 +82,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
     return t;
   };
 
-  // Pass 1: the counts (the index's), and the NVTX ranges, all at once (a
-  // few per step).
+  // Pass 1: the counts (the index's), and the NVTX ranges a step can be.
   Timeline counts;
   counts.calls_per_thread = index.calls_per_thread;
   counts.ops_per_device = index.ops_per_device;
@@ -98,8 +97,37 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
       ops_to = std::max(ops_to, static_cast<int64_t>(c.hi));
     }
   }
-  auto names = read(nvtx, 0);
+  // The NVTX events by slices of the NVTX chunks, in time order (an event
+  // counts in the slice its time falls in), paired as a whole reading
+  // pairs them; of the ranges, those a step can be are kept (explicit
+  // steps, and names the pattern matches), so a range around every op
+  // costs no memory.
+  auto names = read({}, 0);  // the chunks every slice reads
   if (!names.ok()) return names.status();
+  NvtxPairer pairer;
+  std::vector<NvtxRange> step_ranges, closed;
+  absl::Status tiled = TileSlices(index, trace::ChunkType::kNvtx, per_slice, [&](int64_t from, int64_t to) {
+    std::vector<size_t> chunks;
+    for (const size_t i : nvtx) {
+      const ChunkSpan& c = index.chunks[i];
+      if (static_cast<int64_t>(c.lo) < to && static_cast<int64_t>(c.hi) >= from) chunks.push_back(i);
+    }
+    auto t = read(chunks, 0);
+    if (!t.ok()) return t.status();
+    for (const NvtxEvent& e : t->nvtx) {
+      if (e.ns < from || e.ns >= to) continue;
+      closed.clear();
+      pairer.Add(e, &closed);
+      for (const NvtxRange& r : closed) {
+        if (r.explicit_step || IsStepName(*names, r.name, pattern)) step_ranges.push_back(r);
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!tiled.ok()) return tiled;
+  SortRanges(&step_ranges);
+  names->ranges = std::move(step_ranges);
+  out.unmatched_nvtx = pairer.Unmatched();
   StepPlan& plan = out.plan;
   plan.device = BusiestDevice(counts);
   plan.main_tid = MainThread(counts);
@@ -115,9 +143,6 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
     if (d.device == plan.device) out.questions.nccl_ops = d.nccl;
   }
   out.questions.cpu_samples = index.cpu_samples;
-  for (const Diagnostic& d : names->diagnostics) {
-    if (d.id == DiagId::kUnmatchedNvtx) out.unmatched_nvtx = d.count;
-  }
 
   // Pass 2: the steps' device spans, from slices by the device chunks'
   // starts; an op counts in the slice its start falls in.
@@ -126,7 +151,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   // each call's entry, and an op queued long after its launch may lie
   // beyond the slice of a call it kept waiting).
   PendingIntervals pending;
-  absl::Status tiled = TileSlices(index, trace::ChunkType::kDevice, per_slice, [&](int64_t from, int64_t to) {
+  tiled = TileSlices(index, trace::ChunkType::kDevice, per_slice, [&](int64_t from, int64_t to) {
     auto t = read(SliceChunks(index, Clamp(from), Clamp(to - 1)), 1);
     if (!t.ok()) return t.status();
     for (const DeviceOp& op : t->ops) {

@@ -486,6 +486,22 @@ TEST_CASE("streamed: random loops read by slices attribute as the whole timeline
     TraceBuilder b = RandomLoop(seed, true);
     b.SetPacked(seed % 3 > 0, seed % 3 > 1);
     if (seed % 5 == 0) b.Push(3, 150 * kUs, "left open");
+    if (seed % 3 == 0) {
+      // Ranges that are not steps, nested and across slices (a range around
+      // every layer, another thread's start and end, an end of nothing),
+      // and one named like a step on a thread that is not the main one.
+      for (int k = 0; k < 40; ++k) {
+        const uint64_t at = static_cast<uint64_t>(100 + 37 * k) * kUs;
+        b.Push(5, at, "layer");
+        b.Push(5, at + 3 * kUs, "matmul");
+        b.Pop(5, at + 9 * kUs);
+        b.Pop(5, at + 20 * kUs);
+      }
+      b.Nvtx(6, tf::NvtxType::kStart, 400 * kUs, "load", 9, 2);
+      b.Nvtx(7, tf::NvtxType::kEnd, 900 * kUs, "", 9, 2);
+      b.Nvtx(7, tf::NvtxType::kEnd, 950 * kUs, "", 10, 2);
+      b.Range(8, 300 * kUs, 700 * kUs, "iteration on the loader");
+    }
     CheckStreamed(std::move(b), 1 + seed % 9, 3);
   }
 }

@@ -319,68 +319,11 @@ void Join(Timeline* t) {
 void BuildRanges(Timeline* t) {
   std::stable_sort(t->nvtx.begin(), t->nvtx.end(),
                    [](const NvtxEvent& a, const NvtxEvent& b) { return a.ns < b.ns; });
-  absl::flat_hash_map<uint32_t, std::vector<const NvtxEvent*>> pushed;
-  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, const NvtxEvent*> started;
-  absl::flat_hash_map<uint64_t, const NvtxEvent*> steps;
-  uint64_t unmatched = 0;
-  for (const NvtxEvent& e : t->nvtx) {
-    switch (e.type) {
-      case trace::NvtxType::kPush:
-        pushed[e.tid].push_back(&e);
-        break;
-      case trace::NvtxType::kPop: {
-        auto& stack = pushed[e.tid];
-        if (stack.empty()) {
-          ++unmatched;
-          break;
-        }
-        const NvtxEvent* b = stack.back();
-        stack.pop_back();
-        t->ranges.push_back({b->ns, std::max(e.ns, b->ns), e.tid, b->name,
-                             static_cast<uint32_t>(stack.size()), false, 0});
-        break;
-      }
-      case trace::NvtxType::kStart:
-        started[{e.domain, e.range_id}] = &e;
-        break;
-      case trace::NvtxType::kEnd: {
-        auto it = started.find(std::make_pair(e.domain, e.range_id));
-        if (it == started.end()) {
-          ++unmatched;
-          break;
-        }
-        const NvtxEvent* b = it->second;
-        started.erase(it);
-        t->ranges.push_back({b->ns, std::max(e.ns, b->ns), b->tid, b->name, 0, false, 0});
-        break;
-      }
-      case trace::NvtxType::kStepBegin:
-        steps[e.range_id] = &e;
-        break;
-      case trace::NvtxType::kStepEnd: {
-        auto it = steps.find(e.range_id);
-        if (it == steps.end()) {
-          ++unmatched;
-          break;
-        }
-        const NvtxEvent* b = it->second;
-        steps.erase(it);
-        t->ranges.push_back({b->ns, std::max(e.ns, b->ns), b->tid, b->name, 0, true,
-                             e.range_id});
-        break;
-      }
-      default:
-        break;  // marks carry no range
-    }
-  }
-  for (const auto& [tid, stack] : pushed) unmatched += stack.size();
-  unmatched += started.size() + steps.size();
+  NvtxPairer pairer;
+  for (const NvtxEvent& e : t->nvtx) pairer.Add(e, &t->ranges);
+  const uint64_t unmatched = pairer.Unmatched();
   if (unmatched > 0) AddDiagnostic(&t->diagnostics, DiagId::kUnmatchedNvtx, unmatched);
-  std::stable_sort(t->ranges.begin(), t->ranges.end(),
-                   [](const NvtxRange& a, const NvtxRange& b) {
-                     return a.start_ns != b.start_ns ? a.start_ns < b.start_ns
-                                                     : a.end_ns > b.end_ns;
-                   });
+  SortRanges(&t->ranges);
 }
 
 // Sorts a vector made of sorted runs (one per chunk: each thread's records
@@ -571,6 +514,67 @@ std::vector<size_t> ClampAndFindRuns(std::vector<T>* v, int64_t T::*start, int64
 }
 
 }  // namespace
+
+void NvtxPairer::Add(const NvtxEvent& e, std::vector<NvtxRange>* out) {
+  switch (e.type) {
+    case trace::NvtxType::kPush:
+      pushed_[e.tid].push_back(e);
+      break;
+    case trace::NvtxType::kPop: {
+      auto& stack = pushed_[e.tid];
+      if (stack.empty()) {
+        ++unmatched_;
+        break;
+      }
+      const NvtxEvent b = stack.back();
+      stack.pop_back();
+      out->push_back({b.ns, std::max(e.ns, b.ns), e.tid, b.name, static_cast<uint32_t>(stack.size()), false, 0});
+      break;
+    }
+    case trace::NvtxType::kStart:
+      started_[{e.domain, e.range_id}] = e;
+      break;
+    case trace::NvtxType::kEnd: {
+      auto it = started_.find(std::make_pair(e.domain, e.range_id));
+      if (it == started_.end()) {
+        ++unmatched_;
+        break;
+      }
+      const NvtxEvent b = it->second;
+      started_.erase(it);
+      out->push_back({b.ns, std::max(e.ns, b.ns), b.tid, b.name, 0, false, 0});
+      break;
+    }
+    case trace::NvtxType::kStepBegin:
+      steps_[e.range_id] = e;
+      break;
+    case trace::NvtxType::kStepEnd: {
+      auto it = steps_.find(e.range_id);
+      if (it == steps_.end()) {
+        ++unmatched_;
+        break;
+      }
+      const NvtxEvent b = it->second;
+      steps_.erase(it);
+      out->push_back({b.ns, std::max(e.ns, b.ns), b.tid, b.name, 0, true, e.range_id});
+      break;
+    }
+    default:
+      break;  // marks carry no range
+  }
+}
+
+uint64_t NvtxPairer::Unmatched() const {
+  uint64_t n = unmatched_ + started_.size() + steps_.size();
+  for (const auto& [tid, stack] : pushed_) n += stack.size();
+  return n;
+}
+
+void SortRanges(std::vector<NvtxRange>* ranges) {
+  std::stable_sort(ranges->begin(), ranges->end(), [](const NvtxRange& a, const NvtxRange& b) {
+    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
+  });
+}
 
 void AddUncorrelatedOps(std::vector<Diagnostic>* diags, uint64_t unjoined, uint64_t ops) {
   if (unjoined == 0) return;

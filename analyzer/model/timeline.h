@@ -417,6 +417,29 @@ inline void ClampTime(int64_t* v, uint64_t* invalid) {
 // device op to its submitting call, and builds NVTX ranges.
 void FinalizeTimeline(Timeline* t);
 
+// Pairs NVTX events given in time order (stable, as FinalizeTimeline sorts
+// them) into ranges: pushes and pops by thread, starts and ends by domain
+// and id, explicit steps by id. What FinalizeTimeline builds the ranges
+// with, and the streamed analysis over slices of the NVTX chunks.
+class NvtxPairer {
+ public:
+  // Appends the range `e` closes, if any, to `out`.
+  void Add(const NvtxEvent& e, std::vector<NvtxRange>* out);
+  // Events without their other end: closings of nothing, and what is
+  // still open.
+  uint64_t Unmatched() const;
+
+ private:
+  absl::flat_hash_map<uint32_t, std::vector<NvtxEvent>> pushed_;
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, NvtxEvent> started_;
+  absl::flat_hash_map<uint64_t, NvtxEvent> steps_;
+  uint64_t unmatched_ = 0;
+};
+
+// Ranges in the timeline's order: by start, the longer first among equal
+// starts (stable).
+void SortRanges(std::vector<NvtxRange>* ranges);
+
 // What FinalizeTimeline's join says of `unjoined` of `ops` device ops that
 // no call submitted (the streamed analysis counts them slice by slice).
 void AddUncorrelatedOps(std::vector<Diagnostic>* diags, uint64_t unjoined, uint64_t ops);

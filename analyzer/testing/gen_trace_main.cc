@@ -4,7 +4,8 @@
 // (KERNEL_NAME, default "kernel", names every kernel: e.g. markup for the
 // HTML report's escaping test). STALLSCOPE_GEN_ENCODING=packed or zstd writes
 // the call, op and correlation chunks as the recorder does (format 4's
-// encodings); raw (the default) writes fixed records.
+// encodings); raw (the default) writes fixed records. STALLSCOPE_GEN_OP_RANGES=1
+// puts each launch inside an NVTX range of its own.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -26,7 +27,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "STALLSCOPE_GEN_ENCODING=%s: expected raw, packed or zstd\n", e.c_str());
     return 1;
   }
-  TraceBuilder b = SyntheticSteps(steps, kernel);
+  const char* op_ranges = getenv("STALLSCOPE_GEN_OP_RANGES");
+  TraceBuilder b = SyntheticSteps(steps, kernel, op_ranges != nullptr && std::string(op_ranges) == "1");
   b.SetPacked(e != "raw", e == "zstd");
   b.WriteTo(argv[1]);
   return 0;

@@ -49,7 +49,9 @@ inline analyzer::Report AnalyzeOrDie(const TraceBuilder& b,
 // in chunks of 4,096 records: a 200 us input wait, 100 launches of 20 us
 // kernels named `kernel` (6 us apart, 4 us each), and a synchronize from
 // train.py:42 until the last kernel ends: 201 calls and device ops a step.
-inline TraceBuilder SyntheticSteps(int steps, const std::string& kernel = "kernel") {
+// With `op_ranges`, each launch inside an NVTX range of its own ("op", as
+// PyTorch's emit_nvtx gives each operator).
+inline TraceBuilder SyntheticSteps(int steps, const std::string& kernel = "kernel", bool op_ranges = false) {
   TraceBuilder b;
   b.SetChunkRecords(4096);
   auto api = AddStandardApis(&b);
@@ -61,7 +63,9 @@ inline TraceBuilder SyntheticSteps(int steps, const std::string& kernel = "kerne
     int64_t d = t + 10 * kUs;
     for (int i = 0; i < 100; ++i) {
       const int64_t start = std::max(d, t + 10 * kUs);
+      if (op_ranges) b.Push(1, static_cast<uint64_t>(t), "op");
       b.Submit(1, api.launch, t, t + 4 * kUs, start, start + 20 * kUs, tf::DeviceOpKind::kKernel, kernel);
+      if (op_ranges) b.Pop(1, static_cast<uint64_t>(t + 5 * kUs));
       d = start + 20 * kUs;
       t += 6 * kUs;
     }
