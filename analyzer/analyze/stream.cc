@@ -75,7 +75,8 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
     auto t = reader->Read(chunks);
     if (!t.ok()) return t.status();
     chunks_read += chunks.size();
-    if (stream.progress) stream.progress(std::min(chunks_read, 3 * record_chunks - 1), 3 * record_chunks);
+    const uint64_t total = std::max<uint64_t>(1, 3 * record_chunks);
+    if (stream.progress) stream.progress(std::min(chunks_read, total - 1), total);
     ++out.slices[pass];
     out.max_slice_calls = std::max(out.max_slice_calls, t->calls.size());
     out.max_slice_ops = std::max(out.max_slice_ops, t->ops.size());

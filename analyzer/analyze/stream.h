@@ -3,9 +3,10 @@
 // slice at a time, so that what is held follows the number of steps, not
 // of events. Four passes over the file's index (read/trace_reader.h):
 // 1. counts and ranges: each thread's calls and launches and each
-//    device's ops (the index's counts), and the NVTX ranges, read at once:
-//    the analyzed device, the main thread and the marked steps' host
-//    ranges, as FindSteps finds them;
+//    device's ops (the index's counts), and the NVTX events by slices of
+//    the NVTX chunks, paired as a whole reading pairs them (NvtxPairer),
+//    the ranges a step can be kept: the analyzed device, the main thread
+//    and the marked steps' host ranges, as FindSteps finds them;
 // 2. spans: slices of the timeline, each op starting in one taking the step
 //    of its call's enter time (StepSpanBuilder), and adding to when work
 //    was pending on the device (PendingIntervals, for the call classes);
@@ -87,8 +88,8 @@ struct StreamedAnalysis {
   // What the rest of a report needs (analysis.h, ReportFromFile): the
   // questions' inputs; the ops no call submitted, on every device, and the
   // NVTX ranges left open or closed twice, as a whole reading counts them;
-  // and the first pass's slice (the NVTX events and the chunks every slice
-  // reads: the host, clocks, rank, modules, API names).
+  // and the chunks every slice reads (the host, clocks, rank, modules, API
+  // names), with the NVTX ranges a step can be.
   QuestionInputs questions;
   uint64_t unjoined_ops = 0;
   uint64_t unmatched_nvtx = 0;

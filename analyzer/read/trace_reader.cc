@@ -553,6 +553,8 @@ struct Damage {
 // records, damage skipped, and a truncated or unended file.
 void AddEndOfReadingDiagnostics(Timeline* tl, uint64_t size, const Damage& damage, bool truncated) {
   Timeline& t = *tl;
+  // Nothing read past the header (a truncation's message says how much).
+  if (t.bytes_used == 0) t.bytes_used = std::min<uint64_t>(t.header.header_bytes, size);
   if (t.write_failed_records > 0) {
     AddDiagnostic(&t.diagnostics, DiagId::kTraceWriteFailed, t.write_failed_records,
                   absl::StrFormat("%d records (%d of them API calls) could not be written to the "
@@ -714,7 +716,6 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
     off = next;
   }
   if (progress) progress(off, size);
-  if (t.bytes_used == 0) t.bytes_used = std::min<uint64_t>(fh.header_bytes, size);
   AddEndOfReadingDiagnostics(&t, size, damage, truncated);
   FinalizeTimeline(&t);
   return t;
@@ -944,6 +945,7 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
   Unpacked unpacked;
   std::vector<trace::ClockRecord> clocks;
   Timeline tables;  // the small chunks, parsed to check them
+  tables.header = index.header;
   InvalidCounter invalid;
   invalid.ticks_are_ns = (index.header.flags & trace::kFileTicksAreNs) != 0;
   uint64_t correlations = 0;
@@ -1033,7 +1035,6 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
   std::sort(index.calls_per_thread.begin(), index.calls_per_thread.end(),
             [](const ThreadCallCount& a, const ThreadCallCount& b) { return a.tid < b.tid; });
   // The whole reading's diagnostics after its chunks', in its order.
-  if (tables.bytes_used == 0) tables.bytes_used = std::min<uint64_t>(index.header.header_bytes, size);
   AddEndOfReadingDiagnostics(&tables, size, Damage{}, index.truncated);
   // Spans in ticks to ns, by the file's clock pairs as the reader converts
   // (and with its clock diagnostics). The conversion rises with the ticks,
