@@ -55,24 +55,22 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
   trace::EntryReader entries(p, n);
   switch (static_cast<ChunkType>(h.type)) {
     case ChunkType::kApi: {
-      // Sized once per chunk and filled in place (no capacity check per
-      // record).
+      // Appended whole, each record built once (sizing the vectors first
+      // would write every field twice: the default, then the record's);
+      // the capacity is the slice's or the file's count already.
       const size_t base = t->calls.size();
-      t->calls.resize(base + h.count);
-      t->call_info.resize(base + h.count);
-      ApiCall* calls = t->calls.data() + base;
-      CallInfo* infos = t->call_info.data() + base;
       for (uint32_t i = 0; i < h.count; ++i) {
         trace::ApiRecord r;
         std::memcpy(&r, p + i * sizeof(r), sizeof(r));
-        ApiCall& c = calls[i];
+        ApiCall c;
         c.enter_ns = static_cast<int64_t>(r.enter);
         c.exit_ns = static_cast<int64_t>(r.exit);
         c.tid = h.tid;
         c.api = r.api;
         c.flags = r.flags;
+        t->calls.push_back(c);
         if (r.correlation != 0) t->by_external.Set(r.correlation, static_cast<uint32_t>(base + i));
-        CallInfo& info = infos[i];
+        CallInfo info;
         info.correlation = r.correlation;
         info.stream = r.stream;
         info.object = r.object;
@@ -80,20 +78,16 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
         info.stack = r.stack;
         info.python_stack = r.python_stack;
         info.result = r.result;
+        t->call_info.push_back(info);
       }
       return {};
     }
     case ChunkType::kDevice: {
-      const size_t base = t->ops.size();
-      t->ops.resize(base + h.count);
-      t->op_info.resize(base + h.count);
-      DeviceOp* ops = t->ops.data() + base;
-      OpInfo* infos = t->op_info.data() + base;
       uint64_t bad_devices = 0;
       for (uint32_t i = 0; i < h.count; ++i) {
         trace::DeviceRecord r;
         std::memcpy(&r, p + i * sizeof(r), sizeof(r));
-        DeviceOp& op = ops[i];
+        DeviceOp op;
         op.start_ns = static_cast<int64_t>(r.start_ns);
         op.end_ns = static_cast<int64_t>(r.end_ns);
         bad_devices += r.device > kMaxDevice;
@@ -113,12 +107,14 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
             t->pageable_copy_ops.insert(r.correlation);
           }
         }
-        OpInfo& info = infos[i];
+        t->ops.push_back(op);
+        OpInfo info;
         info.bytes = r.bytes;
         info.correlation = r.correlation;
         info.name = r.name;
         info.stream = r.stream;
         info.context = r.context;
+        t->op_info.push_back(info);
       }
       if (bad_devices > 0) AddDiagnostic(&t->diagnostics, DiagId::kInvalidRecords, bad_devices);
       return {};
@@ -507,7 +503,10 @@ struct RecordCounts {
 // vector grows by copying. Compressed chunks may claim more than the file
 // could hold: what is reserved stays under 64 times the file's size
 // (`file_size`), or 1 GiB.
-void SizeForRecords(RecordCounts n, uint64_t file_size, Timeline* t) {
+// `populate`: map the records' pages now (a whole reading's fresh memory;
+// a slice mostly reuses the memory the slice before freed, whose pages are
+// mapped already and would only be walked again).
+void SizeForRecords(RecordCounts n, uint64_t file_size, bool populate, Timeline* t) {
   const uint64_t budget = std::max<uint64_t>(uint64_t{1} << 30, 64 * file_size);
   n.calls = std::min<uint64_t>(n.calls, budget / (sizeof(ApiCall) + sizeof(CallInfo)));
   n.ops = std::min<uint64_t>(n.ops, budget / (sizeof(DeviceOp) + sizeof(OpInfo)));
@@ -518,10 +517,12 @@ void SizeForRecords(RecordCounts n, uint64_t file_size, Timeline* t) {
   t->op_info.reserve(n.ops);
   // Mapped now in one call each: the first write to every page would
   // otherwise take a fault (most of the reading time on large traces).
-  PopulateCapacity(&t->calls);
-  PopulateCapacity(&t->call_info);
-  PopulateCapacity(&t->ops);
-  PopulateCapacity(&t->op_info);
+  if (populate) {
+    PopulateCapacity(&t->calls);
+    PopulateCapacity(&t->call_info);
+    PopulateCapacity(&t->ops);
+    PopulateCapacity(&t->op_info);
+  }
   // The id maps' flat vectors then reach over the records' ids.
   t->correlations.Expect(n.correlations);
   t->by_external.Expect(n.calls);
@@ -634,7 +635,7 @@ absl::StatusOr<Timeline> Read(const ReadAt& read, uint64_t size, const std::stri
       counts.Add(ch.type, info != nullptr && info->record_bytes > 0 ? std::min<uint64_t>(n, room) : 0);
       off += sizeof(ch) + ch.payload_bytes;
     }
-    SizeForRecords(counts, size, &t);
+    SizeForRecords(counts, size, /*populate=*/true, &t);
   }
 
   Words buffer;  // 8-byte aligned payload buffer, reused
@@ -1233,7 +1234,7 @@ absl::StatusOr<Timeline> SliceReader::Read(const std::vector<size_t>& chunks) {
   RecordCounts counts;
   for (size_t k : take) counts.Add(index.chunks[k].type, index.chunks[k].count);
   Timeline t = s.base;
-  SizeForRecords(counts, s.size, &t);
+  SizeForRecords(counts, s.size, /*populate=*/false, &t);
   s.next.clear();
   for (size_t k : take) {
     const ChunkSpan& c = index.chunks[k];
