@@ -57,6 +57,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
                                                  const AttributionOptions& options,
                                                  const StreamOptions& stream) {
   StreamedAnalysis out;
+  const SliceChunker chunker(index);
   auto last = std::chrono::steady_clock::now();
   auto done = [&](int pass) {
     const auto now = std::chrono::steady_clock::now();
@@ -153,7 +154,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   // beyond the slice of a call it kept waiting).
   PendingIntervals pending;
   tiled = TileSlices(index, trace::ChunkType::kDevice, per_slice, [&](int64_t from, int64_t to) {
-    auto t = read(SliceChunks(index, Clamp(from), Clamp(to - 1)), 1);
+    auto t = read(chunker.Chunks(Clamp(from), Clamp(to - 1)), 1);
     if (!t.ok()) return t.status();
     for (const DeviceOp& op : t->ops) {
       if (op.start_ns < from || op.start_ns >= to) continue;
@@ -173,7 +174,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   bool drop = false;
   if (spans.LastSubmittedNothing(*names)) {
     const StepSpan& last = spans.steps().back();
-    auto t = read(SliceChunks(index, Clamp(last.host_start_ns), Clamp(last.host_end_ns)), 1);
+    auto t = read(chunker.Chunks(Clamp(last.host_start_ns), Clamp(last.host_end_ns)), 1);
     if (!t.ok()) return t.status();
     drop = !SubmittedIn(*t, last.host_start_ns, last.host_end_ns);
   }
@@ -206,7 +207,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
     // sweep runs from one to the other. Until it does, it is widened on the
     // side lacking one, twice as far each time.
     for (;;) {
-      t = read(SliceChunks(index, Clamp(lo), Clamp(hi)), 2);
+      t = read(chunker.Chunks(Clamp(lo), Clamp(hi)), 2);
       if (!t.ok()) return t.status();
       // (Or nothing is left on that side: the file's first op is in, or the
       // slice reaches the file's start, or past any sane time.)
@@ -245,7 +246,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   Symbolizer symbolizer(names->modules);
   HotspotFinder finder(plan, options, &symbolizer);
   tiled = TileSlices(index, trace::ChunkType::kApi, per_slice, [&](int64_t from, int64_t to) {
-    auto t = read(SliceChunks(index, Clamp(from), Clamp(to - 1)), 3);
+    auto t = read(chunker.Chunks(Clamp(from), Clamp(to - 1)), 3);
     if (!t.ok()) return t.status();
     auto by_enter = [](const ApiCall& c, int64_t v) { return c.enter_ns < v; };
     const size_t i0 = static_cast<size_t>(

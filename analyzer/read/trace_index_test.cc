@@ -363,6 +363,139 @@ TraceBuilder SliceRun(uint32_t seed, bool ticks, Ids ids) {
   return b;
 }
 
+// SliceChunks as a scan of every chunk (what it was before SliceChunker):
+// the oracle the searched answer is held to.
+std::vector<size_t> SliceChunksByScan(const TraceIndex& index, uint64_t lo_ns, uint64_t hi_ns) {
+  auto IsSliced = [](uint16_t type) {
+    const trace::ChunkTypeInfo* info = trace::FindChunkType(type);
+    return info != nullptr && info->reading == trace::ChunkReading::kSliced;
+  };
+  using T = trace::ChunkType;
+  auto is = [](const ChunkSpan& c, T type) { return c.type == static_cast<uint16_t>(type); };
+  auto meets = [](const ChunkSpan& c, uint64_t a, uint64_t b) { return c.lo <= b && a <= c.hi; };
+  const std::vector<ChunkSpan>& chunks = index.chunks;
+  std::vector<bool> take(chunks.size(), false);
+  // By time: the calls, ranges, CPU samples, NCCL arguments and device ops
+  // of the slice. On each thread, the chunk holding its last call ending
+  // before the slice and the one holding its first call entering after
+  // (the host gaps at its edges are bounded by them): of its chunks wholly
+  // before the slice, the one ending last, and of those wholly after, the
+  // one starting first, whatever order the calls were written in (the
+  // recorder writes a call as it returns, so an outer call comes after the
+  // calls nested in it, maybe chunks later).
+  IdRanges cupti, external;
+  struct Edges {
+    int64_t before = -1, after = -1;
+    // Those chunks' latest end and earliest start.
+    uint64_t before_hi = 0, after_lo = 0;
+    // Over the wholly-before chunk ending last, the wholly-after one
+    // starting first: `c` is one of the thread's chunks.
+    void See(const ChunkSpan& c, size_t k, uint64_t lo, uint64_t hi) {
+      if (c.hi < lo && (before < 0 || c.hi >= before_hi)) {
+        before = static_cast<int64_t>(k);
+        before_hi = c.hi;
+      }
+      if (c.lo > hi && (after < 0 || c.lo < after_lo)) {
+        after = static_cast<int64_t>(k);
+        after_lo = c.lo;
+      }
+    }
+  };
+  absl::flat_hash_map<uint32_t, Edges> edges;
+  absl::flat_hash_map<std::pair<uint32_t, uint16_t>, Edges> sample_edges;  // by thread and chunk type
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const ChunkSpan& c = chunks[k];
+    if (!IsSliced(c.type) || is(c, T::kCorrelation) || c.count == 0) continue;
+    if (is(c, T::kCpu) || is(c, T::kCpuSched)) continue;  // below
+    if (meets(c, lo_ns, hi_ns)) {
+      take[k] = true;
+      if (is(c, T::kDevice)) cupti.Add(c.id_lo, c.id_hi);
+      if (is(c, T::kApi)) external.Add(c.id_lo, c.id_hi);
+    }
+    if (is(c, T::kApi)) edges[c.tid].See(c, k, lo_ns, hi_ns);
+  }
+  // A thread's CPU samples (a gap is split on-CPU and off by the samples
+  // around it), over the times of its calls read, from its edge chunk
+  // before the slice to the one after, and the samples just outside them.
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const ChunkSpan& c = chunks[k];
+    if (!(is(c, T::kCpu) || is(c, T::kCpuSched)) || c.count == 0) continue;
+    uint64_t a = lo_ns;
+    uint64_t b = hi_ns;
+    if (auto it = edges.find(c.tid); it != edges.end()) {
+      const Edges& e = it->second;
+      if (e.before >= 0) a = std::min(a, chunks[static_cast<size_t>(e.before)].lo);
+      if (e.after >= 0) b = std::max(b, chunks[static_cast<size_t>(e.after)].hi);
+    }
+    if (meets(c, a, b)) take[k] = true;
+    sample_edges[{c.tid, c.type}].See(c, k, a, b);
+  }
+  for (const auto& [tid, e] : edges) {
+    for (const int64_t k : {e.before, e.after}) {
+      if (k >= 0) take[static_cast<size_t>(k)] = true;
+    }
+  }
+  for (const auto& [key, e] : sample_edges) {
+    for (const int64_t k : {e.before, e.after}) {
+      if (k >= 0) take[static_cast<size_t>(k)] = true;
+    }
+  }
+  cupti.Merge();
+  external.Merge();
+  // The joins, both ways, through the correlations: the calls that
+  // submitted the slice's ops (an op queued long after its launch), and the
+  // ops of the slice's calls (a call's op count and last op end).
+  IdRanges to_cupti, to_external;
+  bool correlations = false;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const ChunkSpan& c = chunks[k];
+    if (!is(c, T::kCorrelation) || c.count == 0) continue;
+    correlations = true;
+    // Its external ids, a range per thread that gave them.
+    const auto* r = index.external_ranges.data() + c.ranges_at;
+    const bool of_ops = cupti.Meets(c.lo, c.hi);
+    bool of_calls = false;
+    for (uint32_t i = 0; i < c.ranges && !of_calls; ++i) of_calls = external.Meets(r[i].first, r[i].second);
+    if (!of_ops && !of_calls) continue;
+    take[k] = true;
+    if (of_ops) {
+      for (uint32_t i = 0; i < c.ranges; ++i) to_external.Add(r[i].first, r[i].second);
+    }
+    if (of_calls) to_cupti.Add(c.lo, c.hi);
+  }
+  // A file without correlations joins an op to the call whose external id
+  // is its CUPTI id (the reader's fallback).
+  if (!correlations) {
+    to_external = cupti;
+    to_cupti = external;
+  }
+  to_external.Merge();
+  to_cupti.Merge();
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const ChunkSpan& c = chunks[k];
+    if (!take[k] && c.count > 0) {
+      if (is(c, T::kApi)) take[k] = to_external.Meets(c.id_lo, c.id_hi);
+      if (is(c, T::kDevice)) take[k] = to_cupti.Meets(c.id_lo, c.id_hi);
+    }
+  }
+  // The NCCL arguments of every call read (joined to it by thread and enter
+  // time): the argument chunks meeting the time of a call chunk read (its
+  // edge calls may have entered long before the slice).
+  IdRanges read_calls;  // as time ranges
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    if (take[k] && is(chunks[k], T::kApi) && chunks[k].count > 0) read_calls.Add(chunks[k].lo, chunks[k].hi);
+  }
+  read_calls.Merge();
+  std::vector<size_t> out;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const ChunkSpan& c = chunks[k];
+    if (!take[k] && is(c, T::kNccl) && c.count > 0) take[k] = read_calls.Meets(c.lo, c.hi);
+    if (take[k]) out.push_back(k);
+  }
+  return out;
+}
+
+
 // Two readings of one slice hold the same records, joined alike.
 void CheckSameSlice(const Timeline& a, const Timeline& b) {
   REQUIRE(a.calls.size() == b.calls.size());
@@ -531,6 +664,61 @@ TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "
     }
   }
   CHECK(kept_total > 0);
+}
+
+TEST_CASE("slices: the chunks a slice takes, searched, are those a scan finds", "[index][slice]") {
+  size_t compared = 0, taken = 0;
+  // And chunks of one thread ending (or starting) together, a chunk apart:
+  // the one a slice takes beside it is the scan's. Calls nested in an outer
+  // one, written before it, one a chunk; CPU samples at one time.
+  TraceBuilder ties;
+  {
+    ties.SetChunkRecords(1);
+    auto api = testing::AddStandardApis(&ties);
+    for (int64_t at = 1000; at < 9000; at += 1000) {
+      ties.Call(10, api.other, at, at + 100);
+      ties.Call(10, api.other, at + 50, at + 200);
+      ties.Call(10, api.other, at, at + 200);
+      ties.CpuSched(10, at + 200, at, 0);
+      ties.CpuSched(10, at + 200, at, 0);
+    }
+  }
+  for (uint32_t seed = 0; seed <= 90; ++seed) {
+    CAPTURE(seed);
+    TraceBuilder b = seed == 0 ? ties : SliceRun(seed, seed % 2 == 1, static_cast<Ids>(seed % 3));
+    b.SetPacked(seed % 3 > 0, seed % 3 > 1);
+    const std::string bytes = b.Build();
+    auto index = IndexTraceBytes(bytes, "t");
+    REQUIRE(index.ok());
+    const SliceChunker chunker(*index);
+    // The slices: random ones, each chunk's edges and one past them (where
+    // "before", "meets" and "after" change), a point, and everything.
+    std::vector<std::pair<uint64_t, uint64_t>> ranges = {{0, ~uint64_t{0}}, {0, 0}};
+    uint64_t last = 0;
+    for (const ChunkSpan& c : index->chunks) {
+      last = std::max(last, c.hi);
+      for (const uint64_t x : {c.lo, c.hi}) {
+        ranges.push_back({x, x});
+        ranges.push_back({x + 1, x + 1000});
+        if (x > 0) ranges.push_back({x / 2, x - 1});
+      }
+    }
+    std::mt19937_64 rng(seed);
+    for (int k = 0; k < 40; ++k) {
+      uint64_t lo = rng() % (last + 2), hi = rng() % (last + 2);
+      if (lo > hi) std::swap(lo, hi);
+      ranges.push_back({lo, hi});
+    }
+    for (const auto& [lo, hi] : ranges) {
+      CAPTURE(lo, hi);
+      const std::vector<size_t> want = SliceChunksByScan(*index, lo, hi);
+      REQUIRE(chunker.Chunks(lo, hi) == want);
+      ++compared;
+      taken += want.size();
+    }
+  }
+  CHECK(compared > 5000);
+  CHECK(taken > 10 * compared);  // the slices took chunks, not mostly none
 }
 
 TEST_CASE("slices: a slice that fails part-way leaves the reader whole", "[index][slice]") {

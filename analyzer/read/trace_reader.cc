@@ -1282,109 +1282,186 @@ absl::StatusOr<Timeline> ReadTraceFileChunks(const std::string& path, const Trac
   return reader->Read(chunks);
 }
 
+void IdRanges::Add(uint64_t lo, uint64_t hi) {
+  if (lo <= hi) r_.push_back({lo, hi});
+}
+
+void IdRanges::Merge() {
+  std::sort(r_.begin(), r_.end());
+  size_t n = 0;
+  for (const auto& x : r_) {
+    if (n > 0 && (x.first <= r_[n - 1].second || x.first - r_[n - 1].second == 1)) {
+      r_[n - 1].second = std::max(r_[n - 1].second, x.second);
+    } else {
+      r_[n++] = x;
+    }
+  }
+  r_.resize(n);
+}
+
+bool IdRanges::Meets(uint64_t lo, uint64_t hi) const {
+  if (lo > hi) return false;
+  // The first range ending at or after lo.
+  auto it = std::lower_bound(r_.begin(), r_.end(), lo,
+                             [](const std::pair<uint64_t, uint64_t>& x, uint64_t v) { return x.second < v; });
+  return it != r_.end() && it->first <= hi;
+}
+
+void IntervalFinder::Add(uint64_t lo, uint64_t hi, uint32_t item) {
+  if (lo <= hi) e_.push_back({lo, hi, item});
+}
+
+void IntervalFinder::Build() {
+  std::sort(e_.begin(), e_.end(), [](const Entry& x, const Entry& y) { return x.lo < y.lo; });
+  leaves_ = 1;
+  while (leaves_ < e_.size()) leaves_ *= 2;
+  max_.assign(2 * leaves_, 0);
+  for (size_t i = 0; i < e_.size(); ++i) max_[leaves_ + i] = e_[i].hi;
+  for (size_t n = leaves_ - 1; n >= 1; --n) max_[n] = std::max(max_[2 * n], max_[2 * n + 1]);
+}
+
+void IntervalFinder::Find(uint64_t a, uint64_t b, std::vector<uint32_t>* out) const {
+  if (e_.empty() || a > b) return;
+  // The intervals starting by b are a prefix of the order by start; of
+  // them, the tree of latest ends leads to those ending at or after a.
+  const size_t p = static_cast<size_t>(
+      std::upper_bound(e_.begin(), e_.end(), b, [](uint64_t v, const Entry& x) { return v < x.lo; }) -
+      e_.begin());
+  if (p == 0) return;
+  struct Node {
+    size_t n, l, r;  // node, its leaves [l, r)
+  };
+  Node stack[64];
+  size_t top = 0;
+  stack[top++] = {1, 0, leaves_};
+  while (top > 0) {
+    const Node x = stack[--top];
+    if (x.l >= p || max_[x.n] < a) continue;
+    if (x.n >= leaves_) {
+      out->push_back(e_[x.l].item);
+      continue;
+    }
+    const size_t mid = (x.l + x.r) / 2;
+    stack[top++] = {2 * x.n + 1, mid, x.r};
+    stack[top++] = {2 * x.n, x.l, mid};
+  }
+}
+
 namespace {
 
-// Closed ranges of ids, merged once all are added; Meets by binary search.
-class IdRanges {
- public:
-  void Add(uint64_t lo, uint64_t hi) {
-    if (lo <= hi) r_.push_back({lo, hi});
-  }
-  void Merge() {
-    std::sort(r_.begin(), r_.end());
-    size_t n = 0;
-    for (const auto& x : r_) {
-      if (n > 0 && (x.first <= r_[n - 1].second || x.first - r_[n - 1].second == 1)) {
-        r_[n - 1].second = std::max(r_[n - 1].second, x.second);
-      } else {
-        r_[n++] = x;
-      }
-    }
-    r_.resize(n);
-  }
-  bool Meets(uint64_t lo, uint64_t hi) const {
-    if (lo > hi) return false;
-    // The first range ending at or after lo.
-    auto it = std::lower_bound(r_.begin(), r_.end(), lo,
-                               [](const std::pair<uint64_t, uint64_t>& x, uint64_t v) { return x.second < v; });
-    return it != r_.end() && it->first <= hi;
-  }
-
- private:
-  std::vector<std::pair<uint64_t, uint64_t>> r_;
-};
+bool IsType(const ChunkSpan& c, ChunkType type) { return c.type == static_cast<uint16_t>(type); }
 
 }  // namespace
 
-std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ns, uint64_t hi_ns) {
+void SliceChunker::Edges::Add(const ChunkSpan& c, uint32_t k) {
+  by_hi.push_back({c.hi, k});
+  by_lo.push_back({c.lo, k});
+}
+
+void SliceChunker::Edges::Sort() {
+  std::sort(by_hi.begin(), by_hi.end());
+  std::sort(by_lo.begin(), by_lo.end());
+}
+
+std::pair<int64_t, int64_t> SliceChunker::Edges::Around(uint64_t lo, uint64_t hi) const {
+  // Of the chunks wholly before [lo, hi], the one ending last (of equal
+  // ends, the last in the file); of those wholly after, the one starting
+  // first (of equal starts, the first in the file).
+  std::pair<int64_t, int64_t> out{-1, -1};
+  auto b = std::lower_bound(by_hi.begin(), by_hi.end(), std::pair<uint64_t, uint32_t>{lo, 0});
+  if (b != by_hi.begin()) out.first = std::prev(b)->second;
+  if (hi != ~uint64_t{0}) {
+    auto a = std::lower_bound(by_lo.begin(), by_lo.end(), std::pair<uint64_t, uint32_t>{hi + 1, 0});
+    if (a != by_lo.end()) out.second = a->second;
+  }
+  return out;
+}
+
+SliceChunker::SliceChunker(const TraceIndex& index) : index_(index) {
   using T = ChunkType;
-  auto is = [](const ChunkSpan& c, T type) { return c.type == static_cast<uint16_t>(type); };
-  auto meets = [](const ChunkSpan& c, uint64_t a, uint64_t b) { return c.lo <= b && a <= c.hi; };
   const std::vector<ChunkSpan>& chunks = index.chunks;
-  std::vector<bool> take(chunks.size(), false);
+  absl::flat_hash_map<std::pair<uint32_t, uint16_t>, size_t> group;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const ChunkSpan& c = chunks[i];
+    const auto k = static_cast<uint32_t>(i);
+    if (!IsSliced(c.type) || c.count == 0) continue;
+    if (IsType(c, T::kCorrelation)) {
+      correlations_ = true;
+      by_cupti_of_correlations_.Add(c.lo, c.hi, k);
+      const auto* r = index.external_ranges.data() + c.ranges_at;
+      for (uint32_t j = 0; j < c.ranges; ++j) by_external_of_correlations_.Add(r[j].first, r[j].second, k);
+      continue;
+    }
+    if (IsType(c, T::kCpu) || IsType(c, T::kCpuSched)) {
+      auto [it, fresh] = group.try_emplace({c.tid, c.type}, samples_.size());
+      if (fresh) samples_.push_back({c.tid, {}, {}});
+      samples_[it->second].by_time.Add(c.lo, c.hi, k);
+      samples_[it->second].edges.Add(c, k);
+      continue;
+    }
+    by_time_.Add(c.lo, c.hi, k);
+    if (IsType(c, T::kApi)) {
+      auto [it, fresh] = thread_slot_.try_emplace(c.tid, calls_.size());
+      if (fresh) calls_.emplace_back();
+      calls_[it->second].Add(c, k);
+      calls_by_id_.Add(c.id_lo, c.id_hi, k);
+    }
+    if (IsType(c, T::kDevice)) ops_by_id_.Add(c.id_lo, c.id_hi, k);
+    if (IsType(c, T::kNccl)) nccl_by_time_.Add(c.lo, c.hi, k);
+  }
+  for (IntervalFinder* f : {&by_time_, &by_cupti_of_correlations_, &by_external_of_correlations_,
+                            &calls_by_id_, &ops_by_id_, &nccl_by_time_}) {
+    f->Build();
+  }
+  for (Edges& e : calls_) e.Sort();
+  for (Samples& g : samples_) {
+    g.by_time.Build();
+    g.edges.Sort();
+  }
+}
+
+std::vector<size_t> SliceChunker::Chunks(uint64_t lo_ns, uint64_t hi_ns) const {
+  using T = ChunkType;
+  const std::vector<ChunkSpan>& chunks = index_.chunks;
+  std::vector<uint32_t> take, found;
   // By time: the calls, ranges, CPU samples, NCCL arguments and device ops
-  // of the slice. On each thread, the chunk holding its last call ending
-  // before the slice and the one holding its first call entering after
-  // (the host gaps at its edges are bounded by them): of its chunks wholly
-  // before the slice, the one ending last, and of those wholly after, the
-  // one starting first, whatever order the calls were written in (the
-  // recorder writes a call as it returns, so an outer call comes after the
-  // calls nested in it, maybe chunks later).
+  // of the slice; their ids (for the joins below).
   IdRanges cupti, external;
-  struct Edges {
-    int64_t before = -1, after = -1;
-    // Those chunks' latest end and earliest start.
-    uint64_t before_hi = 0, after_lo = 0;
-    // Over the wholly-before chunk ending last, the wholly-after one
-    // starting first: `c` is one of the thread's chunks.
-    void See(const ChunkSpan& c, size_t k, uint64_t lo, uint64_t hi) {
-      if (c.hi < lo && (before < 0 || c.hi >= before_hi)) {
-        before = static_cast<int64_t>(k);
-        before_hi = c.hi;
-      }
-      if (c.lo > hi && (after < 0 || c.lo < after_lo)) {
-        after = static_cast<int64_t>(k);
-        after_lo = c.lo;
-      }
-    }
-  };
-  absl::flat_hash_map<uint32_t, Edges> edges;
-  absl::flat_hash_map<std::pair<uint32_t, uint16_t>, Edges> sample_edges;  // by thread and chunk type
-  for (size_t k = 0; k < chunks.size(); ++k) {
+  by_time_.Find(lo_ns, hi_ns, &take);
+  for (const uint32_t k : take) {
     const ChunkSpan& c = chunks[k];
-    if (!IsSliced(c.type) || is(c, T::kCorrelation) || c.count == 0) continue;
-    if (is(c, T::kCpu) || is(c, T::kCpuSched)) continue;  // below
-    if (meets(c, lo_ns, hi_ns)) {
-      take[k] = true;
-      if (is(c, T::kDevice)) cupti.Add(c.id_lo, c.id_hi);
-      if (is(c, T::kApi)) external.Add(c.id_lo, c.id_hi);
+    if (IsType(c, T::kDevice)) cupti.Add(c.id_lo, c.id_hi);
+    if (IsType(c, T::kApi)) external.Add(c.id_lo, c.id_hi);
+  }
+  // On each thread, the chunk holding its last call ending before the
+  // slice and the one holding its first call entering after (the host gaps
+  // at its edges are bounded by them): of its chunks wholly before the
+  // slice, the one ending last, and of those wholly after, the one starting
+  // first, whatever order the calls were written in (the recorder writes a
+  // call as it returns, so an outer call comes after the calls nested in
+  // it, maybe chunks later).
+  std::vector<std::pair<int64_t, int64_t>> edges(calls_.size());
+  for (size_t t = 0; t < calls_.size(); ++t) {
+    edges[t] = calls_[t].Around(lo_ns, hi_ns);
+    for (const int64_t k : {edges[t].first, edges[t].second}) {
+      if (k >= 0) take.push_back(static_cast<uint32_t>(k));
     }
-    if (is(c, T::kApi)) edges[c.tid].See(c, k, lo_ns, hi_ns);
   }
   // A thread's CPU samples (a gap is split on-CPU and off by the samples
   // around it), over the times of its calls read, from its edge chunk
   // before the slice to the one after, and the samples just outside them.
-  for (size_t k = 0; k < chunks.size(); ++k) {
-    const ChunkSpan& c = chunks[k];
-    if (!(is(c, T::kCpu) || is(c, T::kCpuSched)) || c.count == 0) continue;
+  for (const Samples& g : samples_) {
     uint64_t a = lo_ns;
     uint64_t b = hi_ns;
-    if (auto it = edges.find(c.tid); it != edges.end()) {
-      const Edges& e = it->second;
-      if (e.before >= 0) a = std::min(a, chunks[static_cast<size_t>(e.before)].lo);
-      if (e.after >= 0) b = std::max(b, chunks[static_cast<size_t>(e.after)].hi);
+    if (auto it = thread_slot_.find(g.tid); it != thread_slot_.end()) {
+      const auto [before, after] = edges[it->second];
+      if (before >= 0) a = std::min(a, chunks[static_cast<size_t>(before)].lo);
+      if (after >= 0) b = std::max(b, chunks[static_cast<size_t>(after)].hi);
     }
-    if (meets(c, a, b)) take[k] = true;
-    sample_edges[{c.tid, c.type}].See(c, k, a, b);
-  }
-  for (const auto& [tid, e] : edges) {
-    for (const int64_t k : {e.before, e.after}) {
-      if (k >= 0) take[static_cast<size_t>(k)] = true;
-    }
-  }
-  for (const auto& [key, e] : sample_edges) {
-    for (const int64_t k : {e.before, e.after}) {
-      if (k >= 0) take[static_cast<size_t>(k)] = true;
+    g.by_time.Find(a, b, &take);
+    const auto [before, after] = g.edges.Around(a, b);
+    for (const int64_t k : {before, after}) {
+      if (k >= 0) take.push_back(static_cast<uint32_t>(k));
     }
   }
   cupti.Merge();
@@ -1393,53 +1470,53 @@ std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ns, uint64_
   // submitted the slice's ops (an op queued long after its launch), and the
   // ops of the slice's calls (a call's op count and last op end).
   IdRanges to_cupti, to_external;
-  bool correlations = false;
-  for (size_t k = 0; k < chunks.size(); ++k) {
+  found.clear();
+  for (const auto& [a, b] : cupti.ranges()) by_cupti_of_correlations_.Find(a, b, &found);
+  std::sort(found.begin(), found.end());
+  found.erase(std::unique(found.begin(), found.end()), found.end());
+  for (const uint32_t k : found) {
     const ChunkSpan& c = chunks[k];
-    if (!is(c, T::kCorrelation) || c.count == 0) continue;
-    correlations = true;
-    // Its external ids, a range per thread that gave them.
-    const auto* r = index.external_ranges.data() + c.ranges_at;
-    const bool of_ops = cupti.Meets(c.lo, c.hi);
-    bool of_calls = false;
-    for (uint32_t i = 0; i < c.ranges && !of_calls; ++i) of_calls = external.Meets(r[i].first, r[i].second);
-    if (!of_ops && !of_calls) continue;
-    take[k] = true;
-    if (of_ops) {
-      for (uint32_t i = 0; i < c.ranges; ++i) to_external.Add(r[i].first, r[i].second);
-    }
-    if (of_calls) to_cupti.Add(c.lo, c.hi);
+    take.push_back(k);
+    const auto* r = index_.external_ranges.data() + c.ranges_at;
+    for (uint32_t i = 0; i < c.ranges; ++i) to_external.Add(r[i].first, r[i].second);
+  }
+  found.clear();
+  for (const auto& [a, b] : external.ranges()) by_external_of_correlations_.Find(a, b, &found);
+  for (const uint32_t k : found) {
+    take.push_back(k);
+    to_cupti.Add(chunks[k].lo, chunks[k].hi);
   }
   // A file without correlations joins an op to the call whose external id
   // is its CUPTI id (the reader's fallback).
-  if (!correlations) {
+  if (!correlations_) {
     to_external = cupti;
     to_cupti = external;
   }
   to_external.Merge();
   to_cupti.Merge();
-  for (size_t k = 0; k < chunks.size(); ++k) {
-    const ChunkSpan& c = chunks[k];
-    if (!take[k] && c.count > 0) {
-      if (is(c, T::kApi)) take[k] = to_external.Meets(c.id_lo, c.id_hi);
-      if (is(c, T::kDevice)) take[k] = to_cupti.Meets(c.id_lo, c.id_hi);
-    }
-  }
+  for (const auto& [a, b] : to_external.ranges()) calls_by_id_.Find(a, b, &take);
+  for (const auto& [a, b] : to_cupti.ranges()) ops_by_id_.Find(a, b, &take);
+  std::sort(take.begin(), take.end());
+  take.erase(std::unique(take.begin(), take.end()), take.end());
   // The NCCL arguments of every call read (joined to it by thread and enter
   // time): the argument chunks meeting the time of a call chunk read (its
   // edge calls may have entered long before the slice).
   IdRanges read_calls;  // as time ranges
-  for (size_t k = 0; k < chunks.size(); ++k) {
-    if (take[k] && is(chunks[k], T::kApi) && chunks[k].count > 0) read_calls.Add(chunks[k].lo, chunks[k].hi);
+  for (const uint32_t k : take) {
+    if (IsType(chunks[k], T::kApi)) read_calls.Add(chunks[k].lo, chunks[k].hi);
   }
   read_calls.Merge();
-  std::vector<size_t> out;
-  for (size_t k = 0; k < chunks.size(); ++k) {
-    const ChunkSpan& c = chunks[k];
-    if (!take[k] && is(c, T::kNccl) && c.count > 0) take[k] = read_calls.Meets(c.lo, c.hi);
-    if (take[k]) out.push_back(k);
+  const size_t before_nccl = take.size();
+  for (const auto& [a, b] : read_calls.ranges()) nccl_by_time_.Find(a, b, &take);
+  if (take.size() > before_nccl) {
+    std::sort(take.begin(), take.end());
+    take.erase(std::unique(take.begin(), take.end()), take.end());
   }
-  return out;
+  return std::vector<size_t>(take.begin(), take.end());
+}
+
+std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ns, uint64_t hi_ns) {
+  return SliceChunker(index).Chunks(lo_ns, hi_ns);
 }
 
 absl::StatusOr<TraceIndex> IndexTraceBytes(std::string_view bytes, const std::string& name) {

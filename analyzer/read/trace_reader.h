@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "analyzer/model/timeline.h"
 
@@ -108,8 +109,80 @@ absl::StatusOr<uint64_t> CountCallsAndOps(const std::string& path);
 // CUPTI and external id), the calls that submitted the slice's ops and the
 // ops of its calls, so each call of the slice has its op count and last op
 // end, and each op its call; and the NCCL arguments of every call read.
-// Indices into index.chunks, in file order.
+// Indices into index.chunks, in file order. (One SliceChunker's answer:
+// build one to ask for many slices.)
 std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ns, uint64_t hi_ns);
+
+// Closed ranges of ids (or times), merged once all are added; Meets by
+// binary search.
+class IdRanges {
+ public:
+  void Add(uint64_t lo, uint64_t hi);  // nothing when lo > hi
+  void Merge();
+  bool Meets(uint64_t lo, uint64_t hi) const;
+  // Sorted and apart, once merged.
+  const std::vector<std::pair<uint64_t, uint64_t>>& ranges() const { return r_; }
+
+ private:
+  std::vector<std::pair<uint64_t, uint64_t>> r_;
+};
+
+// Closed intervals, each with an item; Find gives the items of those
+// meeting [a, b] in O((found + 1) log n): sorted by start, a tree of their
+// latest ends leads to them.
+class IntervalFinder {
+ public:
+  void Add(uint64_t lo, uint64_t hi, uint32_t item);  // nothing when lo > hi
+  void Build();  // after the last Add, before the first Find
+  // Appends to `out` (in no set order).
+  void Find(uint64_t a, uint64_t b, std::vector<uint32_t>* out) const;
+
+ private:
+  struct Entry {
+    uint64_t lo, hi;
+    uint32_t item;
+  };
+  std::vector<Entry> e_;
+  std::vector<uint64_t> max_;  // the tree: node n's children 2n, 2n + 1; leaves from leaves_
+  size_t leaves_ = 0;
+};
+
+// SliceChunks for one index, asked many times: tables built once, by time
+// and by id, are searched instead of every chunk scanned, so that a slice
+// costs what it takes, not what the trace holds. Holds `index` by
+// reference.
+class SliceChunker {
+ public:
+  explicit SliceChunker(const TraceIndex& index);
+  std::vector<size_t> Chunks(uint64_t lo_ns, uint64_t hi_ns) const;
+
+ private:
+  // One thread's chunks (of one kind), to find those just outside a range.
+  struct Edges {
+    std::vector<std::pair<uint64_t, uint32_t>> by_hi, by_lo;  // (end or start, chunk)
+    void Add(const ChunkSpan& c, uint32_t k);
+    void Sort();
+    // (the chunk ending last wholly before [lo, hi], the one starting first
+    // wholly after it); -1: none.
+    std::pair<int64_t, int64_t> Around(uint64_t lo, uint64_t hi) const;
+  };
+  struct Samples {  // one thread's CPU samples of one chunk type
+    uint32_t tid = 0;
+    IntervalFinder by_time;
+    Edges edges;
+  };
+  const TraceIndex& index_;
+  IntervalFinder by_time_;  // every record chunk but correlations and samples
+  std::vector<Edges> calls_;  // by thread
+  absl::flat_hash_map<uint32_t, size_t> thread_slot_;  // tid → index into calls_
+  std::vector<Samples> samples_;
+  IntervalFinder by_cupti_of_correlations_;     // their CUPTI ids
+  IntervalFinder by_external_of_correlations_;  // their external ids, a range per thread
+  IntervalFinder calls_by_id_;                  // external ids
+  IntervalFinder ops_by_id_;                    // CUPTI ids
+  IntervalFinder nccl_by_time_;
+  bool correlations_ = false;
+};
 
 // Reads the record chunks `chunks` (indices into index.chunks) and every
 // chunk that is not a record chunk a slice chooses among (tables, clocks,
