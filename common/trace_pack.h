@@ -62,6 +62,23 @@ class VarintIn {
   VarintIn(const uint8_t* p, size_t n) : p_(p), end_(p + n) {}
   // False past the end of the payload or for a varint over 10 bytes.
   bool Get(uint64_t* v) {
+    if (end_ - p_ >= 10) {  // no bound to check per byte; most are one byte
+      uint64_t b = *p_++;
+      if (b < 0x80) {
+        *v = b;
+        return true;
+      }
+      uint64_t x = b & 0x7f;
+      for (int shift = 7; shift < 70; shift += 7) {
+        b = *p_++;
+        x |= (b & 0x7f) << shift;
+        if (b < 0x80) {
+          *v = x;
+          return true;
+        }
+      }
+      return false;
+    }
     uint64_t x = 0;
     for (int shift = 0; shift < 70; shift += 7) {
       if (p_ == end_) return false;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "analyzer/testing/test_util.h"
+#include "trace_pack.h"
 
 namespace stallscope::analyzer {
 namespace {
@@ -791,6 +792,45 @@ std::vector<tf::DeviceRecord> RandomOps(std::mt19937_64& rng, size_t n) {
 // Guards the packed encoding's round trip: every field of every record
 // comes back, whatever the deltas and however many shapes (past the
 // dictionary's capacity the shapes are written in full each time).
+TEST_CASE("varints read back what was written, and refuse what is cut or too long", "[reader][pack]") {
+  // Each value alone, and then followed by others (read without a bound
+  // check per byte when ten or more bytes are left, with one otherwise).
+  std::mt19937_64 rng(7);
+  std::vector<uint64_t> values = {0, 1, 0x7f, 0x80, 0x3fff, 0x4000, ~uint64_t{0}, uint64_t{1} << 63};
+  for (int i = 0; i < 2000; ++i) values.push_back(rng() >> (rng() % 64));
+  std::string bytes;
+  for (const uint64_t v : values) {
+    tf::VarintOut out;
+    out.Put(v);
+    std::string one;
+    out.AppendTo(&one);
+    tf::VarintIn alone(reinterpret_cast<const uint8_t*>(one.data()), one.size());
+    uint64_t got = 0;
+    REQUIRE(alone.Get(&got));
+    CHECK(got == v);
+    // Cut short by a byte: refused.
+    tf::VarintIn cut(reinterpret_cast<const uint8_t*>(one.data()), one.size() - 1);
+    CHECK_FALSE(cut.Get(&got));
+    bytes += one;
+  }
+  tf::VarintIn in(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  for (const uint64_t v : values) {
+    uint64_t got = 0;
+    REQUIRE(in.Get(&got));
+    CHECK(got == v);
+  }
+  CHECK(in.AtPadding());
+  // Eleven bytes with the continuation bit, with and without room after:
+  // more than a 64-bit value takes.
+  for (const size_t room : {size_t{0}, size_t{20}}) {
+    std::string long_one(11, '\x80');
+    long_one += std::string(room, '\0');
+    tf::VarintIn bad(reinterpret_cast<const uint8_t*>(long_one.data()), long_one.size());
+    uint64_t got = 0;
+    CHECK_FALSE(bad.Get(&got));
+  }
+}
+
 TEST_CASE("packed records unpack to what was packed", "[reader][pack]") {
   std::mt19937_64 rng(20261203);
   const auto calls = RandomCalls(rng, 6000);
