@@ -46,6 +46,7 @@ size_t LowerBoundNear(const std::vector<int32_t>& v, int32_t x, size_t* hint) {
 WindowCutter::WindowCutter(const Timeline& t, const StepPlan& plan,
                            const std::vector<CallClass>& classes)
     : t_(t), plan_(plan), classes_(classes) {
+  slot_of_call_.reserve(t.calls.size());
   for (size_t i = 0; i < t.calls.size(); ++i) {
     const ApiCall& c = t.calls[i];
     auto [it, fresh] = slot_.try_emplace(c.tid, threads_.size());
@@ -53,6 +54,7 @@ WindowCutter::WindowCutter(const Timeline& t, const StepPlan& plan,
       tids_.push_back(c.tid);
       threads_.emplace_back();
     }
+    slot_of_call_.push_back(static_cast<uint32_t>(it->second));
     ThreadCalls& th = threads_[it->second];
     th.calls.push_back(static_cast<int32_t>(i));
     // Outermost: not inside the last outermost call (as Activity keeps them).
@@ -229,7 +231,7 @@ void WindowCutter::Cut(size_t k0, size_t k1, WindowPart* out) {
     const ApiCall& c = t_.calls[i];
     w.calls.push_back(c);
     out->classes.push_back(classes_[i]);
-    int64_t& at = span_[slot_.find(c.tid)->second].first;
+    int64_t& at = span_[slot_of_call_[static_cast<size_t>(i)]].first;
     if (at < 0) {
       at = static_cast<int64_t>(w.calls_per_thread.size());
       w.calls_per_thread.push_back({c.tid, 0, 0});
@@ -241,7 +243,7 @@ void WindowCutter::Cut(size_t k0, size_t k1, WindowPart* out) {
   for (const std::vector<int32_t>* list : {&band, &bounds}) {
     for (int32_t i : *list) {
       const ApiCall& c = t_.calls[i];
-      std::pair<int64_t, int64_t>& s = span_[slot_.find(c.tid)->second].second;
+      std::pair<int64_t, int64_t>& s = span_[slot_of_call_[static_cast<size_t>(i)]].second;
       s.first = std::min(s.first, c.exit_ns);
       s.second = std::max({s.second, c.enter_ns, c.exit_ns});
     }

@@ -71,6 +71,7 @@ class WindowCutter {
   std::vector<uint32_t> tids_;  // the threads, in order of first call
   std::vector<ThreadCalls> threads_;
   absl::flat_hash_map<uint32_t, size_t> slot_;  // tid → index into threads_
+  std::vector<uint32_t> slot_of_call_;  // each call's thread's index into threads_
   std::vector<int32_t> fresh_;
   std::vector<int32_t> more_;
   std::vector<int32_t> bounds_;
