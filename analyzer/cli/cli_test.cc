@@ -326,9 +326,13 @@ TEST_CASE("report past --stream-above reads by slices, the same report", "[cli]"
   const std::string path = box.root() + "/large.sstrace";
   const int steps = static_cast<int>(analyzer::kPredictMaxEvents / 201) + 10;
   testing::SyntheticSteps(steps).SetPacked(true).WriteTo(path);
-  auto events = analyzer::CountCallsAndOps(path);
-  REQUIRE(events.ok());
-  CHECK(*events == 201u * steps);
+  auto counts = analyzer::CountByHeaders(path);
+  REQUIRE(counts.ok());
+  CHECK(counts->calls_and_ops == 201u * steps);
+  auto read = analyzer::ReadTraceFile(path);
+  REQUIRE(read.ok());
+  CHECK(counts->nvtx == read->nvtx.size());
+  CHECK(counts->nvtx > 0);
   Result whole = box.Run("report '" + path + "' --format json --stream-above 1000000000");
   REQUIRE(whole.code == 0);
   CHECK(whole.out.find("not predicted: the analyzed process has") != std::string::npos);

@@ -1529,17 +1529,18 @@ absl::StatusOr<TraceIndex> IndexTraceFile(const std::string& path) {
   });
 }
 
-absl::StatusOr<uint64_t> CountCallsAndOps(const std::string& path) {
-  return WithFile<uint64_t>(path, [&](const ReadAt& read, uint64_t size) -> absl::StatusOr<uint64_t> {
+absl::StatusOr<HeaderCounts> CountByHeaders(const std::string& path) {
+  return WithFile<HeaderCounts>(path, [&](const ReadAt& read, uint64_t size) -> absl::StatusOr<HeaderCounts> {
     auto header = ReadFileHeader(read, size, path);
     if (!header.ok()) return header.status();
-    uint64_t n = 0;
+    HeaderCounts n;
     for (uint64_t off = header->header_bytes; off < size && size - off >= sizeof(ChunkHeader);) {
       ChunkHeader ch;
       if (!read(off, sizeof(ch), &ch) || CheckHeader(ch, off, size) != HeaderCheck::kOk) break;
       if (ch.type == static_cast<uint16_t>(ChunkType::kApi) || ch.type == static_cast<uint16_t>(ChunkType::kDevice)) {
-        n += ch.count;
+        n.calls_and_ops += ch.count;
       }
+      if (ch.type == static_cast<uint16_t>(ChunkType::kNvtx)) n.nvtx += ch.count;
       off += sizeof(ch) + ch.payload_bytes;
     }
     return n;

@@ -96,10 +96,16 @@ struct TraceIndex {
 absl::StatusOr<TraceIndex> IndexTraceFile(const std::string& path);
 absl::StatusOr<TraceIndex> IndexTraceBytes(std::string_view bytes, const std::string& name);
 
-// The calls and device ops `path` holds, as its chunks' headers count them
-// (up to the first header that does not verify; no payload is read): what
-// chooses between reading a trace whole and by slices.
-absl::StatusOr<uint64_t> CountCallsAndOps(const std::string& path);
+// What `path` holds, as its chunks' headers count it (up to the first
+// header that does not verify; no payload is read): what chooses between
+// reading a trace whole and by slices.
+struct HeaderCounts {
+  uint64_t calls_and_ops = 0;
+  // NVTX events, explicit steps' among them: none, no step markers (the
+  // steps are then found from the launch sequence, in a whole reading).
+  uint64_t nvtx = 0;
+};
+absl::StatusOr<HeaderCounts> CountByHeaders(const std::string& path);
 
 // A slice of the timeline from the file (the streamed analysis' second
 // pass): the record chunks holding the calls, ranges, CPU samples, NCCL
