@@ -154,7 +154,9 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   // beyond the slice of a call it kept waiting).
   PendingIntervals pending;
   tiled = TileSlices(index, trace::ChunkType::kDevice, per_slice, [&](int64_t from, int64_t to) {
-    auto t = read(chunker.Chunks(Clamp(from), Clamp(to - 1)), 1);
+    // The slice's ops and their calls only: what an op's step and the
+    // kernel counts need.
+    auto t = read(chunker.OpsAndTheirCalls(Clamp(from), Clamp(to - 1)), 1);
     if (!t.ok()) return t.status();
     for (const DeviceOp& op : t->ops) {
       if (op.start_ns < from || op.start_ns >= to) continue;

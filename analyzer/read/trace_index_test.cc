@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstddef>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <tuple>
@@ -667,7 +668,7 @@ TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "
 }
 
 TEST_CASE("slices: the chunks a slice takes, searched, are those a scan finds", "[index][slice]") {
-  size_t compared = 0, taken = 0;
+  size_t compared = 0, taken = 0, lean_ops = 0, joined = 0;
   // And chunks of one thread ending (or starting) together, a chunk apart:
   // the one a slice takes beside it is the scan's. Calls nested in an outer
   // one, written before it, one a chunk; CPU samples at one time.
@@ -709,16 +710,44 @@ TEST_CASE("slices: the chunks a slice takes, searched, are those a scan finds", 
       if (lo > hi) std::swap(lo, hi);
       ranges.push_back({lo, hi});
     }
-    for (const auto& [lo, hi] : ranges) {
+    for (size_t r = 0; r < ranges.size(); ++r) {
+      const auto [lo, hi] = ranges[r];
       CAPTURE(lo, hi);
       const std::vector<size_t> want = SliceChunksByScan(*index, lo, hi);
       REQUIRE(chunker.Chunks(lo, hi) == want);
       ++compared;
       taken += want.size();
+      // The ops and their calls alone: each op meeting the range has the
+      // call the whole slice gives it (the last 40 ranges, the random ones).
+      if (r + 40 < ranges.size()) continue;
+      auto full = ReadTraceChunks(bytes, "t", *index, want);
+      auto lean = ReadTraceChunks(bytes, "t", *index, chunker.OpsAndTheirCalls(lo, hi));
+      REQUIRE(full.ok());
+      REQUIRE(lean.ok());
+      auto call_of = [](const Timeline& t, const DeviceOp& op) {
+        if (op.call < 0) return std::make_tuple(uint32_t{0}, uint16_t{0}, int64_t{-1}, int64_t{-1});
+        const ApiCall& c = t.calls[static_cast<size_t>(op.call)];
+        return std::make_tuple(c.tid, c.api, c.enter_ns, c.exit_ns);
+      };
+      std::map<std::tuple<int64_t, int64_t, uint32_t>, decltype(call_of(*full, full->ops[0]))> by_op;
+      for (size_t i = 0; i < full->ops.size(); ++i) {
+        by_op[{full->ops[i].start_ns, full->ops[i].end_ns, full->op_info[i].correlation}] = call_of(*full, full->ops[i]);
+      }
+      for (size_t i = 0; i < lean->ops.size(); ++i) {
+        const DeviceOp& op = lean->ops[i];
+        if (op.end_ns < static_cast<int64_t>(lo) || op.start_ns > static_cast<int64_t>(hi)) continue;
+        auto it = by_op.find({op.start_ns, op.end_ns, lean->op_info[i].correlation});
+        REQUIRE(it != by_op.end());
+        CHECK(it->second == call_of(*lean, op));
+        ++lean_ops;
+        joined += op.call >= 0;
+      }
     }
   }
   CHECK(compared > 5000);
   CHECK(taken > 10 * compared);  // the slices took chunks, not mostly none
+  CHECK(joined > 1000);
+  CHECK(lean_ops > joined);  // ops of no call among them
 }
 
 TEST_CASE("slices: a slice that fails part-way leaves the reader whole", "[index][slice]") {

@@ -1406,11 +1406,14 @@ SliceChunker::SliceChunker(const TraceIndex& index) : index_(index) {
       calls_[it->second].Add(c, k);
       calls_by_id_.Add(c.id_lo, c.id_hi, k);
     }
-    if (IsType(c, T::kDevice)) ops_by_id_.Add(c.id_lo, c.id_hi, k);
+    if (IsType(c, T::kDevice)) {
+      ops_by_id_.Add(c.id_lo, c.id_hi, k);
+      ops_by_time_.Add(c.lo, c.hi, k);
+    }
     if (IsType(c, T::kNccl)) nccl_by_time_.Add(c.lo, c.hi, k);
   }
   for (IntervalFinder* f : {&by_time_, &by_cupti_of_correlations_, &by_external_of_correlations_,
-                            &calls_by_id_, &ops_by_id_, &nccl_by_time_}) {
+                            &calls_by_id_, &ops_by_id_, &ops_by_time_, &nccl_by_time_}) {
     f->Build();
   }
   for (Edges& e : calls_) e.Sort();
@@ -1512,6 +1515,35 @@ std::vector<size_t> SliceChunker::Chunks(uint64_t lo_ns, uint64_t hi_ns) const {
     std::sort(take.begin(), take.end());
     take.erase(std::unique(take.begin(), take.end()), take.end());
   }
+  return std::vector<size_t>(take.begin(), take.end());
+}
+
+std::vector<size_t> SliceChunker::OpsAndTheirCalls(uint64_t lo_ns, uint64_t hi_ns) const {
+  const std::vector<ChunkSpan>& chunks = index_.chunks;
+  std::vector<uint32_t> take, found;
+  ops_by_time_.Find(lo_ns, hi_ns, &take);
+  IdRanges cupti, to_external;
+  for (const uint32_t k : take) cupti.Add(chunks[k].id_lo, chunks[k].id_hi);
+  cupti.Merge();
+  // The calls that submitted them, through the correlations (or, in a file
+  // without any, the call whose external id is an op's CUPTI id), as
+  // Chunks joins them.
+  if (correlations_) {
+    for (const auto& [a, b] : cupti.ranges()) by_cupti_of_correlations_.Find(a, b, &found);
+    std::sort(found.begin(), found.end());
+    found.erase(std::unique(found.begin(), found.end()), found.end());
+    for (const uint32_t k : found) {
+      take.push_back(k);
+      const auto* r = index_.external_ranges.data() + chunks[k].ranges_at;
+      for (uint32_t i = 0; i < chunks[k].ranges; ++i) to_external.Add(r[i].first, r[i].second);
+    }
+  } else {
+    to_external = cupti;
+  }
+  to_external.Merge();
+  for (const auto& [a, b] : to_external.ranges()) calls_by_id_.Find(a, b, &take);
+  std::sort(take.begin(), take.end());
+  take.erase(std::unique(take.begin(), take.end()), take.end());
   return std::vector<size_t>(take.begin(), take.end());
 }
 

@@ -161,6 +161,11 @@ class SliceChunker {
  public:
   explicit SliceChunker(const TraceIndex& index);
   std::vector<size_t> Chunks(uint64_t lo_ns, uint64_t hi_ns) const;
+  // Less: the device ops whose times meet [lo_ns, hi_ns] and, through the
+  // correlations, the calls that submitted them (each op its call, as in
+  // Chunks' answer); no other calls, ranges, samples or NCCL arguments.
+  // What the steps' device spans need.
+  std::vector<size_t> OpsAndTheirCalls(uint64_t lo_ns, uint64_t hi_ns) const;
 
  private:
   // One thread's chunks (of one kind), to find those just outside a range.
@@ -186,6 +191,7 @@ class SliceChunker {
   IntervalFinder by_external_of_correlations_;  // their external ids, a range per thread
   IntervalFinder calls_by_id_;                  // external ids
   IntervalFinder ops_by_id_;                    // CUPTI ids
+  IntervalFinder ops_by_time_;
   IntervalFinder nccl_by_time_;
   bool correlations_ = false;
 };
