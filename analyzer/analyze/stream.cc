@@ -248,7 +248,9 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   Symbolizer symbolizer(names->modules);
   HotspotFinder finder(plan, options, &symbolizer);
   tiled = TileSlices(index, trace::ChunkType::kApi, per_slice, [&](int64_t from, int64_t to) {
-    auto t = read(chunker.Chunks(Clamp(from), Clamp(to - 1)), 3);
+    // The slice's calls and their ops only: what a call's class and its
+    // hotspot need.
+    auto t = read(chunker.CallsAndTheirOps(Clamp(from), Clamp(to - 1)), 3);
     if (!t.ok()) return t.status();
     auto by_enter = [](const ApiCall& c, int64_t v) { return c.enter_ns < v; };
     const size_t i0 = static_cast<size_t>(

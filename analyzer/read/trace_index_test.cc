@@ -668,7 +668,7 @@ TEST_CASE("slices: each call and op of a slice is as the whole file gives it", "
 }
 
 TEST_CASE("slices: the chunks a slice takes, searched, are those a scan finds", "[index][slice]") {
-  size_t compared = 0, taken = 0, lean_ops = 0, joined = 0;
+  size_t compared = 0, taken = 0, lean_ops = 0, joined = 0, lean_calls = 0, with_ops = 0;
   // And chunks of one thread ending (or starting) together, a chunk apart:
   // the one a slice takes beside it is the scan's. Calls nested in an outer
   // one, written before it, one a chunk; CPU samples at one time.
@@ -742,12 +742,32 @@ TEST_CASE("slices: the chunks a slice takes, searched, are those a scan finds", 
         ++lean_ops;
         joined += op.call >= 0;
       }
+      // The calls and their ops alone: each call meeting the range has the
+      // op count and last op end the whole slice gives it.
+      auto calls = ReadTraceChunks(bytes, "t", *index, chunker.CallsAndTheirOps(lo, hi));
+      REQUIRE(calls.ok());
+      std::map<std::tuple<uint32_t, uint16_t, int64_t, int64_t>, std::pair<int32_t, int64_t>> by_call;
+      for (size_t i = 0; i < full->calls.size(); ++i) {
+        const ApiCall& c = full->calls[i];
+        by_call[{c.tid, c.api, c.enter_ns, c.exit_ns}] = {full->call_info[i].op_count, full->call_info[i].last_op_end_ns};
+      }
+      for (size_t i = 0; i < calls->calls.size(); ++i) {
+        const ApiCall& c = calls->calls[i];
+        if (c.exit_ns < static_cast<int64_t>(lo) || c.enter_ns > static_cast<int64_t>(hi)) continue;
+        auto it = by_call.find({c.tid, c.api, c.enter_ns, c.exit_ns});
+        REQUIRE(it != by_call.end());
+        CHECK(it->second == std::make_pair(calls->call_info[i].op_count, calls->call_info[i].last_op_end_ns));
+        ++lean_calls;
+        with_ops += calls->call_info[i].op_count > 0;
+      }
     }
   }
   CHECK(compared > 5000);
   CHECK(taken > 10 * compared);  // the slices took chunks, not mostly none
   CHECK(joined > 1000);
   CHECK(lean_ops > joined);  // ops of no call among them
+  CHECK(with_ops > 1000);
+  CHECK(lean_calls > with_ops);
 }
 
 TEST_CASE("slices: a slice that fails part-way leaves the reader whole", "[index][slice]") {

@@ -1405,6 +1405,7 @@ SliceChunker::SliceChunker(const TraceIndex& index) : index_(index) {
       if (fresh) calls_.emplace_back();
       calls_[it->second].Add(c, k);
       calls_by_id_.Add(c.id_lo, c.id_hi, k);
+      calls_by_time_.Add(c.lo, c.hi, k);
     }
     if (IsType(c, T::kDevice)) {
       ops_by_id_.Add(c.id_lo, c.id_hi, k);
@@ -1413,7 +1414,7 @@ SliceChunker::SliceChunker(const TraceIndex& index) : index_(index) {
     if (IsType(c, T::kNccl)) nccl_by_time_.Add(c.lo, c.hi, k);
   }
   for (IntervalFinder* f : {&by_time_, &by_cupti_of_correlations_, &by_external_of_correlations_,
-                            &calls_by_id_, &ops_by_id_, &ops_by_time_, &nccl_by_time_}) {
+                            &calls_by_id_, &ops_by_id_, &ops_by_time_, &calls_by_time_, &nccl_by_time_}) {
     f->Build();
   }
   for (Edges& e : calls_) e.Sort();
@@ -1542,6 +1543,31 @@ std::vector<size_t> SliceChunker::OpsAndTheirCalls(uint64_t lo_ns, uint64_t hi_n
   }
   to_external.Merge();
   for (const auto& [a, b] : to_external.ranges()) calls_by_id_.Find(a, b, &take);
+  std::sort(take.begin(), take.end());
+  take.erase(std::unique(take.begin(), take.end()), take.end());
+  return std::vector<size_t>(take.begin(), take.end());
+}
+
+std::vector<size_t> SliceChunker::CallsAndTheirOps(uint64_t lo_ns, uint64_t hi_ns) const {
+  const std::vector<ChunkSpan>& chunks = index_.chunks;
+  std::vector<uint32_t> take, found;
+  calls_by_time_.Find(lo_ns, hi_ns, &take);
+  IdRanges external, to_cupti;
+  for (const uint32_t k : take) external.Add(chunks[k].id_lo, chunks[k].id_hi);
+  external.Merge();
+  // Their ops, through the correlations (or, in a file without any, the
+  // ops whose CUPTI id is a call's external id), as Chunks joins them.
+  if (correlations_) {
+    for (const auto& [a, b] : external.ranges()) by_external_of_correlations_.Find(a, b, &found);
+    for (const uint32_t k : found) {
+      take.push_back(k);
+      to_cupti.Add(chunks[k].lo, chunks[k].hi);
+    }
+  } else {
+    to_cupti = external;
+  }
+  to_cupti.Merge();
+  for (const auto& [a, b] : to_cupti.ranges()) ops_by_id_.Find(a, b, &take);
   std::sort(take.begin(), take.end());
   take.erase(std::unique(take.begin(), take.end()), take.end());
   return std::vector<size_t>(take.begin(), take.end());

@@ -166,6 +166,11 @@ class SliceChunker {
   // Chunks' answer); no other calls, ranges, samples or NCCL arguments.
   // What the steps' device spans need.
   std::vector<size_t> OpsAndTheirCalls(uint64_t lo_ns, uint64_t hi_ns) const;
+  // The calls whose times meet [lo_ns, hi_ns] and, through the
+  // correlations, their ops (each call its op count and last op end, as in
+  // Chunks' answer); no other ops, ranges, samples or NCCL arguments. What
+  // the hotspots need.
+  std::vector<size_t> CallsAndTheirOps(uint64_t lo_ns, uint64_t hi_ns) const;
 
  private:
   // One thread's chunks (of one kind), to find those just outside a range.
@@ -192,6 +197,7 @@ class SliceChunker {
   IntervalFinder calls_by_id_;                  // external ids
   IntervalFinder ops_by_id_;                    // CUPTI ids
   IntervalFinder ops_by_time_;
+  IntervalFinder calls_by_time_;
   IntervalFinder nccl_by_time_;
   bool correlations_ = false;
 };
