@@ -7,17 +7,20 @@
 //    the NVTX chunks, paired as a whole reading pairs them (NvtxPairer),
 //    the ranges a step can be kept: the analyzed device, the main thread
 //    and the marked steps' host ranges, as FindSteps finds them;
-// 2. spans: slices of the timeline, each op starting in one taking the step
-//    of its call's enter time (StepSpanBuilder), and adding to when work
-//    was pending on the device (PendingIntervals, for the call classes);
+// 2. spans: slices of the device ops and the calls that submitted them
+//    (SliceChunker::OpsAndTheirCalls), each op starting in one taking the
+//    step of its call's enter time (StepSpanBuilder), and adding to when
+//    work was pending on the device (PendingIntervals, for the call
+//    classes);
 // 3. windows: each window of steps (about kWindowEvents calls and ops)
 //    reads the slice from the drain before it to the first op after it and
 //    its host range, widened until it holds both, and is attributed from
 //    the part WindowCutter cuts from that slice's timeline, with the call
 //    classes computed there;
-// 4. hotspots: slices by the call chunks' starts, each call entering in one
-//    given to the HotspotFinder in time order, with the rule-1 idle the
-//    windows charged it.
+// 4. hotspots: slices of the calls and their ops
+//    (SliceChunker::CallsAndTheirOps) by the call chunks' starts, each call
+//    entering in one given to the HotspotFinder in time order, with the
+//    rule-1 idle the windows charged it.
 // Rows, gaps and rule-1 charges come out as AttributeIdle gives them on the
 // whole timeline, the calls named by CallKey instead of an index, and the
 // hotspots as FindHotspots gives them.
