@@ -1351,6 +1351,11 @@ namespace {
 
 bool IsType(const ChunkSpan& c, ChunkType type) { return c.type == static_cast<uint16_t>(type); }
 
+void SortUnique(std::vector<uint32_t>* v) {
+  std::sort(v->begin(), v->end());
+  v->erase(std::unique(v->begin(), v->end()), v->end());
+}
+
 }  // namespace
 
 void SliceChunker::Edges::Add(const ChunkSpan& c, uint32_t k) {
@@ -1427,7 +1432,7 @@ SliceChunker::SliceChunker(const TraceIndex& index) : index_(index) {
 std::vector<size_t> SliceChunker::Chunks(uint64_t lo_ns, uint64_t hi_ns) const {
   using T = ChunkType;
   const std::vector<ChunkSpan>& chunks = index_.chunks;
-  std::vector<uint32_t> take, found;
+  std::vector<uint32_t> take;
   // By time: the calls, ranges, CPU samples, NCCL arguments and device ops
   // of the slice; their ids (for the joins below).
   IdRanges cupti, external;
@@ -1473,35 +1478,9 @@ std::vector<size_t> SliceChunker::Chunks(uint64_t lo_ns, uint64_t hi_ns) const {
   // The joins, both ways, through the correlations: the calls that
   // submitted the slice's ops (an op queued long after its launch), and the
   // ops of the slice's calls (a call's op count and last op end).
-  IdRanges to_cupti, to_external;
-  found.clear();
-  for (const auto& [a, b] : cupti.ranges()) by_cupti_of_correlations_.Find(a, b, &found);
-  std::sort(found.begin(), found.end());
-  found.erase(std::unique(found.begin(), found.end()), found.end());
-  for (const uint32_t k : found) {
-    const ChunkSpan& c = chunks[k];
-    take.push_back(k);
-    const auto* r = index_.external_ranges.data() + c.ranges_at;
-    for (uint32_t i = 0; i < c.ranges; ++i) to_external.Add(r[i].first, r[i].second);
-  }
-  found.clear();
-  for (const auto& [a, b] : external.ranges()) by_external_of_correlations_.Find(a, b, &found);
-  for (const uint32_t k : found) {
-    take.push_back(k);
-    to_cupti.Add(chunks[k].lo, chunks[k].hi);
-  }
-  // A file without correlations joins an op to the call whose external id
-  // is its CUPTI id (the reader's fallback).
-  if (!correlations_) {
-    to_external = cupti;
-    to_cupti = external;
-  }
-  to_external.Merge();
-  to_cupti.Merge();
-  for (const auto& [a, b] : to_external.ranges()) calls_by_id_.Find(a, b, &take);
-  for (const auto& [a, b] : to_cupti.ranges()) ops_by_id_.Find(a, b, &take);
-  std::sort(take.begin(), take.end());
-  take.erase(std::unique(take.begin(), take.end()), take.end());
+  AddCallsOfOps(cupti, &take);
+  AddOpsOfCalls(external, &take);
+  SortUnique(&take);
   // The NCCL arguments of every call read (joined to it by thread and enter
   // time): the argument chunks meeting the time of a call chunk read (its
   // edge calls may have entered long before the slice).
@@ -1512,64 +1491,67 @@ std::vector<size_t> SliceChunker::Chunks(uint64_t lo_ns, uint64_t hi_ns) const {
   read_calls.Merge();
   const size_t before_nccl = take.size();
   for (const auto& [a, b] : read_calls.ranges()) nccl_by_time_.Find(a, b, &take);
-  if (take.size() > before_nccl) {
-    std::sort(take.begin(), take.end());
-    take.erase(std::unique(take.begin(), take.end()), take.end());
-  }
+  if (take.size() > before_nccl) SortUnique(&take);
   return std::vector<size_t>(take.begin(), take.end());
 }
 
-std::vector<size_t> SliceChunker::OpsAndTheirCalls(uint64_t lo_ns, uint64_t hi_ns) const {
+void SliceChunker::AddCallsOfOps(const IdRanges& cupti, std::vector<uint32_t>* take) const {
   const std::vector<ChunkSpan>& chunks = index_.chunks;
-  std::vector<uint32_t> take, found;
-  ops_by_time_.Find(lo_ns, hi_ns, &take);
-  IdRanges cupti, to_external;
-  for (const uint32_t k : take) cupti.Add(chunks[k].id_lo, chunks[k].id_hi);
-  cupti.Merge();
-  // The calls that submitted them, through the correlations (or, in a file
-  // without any, the call whose external id is an op's CUPTI id), as
-  // Chunks joins them.
+  IdRanges external;
   if (correlations_) {
+    std::vector<uint32_t> found;
     for (const auto& [a, b] : cupti.ranges()) by_cupti_of_correlations_.Find(a, b, &found);
-    std::sort(found.begin(), found.end());
-    found.erase(std::unique(found.begin(), found.end()), found.end());
+    SortUnique(&found);
     for (const uint32_t k : found) {
-      take.push_back(k);
+      take->push_back(k);
       const auto* r = index_.external_ranges.data() + chunks[k].ranges_at;
-      for (uint32_t i = 0; i < chunks[k].ranges; ++i) to_external.Add(r[i].first, r[i].second);
+      for (uint32_t i = 0; i < chunks[k].ranges; ++i) external.Add(r[i].first, r[i].second);
     }
   } else {
-    to_external = cupti;
+    // A file without correlations joins an op to the call whose external
+    // id is its CUPTI id (the reader's fallback).
+    external = cupti;
   }
-  to_external.Merge();
-  for (const auto& [a, b] : to_external.ranges()) calls_by_id_.Find(a, b, &take);
-  std::sort(take.begin(), take.end());
-  take.erase(std::unique(take.begin(), take.end()), take.end());
+  external.Merge();
+  for (const auto& [a, b] : external.ranges()) calls_by_id_.Find(a, b, take);
+}
+
+void SliceChunker::AddOpsOfCalls(const IdRanges& external, std::vector<uint32_t>* take) const {
+  const std::vector<ChunkSpan>& chunks = index_.chunks;
+  IdRanges cupti;
+  if (correlations_) {
+    std::vector<uint32_t> found;
+    for (const auto& [a, b] : external.ranges()) by_external_of_correlations_.Find(a, b, &found);
+    for (const uint32_t k : found) {
+      take->push_back(k);
+      cupti.Add(chunks[k].lo, chunks[k].hi);
+    }
+  } else {
+    cupti = external;  // the fallback, as above
+  }
+  cupti.Merge();
+  for (const auto& [a, b] : cupti.ranges()) ops_by_id_.Find(a, b, take);
+}
+
+std::vector<size_t> SliceChunker::OpsAndTheirCalls(uint64_t lo_ns, uint64_t hi_ns) const {
+  std::vector<uint32_t> take;
+  ops_by_time_.Find(lo_ns, hi_ns, &take);
+  IdRanges cupti;
+  for (const uint32_t k : take) cupti.Add(index_.chunks[k].id_lo, index_.chunks[k].id_hi);
+  cupti.Merge();
+  AddCallsOfOps(cupti, &take);
+  SortUnique(&take);
   return std::vector<size_t>(take.begin(), take.end());
 }
 
 std::vector<size_t> SliceChunker::CallsAndTheirOps(uint64_t lo_ns, uint64_t hi_ns) const {
-  const std::vector<ChunkSpan>& chunks = index_.chunks;
-  std::vector<uint32_t> take, found;
+  std::vector<uint32_t> take;
   calls_by_time_.Find(lo_ns, hi_ns, &take);
-  IdRanges external, to_cupti;
-  for (const uint32_t k : take) external.Add(chunks[k].id_lo, chunks[k].id_hi);
+  IdRanges external;
+  for (const uint32_t k : take) external.Add(index_.chunks[k].id_lo, index_.chunks[k].id_hi);
   external.Merge();
-  // Their ops, through the correlations (or, in a file without any, the
-  // ops whose CUPTI id is a call's external id), as Chunks joins them.
-  if (correlations_) {
-    for (const auto& [a, b] : external.ranges()) by_external_of_correlations_.Find(a, b, &found);
-    for (const uint32_t k : found) {
-      take.push_back(k);
-      to_cupti.Add(chunks[k].lo, chunks[k].hi);
-    }
-  } else {
-    to_cupti = external;
-  }
-  to_cupti.Merge();
-  for (const auto& [a, b] : to_cupti.ranges()) ops_by_id_.Find(a, b, &take);
-  std::sort(take.begin(), take.end());
-  take.erase(std::unique(take.begin(), take.end()), take.end());
+  AddOpsOfCalls(external, &take);
+  SortUnique(&take);
   return std::vector<size_t>(take.begin(), take.end());
 }
 

@@ -187,6 +187,12 @@ class SliceChunker {
     IntervalFinder by_time;
     Edges edges;
   };
+  // The joins through the correlations, adding to `take`: the correlation
+  // and call chunks of the calls that submitted ops of CUPTI ids `cupti`,
+  // and the correlation and device chunks of the ops of calls of external
+  // ids `external` (both merged).
+  void AddCallsOfOps(const IdRanges& cupti, std::vector<uint32_t>* take) const;
+  void AddOpsOfCalls(const IdRanges& external, std::vector<uint32_t>* take) const;
   const TraceIndex& index_;
   IntervalFinder by_time_;  // every record chunk but correlations and samples
   std::vector<Edges> calls_;  // by thread
