@@ -482,14 +482,11 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   const size_t n = paths->size();
   if (auto re = CompileStepPattern(options.step_pattern); !re.ok()) return re.status();
   // One trace, asked to stream or too large to hold whole: its report
-  // drawn from the file by slices where it can be. (Not one without NVTX
-  // events: its steps, if any, are found from the launch sequence, which
-  // takes the whole trace; it is read whole at once, without the index
-  // pass first.)
+  // drawn from the file by slices where it can be.
   bool stream = options.stream;
   if (!stream && n == 1 && primary_out == nullptr) {
     auto counts = CountByHeaders(paths->front());
-    stream = counts.ok() && counts->calls_and_ops > options.stream_above_events && counts->nvtx > 0;
+    stream = counts.ok() && counts->calls_and_ops > options.stream_above_events;
   }
   if (stream && n == 1 && primary_out == nullptr) {
     TraceIdentity id;

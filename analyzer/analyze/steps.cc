@@ -145,70 +145,32 @@ struct Anchor {
 
 }  // namespace
 
-// AutoSteps on the calls of `main_tid`, or of every thread when `all`;
-// `score` gets the period's score (0: none found).
-std::vector<StepSpan> DetectSteps(const Timeline& t, uint32_t main_tid, bool all, double* score) {
-  *score = 0;
-  // The launch sequence: (API, kernel name) of the main thread's calls that
-  // submit or wait for device work; without a joined op, (API, object).
-  // A copy's or set's op has no name (CUPTI gives none): its kind and copy
-  // direction stand in, never the pointers (a caching allocator hands out
-  // other buffers from step to step).
-  std::vector<uint32_t> op_name(t.calls.size(), 0);
-  std::vector<uint16_t> op_kind(t.calls.size(), 0);  // (kind << 8 | copy kind) + 1
-  for (size_t i = 0; i < t.ops.size(); ++i) {
-    const int32_t call = t.ops[i].call;
-    if (call < 0) continue;
-    if (op_name[call] == 0) op_name[call] = t.op_info[i].name;
-    if (op_kind[call] == 0) {
-      op_kind[call] = static_cast<uint16_t>(
-          ((static_cast<unsigned>(t.ops[i].kind) << 8) | t.ops[i].copy_kind) + 1);
-    }
-  }
-  std::vector<uint32_t> seq_call;
-  std::vector<uint32_t> seq;
-  // The host's gap before each sequence call: since the latest exit of any
-  // thread's launch-sequence call that entered before it. A framework that
-  // launches the backward pass from another thread (PyTorch's autograd
-  // engine) keeps the process busy while its main thread waits in
-  // backward(); only an input wait or a blocking read-back leaves the host
-  // silent. Time the calling thread was runnable but waiting for a CPU
-  // (its run-queue delay, from its samples) is not silence of the job's
-  // making: a loaded machine preempts it anywhere in the step.
-  std::vector<int64_t> gap_before;
-  int64_t busy_until = std::numeric_limits<int64_t>::min();
-  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, uint32_t> symbols;
-  for (size_t i = 0; i < t.calls.size(); ++i) {
-    const ApiCall& c = t.calls[i];
-    if (!InLaunchSequence(t.Api(c.api).category)) continue;
-    int64_t gap = busy_until == std::numeric_limits<int64_t>::min()
-                      ? 0
-                      : std::max<int64_t>(0, c.enter_ns - busy_until);
-    if (gap > 0) {
-      const HostGapSplit g = SplitHostGap(t, c.tid, busy_until, c.enter_ns);
-      if (g.preempted > 0) gap -= std::min(gap, g.preempted);
-    }
-    busy_until = std::max(busy_until, c.exit_ns);
-    if (!all && c.tid != main_tid) continue;
-    // A free's, copy's or set's object is a pointer, another one from step
-    // to step: not part of the symbol.
-    const trace::ApiCategory category = t.Api(c.api).category;
-    const bool pointer = category == trace::ApiCategory::kFree ||
-                         category == trace::ApiCategory::kCopy ||
-                         category == trace::ApiCategory::kSet;
-    const uint64_t what = op_name[i] != 0 ? (uint64_t{1} << 63) | op_name[i]
-                          : op_kind[i] != 0 ? (uint64_t{1} << 62) | op_kind[i]
-                          : pointer         ? 0
-                                            : t.call_info[i].object;
-    auto [it, fresh] = symbols.try_emplace(std::make_pair(uint64_t{c.api}, what),
-                                           static_cast<uint32_t>(symbols.size()));
-    seq.push_back(it->second);
-    seq_call.push_back(static_cast<uint32_t>(i));
-    gap_before.push_back(gap);
-  }
+namespace {
+
+// How a launch sequence is cut into steps, found in its first calls
+// (DetectRule): steps begin at the occurrences of one symbol, every
+// `every`-th of them counted from occurrence number `first`; with `reach`,
+// only from `reach_lo` (a sequence position) to a period after the last
+// occurrence of `anchor_symbol`.
+struct AutoRule {
+  bool found = false;
+  double score = 0;     // the best anchor's (0: none found)
+  uint32_t period = 0;  // in calls
+  uint32_t start_symbol = 0;
+  uint32_t every = 1;
+  uint32_t first = 0;
+  bool reach = false;
+  int64_t reach_lo = 0;
+  uint32_t anchor_symbol = 0;
+};
+
+// The period and phase of `seq` (symbols numbered in order of first
+// occurrence, `nsym` of them), given the host's gap before each call.
+AutoRule DetectRule(const std::vector<uint32_t>& seq, const std::vector<int64_t>& gap_before,
+                    size_t nsym) {
+  AutoRule rule;
   const size_t n = seq.size();
-  if (n < 3) return {};
-  const size_t nsym = symbols.size();
+  if (n < 3) return rule;
 
   // Occurrences of each symbol (CSR) and prefix sums of a random weight per
   // symbol: P[j] - P[i] hashes the multiset of seq[i, j).
@@ -276,7 +238,7 @@ std::vector<StepSpan> DetectSteps(const Timeline& t, uint32_t main_tid, bool all
     a.mode_hash = mode.first;
     anchors.push_back(a);
   }
-  if (anchors.empty()) return {};
+  if (anchors.empty()) return rule;
   // The best anchor: highest score; ties to the shorter period, then the
   // earlier first occurrence.
   const Anchor* best = &anchors[0];
@@ -286,8 +248,9 @@ std::vector<StepSpan> DetectSteps(const Timeline& t, uint32_t main_tid, bool all
       best = &a;
     }
   }
-  if (best->score < kAutoMinScore || best->matched < kAutoMinSteps) return {};
-  *score = best->score;
+  if (best->score < kAutoMinScore || best->matched < kAutoMinSteps) return rule;
+  rule.found = true;
+  rule.score = best->score;
 
   // The phase: among anchors of the same period and nearly the same score,
   // the one that follows the longest host gap (median of gap_before: after a
@@ -368,7 +331,7 @@ std::vector<StepSpan> DetectSteps(const Timeline& t, uint32_t main_tid, bool all
       }
     }
   }
-  std::vector<uint32_t> starts;  // sequence positions where steps begin
+  rule.period = period;
   if (off_gap1 >= kAutoMinPhaseGapNs && off_gap1 >= 2 * std::max<int64_t>(off_gap2, 0)) {
     const uint32_t at = bp[modal[0]] + off_best;
     const uint32_t sym = seq[at];
@@ -380,39 +343,206 @@ std::vector<StepSpan> DetectSteps(const Timeline& t, uint32_t main_tid, bool all
     // Within the anchor's reach: a period before its first occurrence to a
     // period after its last (the same symbol in set-up, e.g. the model's
     // upload parameter by parameter, is no step).
-    const int64_t lo = int64_t{bp[0]} - period, hi = int64_t{bp[bcount - 1]} + period;
-    for (uint32_t k = q0 % per; k < qn; k += per) {
-      if (q[k] >= lo && q[k] < hi) starts.push_back(q[k]);
-    }
+    rule.start_symbol = sym;
+    rule.every = per;
+    rule.first = q0 % per;
+    rule.reach = true;
+    rule.reach_lo = int64_t{bp[0]} - period;
+    rule.anchor_symbol = best->symbol;
   } else {
-    const uint32_t* p = pos.data() + offset[phase->symbol];
-    const uint32_t count = offset[phase->symbol + 1] - offset[phase->symbol];
-    starts.assign(p, p + count);
+    rule.start_symbol = phase->symbol;
+  }
+  return rule;
+}
+
+}  // namespace
+
+// One launch sequence (the main thread's, or every thread's): its first
+// kAutoDetectCalls calls kept for DetectRule, the rest only followed.
+class AutoStepFinder::Sequence {
+ public:
+  explicit Sequence(size_t detect_calls) : detect_calls_(detect_calls) {}
+  bool detecting() const { return !detected_; }
+
+  void Add(uint16_t api, uint64_t what, int64_t gap, int64_t enter_ns, int64_t exit_ns) {
+    const std::pair<uint64_t, uint64_t> key(uint64_t{api}, what);
+    if (detected_) {
+      if (!rule_.found) return;
+      const int64_t symbol = key == start_key_    ? int64_t{rule_.start_symbol}
+                             : key == anchor_key_ ? int64_t{rule_.anchor_symbol}
+                                                  : -1;
+      Follow(symbol, enter_ns, exit_ns);
+      return;
+    }
+    auto [it, fresh] = symbols_.try_emplace(key, static_cast<uint32_t>(symbols_.size()));
+    seq_.push_back(it->second);
+    gap_.push_back(gap);
+    enter_.push_back(enter_ns);
+    exit_.push_back(exit_ns);
+    if (seq_.size() >= detect_calls_) Detect();
   }
 
-  std::vector<StepSpan> steps;
-  for (size_t j = 0; j < starts.size(); ++j) {
-    StepSpan s;
-    s.host_start_ns = t.calls[seq_call[starts[j]]].enter_ns;
-    if (j + 1 < starts.size()) {
-      s.host_end_ns = t.calls[seq_call[starts[j + 1]]].enter_ns;
-    } else {
+  // The steps; `score` gets the rule's score (0: none found).
+  std::vector<StepSpan> Finish(double* score) {
+    if (!detected_) Detect();
+    *score = rule_.score;
+    std::vector<StepSpan> steps;
+    if (!rule_.found) return steps;
+    size_t m = starts_.size();
+    if (rule_.reach) {
+      const uint64_t hi = anchor_last_ + rule_.period;
+      while (m > 0 && starts_[m - 1].pos >= hi) --m;
+    }
+    for (size_t j = 0; j < m; ++j) {
+      StepSpan s;
+      s.host_start_ns = starts_[j].enter_ns;
       // The last step: at most one period of calls (a partial step is kept;
       // teardown after it is not).
-      s.host_end_ns = s.host_start_ns;
-      const size_t end = std::min<size_t>(n, size_t{starts[j]} + period);
-      for (size_t i = starts[j]; i < end; ++i) {
-        s.host_end_ns = std::max(s.host_end_ns, t.calls[seq_call[i]].exit_ns);
+      s.host_end_ns = j + 1 < m ? starts_[j + 1].enter_ns : starts_[j].end_ns;
+      steps.push_back(s);
+    }
+    return steps;
+  }
+
+ private:
+  struct Start {
+    uint64_t pos = 0;  // in the sequence
+    int64_t enter_ns = 0;
+    int64_t end_ns = 0;  // the latest exit of the period of calls from it
+  };
+
+  void Detect() {
+    detected_ = true;
+    rule_ = DetectRule(seq_, gap_, symbols_.size());
+    if (rule_.found) {
+      for (const auto& [key, symbol] : symbols_) {
+        if (symbol == rule_.start_symbol) start_key_ = key;
+        if (symbol == rule_.anchor_symbol) anchor_key_ = key;
+      }
+      for (size_t i = 0; i < seq_.size(); ++i) Follow(seq_[i], enter_[i], exit_[i]);
+    }
+    // The rest of the sequence is only followed.
+    symbols_ = {};
+    seq_ = {};
+    gap_ = {};
+    enter_ = {};
+    exit_ = {};
+  }
+
+  // The next call of the sequence, `symbol` its symbol when it is one of
+  // the rule's (else -1).
+  void Follow(int64_t symbol, int64_t enter_ns, int64_t exit_ns) {
+    const uint64_t pos = followed_++;
+    size_t w = 0;
+    for (const size_t j : open_) {
+      Start& s = starts_[j];
+      s.end_ns = std::max(s.end_ns, exit_ns);
+      if (pos + 1 < s.pos + rule_.period) open_[w++] = j;
+    }
+    open_.resize(w);
+    if (rule_.reach && symbol == int64_t{rule_.anchor_symbol}) anchor_last_ = pos;
+    if (symbol != int64_t{rule_.start_symbol}) return;
+    const uint64_t k = occurrences_++;
+    if (k % rule_.every != rule_.first) return;
+    if (rule_.reach && static_cast<int64_t>(pos) < rule_.reach_lo) return;
+    starts_.push_back({pos, enter_ns, std::max(enter_ns, exit_ns)});
+    if (rule_.period > 1) open_.push_back(starts_.size() - 1);
+  }
+
+  size_t detect_calls_;
+  bool detected_ = false;
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, uint32_t> symbols_;
+  std::vector<uint32_t> seq_;
+  std::vector<int64_t> gap_, enter_, exit_;
+  AutoRule rule_;
+  std::pair<uint64_t, uint64_t> start_key_, anchor_key_;
+  uint64_t followed_ = 0;     // calls followed
+  uint64_t occurrences_ = 0;  // of the start symbol
+  uint64_t anchor_last_ = 0;
+  std::vector<Start> starts_;
+  std::vector<size_t> open_;  // starts whose period of calls is not yet past
+};
+
+AutoStepFinder::AutoStepFinder(uint32_t main_tid, bool several, size_t detect_calls)
+    : main_tid_(main_tid),
+      main_(std::make_unique<Sequence>(detect_calls)),
+      all_(several ? std::make_unique<Sequence>(detect_calls) : nullptr) {}
+
+AutoStepFinder::~AutoStepFinder() = default;
+
+bool AutoStepFinder::needs_gaps() const {
+  return main_->detecting() || (all_ != nullptr && all_->detecting());
+}
+
+void AutoStepFinder::Add(const Timeline& t, size_t i0, size_t i1) {
+  // The launch sequence: (API, kernel name) of the calls that submit or
+  // wait for device work; without a joined op, (API, object). A copy's or
+  // set's op has no name (CUPTI gives none): its kind and copy direction
+  // stand in, never the pointers (a caching allocator hands out other
+  // buffers from step to step).
+  op_name_.assign(i1 - i0, 0);
+  op_kind_.assign(i1 - i0, 0);  // (kind << 8 | copy kind) + 1
+  for (size_t i = 0; i < t.ops.size(); ++i) {
+    const int64_t call = t.ops[i].call;
+    if (call < static_cast<int64_t>(i0) || call >= static_cast<int64_t>(i1)) continue;
+    const size_t c = static_cast<size_t>(call) - i0;
+    if (op_name_[c] == 0) op_name_[c] = t.op_info[i].name;
+    if (op_kind_[c] == 0) {
+      op_kind_[c] = static_cast<uint16_t>(
+          ((static_cast<unsigned>(t.ops[i].kind) << 8) | t.ops[i].copy_kind) + 1);
+    }
+  }
+  const bool gaps = needs_gaps();
+  for (size_t i = i0; i < i1; ++i) {
+    const ApiCall& c = t.calls[i];
+    const trace::ApiCategory category = t.Api(c.api).category;
+    if (!InLaunchSequence(category)) continue;
+    // The host's gap before each sequence call: since the latest exit of
+    // any thread's launch-sequence call that entered before it. A framework
+    // that launches the backward pass from another thread (PyTorch's
+    // autograd engine) keeps the process busy while its main thread waits
+    // in backward(); only an input wait or a blocking read-back leaves the
+    // host silent. Time the calling thread was runnable but waiting for a
+    // CPU (its run-queue delay, from its samples) is not silence of the
+    // job's making: a loaded machine preempts it anywhere in the step.
+    int64_t gap = 0;
+    if (gaps && busy_until_ != std::numeric_limits<int64_t>::min()) {
+      gap = std::max<int64_t>(0, c.enter_ns - busy_until_);
+      if (gap > 0) {
+        const HostGapSplit g = SplitHostGap(t, c.tid, busy_until_, c.enter_ns);
+        if (g.preempted > 0) gap -= std::min(gap, g.preempted);
       }
     }
-    steps.push_back(s);
+    busy_until_ = std::max(busy_until_, c.exit_ns);
+    const bool main = c.tid == main_tid_;
+    if (!main && all_ == nullptr) continue;
+    // A free's, copy's or set's object is a pointer, another one from step
+    // to step: not part of the symbol.
+    const bool pointer = category == trace::ApiCategory::kFree ||
+                         category == trace::ApiCategory::kCopy ||
+                         category == trace::ApiCategory::kSet;
+    const size_t k = i - i0;
+    const uint64_t what = op_name_[k] != 0 ? (uint64_t{1} << 63) | op_name_[k]
+                          : op_kind_[k] != 0 ? (uint64_t{1} << 62) | op_kind_[k]
+                          : pointer          ? 0
+                                             : t.call_info[i].object;
+    if (main) main_->Add(c.api, what, gap, c.enter_ns, c.exit_ns);
+    if (all_ != nullptr) all_->Add(c.api, what, gap, c.enter_ns, c.exit_ns);
   }
-  return steps;
+}
+
+std::vector<StepSpan> AutoStepFinder::Finish() {
+  double main_score = 0, all_score = 0;
+  std::vector<StepSpan> main = main_->Finish(&main_score);
+  if (all_ == nullptr || main.empty()) return main;
+  // The merged sequence has the other threads' calls too, and their own
+  // variation (a first-step allocation): nearly as regular is regular.
+  std::vector<StepSpan> merged = all_->Finish(&all_score);
+  return all_score >= kAutoMinScore && all_score >= main_score - kAutoPhaseScoreSlack ? merged
+                                                                                      : main;
 }
 
 std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid) {
-  double main_score = 0, all_score = 0;
-  std::vector<StepSpan> main = DetectSteps(t, main_tid, false, &main_score);
   // Frameworks that launch from several threads in a fixed order (PyTorch:
   // forward and optimizer from the Python thread, backward from the autograd
   // engine's) repeat only in the calls of all threads together; threads
@@ -421,14 +551,15 @@ std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid) {
   // The merged sequence refines a structure the main thread has; it does
   // not make one (phases of different threads' work, each ending in a
   // synchronize, are no training steps).
+  AutoStepFinder finder(main_tid, SeveralLaunch(t.calls_per_thread, main_tid));
+  finder.Add(t, 0, t.calls.size());
+  return finder.Finish();
+}
+
+bool SeveralLaunch(const std::vector<ThreadCallCount>& calls_per_thread, uint32_t main_tid) {
   bool several = false;
-  for (const ThreadCallCount& c : t.calls_per_thread) several |= c.tid != main_tid && c.launches > 0;
-  if (!several || main.empty()) return main;
-  std::vector<StepSpan> merged = DetectSteps(t, main_tid, true, &all_score);
-  // The merged sequence has the other threads' calls too, and their own
-  // variation (a first-step allocation): nearly as regular is regular.
-  return all_score >= kAutoMinScore && all_score >= main_score - kAutoPhaseScoreSlack ? merged
-                                                                                      : main;
+  for (const ThreadCallCount& c : calls_per_thread) several |= c.tid != main_tid && c.launches > 0;
+  return several;
 }
 
 std::vector<StepSpan> MarkedSteps(const Timeline& t, const std::regex& pattern, uint32_t main_tid) {

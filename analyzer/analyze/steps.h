@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <memory>
 #include <regex>
 #include <string>
 #include <utility>
@@ -73,12 +75,51 @@ inline constexpr double kAutoPhaseScoreSlack = 0.25;
 // least this long and twice the next candidate's.
 inline constexpr int64_t kAutoMinPhaseGapNs = 50'000;
 
+// The period and phase are found in the sequence's first this many calls
+// (thousands of steps of a training loop); the calls after them are cut by
+// the same rule, so finding steps holds memory for these calls only, however
+// long the run.
+inline constexpr size_t kAutoDetectCalls = size_t{1} << 20;
+
 // Host ranges of steps found from the period of the (API, kernel) sequence
-// of `main_tid`'s launches, copies, sets, syncs and NCCL calls; empty when
-// no period is found. Host ranges: [enter of the step's first call, enter of
-// the next step's first call); the last step ends with the exit of its last
-// call at most one period after its start.
+// of `main_tid`'s launches, copies, sets, syncs and NCCL calls (of every
+// thread's, when they launch in a fixed order); empty when no period is
+// found. Host ranges: [enter of the step's first call, enter of the next
+// step's first call); the last step ends with the exit of its last call at
+// most one period after its start.
 std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid);
+// Whether a thread other than `main_tid` launched (AutoSteps then also
+// tries the calls of every thread).
+bool SeveralLaunch(const std::vector<ThreadCallCount>& calls_per_thread, uint32_t main_tid);
+
+// AutoSteps fed a slice at a time (stream.h): Add the calls entering in
+// each slice, in enter order, from a timeline holding their ops and, while
+// needs_gaps(), the CPU samples of their threads from busy_until() on (the
+// host's gap before a call is split by them); then Finish.
+class AutoStepFinder {
+ public:
+  // The period and phase from the first `detect_calls` calls of each
+  // sequence (kAutoDetectCalls but in tests).
+  AutoStepFinder(uint32_t main_tid, bool several, size_t detect_calls = kAutoDetectCalls);
+  ~AutoStepFinder();
+  AutoStepFinder(const AutoStepFinder&) = delete;
+  AutoStepFinder& operator=(const AutoStepFinder&) = delete;
+
+  // The calls t.calls[i0, i1).
+  void Add(const Timeline& t, size_t i0, size_t i1);
+  bool needs_gaps() const;
+  // The latest exit of a sequence call so far (INT64_MIN before the first).
+  int64_t busy_until() const { return busy_until_; }
+  std::vector<StepSpan> Finish();
+
+ private:
+  class Sequence;
+  uint32_t main_tid_;
+  int64_t busy_until_ = std::numeric_limits<int64_t>::min();
+  std::unique_ptr<Sequence> main_, all_;
+  std::vector<uint32_t> op_name_;  // of the calls being added
+  std::vector<uint16_t> op_kind_;
+};
 
 StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device);
 

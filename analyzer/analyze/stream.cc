@@ -27,6 +27,13 @@ bool IsType(const ChunkSpan& c, trace::ChunkType type) {
 
 uint64_t Clamp(int64_t ns) { return ns < 0 ? 0 : static_cast<uint64_t>(ns); }
 
+// The calls (sorted by enter time) entering in [from, to): [i0, i1).
+std::pair<size_t, size_t> EnteringIn(const std::vector<ApiCall>& calls, int64_t from, int64_t to) {
+  auto by_enter = [](const ApiCall& c, int64_t v) { return c.enter_ns < v; };
+  return {static_cast<size_t>(std::lower_bound(calls.begin(), calls.end(), from, by_enter) - calls.begin()),
+          static_cast<size_t>(std::lower_bound(calls.begin(), calls.end(), to, by_enter) - calls.begin())};
+}
+
 // Slices tiling the records of one chunk type by their chunks' starts,
 // `per_slice` chunks apart: fn(from, to) for each, a record belonging to
 // the slice its time (an op's start, a call's enter) falls in, [from, to).
@@ -68,6 +75,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   const uint64_t kept0 = reader->chunks_kept();
   const size_t per_slice = std::max<size_t>(1, stream.chunks_per_slice);
   uint64_t record_chunks = 0, chunks_read = 0;
+  uint64_t passes = 3;  // reading the record chunks (4 with steps from the launch sequence)
   for (const ChunkSpan& c : index.chunks) {
     const trace::ChunkTypeInfo* info = trace::FindChunkType(c.type);
     record_chunks += info != nullptr && info->reading == trace::ChunkReading::kSliced;
@@ -76,7 +84,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
     auto t = reader->Read(chunks);
     if (!t.ok()) return t.status();
     chunks_read += chunks.size();
-    const uint64_t total = std::max<uint64_t>(1, 3 * record_chunks);
+    const uint64_t total = std::max<uint64_t>(1, passes * record_chunks);
     if (stream.progress) stream.progress(std::min(chunks_read, total - 1), total);
     ++out.slices[pass];
     out.max_slice_calls = std::max(out.max_slice_calls, t->calls.size());
@@ -134,12 +142,35 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   plan.device = BusiestDevice(counts);
   plan.main_tid = MainThread(counts);
   std::vector<StepSpan> marked = MarkedSteps(*names, pattern, plan.main_tid);
+  plan.source = "marker";
+  if (marked.empty()) {
+    // No markers: the steps from the launch sequence, by slices of the call
+    // chunks (a call counts in the slice its enter time falls in). Until
+    // the period is found, a slice reaches back to the latest exit of a
+    // sequence call, whose thread's CPU samples split the host's gap.
+    passes = 4;
+    AutoStepFinder finder(plan.main_tid, SeveralLaunch(index.calls_per_thread, plan.main_tid),
+                          stream.auto_detect_calls);
+    tiled = TileSlices(index, trace::ChunkType::kApi, per_slice, [&](int64_t from, int64_t to) {
+      const bool gaps = finder.needs_gaps();
+      const int64_t lo = gaps ? std::min(from, finder.busy_until()) : from;
+      auto t = read(gaps ? chunker.Chunks(Clamp(lo), Clamp(to - 1))
+                         : chunker.CallsAndTheirOps(Clamp(from), Clamp(to - 1)),
+                    0);
+      if (!t.ok()) return t.status();
+      const auto [i0, i1] = EnteringIn(t->calls, from, to);
+      finder.Add(*t, i0, i1);
+      return absl::OkStatus();
+    });
+    if (!tiled.ok()) return tiled;
+    marked = finder.Finish();
+    plan.source = "auto";
+  }
   if (marked.empty()) {
     return absl::UnimplementedError(
-        "the trace has no step markers: steps found from the launch sequence need the whole "
+        "the trace has no steps, marked or repeating: one step of the whole run needs the whole "
         "trace in memory");
   }
-  plan.source = "marker";
   done(0);
   for (const DeviceOpCount& d : index.ops_per_device) {
     if (d.device == plan.device) out.questions.nccl_ops = d.nccl;
@@ -174,7 +205,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   });
   if (!tiled.ok()) return tiled;
   bool drop = false;
-  if (spans.LastSubmittedNothing(*names)) {
+  if (plan.source == "marker" && spans.LastSubmittedNothing(*names)) {
     const StepSpan& last = spans.steps().back();
     auto t = read(chunker.Chunks(Clamp(last.host_start_ns), Clamp(last.host_end_ns)), 1);
     if (!t.ok()) return t.status();
@@ -252,11 +283,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
     // hotspot need.
     auto t = read(chunker.CallsAndTheirOps(Clamp(from), Clamp(to - 1)), 3);
     if (!t.ok()) return t.status();
-    auto by_enter = [](const ApiCall& c, int64_t v) { return c.enter_ns < v; };
-    const size_t i0 = static_cast<size_t>(
-        std::lower_bound(t->calls.begin(), t->calls.end(), from, by_enter) - t->calls.begin());
-    const size_t i1 = static_cast<size_t>(
-        std::lower_bound(t->calls.begin(), t->calls.end(), to, by_enter) - t->calls.begin());
+    const auto [i0, i1] = EnteringIn(t->calls, from, to);
     const std::vector<CallClass> classes = ClassifyCalls(*t, plan.device, options, &pending);
     finder.Add(*t, classes, i0, i1, [&](size_t i) {
       auto it = caused.find(CallKey::Of(t->calls[i]));

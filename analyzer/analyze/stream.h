@@ -6,7 +6,11 @@
 //    device's ops (the index's counts), and the NVTX events by slices of
 //    the NVTX chunks, paired as a whole reading pairs them (NvtxPairer),
 //    the ranges a step can be kept: the analyzed device, the main thread
-//    and the marked steps' host ranges, as FindSteps finds them;
+//    and the marked steps' host ranges, as FindSteps finds them; without
+//    markers, the steps from the launch sequence (AutoStepFinder), from
+//    slices of the calls by the call chunks' starts, each slice reaching
+//    back to the CPU samples that split the host's gap before its first
+//    call until the period is found, then only the calls and their ops;
 // 2. spans: slices of the device ops and the calls that submitted them
 //    (SliceChunker::OpsAndTheirCalls), each op starting in one taking the
 //    step of its call's enter time (StepSpanBuilder), and adding to when
@@ -72,6 +76,9 @@ struct StreamOptions {
   size_t steps_per_window = 0;
   // Record chunks a slice of the first two passes reads (about).
   size_t chunks_per_slice = 16;
+  // Without step markers: the launch sequence's calls its period is found
+  // in (AutoStepFinder; kAutoDetectCalls but in tests).
+  size_t auto_detect_calls = kAutoDetectCalls;
   // Called after each slice read: record chunks read so far, and about how
   // many the passes read in all (each pass about every one once).
   std::function<void(uint64_t done, uint64_t total)> progress;
@@ -109,10 +116,10 @@ struct StreamedAnalysis {
   size_t max_slice_ops = 0;
 };
 
-// The steps, attribution and hotspots of a trace with step markers, read
-// by `reader` over `index`. Unimplemented when the trace has no step
-// markers (automatic steps need the main thread's whole launch sequence;
-// the in-memory analysis finds them); a chunk that does not verify is an
+// The steps, attribution and hotspots of a trace with steps, marked or
+// found from the launch sequence, read by `reader` over `index`.
+// Unimplemented when it has neither (the whole run is then one step, which
+// the in-memory analysis attributes); a chunk that does not verify is an
 // error.
 absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const TraceIndex& index,
                                                  const std::regex& pattern,

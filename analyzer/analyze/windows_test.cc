@@ -381,10 +381,85 @@ TEST_CASE("windows: a long stretch without device work is not read by every wind
   }
 }
 
+// An unmarked training loop whose launch sequence repeats: each step an
+// input wait (its end sampled, with the thread's CPU time and run-queue
+// delay), an upload, forward kernels, backward kernels (from a second
+// thread on odd seeds, as PyTorch's autograd engine launches them), an
+// optimizer kernel, a free and a read-back synchronize; the first step
+// warms up with one kernel more; before the optimizer, the main thread
+// waits for a CPU (run-queue delay, sampled mid-way and at its end: no
+// silence of the job's making, though longer than the input wait), with a
+// call of no device work at its middle. Before
+// the loop, the model uploaded parameter by parameter, and after it, copied
+// back the same way (the upload's symbol, in no step). Unless `regular`:
+// input waits of every length or none, a logging kernel in some steps, and
+// another thread's host calls. Times random.
+TraceBuilder RepeatingLoop(uint32_t seed, bool regular) {
+  std::mt19937 rng(seed);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  const uint32_t site = b.PythonStack({{"train.py", "step", 9}});
+  const int forward = pick(1, 5), backward = pick(1, 5), steps = pick(12, 40);
+  const uint32_t back_tid = seed % 2 == 1 ? 2 : 1;
+  int64_t h = 100 * kUs, d = 0, cpu = 0, delay = 0;
+  auto kernel = [&](uint32_t tid, const std::string& name) {
+    const int64_t start = std::max(d, h + 8 * kUs);
+    d = start + pick(5, 60) * kUs;
+    b.Submit(tid, api.launch, h, h + 5 * kUs, start, d, tf::DeviceOpKind::kKernel, name);
+    h += pick(6, 30) * kUs;
+  };
+  auto upload = [&] {
+    const int64_t start = std::max(d, h + 5 * kUs);
+    d = start + pick(5, 40) * kUs;
+    CallOptions o;
+    o.object = 0x1000 + static_cast<uint64_t>(pick(0, 999)) * 256;  // another buffer each time
+    b.Submit(1, api.memcpy_async, h, h + 4 * kUs, start, d, tf::DeviceOpKind::kMemcpy, "", o);
+    h += 6 * kUs;
+  };
+  const int model = 8 + forward + backward;  // more than a period
+  for (int i = 0; i < model; ++i) upload();
+  for (int k = 0; k < steps; ++k) {
+    const int wait = regular ? pick(150, 400) : pick(0, 2) == 0 ? 0 : pick(1, 500);
+    cpu += pick(0, 20) * kUs;
+    delay += pick(0, 3) == 0 ? pick(0, wait) * kUs : 0;
+    h += wait * kUs;
+    b.CpuSched(1, static_cast<uint64_t>(h), static_cast<uint64_t>(cpu), static_cast<uint64_t>(delay));
+    h += pick(1, 10) * kUs;
+    upload();
+    if (k == 0) kernel(1, "warm");
+    for (int i = 0; i < forward; ++i) kernel(1, "fwd" + std::to_string(i));
+    for (int i = 0; i < backward; ++i) kernel(back_tid, "bwd" + std::to_string(i));
+    const int stall = pick(500, 900);
+    h += stall / 2 * kUs;
+    delay += stall / 2 * kUs;
+    b.CpuSched(1, static_cast<uint64_t>(h), static_cast<uint64_t>(cpu), static_cast<uint64_t>(delay));
+    b.Call(1, api.other, static_cast<uint64_t>(h + 1 * kUs), static_cast<uint64_t>(h + 1 * kUs));
+    h += (stall - stall / 2) * kUs;
+    delay += (stall - stall / 2) * kUs;
+    b.CpuSched(1, static_cast<uint64_t>(h), static_cast<uint64_t>(cpu), static_cast<uint64_t>(delay));
+    kernel(1, "adam");
+    if (!regular && pick(0, 4) == 0) kernel(1, "log");
+    if (!regular && pick(0, 2) == 0) {
+      b.Call(3, api.other, static_cast<uint64_t>(h - 3 * kUs), static_cast<uint64_t>(h + 2 * kUs));
+    }
+    CallOptions f;
+    f.object = 0x9000 + static_cast<uint64_t>(pick(0, 999)) * 64;
+    b.Call(1, api.free, static_cast<uint64_t>(h), static_cast<uint64_t>(h + 3 * kUs), f);
+    h += 4 * kUs;
+    b.Call(1, api.sync, static_cast<uint64_t>(h), static_cast<uint64_t>(std::max(h, d) + 4 * kUs),
+           {.python_stack = site});
+    h = std::max(h, d) + 6 * kUs;
+  }
+  for (int i = 0; i < model; ++i) upload();
+  return b;
+}
+
 // The streamed attribution of the bytes `b` builds (chunks of
 // `chunk_records` records) gives the whole timeline's plan, rows, gaps and
 // charges, for windows of 1..max_window steps.
-void CheckStreamedBytes(const std::string& bytes, size_t max_window) {
+void CheckStreamedBytes(const std::string& bytes, size_t max_window,
+                        const std::string& source = "marker") {
   auto read = ReadTraceBytes(bytes, "t");
   REQUIRE(read.ok());
   const Timeline& t = *read;
@@ -392,7 +467,7 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window) {
   REQUIRE(pattern.ok());
   StepPlan plan = FindSteps(t, *pattern, BusiestDevice(t));
   KeepTimedSteps(t, &plan);
-  REQUIRE(plan.source == "marker");
+  REQUIRE(plan.source == source);
   const AttributionOptions options;
   const std::vector<CallClass> classes = ClassifyCalls(t, plan.device, options);
   const Attribution whole = AttributeIdle(t, plan, classes, options);
@@ -430,6 +505,7 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window) {
     so.chunks_per_slice = 1 + per % 3;
     auto s = AnalyzeStreamed(&*reader, *index, *pattern, options, so);
     REQUIRE(s.ok());
+    CHECK(s->plan.source == plan.source);
     CHECK(s->plan.device == plan.device);
     CHECK(s->plan.main_tid == plan.main_tid);
     CHECK(s->plan.ops_outside == plan.ops_outside);
@@ -474,9 +550,10 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window) {
   }
 }
 
-void CheckStreamed(TraceBuilder b, size_t chunk_records, size_t max_window) {
+void CheckStreamed(TraceBuilder b, size_t chunk_records, size_t max_window,
+                   const std::string& source = "marker") {
   b.SetChunkRecords(chunk_records);
-  CheckStreamedBytes(b.Build(), max_window);
+  CheckStreamedBytes(b.Build(), max_window, source);
 }
 
 TEST_CASE("streamed: random loops read by slices attribute as the whole timeline",
@@ -530,16 +607,101 @@ TEST_CASE("streamed: the golden traces attribute as the whole timeline", "[windo
   }
 }
 
-TEST_CASE("streamed: a trace without step markers is refused", "[windows][stream]") {
-  TraceBuilder b = RandomLoop(5, false);
-  const std::string bytes = b.Build();
-  auto index = IndexTraceBytes(bytes, "t");
-  REQUIRE(index.ok());
-  auto reader = SliceReader::OpenBytes(bytes, "t", *index);
-  REQUIRE(reader.ok());
-  auto pattern = CompileStepPattern(kDefaultStepPattern);
-  auto s = AnalyzeStreamed(&*reader, *index, *pattern, {});
-  CHECK(s.status().code() == absl::StatusCode::kUnimplemented);
+// The steps AutoStepFinder finds in `t`'s launch sequence, its period
+// found in the first `detect_calls` calls.
+std::vector<std::pair<int64_t, int64_t>> AutoHostRanges(const Timeline& t, size_t detect_calls) {
+  const uint32_t main_tid = MainThread(t);
+  AutoStepFinder finder(main_tid, SeveralLaunch(t.calls_per_thread, main_tid), detect_calls);
+  finder.Add(t, 0, t.calls.size());
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const StepSpan& s : finder.Finish()) out.push_back({s.host_start_ns, s.host_end_ns});
+  return out;
+}
+
+TEST_CASE("streamed: steps from the launch sequence, by slices, as the whole timeline's",
+          "[windows][stream][auto]") {
+  int found = 0;
+  for (uint32_t seed = 1; seed <= 80; ++seed) {
+    CAPTURE(seed);
+    TraceBuilder b = RepeatingLoop(seed, seed % 4 == 0);
+    b.SetPacked(seed % 3 > 0, seed % 3 > 1);
+    const Timeline t = testing::ReadOrDie(b);
+    // Every one of these loops repeats: its steps are found, one a step
+    // (the last one's end: at most a period after its start).
+    const auto whole = AutoHostRanges(t, kAutoDetectCalls);
+    REQUIRE(whole.size() >= 5);
+    ++found;
+    CheckStreamed(b, 1 + seed % 7, 2, "auto");
+  }
+  CHECK(found == 80);
+  // Random loops without markers: where the whole timeline finds steps,
+  // the slices find the same; where it finds none (one step of the whole
+  // run), the streamed analysis refuses, to be read whole.
+  int refused = 0;
+  for (uint32_t seed = 1; seed <= 60; ++seed) {
+    CAPTURE(seed);
+    TraceBuilder b = RandomLoop(seed, false);
+    b.SetChunkRecords(1 + seed % 5);
+    const std::string bytes = b.Build();
+    auto read = ReadTraceBytes(bytes, "t");
+    REQUIRE(read.ok());
+    auto pattern = CompileStepPattern(kDefaultStepPattern);
+    const StepPlan plan = FindSteps(*read, *pattern, BusiestDevice(*read));
+    if (plan.source == "auto") {
+      CheckStreamedBytes(bytes, 2, "auto");
+      continue;
+    }
+    REQUIRE(plan.source == "none");
+    ++refused;
+    auto index = IndexTraceBytes(bytes, "t");
+    REQUIRE(index.ok());
+    auto reader = SliceReader::OpenBytes(bytes, "t", *index);
+    REQUIRE(reader.ok());
+    auto s = AnalyzeStreamed(&*reader, *index, *pattern, {});
+    CHECK(s.status().code() == absl::StatusCode::kUnimplemented);
+  }
+  CHECK(refused > 0);
+}
+
+TEST_CASE("auto steps: the period found in the first calls cuts the rest as the whole sequence's",
+          "[steps][auto]") {
+  for (uint32_t seed = 1; seed <= 60; ++seed) {
+    CAPTURE(seed);
+    const bool regular = seed % 2 == 0;
+    TraceBuilder b = RepeatingLoop(seed, regular);
+    b.SetChunkRecords(1 + seed % 6);
+    const std::string bytes = b.Build();
+    const Timeline t = testing::ReadOrDie(b);
+    const auto whole = AutoHostRanges(t, kAutoDetectCalls);
+    REQUIRE(whole.size() >= 5);
+    auto index = IndexTraceBytes(bytes, "t");
+    REQUIRE(index.ok());
+    auto pattern = CompileStepPattern(kDefaultStepPattern);
+    // A strictly repeating loop: a prefix of the set-up and several steps
+    // finds the whole sequence's rule, and the calls after it are cut the same.
+    // Else the prefix's rule may differ: the slices must cut as the whole
+    // timeline does with the same prefix.
+    const size_t per_step = t.calls.size() / whole.size();
+    for (const size_t detect : {8 * per_step, 8 * per_step + 3, 10 * per_step + 1}) {
+      CAPTURE(detect);
+      const auto prefix = AutoHostRanges(t, detect);
+      if (regular) CHECK(prefix == whole);
+      auto reader = SliceReader::OpenBytes(bytes, "t", *index);
+      REQUIRE(reader.ok());
+      StreamOptions so;
+      so.chunks_per_slice = 1 + seed % 3;
+      so.auto_detect_calls = detect;
+      auto s = AnalyzeStreamed(&*reader, *index, *pattern, {}, so);
+      if (prefix.empty()) {
+        CHECK(s.status().code() == absl::StatusCode::kUnimplemented);
+        continue;
+      }
+      REQUIRE(s.ok());
+      std::vector<std::pair<int64_t, int64_t>> sliced;
+      for (const StepSpan& x : s->plan.steps) sliced.push_back({x.host_start_ns, x.host_end_ns});
+      CHECK(sliced == prefix);
+    }
+  }
 }
 
 // STALLSCOPE_STREAM_BENCH=FILE[:STEPS_PER_WINDOW]: the streamed analysis

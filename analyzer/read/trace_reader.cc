@@ -1580,7 +1580,6 @@ absl::StatusOr<HeaderCounts> CountByHeaders(const std::string& path) {
       if (ch.type == static_cast<uint16_t>(ChunkType::kApi) || ch.type == static_cast<uint16_t>(ChunkType::kDevice)) {
         n.calls_and_ops += ch.count;
       }
-      if (ch.type == static_cast<uint16_t>(ChunkType::kNvtx)) n.nvtx += ch.count;
       off += sizeof(ch) + ch.payload_bytes;
     }
     return n;

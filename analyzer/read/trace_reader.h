@@ -101,9 +101,6 @@ absl::StatusOr<TraceIndex> IndexTraceBytes(std::string_view bytes, const std::st
 // reading a trace whole and by slices.
 struct HeaderCounts {
   uint64_t calls_and_ops = 0;
-  // NVTX events, explicit steps' among them: none, no step markers (the
-  // steps are then found from the launch sequence, in a whole reading).
-  uint64_t nvtx = 0;
 };
 absl::StatusOr<HeaderCounts> CountByHeaders(const std::string& path);
 

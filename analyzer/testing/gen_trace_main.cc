@@ -5,7 +5,8 @@
 // HTML report's escaping test). STALLSCOPE_GEN_ENCODING=packed or zstd writes
 // the call, op and correlation chunks as the recorder does (format 4's
 // encodings); raw (the default) writes fixed records. STALLSCOPE_GEN_OP_RANGES=1
-// puts each launch inside an NVTX range of its own.
+// puts each launch inside an NVTX range of its own; STALLSCOPE_GEN_MARKERS=0
+// leaves out the step ranges.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -28,7 +29,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   const char* op_ranges = getenv("STALLSCOPE_GEN_OP_RANGES");
-  TraceBuilder b = SyntheticSteps(steps, kernel, op_ranges != nullptr && std::string(op_ranges) == "1");
+  const char* markers = getenv("STALLSCOPE_GEN_MARKERS");
+  TraceBuilder b = SyntheticSteps(steps, kernel, op_ranges != nullptr && std::string(op_ranges) == "1",
+                                  markers == nullptr || std::string(markers) != "0");
   b.SetPacked(e != "raw", e == "zstd");
   b.WriteTo(argv[1]);
   return 0;

@@ -50,8 +50,10 @@ inline analyzer::Report AnalyzeOrDie(const TraceBuilder& b,
 // kernels named `kernel` (6 us apart, 4 us each), and a synchronize from
 // train.py:42 until the last kernel ends: 201 calls and device ops a step.
 // With `op_ranges`, each launch inside an NVTX range of its own ("op", as
-// PyTorch's emit_nvtx gives each operator).
-inline TraceBuilder SyntheticSteps(int steps, const std::string& kernel = "kernel", bool op_ranges = false) {
+// PyTorch's emit_nvtx gives each operator); without `markers`, no step
+// ranges (the steps are then found from the launch sequence).
+inline TraceBuilder SyntheticSteps(int steps, const std::string& kernel = "kernel", bool op_ranges = false,
+                                   bool markers = true) {
   TraceBuilder b;
   b.SetChunkRecords(4096);
   auto api = AddStandardApis(&b);
@@ -71,7 +73,7 @@ inline TraceBuilder SyntheticSteps(int steps, const std::string& kernel = "kerne
     }
     b.Call(1, api.sync, t, d + 5 * kUs, {.python_stack = site});
     t = d + 20 * kUs;
-    b.Range(1, step_start, t, "step");
+    if (markers) b.Range(1, step_start, t, "step");
   }
   return b;
 }
