@@ -438,7 +438,20 @@ TEST_CASE("report -o writes a new file and never overwrites", "[cli]") {
   CHECK(j["schema"] == "stallscope.report/1");
   Result again = box.Run("report '" + trace + "' --format text -o '" + out + "'");
   CHECK(again.code == 1);
+  CHECK(again.err.find("already exists") != std::string::npos);
   CHECK(nlohmann::json::parse(Slurp(out))["schema"] == "stallscope.report/1");
+  // Refused as the options are read: before the trace is read (here, one
+  // that is not there) or a job is run (no trace folder is made).
+  Result early = box.Run("report '" + box.root() + "/missing.sstrace' -o '" + out + "'");
+  CHECK(early.code == 1);
+  CHECK(early.err.find("already exists") != std::string::npos);
+  CHECK(early.err.find("missing.sstrace") == std::string::npos);
+  const std::string ran = box.root() + "/ran";
+  Result job = box.Run("run --out '" + box.root() + "/job' -o '" + out + "' touch '" + ran + "'");
+  CHECK(job.code == 1);
+  CHECK(job.err.find("already exists") != std::string::npos);
+  struct stat none;
+  CHECK(stat(ran.c_str(), &none) != 0);
   Result text = box.Run("report '" + trace + "'");
   CHECK(text.code == 0);
   CHECK(text.out.find("Forced-sync hotspots") != std::string::npos);

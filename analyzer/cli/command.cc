@@ -1,6 +1,7 @@
 // The conventions every subcommand shares, and writing a result (see command.h).
 #include "analyzer/cli/command.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -55,10 +56,21 @@ void AddConventions(CLI::App* app, Conventions* c, const std::vector<std::string
                       : absl::StrCat(help.format, " (default ", formats.front(), ")"))
       ->type_name("F")
       ->check(CLI::IsMember(formats));
+  // An OUT that exists is refused as the options are read, before a job
+  // runs or a trace is read (the write refuses it again, should it appear
+  // meanwhile).
   app->add_option("-o,--output", c->out,
                   Or(help.output, "write to OUT (a new file, never overwritten, mode 0640) "
                                   "instead of standard output"))
-      ->type_name("OUT");
+      ->type_name("OUT")
+      ->check(CLI::Validator(
+          [](std::string& path) {
+            struct stat st;
+            return lstat(path.c_str(), &st) == 0
+                       ? path + ": already exists; stallscope never overwrites a file"
+                       : std::string();
+          },
+          "", "new file"));
   app->add_flag("-q,--quiet", c->quiet, Or(help.quiet, "no progress on stderr (errors only)"));
   app->add_option("--color", c->color,
                   Or(help.color, "colour the text output: auto (on a terminal, unless NO_COLOR "
