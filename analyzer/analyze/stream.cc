@@ -143,6 +143,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   plan.main_tid = MainThread(counts);
   std::vector<StepSpan> marked = MarkedSteps(*names, pattern, plan.main_tid);
   plan.source = "marker";
+  done(0);
   if (marked.empty()) {
     // No markers: the steps from the launch sequence, by slices of the call
     // chunks (a call counts in the slice its enter time falls in). Until
@@ -156,7 +157,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
       const int64_t lo = gaps ? std::min(from, finder.busy_until()) : from;
       auto t = read(gaps ? chunker.Chunks(Clamp(lo), Clamp(to - 1))
                          : chunker.CallsAndTheirOps(Clamp(from), Clamp(to - 1)),
-                    0);
+                    4);
       if (!t.ok()) return t.status();
       const auto [i0, i1] = EnteringIn(t->calls, from, to);
       finder.Add(*t, i0, i1);
@@ -165,13 +166,13 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
     if (!tiled.ok()) return tiled;
     marked = finder.Finish();
     plan.source = "auto";
+    done(4);
   }
   if (marked.empty()) {
     return absl::UnimplementedError(
         "the trace has no steps, marked or repeating: one step of the whole run needs the whole "
         "trace in memory");
   }
-  done(0);
   for (const DeviceOpCount& d : index.ops_per_device) {
     if (d.device == plan.device) out.questions.nccl_ops = d.nccl;
   }

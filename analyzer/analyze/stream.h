@@ -108,8 +108,10 @@ struct StreamedAnalysis {
   // and kept from the slice before, and the most calls and ops one slice
   // held.
   size_t steps_per_window = 0;  // as chosen
-  size_t slices[4] = {0, 0, 0, 0};
-  double seconds[4] = {0, 0, 0, 0};  // each pass's (wall clock)
+  // The passes: counts and NVTX ranges, the steps' spans, windows,
+  // hotspots, and (without markers) the steps from the launch sequence.
+  size_t slices[5] = {0, 0, 0, 0, 0};
+  double seconds[5] = {0, 0, 0, 0, 0};  // each pass's (wall clock)
   uint64_t chunks_decoded = 0;
   uint64_t chunks_kept = 0;
   size_t max_slice_calls = 0;

@@ -740,14 +740,15 @@ TEST_CASE("streamed: what analyzing a trace by slices costs", "[.][stream-bench]
   int64_t idle = 0;
   for (const StepStats& st : s->steps) idle += st.gpu_idle_ns;
   std::printf("streamed: %s: %zu steps, %llu events; index %.2f s, analysis %.2f s "
-              "(%.1f M events a second in all; the passes %.2f, %.2f, %.2f, %.2f s); slices read: %zu "
-              "for the NVTX ranges, %zu for the steps' spans, %zu for %zu windows of %zu steps, %zu for "
+              "(%.1f M events a second in all; the passes %.2f, %.2f, %.2f, %.2f s, the steps from the "
+              "launch sequence %.2f s); slices read: %zu for the NVTX ranges, %zu for the launch "
+              "sequence, %zu for the steps' spans, %zu for %zu windows of %zu steps, %zu for "
               "the hotspots; %llu chunks decoded, "
               "%llu kept; the largest slice %zu calls, %zu ops; GPU idle %.3f s, %zu hotspots; "
               "peak %ld MB\n",
               path.c_str(), s->steps.size(), static_cast<unsigned long long>(events), index_s,
               total_s - index_s, static_cast<double>(events) / total_s / 1e6, s->seconds[0], s->seconds[1],
-              s->seconds[2], s->seconds[3], s->slices[0],
+              s->seconds[2], s->seconds[3], s->seconds[4], s->slices[0], s->slices[4],
               s->slices[1], s->slices[2], (s->steps.size() + s->steps_per_window - 1) / s->steps_per_window,
               s->steps_per_window, s->slices[3], static_cast<unsigned long long>(s->chunks_decoded),
               static_cast<unsigned long long>(s->chunks_kept), s->max_slice_calls, s->max_slice_ops,
