@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <limits>
 #include <string>
 
@@ -146,18 +147,23 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   done(0);
   if (marked.empty()) {
     // No markers: the steps from the launch sequence, by slices of the call
-    // chunks (a call counts in the slice its enter time falls in). Until
-    // the period is found, a slice reaches back to the latest exit of a
-    // sequence call, whose thread's CPU samples split the host's gap.
+    // chunks (a call counts in the slice its enter time falls in): the
+    // slice's calls and their ops and, until the period is found, the CPU
+    // samples from the latest exit of a sequence call on, which split the
+    // host's gap before the next.
     passes = 4;
     AutoStepFinder finder(plan.main_tid, SeveralLaunch(index.calls_per_thread, plan.main_tid),
                           stream.auto_detect_calls);
     tiled = TileSlices(index, trace::ChunkType::kApi, per_slice, [&](int64_t from, int64_t to) {
-      const bool gaps = finder.needs_gaps();
-      const int64_t lo = gaps ? std::min(from, finder.busy_until()) : from;
-      auto t = read(gaps ? chunker.Chunks(Clamp(lo), Clamp(to - 1))
-                         : chunker.CallsAndTheirOps(Clamp(from), Clamp(to - 1)),
-                    4);
+      std::vector<size_t> chunks = chunker.CallsAndTheirOps(Clamp(from), Clamp(to - 1));
+      if (finder.needs_gaps()) {
+        const std::vector<size_t> samples =
+            chunker.CpuSamples(Clamp(std::min(from, finder.busy_until())), Clamp(to - 1));
+        std::vector<size_t> both;
+        std::set_union(chunks.begin(), chunks.end(), samples.begin(), samples.end(), std::back_inserter(both));
+        chunks = std::move(both);
+      }
+      auto t = read(chunks, 4);
       if (!t.ok()) return t.status();
       const auto [i0, i1] = EnteringIn(t->calls, from, to);
       finder.Add(*t, i0, i1);

@@ -8,9 +8,9 @@
 //    the ranges a step can be kept: the analyzed device, the main thread
 //    and the marked steps' host ranges, as FindSteps finds them; without
 //    markers, the steps from the launch sequence (AutoStepFinder), from
-//    slices of the calls by the call chunks' starts, each slice reaching
-//    back to the CPU samples that split the host's gap before its first
-//    call until the period is found, then only the calls and their ops;
+//    slices of the calls and their ops by the call chunks' starts, with,
+//    until the period is found, the CPU samples from the latest exit of a
+//    sequence call on (they split the host's gap before the next);
 // 2. spans: slices of the device ops and the calls that submitted them
 //    (SliceChunker::OpsAndTheirCalls), each op starting in one taking the
 //    step of its call's enter time (StepSpanBuilder), and adding to when

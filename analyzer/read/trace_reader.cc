@@ -1555,6 +1555,19 @@ std::vector<size_t> SliceChunker::CallsAndTheirOps(uint64_t lo_ns, uint64_t hi_n
   return std::vector<size_t>(take.begin(), take.end());
 }
 
+std::vector<size_t> SliceChunker::CpuSamples(uint64_t lo_ns, uint64_t hi_ns) const {
+  std::vector<uint32_t> take;
+  for (const Samples& g : samples_) {
+    g.by_time.Find(lo_ns, hi_ns, &take);
+    const auto [before, after] = g.edges.Around(lo_ns, hi_ns);
+    for (const int64_t k : {before, after}) {
+      if (k >= 0) take.push_back(static_cast<uint32_t>(k));
+    }
+  }
+  SortUnique(&take);
+  return std::vector<size_t>(take.begin(), take.end());
+}
+
 std::vector<size_t> SliceChunks(const TraceIndex& index, uint64_t lo_ns, uint64_t hi_ns) {
   return SliceChunker(index).Chunks(lo_ns, hi_ns);
 }

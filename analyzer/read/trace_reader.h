@@ -168,6 +168,9 @@ class SliceChunker {
   // Chunks' answer); no other ops, ranges, samples or NCCL arguments. What
   // the hotspots need.
   std::vector<size_t> CallsAndTheirOps(uint64_t lo_ns, uint64_t hi_ns) const;
+  // Every thread's CPU-sample chunks meeting [lo_ns, hi_ns], and the ones
+  // just before and after it: what splits the host gaps of that time.
+  std::vector<size_t> CpuSamples(uint64_t lo_ns, uint64_t hi_ns) const;
 
  private:
   // One thread's chunks (of one kind), to find those just outside a range.
