@@ -76,7 +76,9 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   const uint64_t kept0 = reader->chunks_kept();
   const size_t per_slice = std::max<size_t>(1, stream.chunks_per_slice);
   uint64_t record_chunks = 0, chunks_read = 0;
-  uint64_t passes = 3;  // reading the record chunks (4 with steps from the launch sequence)
+  // Passes reading the record chunks: 4 with steps from the launch
+  // sequence, 3 once markers are found (the share done only grows).
+  uint64_t passes = 4;
   for (const ChunkSpan& c : index.chunks) {
     const trace::ChunkTypeInfo* info = trace::FindChunkType(c.type);
     record_chunks += info != nullptr && info->reading == trace::ChunkReading::kSliced;
@@ -145,23 +147,32 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   std::vector<StepSpan> marked = MarkedSteps(*names, pattern, plan.main_tid);
   plan.source = "marker";
   done(0);
+  if (!marked.empty()) passes = 3;
   if (marked.empty()) {
     // No markers: the steps from the launch sequence, by slices of the call
     // chunks (a call counts in the slice its enter time falls in): the
     // slice's calls and their ops and, until the period is found, the CPU
     // samples from the latest exit of a sequence call on, which split the
     // host's gap before the next.
-    passes = 4;
     AutoStepFinder finder(plan.main_tid, SeveralLaunch(index.calls_per_thread, plan.main_tid),
                           stream.auto_detect_calls);
     tiled = TileSlices(index, trace::ChunkType::kApi, per_slice, [&](int64_t from, int64_t to) {
       std::vector<size_t> chunks = chunker.CallsAndTheirOps(Clamp(from), Clamp(to - 1));
-      if (finder.needs_gaps()) {
-        const std::vector<size_t> samples =
-            chunker.CpuSamples(Clamp(std::min(from, finder.busy_until())), Clamp(to - 1));
+      auto add = [&](const std::vector<size_t>& more) {
         std::vector<size_t> both;
-        std::set_union(chunks.begin(), chunks.end(), samples.begin(), samples.end(), std::back_inserter(both));
+        std::set_union(chunks.begin(), chunks.end(), more.begin(), more.end(), std::back_inserter(both));
         chunks = std::move(both);
+      };
+      if (finder.needs_gaps()) {
+        // A gap is split by the last sample at or before each of its ends:
+        // those of the slice, and those around the latest exit before it
+        // (not every sample between, which a long gap would have each of
+        // its slices read again).
+        add(chunker.CpuSamples(Clamp(from), Clamp(to - 1)));
+        const int64_t busy = finder.busy_until();
+        if (busy != std::numeric_limits<int64_t>::min() && busy < from) {
+          add(chunker.CpuSamples(Clamp(busy), Clamp(busy)));
+        }
       }
       auto t = read(chunks, 4);
       if (!t.ok()) return t.status();
