@@ -94,8 +94,8 @@ bool SeveralLaunch(const std::vector<ThreadCallCount>& calls_per_thread, uint32_
 
 // AutoSteps fed a slice at a time (stream.h): Add the calls entering in
 // each slice, in enter order, from a timeline holding their ops and, while
-// needs_gaps(), the CPU samples of their threads from busy_until() on (the
-// host's gap before a call is split by them); then Finish.
+// needs_gaps(), the CPU samples that split the host's gap before each: the
+// last at or before busy_until() and the slice's own; then Finish.
 class AutoStepFinder {
  public:
   // The period and phase from the first `detect_calls` calls of each
