@@ -363,6 +363,7 @@ class AutoStepFinder::Sequence {
  public:
   explicit Sequence(size_t detect_calls) : detect_calls_(detect_calls) {}
   bool detecting() const { return !detected_; }
+  bool found_none() const { return detected_ && !rule_.found; }
 
   void Add(uint16_t api, uint64_t what, int64_t gap, int64_t enter_ns, int64_t exit_ns) {
     const std::pair<uint64_t, uint64_t> key(uint64_t{api}, what);
@@ -473,6 +474,8 @@ AutoStepFinder::~AutoStepFinder() = default;
 bool AutoStepFinder::needs_gaps() const {
   return main_->detecting() || (all_ != nullptr && all_->detecting());
 }
+
+bool AutoStepFinder::found_none() const { return main_->found_none(); }
 
 void AutoStepFinder::Add(const Timeline& t, size_t i0, size_t i1) {
   // The launch sequence: (API, kernel name) of the calls that submit or

@@ -108,6 +108,9 @@ class AutoStepFinder {
   // The calls t.calls[i0, i1).
   void Add(const Timeline& t, size_t i0, size_t i1);
   bool needs_gaps() const;
+  // The main thread's first calls were searched and have no period:
+  // Finish will find no steps, whatever calls come.
+  bool found_none() const;
   // The latest exit of a sequence call so far (INT64_MIN before the first).
   int64_t busy_until() const { return busy_until_; }
   std::vector<StepSpan> Finish();

@@ -35,6 +35,13 @@ std::pair<size_t, size_t> EnteringIn(const std::vector<ApiCall>& calls, int64_t 
           static_cast<size_t>(std::lower_bound(calls.begin(), calls.end(), to, by_enter) - calls.begin())};
 }
 
+// A trace with neither step markers nor a repeating launch sequence.
+absl::Status NoSteps() {
+  return absl::UnimplementedError(
+      "the trace has no steps, marked or repeating: one step of the whole run needs the whole "
+      "trace in memory");
+}
+
 // Slices tiling the records of one chunk type by their chunks' starts,
 // `per_slice` chunks apart: fn(from, to) for each, a record belonging to
 // the slice its time (an op's start, a call's enter) falls in, [from, to).
@@ -178,18 +185,16 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
       if (!t.ok()) return t.status();
       const auto [i0, i1] = EnteringIn(t->calls, from, to);
       finder.Add(*t, i0, i1);
-      return absl::OkStatus();
+      // No period in the main thread's first calls: none will come, and
+      // the rest of the pass is not read.
+      return finder.found_none() ? NoSteps() : absl::OkStatus();
     });
     if (!tiled.ok()) return tiled;
     marked = finder.Finish();
     plan.source = "auto";
     done(4);
   }
-  if (marked.empty()) {
-    return absl::UnimplementedError(
-        "the trace has no steps, marked or repeating: one step of the whole run needs the whole "
-        "trace in memory");
-  }
+  if (marked.empty()) return NoSteps();
   for (const DeviceOpCount& d : index.ops_per_device) {
     if (d.device == plan.device) out.questions.nccl_ops = d.nccl;
   }

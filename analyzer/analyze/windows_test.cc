@@ -659,6 +659,16 @@ TEST_CASE("streamed: steps from the launch sequence, by slices, as the whole tim
     REQUIRE(reader.ok());
     auto s = AnalyzeStreamed(&*reader, *index, *pattern, {});
     CHECK(s.status().code() == absl::StatusCode::kUnimplemented);
+    // Its period searched for in its first 3 calls (none in so few): the
+    // pass stops there, after fewer chunks than the whole pass decodes.
+    auto early = SliceReader::OpenBytes(bytes, "t", *index);
+    REQUIRE(early.ok());
+    StreamOptions so;
+    so.chunks_per_slice = 1;
+    so.auto_detect_calls = 3;
+    s = AnalyzeStreamed(&*early, *index, *pattern, {}, so);
+    CHECK(s.status().code() == absl::StatusCode::kUnimplemented);
+    CHECK(early->chunks_decoded() < reader->chunks_decoded());
   }
   CHECK(refused > 0);
 }
