@@ -93,16 +93,15 @@ TEST_CASE("kernel durations: default and first match wins", "[driver][timing]") 
 }
 
 // Guards: launches are asynchronous; the stream reports NOT_READY while the
-// kernel runs and SUCCESS after it.
+// kernel runs and SUCCESS after it. A launch that waited for its kernel
+// would find the stream done: the query is the oracle, not the launch's
+// wall-clock time (a loaded machine stretches that past any bound).
 TEST_CASE("async launch returns while the kernel runs", "[driver][timing]") {
   Cu cu;
   cu.Setup();
   CUstream s = NewStream(cu);
   CUfunction f = cu.Kernel("huge_async");
-  uint64_t t = TimeIt([&] {
-    REQUIRE(cu.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr) == CUDA_SUCCESS);
-  });
-  CHECK(t < kFast);
+  REQUIRE(cu.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr) == CUDA_SUCCESS);
   CHECK(cu.cuStreamQuery(s) == CUDA_ERROR_NOT_READY);
   REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
   CHECK(cu.cuStreamQuery(s) == CUDA_SUCCESS);
