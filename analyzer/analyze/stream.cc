@@ -154,8 +154,9 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   std::vector<StepSpan> marked = MarkedSteps(*names, pattern, plan.main_tid);
   plan.source = "marker";
   done(0);
-  if (!marked.empty()) passes = 3;
-  if (marked.empty()) {
+  if (!marked.empty()) {
+    passes = 3;
+  } else {
     // No markers: the steps from the launch sequence, by slices of the call
     // chunks (a call counts in the slice its enter time falls in): the
     // slice's calls and their ops and, until the period is found, the CPU

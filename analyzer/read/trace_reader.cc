@@ -1467,11 +1467,7 @@ std::vector<size_t> SliceChunker::Chunks(uint64_t lo_ns, uint64_t hi_ns) const {
       if (before >= 0) a = std::min(a, chunks[static_cast<size_t>(before)].lo);
       if (after >= 0) b = std::max(b, chunks[static_cast<size_t>(after)].hi);
     }
-    g.by_time.Find(a, b, &take);
-    const auto [before, after] = g.edges.Around(a, b);
-    for (const int64_t k : {before, after}) {
-      if (k >= 0) take.push_back(static_cast<uint32_t>(k));
-    }
+    g.Add(a, b, &take);
   }
   cupti.Merge();
   external.Merge();
@@ -1533,6 +1529,14 @@ void SliceChunker::AddOpsOfCalls(const IdRanges& external, std::vector<uint32_t>
   for (const auto& [a, b] : cupti.ranges()) ops_by_id_.Find(a, b, take);
 }
 
+void SliceChunker::Samples::Add(uint64_t lo_ns, uint64_t hi_ns, std::vector<uint32_t>* take) const {
+  by_time.Find(lo_ns, hi_ns, take);
+  const auto [before, after] = edges.Around(lo_ns, hi_ns);
+  for (const int64_t k : {before, after}) {
+    if (k >= 0) take->push_back(static_cast<uint32_t>(k));
+  }
+}
+
 std::vector<size_t> SliceChunker::OpsAndTheirCalls(uint64_t lo_ns, uint64_t hi_ns) const {
   std::vector<uint32_t> take;
   ops_by_time_.Find(lo_ns, hi_ns, &take);
@@ -1557,13 +1561,7 @@ std::vector<size_t> SliceChunker::CallsAndTheirOps(uint64_t lo_ns, uint64_t hi_n
 
 std::vector<size_t> SliceChunker::CpuSamples(uint64_t lo_ns, uint64_t hi_ns) const {
   std::vector<uint32_t> take;
-  for (const Samples& g : samples_) {
-    g.by_time.Find(lo_ns, hi_ns, &take);
-    const auto [before, after] = g.edges.Around(lo_ns, hi_ns);
-    for (const int64_t k : {before, after}) {
-      if (k >= 0) take.push_back(static_cast<uint32_t>(k));
-    }
-  }
+  for (const Samples& g : samples_) g.Add(lo_ns, hi_ns, &take);
   SortUnique(&take);
   return std::vector<size_t>(take.begin(), take.end());
 }

@@ -186,6 +186,8 @@ class SliceChunker {
     uint32_t tid = 0;
     IntervalFinder by_time;
     Edges edges;
+    // Appends its chunks meeting [lo_ns, hi_ns] and those just outside.
+    void Add(uint64_t lo_ns, uint64_t hi_ns, std::vector<uint32_t>* take) const;
   };
   // The joins through the correlations, adding to `take`: the correlation
   // and call chunks of the calls that submitted ops of CUPTI ids `cupti`,
