@@ -276,9 +276,8 @@ HotspotFinder::HotspotFinder(const StepPlan& plan, const AttributionOptions& opt
                              Symbolizer* symbolizer)
     : plan_(plan), options_(options), symbolizer_(symbolizer) {}
 
-void HotspotFinder::Add(const Timeline& t, const std::vector<CallClass>& classes, size_t from,
-                        size_t to, const std::function<int64_t(size_t)>& idle_caused,
-                        std::vector<int32_t>* hotspot_of_call) {
+void HotspotFinder::Take(const Timeline& t, const std::vector<CallClass>& classes, size_t from, size_t to,
+                         std::vector<Call>* out) {
   // The memcpy ops of the calls, for copy calls whose API names no
   // direction (cuMemcpy, cuMemcpyAsync).
   absl::flat_hash_map<int32_t, OpCopy> op_copy;
@@ -292,10 +291,46 @@ void HotspotFinder::Add(const Timeline& t, const std::vector<CallClass>& classes
     x.host = x.host || (op.copy_kind >= 1 && op.copy_kind <= 4);
     x.max_bytes = std::max(x.max_bytes, t.op_info[i].bytes);
   }
-  auto op_of = [&](size_t i) {
+  for (size_t i = from; i < to; ++i) {
+    const ApiCall& c = t.calls[i];
+    const ApiInfo& api = t.Api(c.api);
+    const CallInfo& info = t.call_info[i];
     auto it = op_copy.find(static_cast<int32_t>(i));
-    return it == op_copy.end() ? OpCopy{} : it->second;
-  };
+    const OpCopy op = it == op_copy.end() ? OpCopy{} : it->second;
+    const bool host_copy = api.category == trace::ApiCategory::kCopy &&
+                           ((api.flags & (trace::kApiDevToHost | trace::kApiHostToDev)) != 0 ||
+                            (info.op_count > 0 && op.host));
+    const bool sync = classes[i] == CallClass::kSync;
+    if (!sync && !host_copy) continue;
+    Call x;
+    x.index = i;
+    x.enter_ns = c.enter_ns;
+    x.exit_ns = c.exit_ns;
+    x.tid = c.tid;
+    x.api = c.api;
+    x.sync = sync;
+    x.host_copy = host_copy;
+    x.has_ops = info.op_count > 0;
+    x.stack = info.stack;
+    x.python_stack = info.python_stack;
+    x.stream = info.stream;
+    x.bytes = info.bytes;
+    x.op = op;
+    out->push_back(x);
+  }
+}
+
+void HotspotFinder::Add(const Timeline& t, const std::vector<CallClass>& classes, size_t from, size_t to,
+                        const std::function<int64_t(size_t)>& idle_caused,
+                        std::vector<int32_t>* hotspot_of_call) {
+  std::vector<Call> calls;
+  Take(t, classes, from, to, &calls);
+  Add(t, calls, [&](const Call& c) { return idle_caused(c.index); }, hotspot_of_call);
+}
+
+void HotspotFinder::Add(const Timeline& t, const std::vector<Call>& calls,
+                        const std::function<int64_t(const Call&)>& idle_caused,
+                        std::vector<int32_t>* hotspot_of_call) {
   // A copy's op information counts toward its hotspot when its API names
   // no direction.
   auto add_op_copy = [&](Extra& x, bool has_ops, const OpCopy& o) {
@@ -304,35 +339,29 @@ void HotspotFinder::Add(const Timeline& t, const std::vector<CallClass>& classes
     x.max_bytes = std::max(x.max_bytes, o.max_bytes);
   };
   const bool markers = plan_.source != "none";
-  for (size_t i = from; i < to; ++i) {
-    const ApiCall& c = t.calls[i];
+  for (const Call& c : calls) {
     const ApiInfo& api = t.Api(c.api);
-    const CallInfo& info = t.call_info[i];
     // A synchronization completing a copy: an explicit stream or context
     // synchronize whose thread's previous copy-or-synchronizing call was a
     // copy between host and device made from the same Python line (and
     // stream). Any synchronizing call takes the pending copy.
     std::optional<PendingCopy> completes;
-    const bool host_copy = api.category == trace::ApiCategory::kCopy &&
-                           ((api.flags & (trace::kApiDevToHost | trace::kApiHostToDev)) != 0 ||
-                            (info.op_count > 0 && op_of(i).host));
-    if (!host_copy && classes[i] == CallClass::kSync) {
+    if (!c.host_copy && c.sync) {
       auto it = pending_.find(c.tid);
       if (it != pending_.end()) {
         const PendingCopy copy = it->second;
         pending_.erase(it);
         const bool whole_context = NameHas(api.name, "Ctx") || NameHas(api.name, "DeviceSynchronize");
-        if (api.category == trace::ApiCategory::kSync && info.python_stack != 0 &&
-            info.python_stack == copy.python_stack && (whole_context || info.stream == copy.stream)) {
+        if (api.category == trace::ApiCategory::kSync && c.python_stack != 0 &&
+            c.python_stack == copy.python_stack && (whole_context || c.stream == copy.stream)) {
           completes = copy;
         }
       }
     }
     bool counted = false;
-    const int64_t caused = classes[i] == CallClass::kSync ? idle_caused(i) : 0;
+    const int64_t caused = c.sync ? idle_caused(c) : 0;
     const int64_t blocked = c.exit_ns - c.enter_ns;
-    bool hit = classes[i] == CallClass::kSync &&
-               (blocked > options_.hotspot_min_blocked_ns || caused != 0);
+    bool hit = c.sync && (blocked > options_.hotspot_min_blocked_ns || caused != 0);
     // With markers: calls between the first step's host start and the last
     // step's host end, or that caused idle inside a step (start-up and
     // teardown synchronizations are left out).
@@ -346,9 +375,9 @@ void HotspotFinder::Add(const Timeline& t, const std::vector<CallClass>& classes
       hit = false;
     }
     if (hit) {
-      auto [sit, inserted] = stacks_.try_emplace(std::make_pair(info.stack, info.python_stack));
+      auto [sit, inserted] = stacks_.try_emplace(std::make_pair(c.stack, c.python_stack));
       if (inserted) {
-        ResolveStack(t, info.stack, info.python_stack, symbolizer_, options_.site, &sit->second.site,
+        ResolveStack(t, c.stack, c.python_stack, symbolizer_, options_.site, &sit->second.site,
                      &sit->second.frames, &sit->second.site_lost);
       }
       const Resolved& r = sit->second;
@@ -386,13 +415,13 @@ void HotspotFinder::Add(const Timeline& t, const std::vector<CallClass>& classes
         x.last_step = step;
         ++h.steps;
       }
-      if (hotspot_of_call != nullptr) (*hotspot_of_call)[i] = static_cast<int32_t>(h_at);
+      if (hotspot_of_call != nullptr) (*hotspot_of_call)[c.index] = static_cast<int32_t>(h_at);
       // A read-back is its copy and the synchronize completing it: one hit,
       // whichever of them (or both) blocked.
       const bool same_copy = completes && completes->counted;
       counted = api.category == trace::ApiCategory::kCopy;
-      x.max_bytes = std::max(x.max_bytes, info.bytes);
-      if (api.category == trace::ApiCategory::kCopy) add_op_copy(x, info.op_count > 0, op_of(i));
+      x.max_bytes = std::max(x.max_bytes, c.bytes);
+      if (api.category == trace::ApiCategory::kCopy) add_op_copy(x, c.has_ops, c.op);
       if (!same_copy) ++h.count;
       if (r.site_lost) ++h.sites_lost;
       // Calls of several threads may overlap: saturate rather than overflow
@@ -400,14 +429,14 @@ void HotspotFinder::Add(const Timeline& t, const std::vector<CallClass>& classes
       h.blocked_ns = AddCapped(h.blocked_ns, blocked);
       h.idle_caused_ns += caused;
     }
-    if (host_copy) {
+    if (c.host_copy) {
       PendingCopy p;
       p.api = c.api;
-      p.python_stack = info.python_stack;
-      p.stream = info.stream;
-      p.bytes = info.bytes;
-      p.has_ops = info.op_count > 0;
-      p.op = op_of(i);
+      p.python_stack = c.python_stack;
+      p.stream = c.stream;
+      p.bytes = c.bytes;
+      p.has_ops = c.has_ops;
+      p.op = c.op;
       p.counted = counted;
       pending_[c.tid] = p;
     }

@@ -83,11 +83,48 @@ int32_t StepOfHostTime(const StepPlan& plan, int64_t ns, size_t* hint);
 // slice to the next.
 class HotspotFinder {
  public:
+  // A copy call's memcpy ops: their directions (CUPTI copy kinds 1 HtoD, 2
+  // DtoH, 3 HtoA, 4 AtoH) and largest size.
+  struct OpCopy {
+    uint64_t max_bytes = 0;
+    uint16_t direction = 0;
+    bool host = false;  // a copy between host and device
+  };
+  // What the finder needs of a call that can count, taken from the slice
+  // that holds it and its ops: a synchronizing call (its class kSync), or a
+  // copy between host and device (which a later synchronize may complete).
+  // No other call changes what the finder finds.
+  struct Call {
+    size_t index = 0;  // in its timeline (for hotspot_of_call)
+    int64_t enter_ns = 0;
+    int64_t exit_ns = 0;
+    uint64_t stream = 0;
+    uint64_t bytes = 0;
+    OpCopy op;  // its memcpy ops
+    uint32_t tid = 0;
+    uint32_t stack = 0;
+    uint32_t python_stack = 0;
+    uint16_t api = 0;
+    bool sync = false;       // classed kSync
+    bool host_copy = false;  // a copy between host and device
+    bool has_ops = false;
+  };
+  static_assert(sizeof(Call) <= 80);
+
   HotspotFinder(const StepPlan& plan, const AttributionOptions& options, Symbolizer* symbolizer);
-  // The calls [from, to) of `t` (each with its ops in `t`), classed by
-  // `classes`, with the rule-1 idle each caused (`idle_caused(i)`, its
-  // total over the whole trace); with `hotspot_of_call`, sets the entries
-  // of the calls that count to their hotspot (renumbered by Finish).
+  // Appends to `out`, in order, those of the calls [from, to) of `t` (each
+  // with its ops in `t`, classed by `classes`) that can count.
+  static void Take(const Timeline& t, const std::vector<CallClass>& classes, size_t from, size_t to,
+                   std::vector<Call>* out);
+  // Calls Take gave, in time order, each with the rule-1 idle it caused
+  // (`idle_caused`, its total over the whole trace); `tables` a timeline
+  // of the trace (its API and stack tables). With `hotspot_of_call`, sets
+  // the entries of the calls that count (by Call::index) to their hotspot
+  // (renumbered by Finish).
+  void Add(const Timeline& tables, const std::vector<Call>& calls,
+           const std::function<int64_t(const Call&)>& idle_caused,
+           std::vector<int32_t>* hotspot_of_call = nullptr);
+  // Take and Add: the calls [from, to) of `t`, `idle_caused(i)` by index.
   void Add(const Timeline& t, const std::vector<CallClass>& classes, size_t from, size_t to,
            const std::function<int64_t(size_t)>& idle_caused,
            std::vector<int32_t>* hotspot_of_call = nullptr);
@@ -108,13 +145,6 @@ class HotspotFinder {
     uint64_t max_bytes = 0;
     bool completes_copy = false;  // holds synchronizes that completed a copy
     int32_t last_step = -1;
-  };
-  // A copy call's memcpy ops: their directions (CUPTI copy kinds 1 HtoD, 2
-  // DtoH, 3 HtoA, 4 AtoH) and largest size.
-  struct OpCopy {
-    uint16_t direction = 0;
-    uint64_t max_bytes = 0;
-    bool host = false;  // a copy between host and device
   };
   // A thread's last copy between host and device, not yet followed by a
   // synchronizing call.

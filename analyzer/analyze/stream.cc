@@ -43,10 +43,9 @@ absl::Status NoSteps() {
 }
 
 // Slices tiling the records of one chunk type by their chunks' starts,
-// `per_slice` chunks apart: fn(from, to) for each, a record belonging to
-// the slice its time (an op's start, a call's enter) falls in, [from, to).
-template <typename Fn>
-absl::Status TileSlices(const TraceIndex& index, trace::ChunkType type, size_t per_slice, Fn fn) {
+// `per_slice` chunks apart: [from, to) each, a record belonging to the
+// slice its time (an op's start, a call's enter) falls in.
+std::vector<std::pair<int64_t, int64_t>> Tiles(const TraceIndex& index, trace::ChunkType type, size_t per_slice) {
   std::vector<int64_t> starts;
   int64_t last = std::numeric_limits<int64_t>::min();
   for (const ChunkSpan& c : index.chunks) {
@@ -55,10 +54,20 @@ absl::Status TileSlices(const TraceIndex& index, trace::ChunkType type, size_t p
     last = std::max(last, static_cast<int64_t>(c.hi));
   }
   std::sort(starts.begin(), starts.end());
+  std::vector<std::pair<int64_t, int64_t>> out;
   for (size_t j = 0; j < starts.size(); j += per_slice) {
     const int64_t from = starts[j];
     const int64_t to = j + per_slice < starts.size() ? starts[j + per_slice] : last + 1;
     if (to <= from) continue;  // chunks starting together: the next slice has them
+    out.emplace_back(from, to);
+  }
+  return out;
+}
+
+// fn(from, to) for each of the tiles.
+template <typename Fn>
+absl::Status TileSlices(const TraceIndex& index, trace::ChunkType type, size_t per_slice, Fn fn) {
+  for (const auto& [from, to] : Tiles(index, type, per_slice)) {
     absl::Status s = fn(from, to);
     if (!s.ok()) return s;
   }
@@ -83,9 +92,10 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   const uint64_t kept0 = reader->chunks_kept();
   const size_t per_slice = std::max<size_t>(1, stream.chunks_per_slice);
   uint64_t record_chunks = 0, chunks_read = 0;
-  // Passes reading the record chunks: 4 with steps from the launch
-  // sequence, 3 once markers are found (the share done only grows).
-  uint64_t passes = 4;
+  // Passes reading the record chunks: 3 with steps from the launch
+  // sequence, 2 once markers are found (the share done only grows; the
+  // hotspots' own pass, where it runs, is not foreseen).
+  uint64_t passes = 3;
   for (const ChunkSpan& c : index.chunks) {
     const trace::ChunkTypeInfo* info = trace::FindChunkType(c.type);
     record_chunks += info != nullptr && info->reading == trace::ChunkReading::kSliced;
@@ -155,7 +165,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   plan.source = "marker";
   done(0);
   if (!marked.empty()) {
-    passes = 3;
+    passes = 2;
   } else {
     // No markers: the steps from the launch sequence, by slices of the call
     // chunks (a call counts in the slice its enter time falls in): the
@@ -239,8 +249,46 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   KeepTimedSteps(*names, &plan);
   done(1);
 
-  // Pass 3: windows of steps, each from its own slice.
+  // Pass 3: windows of steps, each from its own slice; and the calls that
+  // can be hotspots (HotspotFinder::Take), each taken from one slice: a
+  // window's takes those entering in its range [lo, hi] not taken before,
+  // and slices of the calls and their ops tile the times the windows
+  // leave (before the first, between two, after the last). They wait, in
+  // time order, until the windows have charged every call its idle. Past
+  // stream.max_hotspot_calls of them, they are dropped and the hotspots
+  // have a pass of their own (4).
   absl::flat_hash_map<CallKey, int64_t> caused;
+  Symbolizer symbolizer(names->modules);
+  HotspotFinder finder(plan, options, &symbolizer);
+  std::vector<HotspotFinder::Call> hot;
+  bool hot_over = false;
+  int64_t taken = std::numeric_limits<int64_t>::min();  // the calls entering before it are taken
+  auto take = [&](const Timeline& t, const std::vector<CallClass>& classes, int64_t from, int64_t to) {
+    if (hot_over || to <= from) return;
+    const auto [i0, i1] = EnteringIn(t.calls, from, to);
+    HotspotFinder::Take(t, classes, i0, i1, &hot);
+    if (hot.size() > stream.max_hotspot_calls) {
+      hot_over = true;
+      std::vector<HotspotFinder::Call>().swap(hot);
+    }
+  };
+  const std::vector<std::pair<int64_t, int64_t>> call_tiles = Tiles(index, trace::ChunkType::kApi, per_slice);
+  size_t tile = 0;
+  // The calls entering in [taken, to), by the tiles that meet it.
+  auto take_until = [&](int64_t to) -> absl::Status {
+    for (; !hot_over && tile < call_tiles.size() && call_tiles[tile].first < to; ++tile) {
+      const int64_t a = std::max(call_tiles[tile].first, taken);
+      const int64_t b = std::min(call_tiles[tile].second, to);
+      if (a < b) {
+        auto t = read(chunker.CallsAndTheirOps(Clamp(a), Clamp(b - 1)), 3);
+        if (!t.ok()) return t.status();
+        take(*t, ClassifyCalls(*t, plan.device, options, &pending), a, b);
+      }
+      if (call_tiles[tile].second > to) break;  // the rest of this tile is past `to`
+    }
+    taken = std::max(taken, to);
+    return absl::OkStatus();
+  };
   const size_t n = plan.steps.size();
   uint64_t events = 0;
   for (const DeviceOpCount& d : index.ops_per_device) events += static_cast<uint64_t>(d.ops);
@@ -281,6 +329,11 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
       widen = std::min(widen, kFar / 2) * 2;
     }
     const std::vector<CallClass> classes = ClassifyCalls(*t, plan.device, options, &pending);
+    if (taken < lo) {
+      if (absl::Status st = take_until(lo); !st.ok()) return st;
+    }
+    take(*t, classes, std::max(taken, lo), hi + 1);
+    taken = std::max(taken, hi + 1);
     WindowCutter cutter(*t, plan, classes);
     cutter.Cut(k0, k1, &part);
     Attribution a = AttributeWindow(part, plan, k0, k1, options);
@@ -294,15 +347,22 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
     }
     a.idle_caused.ForEach([&](size_t call, int64_t ns) { caused[CallKey::Of(t->calls[call])] += ns; });
   }
+  if (absl::Status st = take_until(kMax); !st.ok()) return st;
   out.idle_caused.assign(caused.begin(), caused.end());
   std::sort(out.idle_caused.begin(), out.idle_caused.end());
   done(2);
+  if (!hot_over) {
+    finder.Add(*names, hot, [&](const HotspotFinder::Call& c) {
+      auto it = caused.find(CallKey{c.tid, c.api, c.enter_ns, c.exit_ns});
+      return it == caused.end() ? int64_t{0} : it->second;
+    });
+    out.hotspot_calls = hot.size();
+  }
 
-  // Pass 4: the hotspots, from slices by the call chunks' starts; a call
-  // counts in the slice its enter time falls in.
-  Symbolizer symbolizer(names->modules);
-  HotspotFinder finder(plan, options, &symbolizer);
-  tiled = TileSlices(index, trace::ChunkType::kApi, per_slice, [&](int64_t from, int64_t to) {
+  // Pass 4, past max_hotspot_calls: the hotspots, from slices by the call
+  // chunks' starts; a call counts in the slice its enter time falls in.
+  out.hotspots_pass = hot_over;
+  if (hot_over) tiled = TileSlices(index, trace::ChunkType::kApi, per_slice, [&](int64_t from, int64_t to) {
     // The slice's calls and their ops only: what a call's class and its
     // hotspot need.
     auto t = read(chunker.CallsAndTheirOps(Clamp(from), Clamp(to - 1)), 3);

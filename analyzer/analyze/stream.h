@@ -1,7 +1,7 @@
 // The streamed analysis (docs/analyzer.md, "Memory that follows steps"):
 // the steps, their idle attribution and the hotspots read from the file a
 // slice at a time, so that what is held follows the number of steps, not
-// of events. Four passes over the file's index (read/trace_reader.h):
+// of events. Three passes over the file's index (read/trace_reader.h):
 // 1. counts and ranges: each thread's calls and launches and each
 //    device's ops (the index's counts), and the NVTX events by slices of
 //    the NVTX chunks, paired as a whole reading pairs them (NvtxPairer),
@@ -20,11 +20,18 @@
 //    reads the slice from the drain before it to the first op after it and
 //    its host range, widened until it holds both, and is attributed from
 //    the part WindowCutter cuts from that slice's timeline, with the call
-//    classes computed there;
-// 4. hotspots: slices of the calls and their ops
-//    (SliceChunker::CallsAndTheirOps) by the call chunks' starts, each call
-//    entering in one given to the HotspotFinder in time order, with the
-//    rule-1 idle the windows charged it.
+//    classes computed there. The same slices give the calls that can be
+//    hotspots (HotspotFinder::Take: synchronizing calls and copies between
+//    host and device), each call from one slice: a window's slice those
+//    entering in its time range not taken before, slices of the calls and
+//    their ops (SliceChunker::CallsAndTheirOps) those before the first
+//    window (set-up) and after the last. Held in time order until the
+//    windows have charged every call its rule-1 idle, they are then given
+//    to the HotspotFinder.
+// Past StreamOptions::max_hotspot_calls such calls, the windows pass drops
+// them and a fourth pass finds the hotspots: slices of the calls and their
+// ops by the call chunks' starts, each call entering in one given to the
+// HotspotFinder in time order.
 // Rows, gaps and rule-1 charges come out as AttributeIdle gives them on the
 // whole timeline, the calls named by CallKey instead of an index, and the
 // hotspots as FindHotspots gives them.
@@ -79,6 +86,10 @@ struct StreamOptions {
   // Without step markers: the launch sequence's calls its period is found
   // in (AutoStepFinder; kAutoDetectCalls but in tests).
   size_t auto_detect_calls = kAutoDetectCalls;
+  // The calls that can be hotspots (synchronizing calls and copies between
+  // host and device) the windows pass holds until the end; past it, the
+  // hotspots have a pass of their own (about 80 bytes a call: 160 MB).
+  size_t max_hotspot_calls = 2'000'000;
   // Called after each slice read: record chunks read so far, and about how
   // many the passes read in all (each pass about every one once).
   std::function<void(uint64_t done, uint64_t total)> progress;
@@ -108,8 +119,14 @@ struct StreamedAnalysis {
   // and kept from the slice before, and the most calls and ops one slice
   // held.
   size_t steps_per_window = 0;  // as chosen
-  // The passes: counts and NVTX ranges, the steps' spans, windows,
-  // hotspots, and (without markers) the steps from the launch sequence.
+  // The calls that can be hotspots the windows pass took; 0 with a pass of
+  // the hotspots' own (past StreamOptions::max_hotspot_calls).
+  size_t hotspot_calls = 0;
+  bool hotspots_pass = false;
+  // The passes: counts and NVTX ranges, the steps' spans, windows (with
+  // the slices before the first window and after the last), the hotspots
+  // (their own pass, or only the finder's work), and (without markers) the
+  // steps from the launch sequence.
   size_t slices[5] = {0, 0, 0, 0, 0};
   double seconds[5] = {0, 0, 0, 0, 0};  // each pass's (wall clock)
   uint64_t chunks_decoded = 0;

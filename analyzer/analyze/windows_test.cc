@@ -477,6 +477,9 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window,
   Symbolizer symbolizer(t.modules);
   const std::vector<Hotspot> hotspots =
       FindHotspots(t, plan, classes, whole.idle_caused, options, &symbolizer);
+  // The calls that can be hotspots: the windows pass takes each once.
+  std::vector<HotspotFinder::Call> can_count;
+  HotspotFinder::Take(t, classes, 0, t.calls.size(), &can_count);
   // The questions' inputs and the reading's last diagnostics, as the
   // whole timeline gives them.
   QuestionInputs qi;
@@ -503,8 +506,13 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window,
     StreamOptions so;
     so.steps_per_window = per;
     so.chunks_per_slice = 1 + per % 3;
+    // Windows of 2 steps hold at most one such call: past it, the hotspots'
+    // own pass.
+    if (per == 2) so.max_hotspot_calls = 1;
     auto s = AnalyzeStreamed(&*reader, *index, *pattern, options, so);
     REQUIRE(s.ok());
+    CHECK(s->hotspots_pass == (per == 2 && can_count.size() > 1));
+    CHECK(s->hotspot_calls == (s->hotspots_pass ? 0 : can_count.size()));
     CHECK(s->plan.source == plan.source);
     CHECK(s->plan.device == plan.device);
     CHECK(s->plan.main_tid == plan.main_tid);
@@ -595,6 +603,43 @@ TEST_CASE("streamed: sampled device timing and long idle stretches", "[windows][
     b.Call(1, api.other, t0 + 500 * kUs, t0 + 510 * kUs);
   }
   CheckStreamed(std::move(b), 2, 2);
+}
+
+TEST_CASE("streamed: the calls before the first window's slice count toward the hotspots",
+          "[windows][stream]") {
+  // Set-up before the first step: a copy and synchronizes (one waiting for
+  // a long kernel), ending well before the first window's drain (the op
+  // ending at 45 ms), so that the first window's slice starts after them;
+  // teardown synchronizes after the last step. Chunks of 2 and of 40 calls.
+  constexpr uint64_t kMs = 1000 * kUs;
+  for (const size_t records : {2, 40}) {
+    CAPTURE(records);
+    TraceBuilder b;
+    auto api = testing::AddStandardApis(&b);
+    const uint32_t line = b.PythonStack({{"train.py", "setup", 3}});
+    // A host-to-device copy (CUPTI copy kind 1) its next synchronize does
+    // not complete (another line).
+    b.Call(1, api.memcpy, 1 * kMs, 3 * kMs, {.correlation = 10'000, .python_stack = line, .bytes = 4096});
+    b.Device(2 * kMs, 2900 * kUs, tf::DeviceOpKind::kMemcpy, "copy", 10'000, 7, 0, 4096, 1);
+    b.Correlate(10'000, 10'000);
+    b.Submit(1, api.launch, 4 * kMs, 4010 * kUs, 4100 * kUs, 9900 * kUs);
+    b.Call(1, api.sync, 4100 * kUs, 10 * kMs, {.python_stack = line});
+    b.Submit(1, api.launch, 40 * kMs, 40010 * kUs, 41 * kMs, 45 * kMs);
+    b.Call(1, api.sync, 41 * kMs, 45500 * kUs, {.python_stack = line});
+    const uint32_t step_line = b.PythonStack({{"train.py", "step", 9}});
+    for (int k = 0; k < 12; ++k) {
+      const int64_t t0 = 50 * kMs + k * kMs;
+      b.Range(1, t0, t0 + kMs, "step " + std::to_string(k));
+      b.Submit(1, api.launch, t0 + 100 * kUs, t0 + 110 * kUs, t0 + 200 * kUs, t0 + 600 * kUs);
+      b.Call(1, api.sync, t0 + 700 * kUs, t0 + 800 * kUs, {.python_stack = step_line});
+    }
+    b.Submit(1, api.launch, 70 * kMs, 70010 * kUs, 70100 * kUs, 75 * kMs);
+    b.Call(1, api.sync, 70100 * kUs, 75100 * kUs, {.python_stack = line});
+    b.Call(1, api.memcpy, 80 * kMs, 81 * kMs, {.correlation = 10'001, .python_stack = line, .bytes = 4096});
+    b.Device(80100 * kUs, 80900 * kUs, tf::DeviceOpKind::kMemcpy, "copy", 10'001, 7, 0, 4096, 2);
+    b.Correlate(10'001, 10'001);
+    CheckStreamed(std::move(b), records, 3);
+  }
 }
 
 TEST_CASE("streamed: the golden traces attribute as the whole timeline", "[windows][stream][golden]") {
@@ -753,14 +798,16 @@ TEST_CASE("streamed: what analyzing a trace by slices costs", "[.][stream-bench]
               "(%.1f M events a second in all; the passes %.2f, %.2f, %.2f, %.2f s, the steps from the "
               "launch sequence %.2f s); slices read: %zu for the NVTX ranges, %zu for the launch "
               "sequence, %zu for the steps' spans, %zu for %zu windows of %zu steps, %zu for "
-              "the hotspots; %llu chunks decoded, "
+              "the hotspots (%s; %zu calls that can be hotspots held); %llu chunks decoded, "
               "%llu kept; the largest slice %zu calls, %zu ops; GPU idle %.3f s, %zu hotspots; "
               "peak %ld MB\n",
               path.c_str(), s->steps.size(), static_cast<unsigned long long>(events), index_s,
               total_s - index_s, static_cast<double>(events) / total_s / 1e6, s->seconds[0], s->seconds[1],
               s->seconds[2], s->seconds[3], s->seconds[4], s->slices[0], s->slices[4],
               s->slices[1], s->slices[2], (s->steps.size() + s->steps_per_window - 1) / s->steps_per_window,
-              s->steps_per_window, s->slices[3], static_cast<unsigned long long>(s->chunks_decoded),
+              s->steps_per_window, s->slices[3],
+              s->hotspots_pass ? "a pass of their own" : "the calls outside the windows' slices",
+              s->hotspot_calls, static_cast<unsigned long long>(s->chunks_decoded),
               static_cast<unsigned long long>(s->chunks_kept), s->max_slice_calls, s->max_slice_ops,
               static_cast<double>(idle) / 1e9, s->hotspots.size(), ru.ru_maxrss / 1024);
 }
