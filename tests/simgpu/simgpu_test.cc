@@ -26,13 +26,37 @@ namespace {
 
 constexpr uint64_t kUs = 1000;
 constexpr uint64_t kMs = 1000000;
-constexpr uint64_t kFast = 5 * kMs;      // "did not wait for a huge kernel"
 constexpr uint64_t kBlocked = 9500 * kUs;  // "waited for a huge kernel" (10 ms)
 
 uint64_t TimeIt(const std::function<void()>& f) {
   uint64_t t0 = NowNs();
   f();
   return NowNs() - t0;
+}
+
+// When a call returned, on the simulator's clock (CLOCK_MONOTONIC).
+uint64_t ReturnedAt(const std::function<void()>& f) {
+  f();
+  return NowNs();
+}
+
+// The first op named `name` in the simulator's trace, its end recorded
+// (the stream synchronized since).
+TraceOp RecordedOp(Cu& cu, const std::string& name) {
+  const std::vector<TraceOp> ops = FlushAndReadTrace(cu);
+  const TraceOp* op = FindOp(ops, name);
+  REQUIRE(op != nullptr);
+  return *op;
+}
+
+// Guards "did not wait for kernel `kernel`": the call returned before the
+// simulator recorded the kernel's end, which a call that waited for it
+// could not. The ground truth, not a wall-clock bound, which a loaded
+// machine stretches past any value.
+void CheckReturnedBefore(Cu& cu, uint64_t returned, const std::string& kernel) {
+  const TraceOp op = RecordedOp(cu, kernel);
+  INFO(kernel << " ended at " << op.end_ns << " ns, the call returned at " << returned);
+  CHECK(returned < op.end_ns);
 }
 
 CUstream NewStream(Cu& cu, unsigned flags = CU_STREAM_DEFAULT) {
@@ -115,12 +139,14 @@ TEST_CASE("queue depth child", "[.][depth_child]") {
   REQUIRE(cu.Launch("warm_up", s) == CUDA_SUCCESS);  // the device thread is running
   REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
   CUfunction f = cu.Kernel("huge_q");
-  std::vector<uint64_t> t;
+  std::vector<uint64_t> t, returned;
   const uint64_t first_enter = NowNs();
   for (int i = 0; i < 6; ++i) {
-    t.push_back(TimeIt([&] {
+    const uint64_t enter = NowNs();
+    returned.push_back(ReturnedAt([&] {
       REQUIRE(cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, nullptr, nullptr) == CUDA_SUCCESS);
     }));
+    t.push_back(returned.back() - enter);
   }
   const uint64_t sixth_exit = NowNs();
   // One kernel runs, four wait in the queue: the sixth launch waits until the
@@ -128,14 +154,16 @@ TEST_CASE("queue depth child", "[.][depth_child]") {
   // first to start, a few microseconds on an idle machine.) The first kernel
   // cannot start before the first launch entered, so the sixth launch
   // returns at least a huge kernel's time after that, however long a loaded
-  // machine kept the thread between the launches.
-  for (int i = 0; i < 4; ++i) {
-    INFO("launch " << i);
-    CHECK(t[i] < kFast);
-  }
+  // machine kept the thread between the launches. The first four return
+  // before the first kernel's recorded end: none waited for a kernel.
   CHECK(t[4] < t[5]);
   CHECK(sixth_exit - first_enter >= kBlocked);
   REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
+  const TraceOp first = RecordedOp(cu, "huge_q");
+  for (int i = 0; i < 4; ++i) {
+    INFO("launch " << i << " returned at " << returned[i] << " ns, the first kernel ended at " << first.end_ns);
+    CHECK(returned[i] < first.end_ns);
+  }
 }
 
 // Guards: SIMGPU_QUEUE_DEPTH bounds a stream's pending ops; a launch into a
@@ -337,11 +365,11 @@ TEST_CASE("pageable vs pinned DtoH copy blocking", "[driver][copies]") {
   CHECK(t_async_pageable >= kBlocked);
 
   REQUIRE(cu.Launch("huge_dtoh_2", s) == CUDA_SUCCESS);
-  uint64_t t_async_pinned = TimeIt([&] {
+  const uint64_t async_pinned = ReturnedAt([&] {
     REQUIRE(cu.cuMemcpyDtoHAsync_v2(pinned, d, 4096, s) == CUDA_SUCCESS);
   });
-  CHECK(t_async_pinned < kFast);
   REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
+  CheckReturnedBefore(cu, async_pinned, "huge_dtoh_2");
 
   // Synchronous DtoH on the legacy stream waits for prior work, pinned or not.
   REQUIRE(cu.Launch("huge_dtoh_3", s) == CUDA_SUCCESS);
@@ -363,12 +391,12 @@ TEST_CASE("pageable HtoDAsync does not block and stages the source", "[driver][c
   REQUIRE(cu.cuMemAlloc_v2(&d, 1024) == CUDA_SUCCESS);
   std::vector<unsigned char> src(1024, 0xAB);
   REQUIRE(cu.Launch("huge_htod", s) == CUDA_SUCCESS);
-  uint64_t t = TimeIt([&] {
+  const uint64_t returned = ReturnedAt([&] {
     REQUIRE(cu.cuMemcpyHtoDAsync_v2(d, src.data(), src.size(), s) == CUDA_SUCCESS);
   });
-  CHECK(t < kFast);
   std::fill(src.begin(), src.end(), 0x00);  // after the call: must not be seen
   REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
+  CheckReturnedBefore(cu, returned, "huge_htod");
   std::vector<unsigned char> back(1024, 0);
   REQUIRE(cu.cuMemcpyDtoH_v2(back.data(), d, back.size()) == CUDA_SUCCESS);
   CHECK(back == std::vector<unsigned char>(1024, 0xAB));
@@ -449,20 +477,22 @@ TEST_CASE("frees and synchronous memsets block as the real driver does", "[drive
   REQUIRE(cu.cuMemAlloc_v2(&d1, 4096) == CUDA_SUCCESS);
   REQUIRE(cu.cuMemAlloc_v2(&d2, 4096) == CUDA_SUCCESS);
   REQUIRE(cu.Launch("huge_free_1", s) == CUDA_SUCCESS);
-  CHECK(TimeIt([&] { REQUIRE(cu.cuMemFreeAsync(d2, s) == CUDA_SUCCESS); }) < kFast);
+  const uint64_t free_async = ReturnedAt([&] { REQUIRE(cu.cuMemFreeAsync(d2, s) == CUDA_SUCCESS); });
   CHECK(TimeIt([&] { REQUIRE(cu.cuMemFree_v2(d1) == CUDA_SUCCESS); }) >= kBlocked);
+  CheckReturnedBefore(cu, free_async, "huge_free_1");
 
   CUdeviceptr d;
   REQUIRE(cu.cuMemAlloc_v2(&d, 4096) == CUDA_SUCCESS);
   void* pinned;
   REQUIRE(cu.cuMemAllocHost_v2(&pinned, 4096) == CUDA_SUCCESS);
   REQUIRE(cu.Launch("huge_set_1", nullptr) == CUDA_SUCCESS);
-  CHECK(TimeIt([&] { REQUIRE(cu.cuMemsetD8_v2(d, 1, 4096) == CUDA_SUCCESS); }) < kFast);
+  const uint64_t set_device = ReturnedAt([&] { REQUIRE(cu.cuMemsetD8_v2(d, 1, 4096) == CUDA_SUCCESS); });
   CHECK(TimeIt([&] {
           REQUIRE(cu.cuMemsetD8_v2(reinterpret_cast<CUdeviceptr>(pinned), 1, 4096) ==
                   CUDA_SUCCESS);
         }) >= kBlocked);
   CHECK(static_cast<unsigned char*>(pinned)[4095] == 1);
+  CheckReturnedBefore(cu, set_device, "huge_set_1");
   REQUIRE(cu.cuMemFreeHost(pinned) == CUDA_SUCCESS);
   REQUIRE(cu.cuMemFree_v2(d) == CUDA_SUCCESS);
 }
@@ -718,13 +748,17 @@ TEST_CASE("fork child does not inherit pending work", "[driver]") {
   cu.Setup();
   CUstream s = NewStream(cu);
   REQUIRE(cu.Launch("huge_fork", s) == CUDA_SUCCESS);
+  // The child says when its synchronize returned: before the parent's
+  // kernel ended (its recorded end), as a child that waited for it could not.
+  int when[2];
+  REQUIRE(pipe(when) == 0);
   pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     int rc = 0;
-    uint64_t t0 = NowNs();
     if (cu.cuStreamSynchronize(s) != CUDA_SUCCESS) rc = 1;   // parent's work: gone
-    if (NowNs() - t0 > kFast) rc = 2;
+    const uint64_t returned = NowNs();
+    if (write(when[1], &returned, sizeof(returned)) != static_cast<ssize_t>(sizeof(returned))) rc = 2;
     if (cu.Launch("relu_fork", s) != CUDA_SUCCESS) rc = 3;
     if (cu.cuStreamSynchronize(s) != CUDA_SUCCESS) rc = 4;
     auto ops = FlushAndReadTrace(cu);
@@ -734,9 +768,14 @@ TEST_CASE("fork child does not inherit pending work", "[driver]") {
     unlink(path.c_str());
     _exit(rc);
   }
+  close(when[1]);
   int status = 0;
   REQUIRE(waitpid(pid, &status, 0) == pid);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+  uint64_t child_returned = 0;
+  CHECK(read(when[0], &child_returned, sizeof(child_returned)) == static_cast<ssize_t>(sizeof(child_returned)));
+  close(when[0]);
   REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
+  CheckReturnedBefore(cu, child_returned, "huge_fork");
 }
