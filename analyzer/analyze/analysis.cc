@@ -239,6 +239,7 @@ absl::StatusOr<std::optional<Report>> ReportFromFile(const std::string& path,
   if (!reader.ok()) return reader.status();
   StreamOptions so;
   if (options.window_steps > 0) so.steps_per_window = options.window_steps;
+  so.keep_gaps = false;  // the report's rows are the steps'
   if (options.progress) {
     progress(0.25);
     so.progress = [&](uint64_t done, uint64_t total) {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "trace_pack.h"
 
 namespace stallscope::analyzer {
 namespace {
@@ -356,31 +357,73 @@ class Attributor {
 
 void PendingIntervals::Add(int64_t a, int64_t b) {
   if (b <= a) return;
-  // Mostly ops come in time order: at or after the last interval's start.
-  if (!spans_.empty() && a >= spans_.rbegin()->first) {
-    int64_t& end = spans_.rbegin()->second;
-    if (a < end) {
-      end = std::max(end, b);
-    } else {
-      spans_.emplace_hint(spans_.end(), a, b);
+  // Mostly ops come in time order: at or after the open interval's start.
+  const bool open = open_end_ > open_start_;
+  if (!open || a >= open_start_) {
+    if (open && a < open_end_) {
+      open_end_ = std::max(open_end_, b);
+      return;
     }
+    Close();
+    open_start_ = a;
+    open_end_ = b;
     return;
   }
-  // The intervals it meets (an open interval ending at a does not) merge
-  // into one.
-  auto it = spans_.lower_bound(a);
-  if (it != spans_.begin() && std::prev(it)->second > a) --it;
-  while (it != spans_.end() && it->first < b) {
+  // Earlier: into the map, the intervals it meets there (an open interval
+  // ending at a does not) merged into one.
+  auto it = late_.lower_bound(a);
+  if (it != late_.begin() && std::prev(it)->second > a) --it;
+  while (it != late_.end() && it->first < b) {
     a = std::min(a, it->first);
     b = std::max(b, it->second);
-    it = spans_.erase(it);
+    it = late_.erase(it);
   }
-  spans_.emplace(a, b);
+  late_.emplace(a, b);
+}
+
+void PendingIntervals::Close() {
+  if (open_end_ <= open_start_) return;
+  if (blocks_.empty() || blocks_.back().count == kPerBlock) {
+    blocks_.push_back({open_start_, bytes_.size(), 0});
+  } else {
+    // The gap since the last packed one (starts only grow, and the open
+    // interval closes only when one starts at or after its end).
+    trace::VarintOut v;
+    v.Put(static_cast<uint64_t>(open_start_ - last_end_));
+    v.AppendTo(&bytes_);
+  }
+  trace::VarintOut v;
+  v.Put(static_cast<uint64_t>(open_end_ - open_start_));
+  v.AppendTo(&bytes_);
+  ++blocks_.back().count;
+  ++packed_;
+  last_end_ = open_end_;
+  open_start_ = open_end_ = 0;
 }
 
 bool PendingIntervals::At(int64_t x) const {
-  auto it = spans_.lower_bound(x);  // the first starting at or after x
-  return it != spans_.begin() && std::prev(it)->second > x;
+  if (open_end_ > open_start_ && open_start_ < x && x < open_end_) return true;
+  auto it = late_.lower_bound(x);  // the first starting at or after x
+  if (it != late_.begin() && std::prev(it)->second > x) return true;
+  // The packed intervals are sorted and disjoint: the last starting before
+  // x holds it or none does. Its block: the last whose first starts before x.
+  auto block = std::lower_bound(blocks_.begin(), blocks_.end(), x,
+                                [](const Block& k, int64_t v) { return k.first_start < v; });
+  if (block == blocks_.begin()) return false;
+  --block;
+  const size_t end = block + 1 == blocks_.end() ? bytes_.size() : (block + 1)->offset;
+  trace::VarintIn in(bytes_.data() + block->offset, end - block->offset);
+  int64_t start = block->first_start;
+  int64_t last_end = 0;  // of the last one starting before x
+  for (uint32_t i = 0; i < block->count; ++i) {
+    uint64_t gap = 0, length = 0;
+    if (i > 0 && !in.Get(&gap)) break;
+    if (!in.Get(&length)) break;
+    if (i > 0) start = last_end + static_cast<int64_t>(gap);
+    if (start >= x) break;
+    last_end = start + static_cast<int64_t>(length);
+  }
+  return last_end > x;
 }
 
 std::vector<CallClass> ClassifyCalls(const Timeline& t, uint32_t device,

@@ -56,15 +56,37 @@ enum class CallClass : uint8_t {
 // one. ClassifyCalls builds it from a timeline's ops; a reader that sees a
 // trace a slice at a time (stream.h) builds it from every slice, since an
 // op queued long after its launch may lie beyond the slice of a call it
-// kept waiting. Memory: one entry per stretch of pending work.
+// kept waiting.
+// Memory: an interval starting at or after the latest one's start (ops
+// mostly come in time order) extends it or closes it and opens the next;
+// closed ones are packed as two varints each (the gap since the one
+// before, the length: 4–6 bytes, where a loop whose kernels end before
+// the next launch leaves one per kernel), 128 to a block, a block found by
+// its first start. An interval
+// starting before the latest one's start goes to a map of its own (one
+// entry per stretch of such intervals): the union is the same.
 class PendingIntervals {
  public:
   void Add(int64_t enter_ns, int64_t end_ns);
   bool At(int64_t x) const;
-  size_t size() const { return spans_.size(); }
+  // Intervals held: packed, the open one, and in the map.
+  size_t size() const { return packed_ + (open_end_ > open_start_ ? 1 : 0) + late_.size(); }
+  size_t bytes() const { return bytes_.capacity() + blocks_.capacity() * sizeof(Block); }
 
  private:
-  std::map<int64_t, int64_t> spans_;  // start → end, disjoint
+  struct Block {
+    int64_t first_start = 0;  // of its first interval
+    size_t offset = 0;        // into bytes_
+    uint32_t count = 0;
+  };
+  static constexpr uint32_t kPerBlock = 128;
+  void Close();  // packs the open interval
+  std::vector<uint8_t> bytes_;
+  std::vector<Block> blocks_;
+  size_t packed_ = 0;
+  int64_t last_end_ = 0;  // the latest packed interval's end
+  int64_t open_start_ = 0, open_end_ = 0;  // [start, end); empty when equal
+  std::map<int64_t, int64_t> late_;  // start → end, disjoint
 };
 
 // Classifies each call of `t` (indexed like t.calls). See docs/analyzer.md

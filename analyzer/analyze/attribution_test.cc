@@ -6,6 +6,7 @@
 #include "analyzer/analyze/analysis.h"
 
 #include <catch2/catch.hpp>
+#include <random>
 
 #include "analyzer/testing/test_util.h"
 
@@ -37,6 +38,42 @@ void CheckInvariants(const Report& r) {
 // synchronizing even when the call outlasted its small op (a slow first
 // call, the interposer's own cost), and one into pageable memory is, even
 // when it returned quickly; without memory kinds the timing rule decides.
+// The union of open intervals, however they were added: each point is
+// checked against the intervals themselves. Mostly in time order (the
+// packed blocks), some earlier (the map), touching, nested and long ones.
+TEST_CASE("pending intervals: a point is inside one of them, packed or not", "[attribution]") {
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    CAPTURE(seed);
+    std::mt19937_64 rng(seed);
+    auto pick = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
+    PendingIntervals p;
+    std::vector<std::pair<int64_t, int64_t>> added;
+    int64_t t = 1'000;
+    const int n = 200 + static_cast<int>(pick(3'000));
+    for (int i = 0; i < n; ++i) {
+      t += pick(seed % 4 == 0 ? 3 : 400);  // some runs of equal starts
+      int64_t a = t;
+      if (pick(10) == 0) a -= pick(5'000);  // an op launched long before
+      int64_t b = a + pick(pick(20) == 0 ? 100'000 : 300);  // some empty, some long
+      if (pick(25) == 0) b = a;
+      p.Add(a, b);
+      added.emplace_back(a, b);
+    }
+    size_t in = 0;
+    for (int64_t x = 0; x <= t + 200'000; x += 1 + pick(97)) {
+      bool expected = false;
+      for (const auto& [a, b] : added) expected = expected || (a < x && x < b);
+      in += expected;
+      INFO("x " << x);
+      REQUIRE(p.At(x) == expected);
+    }
+    // Both answers were asked (a check that cannot fail is none).
+    CHECK(in > 0);
+    // Packed: a few bytes each, not a map node.
+    if (p.size() > 1'000) CHECK(p.bytes() < 16 * p.size());
+  }
+}
+
 TEST_CASE("async copies synchronize by their host memory when it is known", "[attribution]") {
   for (const bool kinds : {true, false}) {
     TraceBuilder b;

@@ -338,6 +338,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
     cutter.Cut(k0, k1, &part);
     Attribution a = AttributeWindow(part, plan, k0, k1, options);
     out.steps.insert(out.steps.end(), a.steps.begin(), a.steps.end());
+    if (!stream.keep_gaps) a.gaps.clear();
     for (IdleGap& g : a.gaps) {
       if (g.call >= 0) {
         out.gap_call.push_back({out.gaps.size(), CallKey::Of(t->calls[static_cast<size_t>(g.call)])});

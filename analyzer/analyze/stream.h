@@ -90,6 +90,10 @@ struct StreamOptions {
   // host and device) the windows pass holds until the end; past it, the
   // hotspots have a pass of their own (about 80 bytes a call: 160 MB).
   size_t max_hotspot_calls = 2'000'000;
+  // The idle gaps (StreamedAnalysis::gaps, gap_call): one a stretch of
+  // idle, so as many as the device ops where the device idles between
+  // kernels; a report needs only the steps' rows.
+  bool keep_gaps = true;
   // Called after each slice read: record chunks read so far, and about how
   // many the passes read in all (each pass about every one once).
   std::function<void(uint64_t done, uint64_t total)> progress;
@@ -98,7 +102,7 @@ struct StreamOptions {
 struct StreamedAnalysis {
   StepPlan plan;
   std::vector<StepStats> steps;
-  std::vector<IdleGap> gaps;                         // `call` left -1
+  std::vector<IdleGap> gaps;                         // `call` left -1; none without keep_gaps
   std::vector<std::pair<size_t, CallKey>> gap_call;  // (index into gaps, its call)
   std::vector<std::pair<CallKey, int64_t>> idle_caused;  // rule-1 ns per call, by key
   // The forced-sync hotspots (hotspots.h), as FindHotspots gives them on

@@ -549,6 +549,21 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window,
       CHECK(HotRow(s->hotspots[k]) == HotRow(hotspots[k]));
     }
     CHECK(s->slices[2] >= (plan.steps.size() + per - 1) / per);
+    if (per == 1) {
+      // Without the gaps (as `report` reads): none held, the rest the same.
+      auto again = SliceReader::OpenBytes(bytes, "t", *index);
+      REQUIRE(again.ok());
+      so.keep_gaps = false;
+      auto lean = AnalyzeStreamed(&*again, *index, *pattern, options, so);
+      REQUIRE(lean.ok());
+      CHECK(lean->gaps.empty());
+      CHECK(lean->gap_call.empty());
+      REQUIRE(lean->steps.size() == s->steps.size());
+      for (size_t k = 0; k < s->steps.size(); ++k) CHECK(Row(lean->steps[k]) == Row(s->steps[k]));
+      CHECK(lean->idle_caused == s->idle_caused);
+      REQUIRE(lean->hotspots.size() == s->hotspots.size());
+      for (size_t k = 0; k < s->hotspots.size(); ++k) CHECK(HotRow(lean->hotspots[k]) == HotRow(s->hotspots[k]));
+    }
     CHECK(s->questions.kernels == qi.kernels);
     CHECK(s->questions.short_kernels == qi.short_kernels);
     CHECK(s->questions.nccl_ops == qi.nccl_ops);
@@ -768,6 +783,7 @@ TEST_CASE("streamed: what analyzing a trace by slices costs", "[.][stream-bench]
   KeepFreedMemory();  // as the `stallscope` command reads
   std::string path = spec;
   StreamOptions so;
+  so.keep_gaps = false;  // as `report` reads
   if (auto colon = path.rfind(':'); colon != std::string::npos) {
     so.steps_per_window = std::stoul(path.substr(colon + 1));
     path = path.substr(0, colon);

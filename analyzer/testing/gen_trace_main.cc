@@ -30,8 +30,16 @@ int main(int argc, char** argv) {
   }
   const char* op_ranges = getenv("STALLSCOPE_GEN_OP_RANGES");
   const char* markers = getenv("STALLSCOPE_GEN_MARKERS");
+  // Each kernel's time (default 20 us: the device runs behind the host);
+  // under the 6 us between launches, the host sets the pace.
+  const char* kernel_us = getenv("STALLSCOPE_GEN_KERNEL_US");
+  const int64_t kernel_ns = kernel_us != nullptr ? atoll(kernel_us) * kUs : 20 * kUs;
+  if (kernel_ns <= 0) {
+    fprintf(stderr, "STALLSCOPE_GEN_KERNEL_US=%s: expected a positive number of microseconds\n", kernel_us);
+    return 1;
+  }
   TraceBuilder b = SyntheticSteps(steps, kernel, op_ranges != nullptr && std::string(op_ranges) == "1",
-                                  markers == nullptr || std::string(markers) != "0");
+                                  markers == nullptr || std::string(markers) != "0", kernel_ns);
   b.SetPacked(e != "raw", e == "zstd");
   b.WriteTo(argv[1]);
   return 0;

@@ -47,13 +47,15 @@ inline analyzer::Report AnalyzeOrDie(const TraceBuilder& b,
 
 // `steps` marked steps ("step") of the benchmarks' synthetic training loop,
 // in chunks of 4,096 records: a 200 us input wait, 100 launches of 20 us
-// kernels named `kernel` (6 us apart, 4 us each), and a synchronize from
-// train.py:42 until the last kernel ends: 201 calls and device ops a step.
+// kernels (`kernel_ns`) named `kernel` (6 us apart, 4 us each), and a
+// synchronize from train.py:42 until the last kernel ends: 201 calls and
+// device ops a step. Kernels under 6 us make the loop launch-bound: the
+// device idles between them.
 // With `op_ranges`, each launch inside an NVTX range of its own ("op", as
 // PyTorch's emit_nvtx gives each operator); without `markers`, no step
 // ranges (the steps are then found from the launch sequence).
 inline TraceBuilder SyntheticSteps(int steps, const std::string& kernel = "kernel", bool op_ranges = false,
-                                   bool markers = true) {
+                                   bool markers = true, int64_t kernel_ns = 20 * kUs) {
   TraceBuilder b;
   b.SetChunkRecords(4096);
   auto api = AddStandardApis(&b);
@@ -66,9 +68,9 @@ inline TraceBuilder SyntheticSteps(int steps, const std::string& kernel = "kerne
     for (int i = 0; i < 100; ++i) {
       const int64_t start = std::max(d, t + 10 * kUs);
       if (op_ranges) b.Push(1, static_cast<uint64_t>(t), "op");
-      b.Submit(1, api.launch, t, t + 4 * kUs, start, start + 20 * kUs, tf::DeviceOpKind::kKernel, kernel);
+      b.Submit(1, api.launch, t, t + 4 * kUs, start, start + kernel_ns, tf::DeviceOpKind::kKernel, kernel);
       if (op_ranges) b.Pop(1, static_cast<uint64_t>(t + 5 * kUs));
-      d = start + 20 * kUs;
+      d = start + kernel_ns;
       t += 6 * kUs;
     }
     b.Call(1, api.sync, t, d + 5 * kUs, {.python_stack = site});
