@@ -114,6 +114,10 @@ namespace stallscope::trace {
   X(kOpsOutsideSteps, 0, kAnalyzer, "ops_outside_steps", kInfo,                   \
     "device ops before the first or after the last step are not in any "          \
     "step")                                                                       \
+  X(kAutoStepsEnd, 0, kAnalyzer, "auto_steps_end", kInfo,                         \
+    "steps found from the launch sequence end before it does: more than a "      \
+    "step's calls come after the last step (another loop, or a long "            \
+    "teardown), and their device work is outside every step")                    \
   X(kEmptyLastStep, 0, kAnalyzer, "empty_last_step", kInfo,                       \
     "the last marked step submitted no device work (a marker opened at "          \
     "each iteration's end, as torch.profiler's ProfilerStep#N, leaves one "       \

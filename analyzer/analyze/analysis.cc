@@ -134,6 +134,21 @@ void AddPlan(const StepPlan& plan, size_t devices, Report* report) {
   report->sampled_every = plan.sampled_every;
   report->steps_found = static_cast<int64_t>(plan.steps_found);
   if (plan.dropped_empty_last) AddDiagnostic(&report->diagnostics, DiagId::kEmptyLastStep, 1);
+  // More than one step's calls after the last step: the rule stopped
+  // matching (the loop changed) or the run went on without steps.
+  const AutoTail& tail = plan.auto_tail;
+  if (plan.source == "auto" && !plan.steps.empty() && tail.calls_after > tail.period) {
+    std::string rule = tail.rule_calls > 0
+                           ? absl::StrFormat("; the step rule was found in the sequence's first %d calls",
+                                             tail.rule_calls)
+                           : "";
+    AddDiagnostic(&report->diagnostics, DiagId::kAutoStepsEnd, tail.calls_after,
+                  absl::StrFormat("%d of the launch sequence's %d calls come after the last step "
+                                  "found (steps of %d calls; the last ends at %.6f s): no step "
+                                  "begins there, and their device work is outside every step%s",
+                                  tail.calls_after, tail.calls, tail.period,
+                                  static_cast<double>(plan.steps.back().host_end_ns) / 1e9, rule));
+  }
   if (plan.ops_outside > 0) {
     AddDiagnostic(&report->diagnostics, DiagId::kOpsOutsideSteps, plan.ops_outside,
                   absl::StrFormat("%d device ops were submitted outside every step and "

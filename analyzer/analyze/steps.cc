@@ -383,16 +383,25 @@ class AutoStepFinder::Sequence {
     if (seq_.size() >= detect_calls_) Detect();
   }
 
-  // The steps; `score` gets the rule's score (0: none found).
-  std::vector<StepSpan> Finish(double* score) {
+  // The steps; `score` gets the rule's score (0: none found), `tail` the
+  // calls after the last step.
+  std::vector<StepSpan> Finish(double* score, AutoTail* tail) {
     if (!detected_) Detect();
     *score = rule_.score;
     std::vector<StepSpan> steps;
+    *tail = {};
     if (!rule_.found) return steps;
     size_t m = starts_.size();
     if (rule_.reach) {
       const uint64_t hi = anchor_last_ + rule_.period;
       while (m > 0 && starts_[m - 1].pos >= hi) --m;
+    }
+    tail->calls = static_cast<int64_t>(followed_);
+    tail->period = static_cast<int64_t>(rule_.period);
+    tail->rule_calls = followed_ > rule_calls_ ? static_cast<int64_t>(rule_calls_) : 0;
+    if (m > 0) {
+      const uint64_t last = starts_[m - 1].pos + rule_.period;
+      tail->calls_after = static_cast<int64_t>(followed_ > last ? followed_ - last : 0);
     }
     for (size_t j = 0; j < m; ++j) {
       StepSpan s;
@@ -414,6 +423,7 @@ class AutoStepFinder::Sequence {
 
   void Detect() {
     detected_ = true;
+    if (seq_.size() >= detect_calls_) rule_calls_ = seq_.size();
     rule_ = DetectRule(seq_, gap_, symbols_.size());
     if (rule_.found) {
       for (const auto& [key, symbol] : symbols_) {
@@ -458,6 +468,7 @@ class AutoStepFinder::Sequence {
   AutoRule rule_;
   std::pair<uint64_t, uint64_t> start_key_, anchor_key_;
   uint64_t followed_ = 0;     // calls followed
+  uint64_t rule_calls_ = 0;   // the calls the rule was found in, when not all
   uint64_t occurrences_ = 0;  // of the start symbol
   uint64_t anchor_last_ = 0;
   std::vector<Start> starts_;
@@ -536,16 +547,20 @@ void AutoStepFinder::Add(const Timeline& t, size_t i0, size_t i1) {
 
 std::vector<StepSpan> AutoStepFinder::Finish() {
   double main_score = 0, all_score = 0;
-  std::vector<StepSpan> main = main_->Finish(&main_score);
+  std::vector<StepSpan> main = main_->Finish(&main_score, &tail_);
   if (all_ == nullptr || main.empty()) return main;
   // The merged sequence has the other threads' calls too, and their own
   // variation (a first-step allocation): nearly as regular is regular.
-  std::vector<StepSpan> merged = all_->Finish(&all_score);
-  return all_score >= kAutoMinScore && all_score >= main_score - kAutoPhaseScoreSlack ? merged
-                                                                                      : main;
+  AutoTail all_tail;
+  std::vector<StepSpan> merged = all_->Finish(&all_score, &all_tail);
+  if (all_score >= kAutoMinScore && all_score >= main_score - kAutoPhaseScoreSlack) {
+    tail_ = all_tail;
+    return merged;
+  }
+  return main;
 }
 
-std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid) {
+std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid, AutoTail* tail) {
   // Frameworks that launch from several threads in a fixed order (PyTorch:
   // forward and optimizer from the Python thread, backward from the autograd
   // engine's) repeat only in the calls of all threads together; threads
@@ -556,7 +571,9 @@ std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid) {
   // synchronize, are no training steps).
   AutoStepFinder finder(main_tid, SeveralLaunch(t.calls_per_thread, main_tid));
   finder.Add(t, 0, t.calls.size());
-  return finder.Finish();
+  std::vector<StepSpan> steps = finder.Finish();
+  if (tail != nullptr) *tail = finder.tail();
+  return steps;
 }
 
 bool SeveralLaunch(const std::vector<ThreadCallCount>& calls_per_thread, uint32_t main_tid) {
@@ -648,7 +665,7 @@ StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device
   std::vector<StepSpan> steps = MarkedSteps(t, pattern, plan.main_tid);
   plan.source = steps.empty() ? "none" : "marker";
   if (steps.empty()) {
-    steps = AutoSteps(t, plan.main_tid);
+    steps = AutoSteps(t, plan.main_tid, &plan.auto_tail);
     if (!steps.empty()) plan.source = "auto";
   }
   const bool markers = !steps.empty();

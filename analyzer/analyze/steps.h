@@ -31,6 +31,13 @@ struct StepSpan {
   uint32_t name = 0;  // a marked step's range name (Timeline string id); 0 none
 };
 
+struct AutoTail {
+  int64_t calls = 0;
+  int64_t period = 0;
+  int64_t calls_after = 0;
+  int64_t rule_calls = 0;
+};
+
 struct StepPlan {
   std::string source = "none";  // marker | auto | none
   uint32_t main_tid = 0;        // the thread with the most launches
@@ -47,6 +54,12 @@ struct StepPlan {
   uint32_t sampled_every = 0;
   std::vector<int32_t> numbers;
   size_t steps_found = 0;
+  // Steps from the launch sequence (source "auto"): the sequence's calls,
+  // the calls of one step (the rule's period), those after the last step's
+  // period of calls (no step begins there: another loop, or teardown), and
+  // the calls the rule was found in when the sequence was longer (0: the
+  // whole sequence).
+  AutoTail auto_tail;
 };
 
 // Each device with its number of ops (NCCL kernels counted `nccl_weight`
@@ -87,7 +100,7 @@ inline constexpr size_t kAutoDetectCalls = size_t{1} << 20;
 // found. Host ranges: [enter of the step's first call, enter of the next
 // step's first call); the last step ends with the exit of its last call at
 // most one period after its start.
-std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid);
+std::vector<StepSpan> AutoSteps(const Timeline& t, uint32_t main_tid, AutoTail* tail = nullptr);
 // Whether a thread other than `main_tid` launched (AutoSteps then also
 // tries the calls of every thread).
 bool SeveralLaunch(const std::vector<ThreadCallCount>& calls_per_thread, uint32_t main_tid);
@@ -108,6 +121,8 @@ class AutoStepFinder {
   // The calls t.calls[i0, i1).
   void Add(const Timeline& t, size_t i0, size_t i1);
   bool needs_gaps() const;
+  // After Finish: the chosen sequence's calls after its last step.
+  const AutoTail& tail() const { return tail_; }
   // The main thread's first calls were searched and have no period:
   // Finish will find no steps, whatever calls come.
   bool found_none() const;
@@ -120,6 +135,7 @@ class AutoStepFinder {
   uint32_t main_tid_;
   int64_t busy_until_ = std::numeric_limits<int64_t>::min();
   std::unique_ptr<Sequence> main_, all_;
+  AutoTail tail_;
   std::vector<uint32_t> op_name_;  // of the calls being added
   std::vector<uint16_t> op_kind_;
 };

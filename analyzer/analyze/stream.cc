@@ -202,6 +202,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
     });
     if (!tiled.ok()) return tiled;
     marked = finder.Finish();
+    plan.auto_tail = finder.tail();
     plan.source = "auto";
     done(4);
   }

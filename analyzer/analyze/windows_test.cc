@@ -520,6 +520,10 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window,
     CHECK(s->plan.dropped_empty_last == plan.dropped_empty_last);
     CHECK(s->plan.numbers == plan.numbers);
     CHECK(s->plan.steps_found == plan.steps_found);
+    CHECK(s->plan.auto_tail.calls == plan.auto_tail.calls);
+    CHECK(s->plan.auto_tail.period == plan.auto_tail.period);
+    CHECK(s->plan.auto_tail.calls_after == plan.auto_tail.calls_after);
+    CHECK(s->plan.auto_tail.rule_calls == plan.auto_tail.rule_calls);
     REQUIRE(s->plan.steps.size() == plan.steps.size());
     for (size_t k = 0; k < plan.steps.size(); ++k) CHECK(span_row(s->plan.steps[k]) == span_row(plan.steps[k]));
     REQUIRE(s->steps.size() == whole.steps.size());
@@ -770,7 +774,76 @@ TEST_CASE("auto steps: the period found in the first calls cuts the rest as the 
       std::vector<std::pair<int64_t, int64_t>> sliced;
       for (const StepSpan& x : s->plan.steps) sliced.push_back({x.host_start_ns, x.host_end_ns});
       CHECK(sliced == prefix);
+      // The rule came from the first `detect` calls, and says so.
+      CHECK(s->plan.auto_tail.rule_calls == static_cast<int64_t>(detect));
     }
+  }
+}
+
+// A training loop, then another (an evaluation: other kernels, no upload)
+// longer than a step: no step begins in it, which the report says
+// (auto_steps_end), whether the rule came from the whole sequence or from
+// its first calls; the training loop alone, with a teardown shorter than a
+// step, says nothing.
+TEST_CASE("auto steps: calls after the last step found are named", "[steps][auto]") {
+  for (const int eval : {0, 25}) {
+    CAPTURE(eval);
+    TraceBuilder b;
+    auto api = testing::AddStandardApis(&b);
+    int64_t h = 100 * kUs, d = 0;
+    auto kernel = [&](const std::string& name) {
+      const int64_t start = std::max(d, h + 8 * kUs);
+      d = start + 20 * kUs;
+      b.Submit(1, api.launch, h, h + 5 * kUs, start, d, tf::DeviceOpKind::kKernel, name);
+      h += 10 * kUs;
+    };
+    auto sync = [&] {
+      b.Call(1, api.sync, static_cast<uint64_t>(h), static_cast<uint64_t>(std::max(h, d) + 4 * kUs));
+      h = std::max(h, d) + 6 * kUs;
+    };
+    for (int k = 0; k < 30; ++k) {
+      h += 300 * kUs;  // the input wait
+      for (const char* name : {"fwd", "bwd", "adam"}) kernel(name);
+      sync();
+    }
+    for (int k = 0; k < eval; ++k) {
+      h += 50 * kUs;
+      kernel("eval_a");
+      kernel("eval_b");
+      sync();
+    }
+    const std::string bytes = b.Build();
+    const Timeline t = testing::ReadOrDie(b);
+    auto pattern = CompileStepPattern(kDefaultStepPattern);
+    const StepPlan plan = FindSteps(t, *pattern, BusiestDevice(t));
+    REQUIRE(plan.source == "auto");
+    CHECK(plan.steps.size() == 30);
+    const AutoTail& tail = plan.auto_tail;
+    CHECK(tail.calls == 30 * 4 + eval * 3);
+    CHECK(tail.period == 4);
+    CHECK(tail.calls_after == eval * 3);
+    CHECK(tail.rule_calls == 0);
+    auto report = AnalyzeTimeline(t, {});
+    REQUIRE(report.ok());
+    const Diagnostic* said = nullptr;
+    for (const Diagnostic& x : report->diagnostics) said = x.id == DiagId::kAutoStepsEnd ? &x : said;
+    CHECK((said != nullptr) == (eval > 0));
+    if (said != nullptr) {
+      CHECK(said->count == static_cast<uint64_t>(eval * 3));
+      CHECK(said->message.find("75 of the launch sequence's 195 calls") != std::string::npos);
+    }
+    // The rule from the first 40 calls (10 steps), by slices: the same.
+    auto index = IndexTraceBytes(bytes, "t");
+    REQUIRE(index.ok());
+    auto reader = SliceReader::OpenBytes(bytes, "t", *index);
+    REQUIRE(reader.ok());
+    StreamOptions so;
+    so.auto_detect_calls = 40;
+    auto s = AnalyzeStreamed(&*reader, *index, *pattern, {}, so);
+    REQUIRE(s.ok());
+    CHECK(s->plan.steps.size() == 30);
+    CHECK(s->plan.auto_tail.calls_after == eval * 3);
+    CHECK(s->plan.auto_tail.rule_calls == 40);
   }
 }
 
