@@ -88,8 +88,9 @@ struct StreamOptions {
   size_t auto_detect_calls = kAutoDetectCalls;
   // The calls that can be hotspots (synchronizing calls and copies between
   // host and device) the windows pass holds until the end; past it, the
-  // hotspots have a pass of their own (about 80 bytes a call: 160 MB).
-  size_t max_hotspot_calls = 2'000'000;
+  // hotspots have a pass of their own (80 bytes a call: 80 MB, twice that
+  // while the vector grows).
+  size_t max_hotspot_calls = 1'000'000;
   // The idle gaps (StreamedAnalysis::gaps, gap_call): one a stretch of
   // idle, so as many as the device ops where the device idles between
   // kernels; a report needs only the steps' rows.
