@@ -345,16 +345,17 @@ void HotspotFinder::Add(const Timeline& t, const std::vector<Call>& calls,
     // synchronize whose thread's previous copy-or-synchronizing call was a
     // copy between host and device made from the same Python line (and
     // stream). Any synchronizing call takes the pending copy.
-    std::optional<PendingCopy> completes;
+    std::optional<PendingCopy> completes;  // its copy, when it completes one
     if (!c.host_copy && c.sync) {
       auto it = pending_.find(c.tid);
       if (it != pending_.end()) {
-        const PendingCopy copy = it->second;
+        const PendingCopy pending = it->second;
         pending_.erase(it);
+        const Call& copy = pending.copy;
         const bool whole_context = NameHas(api.name, "Ctx") || NameHas(api.name, "DeviceSynchronize");
         if (api.category == trace::ApiCategory::kSync && c.python_stack != 0 &&
             c.python_stack == copy.python_stack && (whole_context || c.stream == copy.stream)) {
-          completes = copy;
+          completes = pending;
         }
       }
     }
@@ -384,7 +385,7 @@ void HotspotFinder::Add(const Timeline& t, const std::vector<Call>& calls,
       // A synchronize completing a read-back joins its copy's hotspot: what
       // the user wrote is the read-back (the copy blocks when it goes to
       // pageable memory, the synchronize when it goes to pinned memory).
-      const uint16_t api_id = completes ? completes->api : c.api;
+      const uint16_t api_id = completes ? completes->copy.api : c.api;
       const ApiInfo& hot_api = t.Api(api_id);
       const bool explicit_sync = hot_api.category == trace::ApiCategory::kSync;
       auto key = std::make_tuple(api_id, explicit_sync, r.site.file, r.site.line, r.site.function);
@@ -404,8 +405,8 @@ void HotspotFinder::Add(const Timeline& t, const std::vector<Call>& calls,
       Extra& x = extra_[h_at];
       if (completes) {
         x.completes_copy = true;
-        x.max_bytes = std::max(x.max_bytes, completes->bytes);
-        add_op_copy(x, completes->has_ops, completes->op);
+        x.max_bytes = std::max(x.max_bytes, completes->copy.bytes);
+        add_op_copy(x, completes->copy.has_ops, completes->copy.op);
       }
       // The steps it hit: calls come in time order, so a step is new when
       // it differs from the last one counted.
@@ -429,17 +430,7 @@ void HotspotFinder::Add(const Timeline& t, const std::vector<Call>& calls,
       h.blocked_ns = AddCapped(h.blocked_ns, blocked);
       h.idle_caused_ns += caused;
     }
-    if (c.host_copy) {
-      PendingCopy p;
-      p.api = c.api;
-      p.python_stack = c.python_stack;
-      p.stream = c.stream;
-      p.bytes = c.bytes;
-      p.has_ops = c.has_ops;
-      p.op = c.op;
-      p.counted = counted;
-      pending_[c.tid] = p;
-    }
+    if (c.host_copy) pending_[c.tid] = {c, counted};
   }
 }
 

@@ -149,12 +149,7 @@ class HotspotFinder {
   // A thread's last copy between host and device, not yet followed by a
   // synchronizing call.
   struct PendingCopy {
-    uint16_t api = 0;
-    uint32_t python_stack = 0;
-    uint64_t stream = 0;
-    uint64_t bytes = 0;
-    bool has_ops = false;
-    OpCopy op;
+    Call copy;
     bool counted = false;  // counted as a hit itself
   };
   const StepPlan& plan_;

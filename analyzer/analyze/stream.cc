@@ -259,6 +259,10 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   // stream.max_hotspot_calls of them, they are dropped and the hotspots
   // have a pass of their own (4).
   absl::flat_hash_map<CallKey, int64_t> caused;
+  auto caused_by = [&](const CallKey& k) {
+    auto it = caused.find(k);
+    return it == caused.end() ? int64_t{0} : it->second;
+  };
   Symbolizer symbolizer(names->modules);
   HotspotFinder finder(plan, options, &symbolizer);
   std::vector<HotspotFinder::Call> hot;
@@ -355,8 +359,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   done(2);
   if (!hot_over) {
     finder.Add(*names, hot, [&](const HotspotFinder::Call& c) {
-      auto it = caused.find(CallKey{c.tid, c.api, c.enter_ns, c.exit_ns});
-      return it == caused.end() ? int64_t{0} : it->second;
+      return caused_by(CallKey{c.tid, c.api, c.enter_ns, c.exit_ns});
     });
     out.hotspot_calls = hot.size();
   }
@@ -371,10 +374,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
     if (!t.ok()) return t.status();
     const auto [i0, i1] = EnteringIn(t->calls, from, to);
     const std::vector<CallClass> classes = ClassifyCalls(*t, plan.device, options, &pending);
-    finder.Add(*t, classes, i0, i1, [&](size_t i) {
-      auto it = caused.find(CallKey::Of(t->calls[i]));
-      return it == caused.end() ? int64_t{0} : it->second;
-    });
+    finder.Add(*t, classes, i0, i1, [&](size_t i) { return caused_by(CallKey::Of(t->calls[i])); });
     return absl::OkStatus();
   });
   if (!tiled.ok()) return tiled;
