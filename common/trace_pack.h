@@ -213,10 +213,13 @@ class ApiPacker {
   ShapeTable<5, kPackShapes> table_;  // ApiShape's fields
 };
 
-// Unpacks `count` records into `out`; nullptr when fine, else what is wrong.
-// `shapes` is scratch of at least kPackShapes entries.
-inline const char* UnpackApi(const uint8_t* p, size_t n, uint32_t count, ApiRecord* out,
-                             ApiShape* shapes) {
+// Unpacks `count` records, handing each to `emit(const ApiRecord&)` in
+// order; nullptr when fine, else what is wrong (the records before the fault
+// were handed on). `shapes` is scratch of at least kPackShapes entries. A
+// reader that builds its own structures from the records takes them here,
+// not through an array of records written and read back.
+template <typename Emit>
+inline const char* UnpackApiEach(const uint8_t* p, size_t n, uint32_t count, ApiShape* shapes, Emit&& emit) {
   VarintIn in(p, n);
   size_t nshapes = 0;
   uint64_t prev_enter = 0, prev_corr = 0;
@@ -247,7 +250,7 @@ inline const char* UnpackApi(const uint8_t* p, size_t n, uint32_t count, ApiReco
     }
     if (corr != 0) prev_corr = corr;
     if (!in.Get(&d_enter) || !in.Get(&dur)) return "api times past the payload";
-    ApiRecord& a = out[i];
+    ApiRecord a;
     a.enter = prev_enter + UnZigZag(d_enter);
     a.exit = a.enter + UnZigZag(dur);
     a.correlation = corr;
@@ -260,8 +263,15 @@ inline const char* UnpackApi(const uint8_t* p, size_t n, uint32_t count, ApiReco
     a.result = s.result;
     a.python_stack = s.python_stack;
     prev_enter = a.enter;
+    emit(a);
   }
   return in.AtPadding() ? nullptr : "bytes after the last packed api record";
+}
+
+// Unpacks `count` records into `out`; nullptr when fine, else what is wrong.
+inline const char* UnpackApi(const uint8_t* p, size_t n, uint32_t count, ApiRecord* out,
+                             ApiShape* shapes) {
+  return UnpackApiEach(p, n, count, shapes, [&out](const ApiRecord& a) { *out++ = a; });
 }
 
 // ---- kDevice ----
@@ -317,8 +327,10 @@ class DevicePacker {
   ShapeTable<4, kPackShapes> table_;  // DeviceShape's fields
 };
 
-inline const char* UnpackDevice(const uint8_t* p, size_t n, uint32_t count, DeviceRecord* out,
-                                DeviceShape* shapes) {
+// As UnpackApiEach: each record to `emit(const DeviceRecord&)`.
+template <typename Emit>
+inline const char* UnpackDeviceEach(const uint8_t* p, size_t n, uint32_t count, DeviceShape* shapes,
+                                    Emit&& emit) {
   VarintIn in(p, n);
   size_t nshapes = 0;
   uint64_t prev_end = 0;
@@ -354,7 +366,7 @@ inline const char* UnpackDevice(const uint8_t* p, size_t n, uint32_t count, Devi
       corr = static_cast<uint32_t>(prev_corr + UnZigZag(corr));
     }
     if (!in.Get(&d_start) || !in.Get(&dur)) return "device times past the payload";
-    DeviceRecord& d = out[i];
+    DeviceRecord d;
     d.start_ns = prev_end + UnZigZag(d_start);
     d.end_ns = d.start_ns + UnZigZag(dur);
     d.bytes = s.bytes;
@@ -369,8 +381,14 @@ inline const char* UnpackDevice(const uint8_t* p, size_t n, uint32_t count, Devi
     d.dst_kind = s.dst_kind;
     prev_corr = d.correlation;
     prev_end = d.end_ns;
+    emit(d);
   }
   return in.AtPadding() ? nullptr : "bytes after the last packed device record";
+}
+
+inline const char* UnpackDevice(const uint8_t* p, size_t n, uint32_t count, DeviceRecord* out,
+                                DeviceShape* shapes) {
+  return UnpackDeviceEach(p, n, count, shapes, [&out](const DeviceRecord& d) { *out++ = d; });
 }
 
 // ---- kCorrelation ----
@@ -395,7 +413,9 @@ void PackCorrelation(Bytes* out, const CorrelationRecord* r, size_t n) {
   }
 }
 
-inline const char* UnpackCorrelation(const uint8_t* p, size_t n, uint32_t count, CorrelationRecord* out) {
+// As UnpackApiEach: each record to `emit(const CorrelationRecord&)`.
+template <typename Emit>
+inline const char* UnpackCorrelationEach(const uint8_t* p, size_t n, uint32_t count, Emit&& emit) {
   VarintIn in(p, n);
   uint64_t prev_ext = 0;
   uint32_t prev_corr = 0;
@@ -408,13 +428,19 @@ inline const char* UnpackCorrelation(const uint8_t* p, size_t n, uint32_t count,
     } else {
       ext = prev_ext + 1;
     }
-    out[i].correlation = static_cast<uint32_t>(prev_corr + 1 + UnZigZag(tag >> 1));
-    out[i].external = ext;
-    out[i].reserved = 0;
+    CorrelationRecord r;
+    r.correlation = static_cast<uint32_t>(prev_corr + 1 + UnZigZag(tag >> 1));
+    r.external = ext;
+    r.reserved = 0;
     prev_ext = ext;
-    prev_corr = out[i].correlation;
+    prev_corr = r.correlation;
+    emit(r);
   }
   return in.AtPadding() ? nullptr : "bytes after the last packed correlation record";
+}
+
+inline const char* UnpackCorrelation(const uint8_t* p, size_t n, uint32_t count, CorrelationRecord* out) {
+  return UnpackCorrelationEach(p, n, count, [&out](const CorrelationRecord& r) { *out++ = r; });
 }
 
 // Whether every record can be packed losslessly (CorrelationRecord's

@@ -47,6 +47,111 @@ std::string CheckRecordCount(const ChunkHeader& h, size_t n) {
   return {};
 }
 
+// A call record of thread `tid` appended to the timeline, where it is call
+// `index`. Inlined into the unpacker's loop and written field by field in
+// place: a record built on the stack and copied whole is read back with
+// wider loads than its fields were stored with, which stalls on
+// store-to-load forwarding (most of this function's time when it did).
+[[gnu::always_inline]] inline void AppendCall(const trace::ApiRecord& r, uint32_t tid, size_t index,
+                                              Timeline* t) {
+  ApiCall& c = t->calls.emplace_back();
+  c.enter_ns = static_cast<int64_t>(r.enter);
+  c.exit_ns = static_cast<int64_t>(r.exit);
+  c.tid = tid;
+  c.api = r.api;
+  c.flags = r.flags;
+  if (r.correlation != 0) t->by_external.Set(r.correlation, static_cast<uint32_t>(index));
+  CallInfo& info = t->call_info.emplace_back();
+  info.correlation = r.correlation;
+  info.stream = r.stream;
+  info.object = r.object;
+  info.bytes = r.bytes;
+  info.stack = r.stack;
+  info.python_stack = r.python_stack;
+  info.result = r.result;
+}
+
+// A device record appended to the timeline (in place, as AppendCall); a
+// device id past kMaxDevice is clamped to it and counted in `bad_devices`.
+[[gnu::always_inline]] inline void AppendOp(const trace::DeviceRecord& r, Timeline* t, uint64_t* bad_devices) {
+  DeviceOp& op = t->ops.emplace_back();
+  op.start_ns = static_cast<int64_t>(r.start_ns);
+  op.end_ns = static_cast<int64_t>(r.end_ns);
+  *bad_devices += r.device > kMaxDevice;
+  op.device = static_cast<uint16_t>(std::min(r.device, kMaxDevice));
+  op.kind = static_cast<trace::DeviceOpKind>(r.kind);
+  op.copy_kind = r.copy_kind;
+  // (Or-ed as words: a test of both bytes at once was compiled into two
+  // byte stores and a 16-bit load, a forwarding stall on every op.)
+  if ((uint32_t{r.src_kind} | uint32_t{r.dst_kind}) != 0) {
+    // A pageable host side: DtoH/AtoH into pageable memory, or HtoH
+    // with either side pageable (CUpti_ActivityMemoryKind 1; copy
+    // kinds 2, 4 and 9).
+    t->copy_memory_kinds = true;
+    constexpr uint8_t kPageable = 1;
+    const bool to_host = r.copy_kind == 2 || r.copy_kind == 4;
+    const bool host_to_host = r.copy_kind == 9;
+    if ((to_host && r.dst_kind == kPageable) ||
+        (host_to_host && (r.src_kind == kPageable || r.dst_kind == kPageable))) {
+      t->pageable_copy_ops.insert(r.correlation);
+    }
+  }
+  OpInfo& info = t->op_info.emplace_back();
+  info.bytes = r.bytes;
+  info.correlation = r.correlation;
+  info.name = r.name;
+  info.stream = r.stream;
+  info.context = r.context;
+}
+
+// Whether chunk `h`'s payload, once inflated, is packed records.
+bool Packed(const ChunkHeader& h) { return (h.encoding & 0xff) == trace::kEncodingPacked; }
+
+// Hands each record of a call, device or correlation chunk (its payload
+// decompressed, when it was) to `visit`, in order: a raw payload's records
+// (as many as it holds), or a packed one's straight from the unpacker
+// (`api_shapes`, `device_shapes`: its scratch). An error text when packed
+// records do not decode; the records before the fault were handed on.
+template <typename Visitor>
+std::string EachRecord(const ChunkHeader& h, const uint8_t* p, size_t n, trace::ApiShape* api_shapes,
+                       trace::DeviceShape* device_shapes, Visitor& visit) {
+  const auto type = static_cast<ChunkType>(h.type);
+  if (Packed(h)) {
+    const char* error = type == ChunkType::kApi      ? trace::UnpackApiEach(p, n, h.count, api_shapes, visit)
+                        : type == ChunkType::kDevice ? trace::UnpackDeviceEach(p, n, h.count, device_shapes, visit)
+                                                     : trace::UnpackCorrelationEach(p, n, h.count, visit);
+    return error == nullptr ? std::string() : std::string(error);
+  }
+  auto raw = [&](auto record) {
+    const size_t records = std::min<size_t>(h.count, n / sizeof record);
+    for (size_t i = 0; i < records; ++i) {
+      std::memcpy(&record, p + i * sizeof record, sizeof record);
+      visit(record);
+    }
+  };
+  if (type == ChunkType::kApi) {
+    raw(trace::ApiRecord{});
+  } else if (type == ChunkType::kDevice) {
+    raw(trace::DeviceRecord{});
+  } else {
+    raw(trace::CorrelationRecord{});
+  }
+  return {};
+}
+
+// Appends the records EachRecord hands it to a timeline.
+struct Appender {
+  Timeline* t;
+  uint32_t tid;  // the chunk's thread
+  size_t index;  // the next call's index in t->calls
+  uint64_t bad_devices = 0;
+  [[gnu::always_inline]] void operator()(const trace::ApiRecord& r) { AppendCall(r, tid, index++, t); }
+  [[gnu::always_inline]] void operator()(const trace::DeviceRecord& r) { AppendOp(r, t, &bad_devices); }
+  [[gnu::always_inline]] void operator()(const trace::CorrelationRecord& r) {
+    t->correlations.Set(r.correlation, r.external);
+  }
+};
+
 // Decodes one verified chunk payload into the timeline. Returns an error text
 // (empty when fine) for counts or lengths that do not fit the payload.
 std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timeline* t) {
@@ -54,77 +159,19 @@ std::string ParseChunk(const ChunkHeader& h, const uint8_t* p, size_t n, Timelin
   if (std::string e = CheckRecordCount(h, n); !e.empty()) return e;
   trace::EntryReader entries(p, n);
   switch (static_cast<ChunkType>(h.type)) {
-    case ChunkType::kApi: {
+    case ChunkType::kApi:
+    case ChunkType::kDevice:
+    case ChunkType::kCorrelation: {
       // Appended whole, each record built once (sizing the vectors first
       // would write every field twice: the default, then the record's);
       // the capacity is the slice's or the file's count already.
-      const size_t base = t->calls.size();
-      for (uint32_t i = 0; i < h.count; ++i) {
-        trace::ApiRecord r;
-        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
-        ApiCall c;
-        c.enter_ns = static_cast<int64_t>(r.enter);
-        c.exit_ns = static_cast<int64_t>(r.exit);
-        c.tid = h.tid;
-        c.api = r.api;
-        c.flags = r.flags;
-        t->calls.push_back(c);
-        if (r.correlation != 0) t->by_external.Set(r.correlation, static_cast<uint32_t>(base + i));
-        CallInfo info;
-        info.correlation = r.correlation;
-        info.stream = r.stream;
-        info.object = r.object;
-        info.bytes = r.bytes;
-        info.stack = r.stack;
-        info.python_stack = r.python_stack;
-        info.result = r.result;
-        t->call_info.push_back(info);
-      }
-      return {};
-    }
-    case ChunkType::kDevice: {
-      uint64_t bad_devices = 0;
-      for (uint32_t i = 0; i < h.count; ++i) {
-        trace::DeviceRecord r;
-        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
-        DeviceOp op;
-        op.start_ns = static_cast<int64_t>(r.start_ns);
-        op.end_ns = static_cast<int64_t>(r.end_ns);
-        bad_devices += r.device > kMaxDevice;
-        op.device = static_cast<uint16_t>(std::min(r.device, kMaxDevice));
-        op.kind = static_cast<trace::DeviceOpKind>(r.kind);
-        op.copy_kind = r.copy_kind;
-        if (r.src_kind != 0 || r.dst_kind != 0) {
-          // A pageable host side: DtoH/AtoH into pageable memory, or HtoH
-          // with either side pageable (CUpti_ActivityMemoryKind 1; copy
-          // kinds 2, 4 and 9).
-          t->copy_memory_kinds = true;
-          constexpr uint8_t kPageable = 1;
-          const bool to_host = r.copy_kind == 2 || r.copy_kind == 4;
-          const bool host_to_host = r.copy_kind == 9;
-          if ((to_host && r.dst_kind == kPageable) ||
-              (host_to_host && (r.src_kind == kPageable || r.dst_kind == kPageable))) {
-            t->pageable_copy_ops.insert(r.correlation);
-          }
-        }
-        t->ops.push_back(op);
-        OpInfo info;
-        info.bytes = r.bytes;
-        info.correlation = r.correlation;
-        info.name = r.name;
-        info.stream = r.stream;
-        info.context = r.context;
-        t->op_info.push_back(info);
-      }
-      if (bad_devices > 0) AddDiagnostic(&t->diagnostics, DiagId::kInvalidRecords, bad_devices);
-      return {};
-    }
-    case ChunkType::kCorrelation: {
-      for (uint32_t i = 0; i < h.count; ++i) {
-        trace::CorrelationRecord r;
-        std::memcpy(&r, p + i * sizeof(r), sizeof(r));
-        t->correlations.Set(r.correlation, r.external);
-      }
+      // The payload is raw records here (an unpacked chunk's header still
+      // names its packing).
+      ChunkHeader raw = h;
+      raw.encoding = trace::kEncodingRaw;
+      Appender append{t, h.tid, t->calls.size()};
+      EachRecord(raw, p, n, nullptr, nullptr, append);  // raw: nothing to fail
+      if (append.bad_devices > 0) AddDiagnostic(&t->diagnostics, DiagId::kInvalidRecords, append.bad_devices);
       return {};
     }
     case ChunkType::kNvtx: {
@@ -337,9 +384,11 @@ struct Unpacked {
 // recorder writes chunks of about 64 KiB of records.
 constexpr size_t kMaxUnpackedBytes = size_t{256} << 20;
 
-// Points *p, *n at the raw payload of chunk `h`: itself, or what its
-// encoding decodes to (in `u`). An error text when it does not decode.
-std::string Unpack(const ChunkHeader& h, const uint8_t** p, size_t* n, Unpacked* u) {
+// Points *p, *n at the payload of chunk `h` before compression: itself, or
+// its zstd frame decompressed (in `u`); what is left is raw or packed
+// records (Packed tells). An error text when it does not decode, or its
+// encoding is unknown or impossible for its type.
+std::string Inflate(const ChunkHeader& h, const uint8_t** p, size_t* n, Unpacked* u) {
   if (h.encoding == trace::kEncodingRaw) return {};
   if ((h.encoding & ~uint16_t{trace::kEncodingZstd | 0xff}) != 0) return absl::StrFormat("unknown encoding %#x", h.encoding);
   if ((h.encoding & trace::kEncodingZstd) != 0) {
@@ -365,6 +414,15 @@ std::string Unpack(const ChunkHeader& h, const uint8_t** p, size_t* n, Unpacked*
   if (h.count > *n || uint64_t{h.count} * info->record_bytes > kMaxUnpackedBytes) {
     return "record count exceeds payload";
   }
+  return {};
+}
+
+// Points *p, *n at the raw payload of chunk `h`: itself, or what its
+// encoding decodes to (in `u`). An error text when it does not decode.
+std::string Unpack(const ChunkHeader& h, const uint8_t** p, size_t* n, Unpacked* u) {
+  if (std::string e = Inflate(h, p, n, u); !e.empty() || !Packed(h)) return e;
+  const auto type = static_cast<ChunkType>(h.type);
+  const trace::ChunkTypeInfo* info = trace::FindChunkType(h.type);
   u->records.resize((uint64_t{h.count} * info->record_bytes + 7) / 8);
   const char* error = nullptr;
   switch (type) {
@@ -385,6 +443,17 @@ std::string Unpack(const ChunkHeader& h, const uint8_t** p, size_t* n, Unpacked*
   *p = reinterpret_cast<const uint8_t*>(u->records.data());
   *n = uint64_t{h.count} * info->record_bytes;
   return {};
+}
+
+// ParseChunk for an inflated packed payload (Inflate checked its type and
+// count): each record goes from the unpacker to the timeline, not through
+// an array of raw records. Records before a fault are left appended, so a
+// caller that goes on after an error must not use this.
+std::string ParsePacked(const ChunkHeader& h, const uint8_t* p, size_t n, Unpacked* u, Timeline* t) {
+  Appender append{t, h.tid, t->calls.size()};
+  std::string error = EachRecord(h, p, n, u->api_shapes.data(), u->device_shapes.data(), append);
+  if (error.empty() && append.bad_devices > 0) AddDiagnostic(&t->diagnostics, DiagId::kInvalidRecords, append.bad_devices);
+  return error;
 }
 
 // A chunk header's own checks, before its payload is read: its magic and a
@@ -736,116 +805,24 @@ bool InTicks(uint16_t type) {
 }
 
 // The span of a verified chunk's records (ChunkSpan::lo, hi), from its raw
-// payload: the fixed records that carry a time or an id.
-// A correlation chunk's external ids, by the thread that gave them (the
-// recorder's ids are the thread's index above bit 40 and its count below):
-// one range per thread, so that ids of two threads far apart do not make
-// one range holding every id between them. Appended to `ranges`.
-void ExternalRanges(const uint8_t* p, size_t records,
-                    std::vector<std::pair<uint64_t, uint64_t>>* ranges) {
-  const size_t first = ranges->size();
-  for (size_t i = 0; i < records; ++i) {
-    uint64_t ext;
-    std::memcpy(&ext, p + i * sizeof(trace::CorrelationRecord) +
-                          offsetof(trace::CorrelationRecord, external),
-                sizeof ext);
-    auto it = std::find_if(ranges->begin() + static_cast<std::ptrdiff_t>(first), ranges->end(),
-                           [ext](const auto& r) { return (r.first >> 40) == (ext >> 40); });
-    if (it == ranges->end()) {
-      ranges->push_back({ext, ext});
-    } else {
-      it->first = std::min(it->first, ext);
-      it->second = std::max(it->second, ext);
-    }
-  }
-}
-
+// payload, for the chunks of fixed records whose first field is their time
+// (calls, device ops and correlations: RecordScan).
 void SpanOf(ChunkType type, const uint8_t* p, size_t n, uint32_t count, ChunkSpan* c) {
   const trace::ChunkTypeInfo* info = trace::FindChunkType(static_cast<uint16_t>(type));
   if (info == nullptr || info->record_bytes == 0 || count == 0) return;
-  // Records with a time (or ids); threads, diagnostics and ranks have none.
-  if (info->clock == trace::ChunkClock::kNoTime && type != ChunkType::kCorrelation) return;
+  // Records with a time; threads, diagnostics and ranks have none.
+  if (info->clock == trace::ChunkClock::kNoTime) return;
   const size_t records = std::min<size_t>(count, n / info->record_bytes);
   uint64_t lo = ~uint64_t{0}, hi = 0;
-  uint64_t id_lo = ~uint64_t{0}, id_hi = 0;
-  auto u64 = [&](size_t i, size_t field) {
-    uint64_t v;
-    std::memcpy(&v, p + i * info->record_bytes + field, sizeof v);
-    return v;
-  };
   for (size_t i = 0; i < records; ++i) {
-    uint64_t a, b;
-    switch (type) {
-      case ChunkType::kApi: {  // enter and exit; the external id
-        a = u64(i, 0);
-        b = u64(i, 8);
-        const uint64_t id = u64(i, offsetof(trace::ApiRecord, correlation));
-        if (id != 0) {
-          id_lo = std::min(id_lo, id);
-          id_hi = std::max(id_hi, id);
-        }
-        break;
-      }
-      case ChunkType::kDevice: {  // start and end; the CUPTI id
-        a = u64(i, 0);
-        b = u64(i, 8);
-        uint32_t id;
-        std::memcpy(&id, p + i * info->record_bytes + offsetof(trace::DeviceRecord, correlation),
-                    sizeof id);
-        id_lo = std::min<uint64_t>(id_lo, id);
-        id_hi = std::max<uint64_t>(id_hi, id);
-        break;
-      }
-      case ChunkType::kCorrelation: {  // the CUPTI id; the external id
-        uint32_t id;
-        std::memcpy(&id, p + i * info->record_bytes + offsetof(trace::CorrelationRecord, correlation),
-                    sizeof id);
-        a = b = id;
-        const uint64_t ext = u64(i, offsetof(trace::CorrelationRecord, external));
-        id_lo = std::min(id_lo, ext);
-        id_hi = std::max(id_hi, ext);
-        break;
-      }
-      default:  // the first field is the record's time
-        a = b = u64(i, 0);
-        break;
-    }
+    uint64_t a;
+    std::memcpy(&a, p + i * info->record_bytes, sizeof a);
     lo = std::min(lo, a);
-    hi = std::max({hi, a, b});
+    hi = std::max(hi, a);
   }
   if (records == 0) return;
   c->lo = lo;
   c->hi = hi;
-  c->id_lo = id_lo;
-  c->id_hi = id_hi;
-}
-
-// Adds a call or device chunk's records to the index's counts: calls by
-// thread and API, ops by device (ids past kMaxDevice clamped to it, as the
-// reader clamps them, and counted in `bad_devices`).
-void CountRecords(ChunkType type, const uint8_t* p, size_t n, uint32_t count, uint32_t tid,
-                  absl::flat_hash_map<std::pair<uint32_t, uint16_t>, int64_t>* calls,
-                  std::vector<DeviceOpCount>* ops, uint64_t* bad_devices) {
-  if (type == ChunkType::kApi) {
-    const size_t records = std::min<size_t>(count, n / sizeof(trace::ApiRecord));
-    for (size_t i = 0; i < records; ++i) {
-      uint16_t api;
-      std::memcpy(&api, p + i * sizeof(trace::ApiRecord) + offsetof(trace::ApiRecord, api), sizeof api);
-      ++(*calls)[{tid, api}];
-    }
-  } else if (type == ChunkType::kDevice) {
-    const size_t records = std::min<size_t>(count, n / sizeof(trace::DeviceRecord));
-    for (size_t i = 0; i < records; ++i) {
-      trace::DeviceRecord r;
-      std::memcpy(&r, p + i * sizeof r, sizeof r);
-      *bad_devices += r.device > kMaxDevice;
-      const uint32_t device = std::min(r.device, kMaxDevice);
-      auto it = std::find_if(ops->begin(), ops->end(), [&](const DeviceOpCount& d) { return d.device == device; });
-      if (it == ops->end()) it = ops->insert(ops->end(), DeviceOpCount{device, 0, 0});
-      ++it->ops;
-      it->nccl += r.kind == static_cast<uint8_t>(trace::DeviceOpKind::kNccl);
-    }
-  }
 }
 
 // What FinalizeTimeline fixes in a whole reading (kInvalidRecords), counted
@@ -872,6 +849,15 @@ struct InvalidCounter {
   void Time(uint64_t ticks) {
     if (ticks_are_ns) Clamped(ticks, &count);
   }
+  void Call(uint64_t enter, uint64_t exit) {
+    if (ticks_are_ns) {
+      Span(enter, exit);
+    } else if (exit < enter) {
+      inverted_calls.push_back({enter, exit});
+    }
+  }
+  void Op(uint64_t start, uint64_t end) { Span(start, end); }
+  // The records of a chunk other than calls and device ops (Call, Op).
   void Add(ChunkType type, const uint8_t* p, size_t n, uint32_t records_in) {
     const trace::ChunkTypeInfo* info = trace::FindChunkType(static_cast<uint16_t>(type));
     if (info == nullptr || info->record_bytes == 0) return;
@@ -883,19 +869,6 @@ struct InvalidCounter {
     };
     for (size_t i = 0; i < records; ++i) {
       switch (type) {
-        case ChunkType::kApi: {
-          const uint64_t enter = u64(i, offsetof(trace::ApiRecord, enter));
-          const uint64_t exit = u64(i, offsetof(trace::ApiRecord, exit));
-          if (ticks_are_ns) {
-            Span(enter, exit);
-          } else if (exit < enter) {
-            inverted_calls.push_back({enter, exit});
-          }
-          break;
-        }
-        case ChunkType::kDevice:
-          Span(u64(i, offsetof(trace::DeviceRecord, start_ns)), u64(i, offsetof(trace::DeviceRecord, end_ns)));
-          break;
         case ChunkType::kNvtx: Time(u64(i, offsetof(trace::NvtxRecord, ticks))); break;
         case ChunkType::kNccl: Time(u64(i, offsetof(trace::NcclRecord, enter))); break;
         case ChunkType::kDeviceTiming: Time(u64(i, offsetof(trace::DeviceTimingRecord, ticks))); break;
@@ -912,6 +885,86 @@ struct InvalidCounter {
   // The inverted calls, converted.
   void Finish(const TickConverter& conv) {
     for (const auto& [enter, exit] : inverted_calls) count += conv.ToNs(exit) < conv.ToNs(enter);
+  }
+};
+
+// What the index takes from the records of a call, device or correlation
+// chunk, one record at a time (EachRecord, straight from the unpacker for a
+// packed one): the chunk's span and ids (ChunkSpan); calls by thread and
+// API, and ops by device (ids past kMaxDevice clamped to it, as the reader
+// clamps them, and counted in `bad_devices`); the times a reading fixes; and
+// a correlation chunk's external ids by the thread that gave them (the
+// recorder's ids are the thread's index above bit 40 and its count below:
+// one range per thread, so that ids of two threads far apart do not make
+// one range holding every id between them), appended to `ranges`.
+struct RecordScan {
+  uint32_t tid = 0;
+  absl::flat_hash_map<std::pair<uint32_t, uint16_t>, int64_t>* calls = nullptr;
+  std::vector<DeviceOpCount>* ops = nullptr;
+  InvalidCounter* invalid = nullptr;
+  std::vector<std::pair<uint64_t, uint64_t>>* ranges = nullptr;
+  size_t ranges_first = 0;  // this chunk's first range
+  uint64_t lo = ~uint64_t{0}, hi = 0;
+  uint64_t id_lo = ~uint64_t{0}, id_hi = 0;
+  uint64_t records = 0;
+  uint64_t bad_devices = 0;
+  // The chunk's calls by API (one thread's), added to `calls` by Finish: a
+  // hash lookup a chunk and API, not a call. Its entries are zero between
+  // chunks.
+  std::vector<int64_t>* by_api = nullptr;
+
+  void Span(uint64_t a, uint64_t b) {
+    lo = std::min(lo, a);
+    hi = std::max({hi, a, b});
+    ++records;
+  }
+  void Id(uint64_t id) {
+    id_lo = std::min(id_lo, id);
+    id_hi = std::max(id_hi, id);
+  }
+  [[gnu::always_inline]] void operator()(const trace::ApiRecord& r) {  // enter and exit; the external id
+    Span(r.enter, r.exit);
+    if (r.correlation != 0) Id(r.correlation);
+    if (r.api >= by_api->size()) by_api->resize(r.api + size_t{1});
+    ++(*by_api)[r.api];
+    invalid->Call(r.enter, r.exit);
+  }
+  [[gnu::always_inline]] void operator()(const trace::DeviceRecord& r) {  // start and end; the CUPTI id
+    Span(r.start_ns, r.end_ns);
+    Id(r.correlation);
+    bad_devices += r.device > kMaxDevice;
+    const uint32_t device = std::min(r.device, kMaxDevice);
+    auto it = std::find_if(ops->begin(), ops->end(), [&](const DeviceOpCount& d) { return d.device == device; });
+    if (it == ops->end()) it = ops->insert(ops->end(), DeviceOpCount{device, 0, 0});
+    ++it->ops;
+    it->nccl += r.kind == static_cast<uint8_t>(trace::DeviceOpKind::kNccl);
+    invalid->Op(r.start_ns, r.end_ns);
+  }
+  [[gnu::always_inline]] void operator()(const trace::CorrelationRecord& r) {  // the CUPTI id; the external id
+    Span(r.correlation, r.correlation);
+    Id(r.external);
+    const uint64_t ext = r.external;
+    auto it = std::find_if(ranges->begin() + static_cast<std::ptrdiff_t>(ranges_first), ranges->end(),
+                           [ext](const auto& x) { return (x.first >> 40) == (ext >> 40); });
+    if (it == ranges->end()) {
+      ranges->push_back({ext, ext});
+    } else {
+      it->first = std::min(it->first, ext);
+      it->second = std::max(it->second, ext);
+    }
+  }
+  void Finish(ChunkSpan* c) {
+    for (size_t api = 0; api < by_api->size(); ++api) {
+      int64_t& n = (*by_api)[api];
+      if (n == 0) continue;
+      (*calls)[{tid, static_cast<uint16_t>(api)}] += n;
+      n = 0;
+    }
+    if (records == 0) return;
+    c->lo = lo;
+    c->hi = hi;
+    c->id_lo = id_lo;
+    c->id_hi = id_hi;
   }
 };
 
@@ -951,6 +1004,7 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
   invalid.ticks_are_ns = (index.header.flags & trace::kFileTicksAreNs) != 0;
   uint64_t correlations = 0;
   absl::flat_hash_map<std::pair<uint32_t, uint16_t>, int64_t> calls_by_api;
+  std::vector<int64_t> by_api;  // RecordScan::by_api
   for (uint64_t off = index.header.header_bytes; off < size;) {
     ChunkHeader ch;
     const Load l = LoadChunk(read, size, index.header.version, off, &ch, &buffer);
@@ -972,14 +1026,30 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
     const uint8_t* payload = reinterpret_cast<const uint8_t*>(buffer.data());
     size_t payload_bytes = ch.payload_bytes;
     if (index.header.version < 4) ch.encoding = trace::kEncodingRaw;
-    if (reason.empty()) reason = Unpack(ch, &payload, &payload_bytes, &unpacked);
+    if (reason.empty()) reason = Inflate(ch, &payload, &payload_bytes, &unpacked);
+    const auto type = static_cast<ChunkType>(ch.type);
+    // A call, device or correlation chunk's records, scanned as they are
+    // unpacked.
+    const bool scanned = type == ChunkType::kApi || type == ChunkType::kDevice || type == ChunkType::kCorrelation;
     // The small chunks (tables, clocks, threads ...), which every slice
     // reads, are parsed here too: one the reader rejects is refused now,
     // not by every slice.
     if (reason.empty() && !IsSliced(ch.type)) reason = ParseChunk(ch, payload, payload_bytes, &tables);
     // A record chunk is parsed by the slices that read it; a count its
-    // payload cannot hold, which the reader skips as damage, is refused now.
-    if (reason.empty() && IsSliced(ch.type)) reason = CheckRecordCount(ch, payload_bytes);
+    // payload cannot hold, which the reader skips as damage, is refused now
+    // (a packed one's: by Inflate, or as it is scanned).
+    if (reason.empty() && IsSliced(ch.type) && !(scanned && Packed(ch))) reason = CheckRecordCount(ch, payload_bytes);
+    RecordScan scan;
+    if (reason.empty() && scanned) {
+      scan.tid = ch.tid;
+      scan.calls = &calls_by_api;
+      scan.by_api = &by_api;
+      scan.ops = &index.ops_per_device;
+      scan.invalid = &invalid;
+      scan.ranges = &index.external_ranges;
+      scan.ranges_first = index.external_ranges.size();
+      reason = EachRecord(ch, payload, payload_bytes, unpacked.api_shapes.data(), unpacked.device_shapes.data(), scan);
+    }
     if (!reason.empty()) {
       // The reader skips damaged chunks; an index of their neighbours would
       // not say what was lost, so it is refused.
@@ -994,26 +1064,24 @@ absl::StatusOr<TraceIndex> Index(const ReadAt& read, uint64_t size, const std::s
     c.tid = ch.tid;
     c.type = ch.type;
     c.encoding = ch.encoding;
-    const auto type = static_cast<ChunkType>(ch.type);
-    SpanOf(type, payload, payload_bytes, ch.count, &c);
-    uint64_t bad_devices = 0;
-    CountRecords(type, payload, payload_bytes, ch.count, ch.tid, &calls_by_api, &index.ops_per_device,
-                 &bad_devices);
-    // What the reader would say of the chunk, in its place among the
-    // chunks' diagnostics.
-    if (bad_devices > 0) AddDiagnostic(&tables.diagnostics, DiagId::kInvalidRecords, bad_devices);
-    invalid.Add(type, payload, payload_bytes, ch.count);
+    if (scanned) {
+      scan.Finish(&c);
+      // What the reader would say of the chunk, in its place among the
+      // chunks' diagnostics.
+      if (scan.bad_devices > 0) AddDiagnostic(&tables.diagnostics, DiagId::kInvalidRecords, scan.bad_devices);
+    } else {
+      SpanOf(type, payload, payload_bytes, ch.count, &c);
+      invalid.Add(type, payload, payload_bytes, ch.count);
+    }
     if (type == ChunkType::kCpu || type == ChunkType::kCpuSched) {
       index.cpu_samples = true;
       index.cpu_samples_without_delay += SamplesWithoutDelay(type, payload, payload_bytes, ch.count);
     }
     correlations += type == ChunkType::kCorrelation ? ch.count : 0;
     tables.bytes_used = off + sizeof(ch) + ch.payload_bytes;
-    if (ch.type == static_cast<uint16_t>(ChunkType::kCorrelation)) {
-      c.ranges_at = static_cast<uint32_t>(index.external_ranges.size());
-      ExternalRanges(payload, std::min<size_t>(ch.count, payload_bytes / sizeof(trace::CorrelationRecord)),
-                     &index.external_ranges);
-      c.ranges = static_cast<uint32_t>(index.external_ranges.size() - c.ranges_at);
+    if (type == ChunkType::kCorrelation) {
+      c.ranges_at = static_cast<uint32_t>(scan.ranges_first);
+      c.ranges = static_cast<uint32_t>(index.external_ranges.size() - scan.ranges_first);
     }
     index.chunks.push_back(c);
     if (ch.type == static_cast<uint16_t>(ChunkType::kClock)) {
@@ -1136,7 +1204,8 @@ struct SliceReader::State {
   const TraceIndex* index = nullptr;
   bool file_has_correlations = false;
   Timeline base;
-  // A record chunk decoded: its header and its raw records.
+  // A record chunk loaded and verified: its header and its records, raw or
+  // packed (decompressed), parsed by Parse.
   struct Decoded {
     ChunkHeader ch{};
     Words words;
@@ -1159,16 +1228,21 @@ struct SliceReader::State {
     if (base.header.version < 4) d->ch.encoding = trace::kEncodingRaw;
     const uint8_t* payload = reinterpret_cast<const uint8_t*>(d->words.data());
     size_t n = d->ch.payload_bytes;
-    if (std::string reason = Unpack(d->ch, &payload, &n, &unpacked); !reason.empty()) return reason;
-    // Decoded into `unpacked`: its buffer is taken, not copied, and this
-    // chunk's raw payload buffer left there to be written next time.
-    if (payload == reinterpret_cast<const uint8_t*>(unpacked.records.data())) {
-      d->words.swap(unpacked.records);
-    } else if (payload == reinterpret_cast<const uint8_t*>(unpacked.inflated.data())) {
+    if (std::string reason = Inflate(d->ch, &payload, &n, &unpacked); !reason.empty()) return reason;
+    // Decompressed into `unpacked`: its buffer is taken, not copied, and
+    // this chunk's payload buffer left there to be written next time.
+    if (payload == reinterpret_cast<const uint8_t*>(unpacked.inflated.data())) {
       d->words.swap(unpacked.inflated);
     }
     d->bytes = n;
     return {};
+  }
+
+  // Adds the records of `d` to `t`: packed ones straight from the unpacker
+  // (a slice that fails is dropped whole).
+  std::string Parse(const Decoded& d, Timeline* t) {
+    const auto* p = reinterpret_cast<const uint8_t*>(d.words.data());
+    return Packed(d.ch) ? ParsePacked(d.ch, p, d.bytes, &unpacked, t) : ParseChunk(d.ch, p, d.bytes, t);
   }
 };
 
@@ -1182,7 +1256,7 @@ absl::StatusOr<SliceReader> SliceReader::Open(std::unique_ptr<State> s, const st
     if (IsSliced(c.type)) continue;
     State::Decoded d;
     std::string reason = s->Decode(k, &d);
-    if (reason.empty()) reason = ParseChunk(d.ch, reinterpret_cast<const uint8_t*>(d.words.data()), d.bytes, &s->base);
+    if (reason.empty()) reason = s->Parse(d, &s->base);
     if (!reason.empty()) {
       return absl::DataLossError(absl::StrFormat("%s: chunk at byte offset %d: %s", name, c.offset, reason));
     }
@@ -1249,7 +1323,7 @@ absl::StatusOr<Timeline> SliceReader::Read(const std::vector<size_t>& chunks) {
       reason = s.Decode(k, &d);
       ++s.decoded;
     }
-    if (reason.empty()) reason = ParseChunk(d.ch, reinterpret_cast<const uint8_t*>(d.words.data()), d.bytes, &t);
+    if (reason.empty()) reason = s.Parse(d, &t);
     if (!reason.empty()) {
       return absl::DataLossError(absl::StrFormat("%s: chunk at byte offset %d: %s", t.path, c.offset, reason));
     }
