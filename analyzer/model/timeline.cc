@@ -122,7 +122,7 @@ void CorrelationMap::Expect(uint64_t expected) {
   PopulateCapacity(&dense_);
 }
 
-void CorrelationMap::Set(uint32_t correlation, uint64_t external) {
+void CorrelationMap::SetSlow(uint32_t correlation, uint64_t external) {
   ++records_;
   // From the first id set, or 0 when that is inside the vector's reach (a
   // whole file's, from 1), as ExternalIndex's threads.

@@ -174,7 +174,17 @@ class CorrelationMap {
   // down) over at most 4 * expected + 1024 ids; a hash map the others. The
   // ids of a slice of a long file (ReadTraceChunks) start far from 0.
   void Expect(uint64_t expected);
-  void Set(uint32_t correlation, uint64_t external);
+  void Set(uint32_t correlation, uint64_t external) {
+    // Inside the vector already (most ids after the first): no base to
+    // move, nothing to grow.
+    const uint64_t at = uint64_t{correlation} - base_;  // wraps below base_
+    if (at < dense_.size()) {
+      ++records_;
+      dense_[at] = external;
+      return;
+    }
+    SetSlow(correlation, external);
+  }
   uint64_t Get(uint32_t correlation) const {  // 0 when unknown
     // An id is in the vector or the map, never both: one that went to the
     // map stays out of the vector's reach (its start only moves down while
@@ -191,6 +201,7 @@ class CorrelationMap {
   void Clear();
 
  private:
+  void SetSlow(uint32_t correlation, uint64_t external);
   uint64_t limit_ = 1024;
   uint64_t records_ = 0;
   uint64_t base_ = 0;  // dense_[i] is id base_ + i
