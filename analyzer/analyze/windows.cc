@@ -47,15 +47,19 @@ WindowCutter::WindowCutter(const Timeline& t, const StepPlan& plan,
                            const std::vector<CallClass>& classes)
     : t_(t), plan_(plan), classes_(classes) {
   slot_of_call_.reserve(t.calls.size());
+  size_t slot = 0;  // the last call's thread's, looked up only when the thread changes
   for (size_t i = 0; i < t.calls.size(); ++i) {
     const ApiCall& c = t.calls[i];
-    auto [it, fresh] = slot_.try_emplace(c.tid, threads_.size());
-    if (fresh) {
-      tids_.push_back(c.tid);
-      threads_.emplace_back();
+    if (i == 0 || c.tid != t.calls[i - 1].tid) {
+      auto [it, fresh] = slot_.try_emplace(c.tid, threads_.size());
+      if (fresh) {
+        tids_.push_back(c.tid);
+        threads_.emplace_back();
+      }
+      slot = it->second;
     }
-    slot_of_call_.push_back(static_cast<uint32_t>(it->second));
-    ThreadCalls& th = threads_[it->second];
+    slot_of_call_.push_back(static_cast<uint32_t>(slot));
+    ThreadCalls& th = threads_[slot];
     th.calls.push_back(static_cast<int32_t>(i));
     // Outermost: not inside the last outermost call (as Activity keeps them).
     if (!th.outer.empty()) {

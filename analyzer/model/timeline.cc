@@ -262,7 +262,11 @@ int64_t TickConverter::Convert(const Segment& s, uint64_t ticks) const {
   const double ns = static_cast<double>(s.ns) + static_cast<double>(delta) * s.slope;
   if (!(ns > 0)) return 0;  // also NaN
   if (ns >= static_cast<double>(kMaxTimeNs)) return kMaxTimeNs;
-  return static_cast<int64_t>(std::llround(ns));
+  // std::llround (half away from zero) without its library call, twice per
+  // call read: the truncation is a double's value, so the fraction is
+  // exact.
+  const auto whole = static_cast<int64_t>(ns);
+  return ns - static_cast<double>(whole) >= 0.5 ? whole + 1 : whole;
 }
 
 namespace {
