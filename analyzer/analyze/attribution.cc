@@ -402,6 +402,12 @@ void PendingIntervals::Close() {
 }
 
 bool PendingIntervals::At(int64_t x) const {
+  const bool pending = Holds(x);
+  if (!pending && x >= known_until_) unsure_.push_back(x);
+  return pending;
+}
+
+bool PendingIntervals::Holds(int64_t x) const {
   if (open_end_ > open_start_ && open_start_ < x && x < open_end_) return true;
   auto it = late_.lower_bound(x);  // the first starting at or after x
   if (it != late_.begin() && std::prev(it)->second > x) return true;

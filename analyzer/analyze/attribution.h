@@ -7,8 +7,9 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
+#include <limits>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -69,6 +70,16 @@ class PendingIntervals {
  public:
   void Add(int64_t enter_ns, int64_t end_ns);
   bool At(int64_t x) const;
+  // The ops of every call entering before `ns` have been added (by default
+  // every op; the notes cleared): At a time at or after it that answers no
+  // might have answered yes with the ops still to come, and the time is
+  // noted (Unsure, rising when asked in rising order), so that a caller
+  // adding ops as it goes can tell which answers to distrust.
+  void KnownUntil(int64_t ns) {
+    known_until_ = ns;
+    unsure_.clear();
+  }
+  const std::vector<int64_t>& Unsure() const { return unsure_; }
   // Intervals held: packed, the open one, and in the map.
   size_t size() const { return packed_ + (open_end_ > open_start_ ? 1 : 0) + late_.size(); }
   size_t bytes() const { return bytes_.capacity() + blocks_.capacity() * sizeof(Block); }
@@ -81,12 +92,15 @@ class PendingIntervals {
   };
   static constexpr uint32_t kPerBlock = 128;
   void Close();  // packs the open interval
+  bool Holds(int64_t x) const;  // At, without the notes
   std::vector<uint8_t> bytes_;
   std::vector<Block> blocks_;
   size_t packed_ = 0;
   int64_t last_end_ = 0;  // the latest packed interval's end
   int64_t open_start_ = 0, open_end_ = 0;  // [start, end); empty when equal
   std::map<int64_t, int64_t> late_;  // start → end, disjoint
+  int64_t known_until_ = std::numeric_limits<int64_t>::max();
+  mutable std::vector<int64_t> unsure_;
 };
 
 // Classifies each call of `t` (indexed like t.calls). See docs/analyzer.md

@@ -614,6 +614,7 @@ void StepSpanBuilder::AddOp(int64_t call_enter_ns, int64_t start_ns, int64_t end
   ++op_count_[k];
   op_start_[k] = std::min(op_start_[k], start_ns);
   op_end_[k] = std::max(op_end_[k], end_ns);
+  latest_op_end_ = std::max(latest_op_end_, end_ns);
 }
 
 bool StepSpanBuilder::LastSubmittedNothing(const Timeline& names) const {
@@ -630,21 +631,30 @@ void StepSpanBuilder::Finish(bool drop_last, StepPlan* plan) {
     steps_.pop_back();
     plan->dropped_empty_last = true;
   }
-  for (size_t k = 0; k < steps_.size(); ++k) {
-    StepSpan& s = steps_[k];
-    const bool none = op_end_[k] == std::numeric_limits<int64_t>::min();
-    if (k == 0) {
-      // The host range's start: a marker's push (an input wait right after
-      // it is the step's), an automatic step's first call.
-      s.start_ns = std::min(s.host_start_ns, op_start_[k]);
-    } else {
-      s.start_ns = steps_[k - 1].end_ns;
-    }
-    // A step that submitted nothing ends with its host range.
-    s.end_ns = std::max(s.start_ns, none ? s.host_end_ns : op_end_[k]);
-  }
+  for (size_t k = 0; k < steps_.size(); ++k) Span(k);
   plan->ops_outside = submitted_ - assigned_;
   plan->steps = std::move(steps_);
+}
+
+void StepSpanBuilder::Span(size_t k) {
+  StepSpan& s = steps_[k];
+  const bool none = op_end_[k] == std::numeric_limits<int64_t>::min();
+  if (k == 0) {
+    // The host range's start: a marker's push (an input wait right after
+    // it is the step's), an automatic step's first call.
+    s.start_ns = std::min(s.host_start_ns, op_start_[k]);
+  } else {
+    s.start_ns = steps_[k - 1].end_ns;
+  }
+  // A step that submitted nothing ends with its host range.
+  s.end_ns = std::max(s.start_ns, none ? s.host_end_ns : op_end_[k]);
+}
+
+void StepSpanBuilder::SpanThrough(size_t k, std::vector<StepSpan>* out) {
+  for (; spanned_ <= k && spanned_ < steps_.size(); ++spanned_) {
+    Span(spanned_);
+    (*out)[spanned_] = steps_[spanned_];
+  }
 }
 
 bool SubmittedIn(const Timeline& t, int64_t from_ns, int64_t to_ns) {

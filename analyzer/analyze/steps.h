@@ -163,6 +163,9 @@ class StepSpanBuilder {
   explicit StepSpanBuilder(std::vector<StepSpan> steps);
   void AddOp(int64_t call_enter_ns, int64_t start_ns, int64_t end_ns);
   const std::vector<StepSpan>& steps() const { return steps_; }
+  // The latest end of an op a step took so far: no step's span, once
+  // final, ends before it (each ends at or after the step before).
+  int64_t latest_op_end() const { return latest_op_end_; }
   // The last range is a profiler's closing one (ProfilerStep#, more than
   // one step) and no op took it; it is dropped when, besides, no call in
   // it submitted work (SubmittedIn). `names`: the range names' strings.
@@ -170,6 +173,11 @@ class StepSpanBuilder {
   // Sets plan->steps (without the last when `drop_last`: then
   // dropped_empty_last), and ops_outside.
   void Finish(bool drop_last, StepPlan* plan);
+  // The spans of steps [0, k] as Finish sets them, into (*out)[0..k]: final
+  // once every op of a call entering before step k's host end was added (a
+  // step's span follows from its own ops and the step before's). Called
+  // with rising k.
+  void SpanThrough(size_t k, std::vector<StepSpan>* out);
 
  private:
   std::vector<StepSpan> steps_;
@@ -179,6 +187,10 @@ class StepSpanBuilder {
   int64_t submitted_ = 0;
   int64_t assigned_ = 0;
   size_t hint_ = 0;
+  size_t spanned_ = 0;  // the steps SpanThrough set
+  int64_t latest_op_end_ = std::numeric_limits<int64_t>::min();
+  // Step k's span from its ops and step k - 1's (Finish, SpanThrough).
+  void Span(size_t k);
 };
 
 // Device timing in sampled windows (Timeline::device_timing; docs/analyzer.md

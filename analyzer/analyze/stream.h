@@ -95,6 +95,10 @@ struct StreamOptions {
   // idle, so as many as the device ops where the device idles between
   // kernels; a report needs only the steps' rows.
   bool keep_gaps = true;
+  // The steps' spans from the windows' slices (one pass over the record
+  // chunks after the index) where the trace allows, instead of a pass of
+  // their own first; false in tests, to compare.
+  bool fuse_spans = true;
   // Called after each slice read: record chunks read so far, and about how
   // many the passes read in all (each pass about every one once).
   std::function<void(uint64_t done, uint64_t total)> progress;
@@ -128,6 +132,13 @@ struct StreamedAnalysis {
   // the hotspots' own (past StreamOptions::max_hotspot_calls).
   size_t hotspot_calls = 0;
   bool hotspots_pass = false;
+  // Whether the steps' spans came from the windows' slices; and whether
+  // that was tried and given up for this trace (then done again with a
+  // pass of their own: a window's sweep would have needed the plan's
+  // extent, a call's class work pending past the calls read, or a span an
+  // op added later).
+  bool spans_fused = false;
+  bool spans_fused_failed = false;
   // The passes: counts and NVTX ranges, the steps' spans, windows (with
   // the slices before the first window and after the last), the hotspots
   // (their own pass, or only the finder's work), and (without markers) the

@@ -458,6 +458,15 @@ TraceBuilder RepeatingLoop(uint32_t seed, bool regular) {
 // The streamed attribution of the bytes `b` builds (chunks of
 // `chunk_records` records) gives the whole timeline's plan, rows, gaps and
 // charges, for windows of 1..max_window steps.
+// How the streamed analyses of CheckStreamedBytes found the steps' spans:
+// from the windows' slices, or by their own pass after those could not give
+// them (runs with sampled device timing take their own pass at once).
+struct FuseTally {
+  size_t fused = 0;
+  size_t gave_up = 0;
+};
+FuseTally g_fuse;
+
 void CheckStreamedBytes(const std::string& bytes, size_t max_window,
                         const std::string& source = "marker") {
   auto read = ReadTraceBytes(bytes, "t");
@@ -509,8 +518,30 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window,
     // Windows of 2 steps hold at most one such call: past it, the hotspots'
     // own pass.
     if (per == 2) so.max_hotspot_calls = 1;
-    auto s = AnalyzeStreamed(&*reader, *index, *pattern, options, so);
-    REQUIRE(s.ok());
+    auto first = AnalyzeStreamed(&*reader, *index, *pattern, options, so);
+    REQUIRE(first.ok());
+    // Tried from the windows' slices unless timing was sampled; and, for
+    // the smallest and largest windows, by their own pass: the same answer.
+    const bool sampled = !DeviceTimingOn(t).empty();
+    CHECK(first->spans_fused == (!sampled && !first->spans_fused_failed));
+    CHECK(!(sampled && first->spans_fused_failed));
+    g_fuse.fused += first->spans_fused;
+    g_fuse.gave_up += first->spans_fused_failed;
+    for (const bool fuse : {true, false}) {
+    if (!fuse && per != 1 && per != max_window) continue;
+    absl::StatusOr<StreamedAnalysis> own;
+    if (!fuse) {
+      auto again = SliceReader::OpenBytes(bytes, "t", *index);
+      REQUIRE(again.ok());
+      so.fuse_spans = false;
+      own = AnalyzeStreamed(&*again, *index, *pattern, options, so);
+      so.fuse_spans = true;
+      REQUIRE(own.ok());
+      CHECK(!own->spans_fused);
+      CHECK(!own->spans_fused_failed);
+    }
+    CAPTURE(fuse);
+    const absl::StatusOr<StreamedAnalysis>& s = fuse ? first : own;
     CHECK(s->hotspots_pass == (per == 2 && can_count.size() > 1));
     CHECK(s->hotspot_calls == (s->hotspots_pass ? 0 : can_count.size()));
     CHECK(s->plan.source == plan.source);
@@ -559,6 +590,7 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window,
       REQUIRE(again.ok());
       so.keep_gaps = false;
       auto lean = AnalyzeStreamed(&*again, *index, *pattern, options, so);
+      so.keep_gaps = true;
       REQUIRE(lean.ok());
       CHECK(lean->gaps.empty());
       CHECK(lean->gap_call.empty());
@@ -574,6 +606,7 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window,
     CHECK(s->questions.cpu_samples == !t.cpu.empty());
     CHECK(s->unjoined_ops == unjoined);
     CHECK(s->unmatched_nvtx == unmatched);
+    }
   }
 }
 
@@ -585,6 +618,7 @@ void CheckStreamed(TraceBuilder b, size_t chunk_records, size_t max_window,
 
 TEST_CASE("streamed: random loops read by slices attribute as the whole timeline",
           "[windows][stream]") {
+  g_fuse = {};
   for (uint32_t seed = 1; seed <= 150; ++seed) {
     CAPTURE(seed);
     TraceBuilder b = RandomLoop(seed, true);
@@ -607,6 +641,69 @@ TEST_CASE("streamed: random loops read by slices attribute as the whole timeline
       b.Range(8, 300 * kUs, 700 * kUs, "iteration on the loader");
     }
     CheckStreamed(std::move(b), 1 + seed % 9, 3);
+  }
+  // Both ways ran (a loop whose spans come from the windows' slices, and
+  // one where they could not, each giving the whole timeline's answer).
+  CHECK(g_fuse.fused > 0);
+  CHECK(g_fuse.gave_up > 0);
+}
+
+TEST_CASE("streamed: the steps' spans from the windows' slices, or their own pass where those cannot give them",
+          "[windows][stream]") {
+  constexpr int64_t kMs = 1000 * kUs;
+  // A plain loop: a launch and a synchronize a step. Fused, for every
+  // window size.
+  {
+    TraceBuilder b;
+    auto api = testing::AddStandardApis(&b);
+    for (int k = 0; k < 12; ++k) {
+      const int64_t t0 = k * kMs;
+      b.Range(1, t0, t0 + kMs, "step " + std::to_string(k));
+      b.Submit(1, api.launch, t0 + 100 * kUs, t0 + 110 * kUs, t0 + 200 * kUs, t0 + 600 * kUs);
+      b.Call(1, api.sync, t0 + 700 * kUs, t0 + 800 * kUs);
+    }
+    g_fuse = {};
+    CheckStreamed(std::move(b), 3, 3);
+    CHECK(g_fuse.fused == 3);
+    CHECK(g_fuse.gave_up == 0);
+  }
+  // Steps 6 to 11 submit nothing, and a launch after the last step (no
+  // step takes it) runs long after: the first op after the window of step 5
+  // starts past every span known by then, and past the plan's extent (the
+  // last step's host end), where the sweep stops; that extent is not known
+  // yet: their own pass.
+  {
+    TraceBuilder b;
+    auto api = testing::AddStandardApis(&b);
+    for (int k = 0; k < 12; ++k) {
+      const int64_t t0 = k * kMs;
+      b.Range(1, t0, t0 + 500 * kUs, "step " + std::to_string(k));
+      if (k < 6) b.Submit(1, api.launch, t0 + 100 * kUs, t0 + 110 * kUs, t0 + 200 * kUs, t0 + 300 * kUs);
+    }
+    b.Submit(1, api.launch, 12 * kMs + 200 * kUs, 12 * kMs + 210 * kUs, 20 * kMs, 21 * kMs);
+    g_fuse = {};
+    CheckStreamed(std::move(b), 3, 1);
+    CHECK(g_fuse.fused == 0);
+    CHECK(g_fuse.gave_up == 1);
+  }
+  // Another thread's long call (cuCtxGetLimit, 400 us, no op) two steps
+  // after the window of step 3, while step 5's kernel runs: the first call
+  // of that thread after the window, so its part holds it, and when it is
+  // classed the ops of step 5 are not yet read, so that it might be taken
+  // as not waiting: their own pass.
+  {
+    TraceBuilder b;
+    auto api = testing::AddStandardApis(&b);
+    for (int k = 0; k < 12; ++k) {
+      const int64_t t0 = k * kMs;
+      b.Range(1, t0, t0 + kMs, "step " + std::to_string(k));
+      b.Submit(1, api.launch, t0 + 100 * kUs, t0 + 110 * kUs, t0 + 200 * kUs, t0 + 900 * kUs);
+    }
+    b.Call(2, api.other, 5 * kMs + 300 * kUs, 5 * kMs + 700 * kUs);
+    g_fuse = {};
+    CheckStreamed(std::move(b), 3, 1);
+    CHECK(g_fuse.fused == 0);
+    CHECK(g_fuse.gave_up == 1);
   }
 }
 
@@ -886,14 +983,18 @@ TEST_CASE("streamed: what analyzing a trace by slices costs", "[.][stream-bench]
   std::printf("streamed: %s: %zu steps, %llu events; index %.2f s, analysis %.2f s "
               "(%.1f M events a second in all; the passes %.2f, %.2f, %.2f, %.2f s, the steps from the "
               "launch sequence %.2f s); slices read: %zu for the NVTX ranges, %zu for the launch "
-              "sequence, %zu for the steps' spans, %zu for %zu windows of %zu steps, %zu for "
+              "sequence, %zu for the steps' spans (%s), %zu for %zu windows of %zu steps, %zu for "
               "the hotspots (%s; %zu calls that can be hotspots held); %llu chunks decoded, "
               "%llu kept; the largest slice %zu calls, %zu ops; GPU idle %.3f s, %zu hotspots; "
               "peak %ld MB\n",
               path.c_str(), s->steps.size(), static_cast<unsigned long long>(events), index_s,
               total_s - index_s, static_cast<double>(events) / total_s / 1e6, s->seconds[0], s->seconds[1],
               s->seconds[2], s->seconds[3], s->seconds[4], s->slices[0], s->slices[4],
-              s->slices[1], s->slices[2], (s->steps.size() + s->steps_per_window - 1) / s->steps_per_window,
+              s->slices[1],
+              s->spans_fused          ? "none: from the windows' slices"
+              : s->spans_fused_failed ? "their own pass, after the windows' slices could not give them"
+                                      : "their own pass",
+              s->slices[2], (s->steps.size() + s->steps_per_window - 1) / s->steps_per_window,
               s->steps_per_window, s->slices[3],
               s->hotspots_pass ? "a pass of their own" : "the calls outside the windows' slices",
               s->hotspot_calls, static_cast<unsigned long long>(s->chunks_decoded),
