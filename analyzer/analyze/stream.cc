@@ -76,6 +76,18 @@ absl::Status TileSlices(const TraceIndex& index, trace::ChunkType type, size_t p
 
 }  // namespace
 
+bool ExternalIdsMayRepeat(const TraceIndex& index) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (const ChunkSpan& c : index.chunks) {
+    if (IsType(c, trace::ChunkType::kApi) && c.id_lo <= c.id_hi) ranges.emplace_back(c.id_lo, c.id_hi);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].first <= ranges[i - 1].second) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const TraceIndex& index,
                                                  const std::regex& pattern,
                                                  const AttributionOptions& options,
@@ -521,7 +533,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   done(3);
   return true;
   };
-  const bool fuse = stream.fuse_spans && DeviceTimingOn(*names).empty();
+  const bool fuse = stream.fuse_spans && DeviceTimingOn(*names).empty() && !ExternalIdsMayRepeat(index);
   passes -= fuse ? 1 : 0;
   absl::StatusOr<bool> whole = attempt(fuse);
   if (whole.ok() && !*whole) {

@@ -1,7 +1,7 @@
 // The streamed analysis (docs/analyzer.md, "Memory that follows steps"):
 // the steps, their idle attribution and the hotspots read from the file a
 // slice at a time, so that what is held follows the number of steps, not
-// of events. Three passes over the file's index (read/trace_reader.h):
+// of events. Passes over the file's index (read/trace_reader.h):
 // 1. counts and ranges: each thread's calls and launches and each
 //    device's ops (the index's counts), and the NVTX events by slices of
 //    the NVTX chunks, paired as a whole reading pairs them (NvtxPairer),
@@ -11,11 +11,20 @@
 //    slices of the calls and their ops by the call chunks' starts, with,
 //    until the period is found, the CPU samples from the latest exit of a
 //    sequence call on (they split the host's gap before the next);
-// 2. spans: slices of the device ops and the calls that submitted them
-//    (SliceChunker::OpsAndTheirCalls), each op starting in one taking the
-//    step of its call's enter time (StepSpanBuilder), and adding to when
-//    work was pending on the device (PendingIntervals, for the call
-//    classes);
+// 2. spans: each op takes the step of its call's enter time
+//    (StepSpanBuilder) and adds to when work was pending on the device
+//    (PendingIntervals, for the call classes). Fused (the default, unless
+//    device timing was sampled): from the windows' own slices, each adding
+//    the ops of the calls entering since the last one, through the next
+//    step's host end, before the window is cut (a step's span follows from
+//    its ops and the step before's). Where that cannot give the right
+//    answer (a window before the last would sweep past the first op after
+//    it, which may lie past the plan's extent, not known yet; a call its
+//    part holds was classed while work pending then might be unread; a
+//    span, once every op is added, differs from the one a window used),
+//    everything is done again the other way: slices of the device ops and
+//    the calls that submitted them (SliceChunker::OpsAndTheirCalls), each
+//    op counted in the slice its start falls in, a pass before the windows;
 // 3. windows: each window of steps (about kWindowEvents calls and ops)
 //    reads the slice from the drain before it to the first op after it and
 //    its host range, widened until it holds both, and is attributed from
@@ -96,7 +105,8 @@ struct StreamOptions {
   // kernels; a report needs only the steps' rows.
   bool keep_gaps = true;
   // The steps' spans from the windows' slices (one pass over the record
-  // chunks after the index) where the trace allows, instead of a pass of
+  // chunks after the index) where the trace allows (device timing not
+  // sampled, no external id that may name two calls), instead of a pass of
   // their own first; false in tests, to compare.
   bool fuse_spans = true;
   // Called after each slice read: record chunks read so far, and about how
@@ -150,6 +160,15 @@ struct StreamedAnalysis {
   size_t max_slice_calls = 0;
   size_t max_slice_ops = 0;
 };
+
+// Whether two call chunks' external ids overlap, so that one id may name
+// two calls (the recorder gives a thread's calls before it registers ids of
+// thread index 0, which another such thread may give too). A whole reading
+// joins such an id's ops to the call read last; a slice, to the last one it
+// holds: the steps' spans then take their own pass, which joins an op as
+// the whole reading does, not the windows' slices (StreamOptions::
+// fuse_spans).
+bool ExternalIdsMayRepeat(const TraceIndex& index);
 
 // The steps, attribution and hotspots of a trace with steps, marked or
 // found from the launch sequence, read by `reader` over `index`.
