@@ -234,304 +234,304 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   // everything is done again): the spans from a pass of their own first.
   const StreamedAnalysis before = out;
   auto attempt = [&](bool fused) -> absl::StatusOr<bool> {
-  std::vector<StepSpan> steps = marked;
-  out.spans_fused = fused;
-  // An op, each once, by the call that submitted it: its step's span,
-  // when work was pending on the device (the call classes need it at each
-  // call's entry, and an op queued long after its launch may lie beyond
-  // the slice of a call it kept waiting), the kernel counts; and the ops
-  // joined to a call, on every device (the others are the unjoined ones).
-  PendingIntervals pending;
-  uint64_t joined = 0;
-  auto add_op = [&](StepSpanBuilder& spans, const ApiCall& c, const DeviceOp& op) {
-    ++joined;
-    if (op.device != plan.device) return;
-    spans.AddOp(c.enter_ns, op.start_ns, op.end_ns);
-    pending.Add(c.enter_ns, op.end_ns);
-    if (op.kind == trace::DeviceOpKind::kKernel) CountKernel(c, op, options.launch_dispatch_ns, &out.questions);
-  };
-  bool drop = false;
-  // A profiler's closing range (StepSpanBuilder::LastSubmittedNothing) is
-  // dropped before the windows are cut: the fused way knows its ops from
-  // the slice of its host range, which holds the ops of its calls.
-  if (fused && plan.source == "marker" && steps.size() > 1 &&
-      names->String(steps.back().name).starts_with("ProfilerStep#")) {
-    const StepSpan& last = steps.back();
-    auto t = read(chunker.Chunks(Clamp(last.host_start_ns), Clamp(last.host_end_ns)), 2);
-    if (!t.ok()) return t.status();
-    bool took = false;
-    for (const DeviceOp& op : t->ops) {
-      if (op.call < 0 || op.device != plan.device) continue;
-      const int64_t enter = t->calls[static_cast<size_t>(op.call)].enter_ns;
-      took = took || (enter >= last.host_start_ns && enter < last.host_end_ns);
-    }
-    drop = !took && !SubmittedIn(*t, last.host_start_ns, last.host_end_ns);
-    if (drop) steps.pop_back();
-  }
-  StepSpanBuilder spans(steps);
-  if (!fused) {
-    // Pass 2: the steps' device spans, from slices by the device chunks'
-    // starts; an op counts in the slice its start falls in.
-    absl::Status tiled = TileSlices(index, trace::ChunkType::kDevice, per_slice, [&](int64_t from, int64_t to) {
-      // The slice's ops and their calls only: what an op's step and the
-      // kernel counts need.
-      auto t = read(chunker.OpsAndTheirCalls(Clamp(from), Clamp(to - 1)), 1);
+    std::vector<StepSpan> steps = marked;
+    out.spans_fused = fused;
+    // An op, each once, by the call that submitted it: its step's span,
+    // when work was pending on the device (the call classes need it at each
+    // call's entry, and an op queued long after its launch may lie beyond
+    // the slice of a call it kept waiting), the kernel counts; and the ops
+    // joined to a call, on every device (the others are the unjoined ones).
+    PendingIntervals pending;
+    uint64_t joined = 0;
+    auto add_op = [&](StepSpanBuilder& spans, const ApiCall& c, const DeviceOp& op) {
+      ++joined;
+      if (op.device != plan.device) return;
+      spans.AddOp(c.enter_ns, op.start_ns, op.end_ns);
+      pending.Add(c.enter_ns, op.end_ns);
+      if (op.kind == trace::DeviceOpKind::kKernel) CountKernel(c, op, options.launch_dispatch_ns, &out.questions);
+    };
+    bool drop = false;
+    // A profiler's closing range (StepSpanBuilder::LastSubmittedNothing) is
+    // dropped before the windows are cut: the fused way knows its ops from
+    // the slice of its host range, which holds the ops of its calls.
+    if (fused && plan.source == "marker" && steps.size() > 1 &&
+        names->String(steps.back().name).starts_with("ProfilerStep#")) {
+      const StepSpan& last = steps.back();
+      auto t = read(chunker.Chunks(Clamp(last.host_start_ns), Clamp(last.host_end_ns)), 2);
       if (!t.ok()) return t.status();
+      bool took = false;
       for (const DeviceOp& op : t->ops) {
-        if (op.start_ns < from || op.start_ns >= to || op.call < 0) continue;
-        add_op(spans, t->calls[static_cast<size_t>(op.call)], op);
+        if (op.call < 0 || op.device != plan.device) continue;
+        const int64_t enter = t->calls[static_cast<size_t>(op.call)].enter_ns;
+        took = took || (enter >= last.host_start_ns && enter < last.host_end_ns);
       }
-      return absl::OkStatus();
-    });
-    if (!tiled.ok()) return tiled;
-    if (plan.source == "marker" && spans.LastSubmittedNothing(*names)) {
-      const StepSpan& last = spans.steps().back();
-      auto t = read(chunker.Chunks(Clamp(last.host_start_ns), Clamp(last.host_end_ns)), 1);
-      if (!t.ok()) return t.status();
-      drop = !SubmittedIn(*t, last.host_start_ns, last.host_end_ns);
+      drop = !took && !SubmittedIn(*t, last.host_start_ns, last.host_end_ns);
+      if (drop) steps.pop_back();
     }
-    spans.Finish(drop, &plan);
-    KeepTimedSteps(*names, &plan);
-  } else {
-    // The host ranges; each span is set once known (SpanThrough), the last
-    // step's end (the plan's extent, which a window's sweep stops at) held
-    // past every time until then.
-    plan.steps = steps;
-    plan.steps.back().end_ns = kMax;
-  }
-  done(1);
-  // The fused way: the calls entering before it have had their ops added.
-  int64_t added = std::numeric_limits<int64_t>::min();
-  // The ops of the calls of `t` entering in [max(from, added), to).
-  auto add_ops = [&](const Timeline& t, int64_t from, int64_t to) {
-    if (!fused) return;
-    from = std::max(from, added);
-    for (const DeviceOp& op : t.ops) {
-      if (op.call < 0) continue;
-      const ApiCall& c = t.calls[static_cast<size_t>(op.call)];
-      if (c.enter_ns >= from && c.enter_ns < to) add_op(spans, c, op);
-    }
-    added = std::max(added, to);
-  };
-
-  // Pass 3: windows of steps, each from its own slice; and the calls that
-  // can be hotspots (HotspotFinder::Take), each taken from one slice: a
-  // window's takes those entering in its range [lo, hi] not taken before,
-  // and slices of the calls and their ops tile the times the windows
-  // leave (before the first, between two, after the last). They wait, in
-  // time order, until the windows have charged every call its idle. Past
-  // stream.max_hotspot_calls of them, they are dropped and the hotspots
-  // have a pass of their own (4).
-  absl::flat_hash_map<CallKey, int64_t> caused;
-  auto caused_by = [&](const CallKey& k) {
-    auto it = caused.find(k);
-    return it == caused.end() ? int64_t{0} : it->second;
-  };
-  Symbolizer symbolizer(names->modules);
-  HotspotFinder finder(plan, options, &symbolizer);
-  std::vector<HotspotFinder::Call> hot;
-  bool hot_over = false;
-  int64_t taken = std::numeric_limits<int64_t>::min();  // the calls entering before it are taken
-  // The classes of a slice's calls. The fused way, a call entering past
-  // the calls whose ops are added may be classed as not having waited for
-  // work not yet known to be pending (PendingIntervals::Unsure): it is
-  // taken by a later slice, where its class is right, and a window whose
-  // part holds it gives up.
-  auto classify = [&](const Timeline& t, std::vector<CallClass>* classes) {
-    pending.KnownUntil(fused ? added : kMax);
-    *classes = ClassifyCalls(t, plan.device, options, &pending);
-  };
-  auto take = [&](const Timeline& t, const std::vector<CallClass>& classes, int64_t from, int64_t to) {
-    if (hot_over || to <= from) return;
-    const auto [i0, i1] = EnteringIn(t.calls, from, to);
-    HotspotFinder::Take(t, classes, i0, i1, &hot);
-    if (hot.size() > stream.max_hotspot_calls) {
-      hot_over = true;
-      std::vector<HotspotFinder::Call>().swap(hot);
-    }
-  };
-  const std::vector<std::pair<int64_t, int64_t>> call_tiles = Tiles(index, trace::ChunkType::kApi, per_slice);
-  size_t tile = 0;
-  std::vector<CallClass> classes;
-  // The calls entering in [taken, to), by the tiles that meet it (and, the
-  // fused way, their ops).
-  auto take_until = [&](int64_t to) -> absl::Status {
-    for (; (fused || !hot_over) && tile < call_tiles.size() && call_tiles[tile].first < to; ++tile) {
-      const int64_t a = std::max(call_tiles[tile].first, taken);
-      const int64_t b = std::min(call_tiles[tile].second, to);
-      if (a < b) {
-        auto t = read(chunker.CallsAndTheirOps(Clamp(a), Clamp(b - 1)), 3);
+    StepSpanBuilder spans(steps);
+    if (!fused) {
+      // Pass 2: the steps' device spans, from slices by the device chunks'
+      // starts; an op counts in the slice its start falls in.
+      absl::Status tiled = TileSlices(index, trace::ChunkType::kDevice, per_slice, [&](int64_t from, int64_t to) {
+        // The slice's ops and their calls only: what an op's step and the
+        // kernel counts need.
+        auto t = read(chunker.OpsAndTheirCalls(Clamp(from), Clamp(to - 1)), 1);
         if (!t.ok()) return t.status();
-        add_ops(*t, a, b);
-        if (!hot_over) {
-          std::vector<CallClass> tile_classes;
-          classify(*t, &tile_classes);  // those taken enter before `added`
-          take(*t, tile_classes, a, b);
-        }
-      }
-      if (call_tiles[tile].second > to) break;  // the rest of this tile is past `to`
-    }
-    taken = std::max(taken, to);
-    if (fused) added = std::max(added, to);
-    return absl::OkStatus();
-  };
-  const size_t n = plan.steps.size();
-  uint64_t events = 0;
-  for (const DeviceOpCount& d : index.ops_per_device) events += static_cast<uint64_t>(d.ops);
-  for (const ThreadCallCount& c : index.calls_per_thread) events += static_cast<uint64_t>(c.calls);
-  const uint64_t per_step = std::max<uint64_t>(1, events / std::max<size_t>(1, n));
-  const size_t per = stream.steps_per_window > 0 ? stream.steps_per_window
-                                                 : std::max<size_t>(1, kWindowEvents / per_step);
-  out.steps_per_window = per;
-  WindowPart part;
-  int64_t lag = 0;  // the fused way: how far the last window's slice reached past its steps' host end
-  for (size_t k0 = 0; k0 < n; k0 += per) {
-    const size_t k1 = std::min(n, k0 + per);
-    absl::StatusOr<Timeline> t;
-    int64_t read_lo = kMax, read_hi = std::numeric_limits<int64_t>::min();  // what t was read over
-    if (fused) {
-      // The spans through the next step (or the last): the ops of the calls
-      // entering before its host end, from a slice reaching it (and as far
-      // past it as the last window's reached), from the window's start on.
-      const size_t kn = k1 < n ? k1 : n - 1;
-      const int64_t start = k0 == 0 ? plan.steps[0].host_start_ns
-                                     : std::min(plan.steps[k0].host_start_ns, plan.steps[k0].start_ns);
-      if (k0 == 0) {
-        if (absl::Status st = take_until(start); !st.ok()) return st;
-      }
-      const int64_t through = plan.steps[kn].host_end_ns;
-      read_lo = std::min(start, added);
-      read_hi = std::max(through, read_lo) + std::min(lag, kFar - std::max(through, read_lo));
-      t = read(chunker.Chunks(Clamp(read_lo), Clamp(read_hi)), 2);
-      if (!t.ok()) return t.status();
-      add_ops(*t, added, through);
-      spans.SpanThrough(kn, &plan.steps);
-    }
-    const int64_t w0 = plan.steps[k0].start_ns;
-    const int64_t w1 = plan.steps[k1 - 1].end_ns;
-    int64_t lo = std::min(plan.steps[k0].host_start_ns, w0);
-    // The first op after the window is mostly the next step's first.
-    int64_t hi = std::max({plan.steps[k1 - 1].host_end_ns, w1, k1 < n ? plan.steps[k1].end_ns : w1});
-    int64_t widen = std::max<int64_t>(hi - lo, 1'000);
-    // The slice must hold the drain before the window (the latest op end at
-    // or before w0) and the first op starting at or after w1: the part's
-    // sweep runs from one to the other. Until it does, it is widened on the
-    // side lacking one, twice as far each time. (A slice read over more
-    // holds all this one would.)
-    for (;;) {
-      if (!(read_lo <= lo && hi <= read_hi)) {
-        t = read(chunker.Chunks(Clamp(lo), Clamp(hi)), 2);
-        if (!t.ok()) return t.status();
-        read_lo = lo;
-        read_hi = hi;
-      }
-      // (Or nothing is left on that side: the file's first op is in, or the
-      // slice reaches the file's start, or past any sane time.)
-      bool drain = lo <= ops_from || lo <= 0;
-      bool next = hi >= ops_to || hi >= kFar;
-      for (const DeviceOp& op : t->ops) {
-        if (op.device != plan.device) continue;
-        drain = drain || (op.end_ns <= w0 && op.end_ns >= lo);
-        next = next || (op.start_ns >= w1 && op.start_ns <= hi);
-      }
-      if (drain && next) break;
-      if (!drain) lo -= std::min(widen, std::max<int64_t>(lo, 0));
-      if (!next) hi += std::min(widen, kFar - hi);
-      widen = std::min(widen, kFar / 2) * 2;
-    }
-    if (fused) {
-      // The calls the window takes have their ops added (the slice holds
-      // them: it reaches back to where the adding stands). The plan's
-      // extent is not known before the last step's span: a window before
-      // it must sweep to the first op after it, found by the next step's
-      // end, as it would with the extent known.
-      add_ops(*t, added, hi + 1);
-      lag = std::max<int64_t>(0, hi - plan.steps[k1 < n ? k1 : n - 1].host_end_ns);
-      if (k1 + 1 < n) {
-        int64_t first_after = kMax;
         for (const DeviceOp& op : t->ops) {
-          if (op.device == plan.device && op.start_ns >= w1) first_after = std::min(first_after, op.start_ns);
+          if (op.start_ns < from || op.start_ns >= to || op.call < 0) continue;
+          add_op(spans, t->calls[static_cast<size_t>(op.call)], op);
         }
-        if (first_after == kMax) {
-          // No op starts after w1 (the slice reaches the file's last): every
-          // step's ops were submitted before, and are added.
-          spans.SpanThrough(n - 1, &plan.steps);
-        } else if (first_after > std::max(plan.steps[k1].end_ns, spans.latest_op_end())) {
-          return false;  // the extent might stop the sweep before that op
-        }
+        return absl::OkStatus();
+      });
+      if (!tiled.ok()) return tiled;
+      if (plan.source == "marker" && spans.LastSubmittedNothing(*names)) {
+        const StepSpan& last = spans.steps().back();
+        auto t = read(chunker.Chunks(Clamp(last.host_start_ns), Clamp(last.host_end_ns)), 1);
+        if (!t.ok()) return t.status();
+        drop = !SubmittedIn(*t, last.host_start_ns, last.host_end_ns);
       }
+      spans.Finish(drop, &plan);
+      KeepTimedSteps(*names, &plan);
+    } else {
+      // The host ranges; each span is set once known (SpanThrough), the last
+      // step's end (the plan's extent, which a window's sweep stops at) held
+      // past every time until then.
+      plan.steps = steps;
+      plan.steps.back().end_ns = kMax;
     }
-    classify(*t, &classes);
-    if (taken < lo) {
-      if (absl::Status st = take_until(lo); !st.ok()) return st;
-    }
-    take(*t, classes, std::max(taken, lo), hi + 1);
-    taken = std::max(taken, hi + 1);
-    WindowCutter cutter(*t, plan, classes);
-    cutter.Cut(k0, k1, &part);
-    if (fused && !pending.Unsure().empty()) {
-      const std::vector<int64_t>& unsure = pending.Unsure();
-      for (const int32_t i : part.call) {
-        const int64_t enter = t->calls[static_cast<size_t>(i)].enter_ns;
-        if (std::binary_search(unsure.begin(), unsure.end(), enter)) return false;
+    done(1);
+    // The fused way: the calls entering before it have had their ops added.
+    int64_t added = std::numeric_limits<int64_t>::min();
+    // The ops of the calls of `t` entering in [max(from, added), to).
+    auto add_ops = [&](const Timeline& t, int64_t from, int64_t to) {
+      if (!fused) return;
+      from = std::max(from, added);
+      for (const DeviceOp& op : t.ops) {
+        if (op.call < 0) continue;
+        const ApiCall& c = t.calls[static_cast<size_t>(op.call)];
+        if (c.enter_ns >= from && c.enter_ns < to) add_op(spans, c, op);
       }
-    }
-    Attribution a = AttributeWindow(part, plan, k0, k1, options);
-    out.steps.insert(out.steps.end(), a.steps.begin(), a.steps.end());
-    if (!stream.keep_gaps) a.gaps.clear();
-    for (IdleGap& g : a.gaps) {
-      if (g.call >= 0) {
-        out.gap_call.push_back({out.gaps.size(), CallKey::Of(t->calls[static_cast<size_t>(g.call)])});
-        g.call = -1;
-      }
-      out.gaps.push_back(g);
-    }
-    a.idle_caused.ForEach([&](size_t call, int64_t ns) { caused[CallKey::Of(t->calls[call])] += ns; });
-  }
-  if (absl::Status st = take_until(kMax); !st.ok()) return st;
-  if (fused) {
-    // Every op added: the spans the windows used must be the ones all ops
-    // give, or their assumptions failed for this trace.
-    const std::vector<StepSpan> used = std::move(plan.steps);
-    spans.Finish(false, &plan);
-    plan.dropped_empty_last = drop;
-    KeepTimedSteps(*names, &plan);  // timing was continuous: it counts them
-    if (plan.steps.size() != used.size()) return false;
-    for (size_t k = 0; k < used.size(); ++k) {
-      if (plan.steps[k].start_ns != used[k].start_ns || plan.steps[k].end_ns != used[k].end_ns) return false;
-    }
-  }
-  out.unjoined_ops = file_ops - std::min(file_ops, joined);
-  out.idle_caused.assign(caused.begin(), caused.end());
-  std::sort(out.idle_caused.begin(), out.idle_caused.end());
-  done(2);
-  if (!hot_over) {
-    finder.Add(*names, hot, [&](const HotspotFinder::Call& c) {
-      return caused_by(CallKey{c.tid, c.api, c.enter_ns, c.exit_ns});
-    });
-    out.hotspot_calls = hot.size();
-  }
+      added = std::max(added, to);
+    };
 
-  // Pass 4, past max_hotspot_calls: the hotspots, from slices by the call
-  // chunks' starts; a call counts in the slice its enter time falls in.
-  out.hotspots_pass = hot_over;
-  if (hot_over) {
-    absl::Status tiled = TileSlices(index, trace::ChunkType::kApi, per_slice, [&](int64_t from, int64_t to) {
-      // The slice's calls and their ops only: what a call's class and its
-      // hotspot need.
-      auto t = read(chunker.CallsAndTheirOps(Clamp(from), Clamp(to - 1)), 3);
-      if (!t.ok()) return t.status();
-      const auto [i0, i1] = EnteringIn(t->calls, from, to);
-      classify(*t, &classes);
-      finder.Add(*t, classes, i0, i1, [&](size_t i) { return caused_by(CallKey::Of(t->calls[i])); });
+    // Pass 3: windows of steps, each from its own slice; and the calls that
+    // can be hotspots (HotspotFinder::Take), each taken from one slice: a
+    // window's takes those entering in its range [lo, hi] not taken before,
+    // and slices of the calls and their ops tile the times the windows
+    // leave (before the first, between two, after the last). They wait, in
+    // time order, until the windows have charged every call its idle. Past
+    // stream.max_hotspot_calls of them, they are dropped and the hotspots
+    // have a pass of their own (4).
+    absl::flat_hash_map<CallKey, int64_t> caused;
+    auto caused_by = [&](const CallKey& k) {
+      auto it = caused.find(k);
+      return it == caused.end() ? int64_t{0} : it->second;
+    };
+    Symbolizer symbolizer(names->modules);
+    HotspotFinder finder(plan, options, &symbolizer);
+    std::vector<HotspotFinder::Call> hot;
+    bool hot_over = false;
+    int64_t taken = std::numeric_limits<int64_t>::min();  // the calls entering before it are taken
+    // The classes of a slice's calls. The fused way, a call entering past
+    // the calls whose ops are added may be classed as not having waited for
+    // work not yet known to be pending (PendingIntervals::Unsure): it is
+    // taken by a later slice, where its class is right, and a window whose
+    // part holds it gives up.
+    auto classify = [&](const Timeline& t, std::vector<CallClass>* classes) {
+      pending.KnownUntil(fused ? added : kMax);
+      *classes = ClassifyCalls(t, plan.device, options, &pending);
+    };
+    auto take = [&](const Timeline& t, const std::vector<CallClass>& classes, int64_t from, int64_t to) {
+      if (hot_over || to <= from) return;
+      const auto [i0, i1] = EnteringIn(t.calls, from, to);
+      HotspotFinder::Take(t, classes, i0, i1, &hot);
+      if (hot.size() > stream.max_hotspot_calls) {
+        hot_over = true;
+        std::vector<HotspotFinder::Call>().swap(hot);
+      }
+    };
+    const std::vector<std::pair<int64_t, int64_t>> call_tiles = Tiles(index, trace::ChunkType::kApi, per_slice);
+    size_t tile = 0;
+    std::vector<CallClass> classes;
+    // The calls entering in [taken, to), by the tiles that meet it (and, the
+    // fused way, their ops).
+    auto take_until = [&](int64_t to) -> absl::Status {
+      for (; (fused || !hot_over) && tile < call_tiles.size() && call_tiles[tile].first < to; ++tile) {
+        const int64_t a = std::max(call_tiles[tile].first, taken);
+        const int64_t b = std::min(call_tiles[tile].second, to);
+        if (a < b) {
+          auto t = read(chunker.CallsAndTheirOps(Clamp(a), Clamp(b - 1)), 3);
+          if (!t.ok()) return t.status();
+          add_ops(*t, a, b);
+          if (!hot_over) {
+            std::vector<CallClass> tile_classes;
+            classify(*t, &tile_classes);  // those taken enter before `added`
+            take(*t, tile_classes, a, b);
+          }
+        }
+        if (call_tiles[tile].second > to) break;  // the rest of this tile is past `to`
+      }
+      taken = std::max(taken, to);
+      if (fused) added = std::max(added, to);
       return absl::OkStatus();
-    });
-    if (!tiled.ok()) return tiled;
-  }
-  out.hotspots = finder.Finish(names->apis);
-  out.changed_modules = symbolizer.ChangedModules();
-  done(3);
-  return true;
+    };
+    const size_t n = plan.steps.size();
+    uint64_t events = 0;
+    for (const DeviceOpCount& d : index.ops_per_device) events += static_cast<uint64_t>(d.ops);
+    for (const ThreadCallCount& c : index.calls_per_thread) events += static_cast<uint64_t>(c.calls);
+    const uint64_t per_step = std::max<uint64_t>(1, events / std::max<size_t>(1, n));
+    const size_t per = stream.steps_per_window > 0 ? stream.steps_per_window
+                                                   : std::max<size_t>(1, kWindowEvents / per_step);
+    out.steps_per_window = per;
+    WindowPart part;
+    int64_t lag = 0;  // the fused way: how far the last window's slice reached past its steps' host end
+    for (size_t k0 = 0; k0 < n; k0 += per) {
+      const size_t k1 = std::min(n, k0 + per);
+      absl::StatusOr<Timeline> t;
+      int64_t read_lo = kMax, read_hi = std::numeric_limits<int64_t>::min();  // what t was read over
+      if (fused) {
+        // The spans through the next step (or the last): the ops of the calls
+        // entering before its host end, from a slice reaching it (and as far
+        // past it as the last window's reached), from the window's start on.
+        const size_t kn = k1 < n ? k1 : n - 1;
+        const int64_t start = k0 == 0 ? plan.steps[0].host_start_ns
+                                       : std::min(plan.steps[k0].host_start_ns, plan.steps[k0].start_ns);
+        if (k0 == 0) {
+          if (absl::Status st = take_until(start); !st.ok()) return st;
+        }
+        const int64_t through = plan.steps[kn].host_end_ns;
+        read_lo = std::min(start, added);
+        read_hi = std::max(through, read_lo) + std::min(lag, kFar - std::max(through, read_lo));
+        t = read(chunker.Chunks(Clamp(read_lo), Clamp(read_hi)), 2);
+        if (!t.ok()) return t.status();
+        add_ops(*t, added, through);
+        spans.SpanThrough(kn, &plan.steps);
+      }
+      const int64_t w0 = plan.steps[k0].start_ns;
+      const int64_t w1 = plan.steps[k1 - 1].end_ns;
+      int64_t lo = std::min(plan.steps[k0].host_start_ns, w0);
+      // The first op after the window is mostly the next step's first.
+      int64_t hi = std::max({plan.steps[k1 - 1].host_end_ns, w1, k1 < n ? plan.steps[k1].end_ns : w1});
+      int64_t widen = std::max<int64_t>(hi - lo, 1'000);
+      // The slice must hold the drain before the window (the latest op end at
+      // or before w0) and the first op starting at or after w1: the part's
+      // sweep runs from one to the other. Until it does, it is widened on the
+      // side lacking one, twice as far each time. (A slice read over more
+      // holds all this one would.)
+      for (;;) {
+        if (!(read_lo <= lo && hi <= read_hi)) {
+          t = read(chunker.Chunks(Clamp(lo), Clamp(hi)), 2);
+          if (!t.ok()) return t.status();
+          read_lo = lo;
+          read_hi = hi;
+        }
+        // (Or nothing is left on that side: the file's first op is in, or the
+        // slice reaches the file's start, or past any sane time.)
+        bool drain = lo <= ops_from || lo <= 0;
+        bool next = hi >= ops_to || hi >= kFar;
+        for (const DeviceOp& op : t->ops) {
+          if (op.device != plan.device) continue;
+          drain = drain || (op.end_ns <= w0 && op.end_ns >= lo);
+          next = next || (op.start_ns >= w1 && op.start_ns <= hi);
+        }
+        if (drain && next) break;
+        if (!drain) lo -= std::min(widen, std::max<int64_t>(lo, 0));
+        if (!next) hi += std::min(widen, kFar - hi);
+        widen = std::min(widen, kFar / 2) * 2;
+      }
+      if (fused) {
+        // The calls the window takes have their ops added (the slice holds
+        // them: it reaches back to where the adding stands). The plan's
+        // extent is not known before the last step's span: a window before
+        // it must sweep to the first op after it, found by the next step's
+        // end, as it would with the extent known.
+        add_ops(*t, added, hi + 1);
+        lag = std::max<int64_t>(0, hi - plan.steps[k1 < n ? k1 : n - 1].host_end_ns);
+        if (k1 + 1 < n) {
+          int64_t first_after = kMax;
+          for (const DeviceOp& op : t->ops) {
+            if (op.device == plan.device && op.start_ns >= w1) first_after = std::min(first_after, op.start_ns);
+          }
+          if (first_after == kMax) {
+            // No op starts after w1 (the slice reaches the file's last): every
+            // step's ops were submitted before, and are added.
+            spans.SpanThrough(n - 1, &plan.steps);
+          } else if (first_after > std::max(plan.steps[k1].end_ns, spans.latest_op_end())) {
+            return false;  // the extent might stop the sweep before that op
+          }
+        }
+      }
+      classify(*t, &classes);
+      if (taken < lo) {
+        if (absl::Status st = take_until(lo); !st.ok()) return st;
+      }
+      take(*t, classes, std::max(taken, lo), hi + 1);
+      taken = std::max(taken, hi + 1);
+      WindowCutter cutter(*t, plan, classes);
+      cutter.Cut(k0, k1, &part);
+      if (fused && !pending.Unsure().empty()) {
+        const std::vector<int64_t>& unsure = pending.Unsure();
+        for (const int32_t i : part.call) {
+          const int64_t enter = t->calls[static_cast<size_t>(i)].enter_ns;
+          if (std::binary_search(unsure.begin(), unsure.end(), enter)) return false;
+        }
+      }
+      Attribution a = AttributeWindow(part, plan, k0, k1, options);
+      out.steps.insert(out.steps.end(), a.steps.begin(), a.steps.end());
+      if (!stream.keep_gaps) a.gaps.clear();
+      for (IdleGap& g : a.gaps) {
+        if (g.call >= 0) {
+          out.gap_call.push_back({out.gaps.size(), CallKey::Of(t->calls[static_cast<size_t>(g.call)])});
+          g.call = -1;
+        }
+        out.gaps.push_back(g);
+      }
+      a.idle_caused.ForEach([&](size_t call, int64_t ns) { caused[CallKey::Of(t->calls[call])] += ns; });
+    }
+    if (absl::Status st = take_until(kMax); !st.ok()) return st;
+    if (fused) {
+      // Every op added: the spans the windows used must be the ones all ops
+      // give, or their assumptions failed for this trace.
+      const std::vector<StepSpan> used = std::move(plan.steps);
+      spans.Finish(false, &plan);
+      plan.dropped_empty_last = drop;
+      KeepTimedSteps(*names, &plan);  // timing was continuous: it counts them
+      if (plan.steps.size() != used.size()) return false;
+      for (size_t k = 0; k < used.size(); ++k) {
+        if (plan.steps[k].start_ns != used[k].start_ns || plan.steps[k].end_ns != used[k].end_ns) return false;
+      }
+    }
+    out.unjoined_ops = file_ops - std::min(file_ops, joined);
+    out.idle_caused.assign(caused.begin(), caused.end());
+    std::sort(out.idle_caused.begin(), out.idle_caused.end());
+    done(2);
+    if (!hot_over) {
+      finder.Add(*names, hot, [&](const HotspotFinder::Call& c) {
+        return caused_by(CallKey{c.tid, c.api, c.enter_ns, c.exit_ns});
+      });
+      out.hotspot_calls = hot.size();
+    }
+
+    // Pass 4, past max_hotspot_calls: the hotspots, from slices by the call
+    // chunks' starts; a call counts in the slice its enter time falls in.
+    out.hotspots_pass = hot_over;
+    if (hot_over) {
+      absl::Status tiled = TileSlices(index, trace::ChunkType::kApi, per_slice, [&](int64_t from, int64_t to) {
+        // The slice's calls and their ops only: what a call's class and its
+        // hotspot need.
+        auto t = read(chunker.CallsAndTheirOps(Clamp(from), Clamp(to - 1)), 3);
+        if (!t.ok()) return t.status();
+        const auto [i0, i1] = EnteringIn(t->calls, from, to);
+        classify(*t, &classes);
+        finder.Add(*t, classes, i0, i1, [&](size_t i) { return caused_by(CallKey::Of(t->calls[i])); });
+        return absl::OkStatus();
+      });
+      if (!tiled.ok()) return tiled;
+    }
+    out.hotspots = finder.Finish(names->apis);
+    out.changed_modules = symbolizer.ChangedModules();
+    done(3);
+    return true;
   };
   const bool fuse = stream.fuse_spans && DeviceTimingOn(*names).empty() && !ExternalIdsMayRepeat(index);
   passes -= fuse ? 1 : 0;

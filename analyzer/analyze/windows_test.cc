@@ -528,84 +528,84 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window,
     g_fuse.fused += first->spans_fused;
     g_fuse.gave_up += first->spans_fused_failed;
     for (const bool fuse : {true, false}) {
-    if (!fuse && per != 1 && per != max_window) continue;
-    absl::StatusOr<StreamedAnalysis> own;
-    if (!fuse) {
-      auto again = SliceReader::OpenBytes(bytes, "t", *index);
-      REQUIRE(again.ok());
-      so.fuse_spans = false;
-      own = AnalyzeStreamed(&*again, *index, *pattern, options, so);
-      so.fuse_spans = true;
-      REQUIRE(own.ok());
-      CHECK(!own->spans_fused);
-      CHECK(!own->spans_fused_failed);
-    }
-    CAPTURE(fuse);
-    const absl::StatusOr<StreamedAnalysis>& s = fuse ? first : own;
-    CHECK(s->hotspots_pass == (per == 2 && can_count.size() > 1));
-    CHECK(s->hotspot_calls == (s->hotspots_pass ? 0 : can_count.size()));
-    CHECK(s->plan.source == plan.source);
-    CHECK(s->plan.device == plan.device);
-    CHECK(s->plan.main_tid == plan.main_tid);
-    CHECK(s->plan.ops_outside == plan.ops_outside);
-    CHECK(s->plan.dropped_empty_last == plan.dropped_empty_last);
-    CHECK(s->plan.numbers == plan.numbers);
-    CHECK(s->plan.steps_found == plan.steps_found);
-    CHECK(s->plan.auto_tail.calls == plan.auto_tail.calls);
-    CHECK(s->plan.auto_tail.period == plan.auto_tail.period);
-    CHECK(s->plan.auto_tail.calls_after == plan.auto_tail.calls_after);
-    CHECK(s->plan.auto_tail.rule_calls == plan.auto_tail.rule_calls);
-    REQUIRE(s->plan.steps.size() == plan.steps.size());
-    for (size_t k = 0; k < plan.steps.size(); ++k) CHECK(span_row(s->plan.steps[k]) == span_row(plan.steps[k]));
-    REQUIRE(s->steps.size() == whole.steps.size());
-    for (size_t k = 0; k < whole.steps.size(); ++k) {
-      CAPTURE(k);
-      CHECK(Row(s->steps[k]) == Row(whole.steps[k]));
-    }
-    REQUIRE(s->gaps.size() == whole.gaps.size());
-    size_t named = 0;
-    for (size_t k = 0; k < whole.gaps.size(); ++k) {
-      CAPTURE(k);
-      IdleGap g = s->gaps[k];
-      const IdleGap& w = whole.gaps[k];
-      const bool has_call = named < s->gap_call.size() && s->gap_call[named].first == k;
-      CHECK(has_call == (w.call >= 0));
-      if (has_call) {
-        CHECK(s->gap_call[named].second == CallKey::Of(t.calls[static_cast<size_t>(w.call)]));
-        g.call = w.call;
-        ++named;
+      if (!fuse && per != 1 && per != max_window) continue;
+      absl::StatusOr<StreamedAnalysis> own;
+      if (!fuse) {
+        auto again = SliceReader::OpenBytes(bytes, "t", *index);
+        REQUIRE(again.ok());
+        so.fuse_spans = false;
+        own = AnalyzeStreamed(&*again, *index, *pattern, options, so);
+        so.fuse_spans = true;
+        REQUIRE(own.ok());
+        CHECK(!own->spans_fused);
+        CHECK(!own->spans_fused_failed);
       }
-      CHECK(GapRow(g) == GapRow(w));
-    }
-    CHECK(s->idle_caused == caused);
-    REQUIRE(s->hotspots.size() == hotspots.size());
-    for (size_t k = 0; k < hotspots.size(); ++k) {
-      CAPTURE(k);
-      CHECK(HotRow(s->hotspots[k]) == HotRow(hotspots[k]));
-    }
-    CHECK(s->slices[2] >= (plan.steps.size() + per - 1) / per);
-    if (per == 1) {
-      // Without the gaps (as `report` reads): none held, the rest the same.
-      auto again = SliceReader::OpenBytes(bytes, "t", *index);
-      REQUIRE(again.ok());
-      so.keep_gaps = false;
-      auto lean = AnalyzeStreamed(&*again, *index, *pattern, options, so);
-      so.keep_gaps = true;
-      REQUIRE(lean.ok());
-      CHECK(lean->gaps.empty());
-      CHECK(lean->gap_call.empty());
-      REQUIRE(lean->steps.size() == s->steps.size());
-      for (size_t k = 0; k < s->steps.size(); ++k) CHECK(Row(lean->steps[k]) == Row(s->steps[k]));
-      CHECK(lean->idle_caused == s->idle_caused);
-      REQUIRE(lean->hotspots.size() == s->hotspots.size());
-      for (size_t k = 0; k < s->hotspots.size(); ++k) CHECK(HotRow(lean->hotspots[k]) == HotRow(s->hotspots[k]));
-    }
-    CHECK(s->questions.kernels == qi.kernels);
-    CHECK(s->questions.short_kernels == qi.short_kernels);
-    CHECK(s->questions.nccl_ops == qi.nccl_ops);
-    CHECK(s->questions.cpu_samples == !t.cpu.empty());
-    CHECK(s->unjoined_ops == unjoined);
-    CHECK(s->unmatched_nvtx == unmatched);
+      CAPTURE(fuse);
+      const absl::StatusOr<StreamedAnalysis>& s = fuse ? first : own;
+      CHECK(s->hotspots_pass == (per == 2 && can_count.size() > 1));
+      CHECK(s->hotspot_calls == (s->hotspots_pass ? 0 : can_count.size()));
+      CHECK(s->plan.source == plan.source);
+      CHECK(s->plan.device == plan.device);
+      CHECK(s->plan.main_tid == plan.main_tid);
+      CHECK(s->plan.ops_outside == plan.ops_outside);
+      CHECK(s->plan.dropped_empty_last == plan.dropped_empty_last);
+      CHECK(s->plan.numbers == plan.numbers);
+      CHECK(s->plan.steps_found == plan.steps_found);
+      CHECK(s->plan.auto_tail.calls == plan.auto_tail.calls);
+      CHECK(s->plan.auto_tail.period == plan.auto_tail.period);
+      CHECK(s->plan.auto_tail.calls_after == plan.auto_tail.calls_after);
+      CHECK(s->plan.auto_tail.rule_calls == plan.auto_tail.rule_calls);
+      REQUIRE(s->plan.steps.size() == plan.steps.size());
+      for (size_t k = 0; k < plan.steps.size(); ++k) CHECK(span_row(s->plan.steps[k]) == span_row(plan.steps[k]));
+      REQUIRE(s->steps.size() == whole.steps.size());
+      for (size_t k = 0; k < whole.steps.size(); ++k) {
+        CAPTURE(k);
+        CHECK(Row(s->steps[k]) == Row(whole.steps[k]));
+      }
+      REQUIRE(s->gaps.size() == whole.gaps.size());
+      size_t named = 0;
+      for (size_t k = 0; k < whole.gaps.size(); ++k) {
+        CAPTURE(k);
+        IdleGap g = s->gaps[k];
+        const IdleGap& w = whole.gaps[k];
+        const bool has_call = named < s->gap_call.size() && s->gap_call[named].first == k;
+        CHECK(has_call == (w.call >= 0));
+        if (has_call) {
+          CHECK(s->gap_call[named].second == CallKey::Of(t.calls[static_cast<size_t>(w.call)]));
+          g.call = w.call;
+          ++named;
+        }
+        CHECK(GapRow(g) == GapRow(w));
+      }
+      CHECK(s->idle_caused == caused);
+      REQUIRE(s->hotspots.size() == hotspots.size());
+      for (size_t k = 0; k < hotspots.size(); ++k) {
+        CAPTURE(k);
+        CHECK(HotRow(s->hotspots[k]) == HotRow(hotspots[k]));
+      }
+      CHECK(s->slices[2] >= (plan.steps.size() + per - 1) / per);
+      if (per == 1) {
+        // Without the gaps (as `report` reads): none held, the rest the same.
+        auto again = SliceReader::OpenBytes(bytes, "t", *index);
+        REQUIRE(again.ok());
+        so.keep_gaps = false;
+        auto lean = AnalyzeStreamed(&*again, *index, *pattern, options, so);
+        so.keep_gaps = true;
+        REQUIRE(lean.ok());
+        CHECK(lean->gaps.empty());
+        CHECK(lean->gap_call.empty());
+        REQUIRE(lean->steps.size() == s->steps.size());
+        for (size_t k = 0; k < s->steps.size(); ++k) CHECK(Row(lean->steps[k]) == Row(s->steps[k]));
+        CHECK(lean->idle_caused == s->idle_caused);
+        REQUIRE(lean->hotspots.size() == s->hotspots.size());
+        for (size_t k = 0; k < s->hotspots.size(); ++k) CHECK(HotRow(lean->hotspots[k]) == HotRow(s->hotspots[k]));
+      }
+      CHECK(s->questions.kernels == qi.kernels);
+      CHECK(s->questions.short_kernels == qi.short_kernels);
+      CHECK(s->questions.nccl_ops == qi.nccl_ops);
+      CHECK(s->questions.cpu_samples == !t.cpu.empty());
+      CHECK(s->unjoined_ops == unjoined);
+      CHECK(s->unmatched_nvtx == unmatched);
     }
   }
 }
