@@ -210,6 +210,7 @@ class CallScope {
     object_ = object;
     bytes_ = bytes;
     if (submits) {
+      if (__builtin_expect(ts_.index == 0, 0)) ts_.index = recorder::TakeThreadIndex();
       corr_ = (uint64_t(ts_.index) << 40) | ++ts_.next_corr;
       pushed_ = cupti::Push(corr_);
     }

@@ -827,7 +827,7 @@ void OnThreadExit(void* arg) {
 void RegisterThread(ThreadState& ts) {
   ts.registered = true;
   ts.tid = GetTid();
-  ts.index = g_next_thread_index.fetch_add(1);
+  if (ts.index == 0) ts.index = TakeThreadIndex();
   pthread_setspecific(g_thread_key, &ts);
   trace::ThreadRecord tr{};
   tr.tid = ts.tid;
@@ -972,6 +972,8 @@ void QueueCpuSample(ThreadState& ts, uint64_t ticks, uint64_t cpu_ns, uint64_t r
 }
 
 }  // namespace
+
+uint32_t TakeThreadIndex() { return g_next_thread_index.fetch_add(1, std::memory_order_relaxed); }
 
 __attribute__((noinline)) uint64_t SampleCpuAtEnter(ThreadState& ts) {
   int saved_errno = errno;

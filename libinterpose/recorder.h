@@ -74,6 +74,12 @@ inline bool IsOn() { return g_state.load(std::memory_order_acquire) == int(State
 extern constinit thread_local ThreadState t_self __attribute__((tls_model("initial-exec")));
 inline ThreadState& Self() { return t_self; }
 
+// A dense index for this thread, the high bits of its correlation ids. Taken
+// at its first submission, before the thread registers (which happens when
+// its first record is reserved, as that call returns): two threads' first
+// calls must not share an id. Lock-free; registration keeps the index.
+uint32_t TakeThreadIndex();
+
 // Reserves the next record slot of this thread's buffer; nullptr when the
 // record must be dropped. Commit() publishes it. The slow path registers the
 // thread, hands a full buffer to the writer and takes a fresh one.

@@ -105,6 +105,49 @@ def check_chunk_index(exe, trace):
               f"{path}: {counts.get('device', 0)} ops in the device chunks, {len(d['ops'])} read")
 
 
+def check_ops_joined_to_their_threads(exe, path, truth):
+    """Each device op the reader of the trace file `path` joined to a call
+    (`dump`) is joined to a call of the thread that, in the simulator's
+    ground truth (`truth`, its ops), submitted it. Ops are matched to the
+    truth by stream and device times (the trace's clock conversion may move
+    them by some nanoseconds); at least nine in ten must match, or the check
+    itself is broken."""
+    import bisect
+    import json
+    import subprocess
+    p = subprocess.run([exe, "dump", path, "--format", "json"], capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"dump {path} exited {p.returncode}: {p.stderr[-2000:]}")
+    d = json.loads(p.stdout)
+    streams = {}
+    for op in truth:
+        streams.setdefault((op["device"], op["stream"]), []).append(op)
+    starts = {}
+    for key, ops in streams.items():
+        ops.sort(key=lambda o: o["start_ns"])
+        starts[key] = [o["start_ns"] for o in ops]
+    slack = 100  # ns
+    joined = matched = 0
+    for op in d["ops"]:
+        if op["call"] < 0:
+            continue
+        joined += 1
+        key = (op["device"], op["stream"])
+        ops = streams.get(key, [])
+        i = bisect.bisect_left(starts.get(key, []), op["start_ns"] - slack)
+        same = [o for o in ops[i:i + 3] if abs(o["start_ns"] - op["start_ns"]) <= slack
+                and abs((o["end_ns"] - o["start_ns"]) - (op["end_ns"] - op["start_ns"])) <= slack]
+        if len(same) != 1:
+            continue
+        matched += 1
+        call = d["calls"][op["call"]]
+        check(call["tid"] == same[0]["tid"],
+              f"{path}: the op {op['name'] or op['kind']} at {op['start_ns']} ns is joined to "
+              f"{call['api']} of thread {call['tid']} (correlation {call['correlation']}); thread "
+              f"{same[0]['tid']} submitted it")
+    check(joined > 0, f"{path}: no op is joined to a call")
+    check(matched * 10 >= joined * 9, f"{path}: only {matched} of {joined} joined ops match the ground truth")
+
+
 def marker_line(src, marker):
     """The number of the first line of `src` that ends with `marker` (the
     `// STALL:<name>` comments the tests find call sites by)."""

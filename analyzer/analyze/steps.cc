@@ -396,6 +396,12 @@ class AutoStepFinder::Sequence {
       const uint64_t hi = anchor_last_ + rule_.period;
       while (m > 0 && starts_[m - 1].pos >= hi) --m;
     }
+    // Before the first step of about a period of calls (within the slack
+    // of a regular segment), a shorter one is set-up that repeats the start
+    // symbol (the model's upload, parameter by parameter): no step.
+    const uint64_t slack = rule_.period >= 8 ? rule_.period / 8 : 0;
+    size_t j0 = 0;
+    while (j0 + 1 < m && starts_[j0 + 1].pos - starts_[j0].pos + slack < rule_.period) ++j0;
     tail->calls = static_cast<int64_t>(followed_);
     tail->period = static_cast<int64_t>(rule_.period);
     tail->rule_calls = followed_ > rule_calls_ ? static_cast<int64_t>(rule_calls_) : 0;
@@ -403,7 +409,7 @@ class AutoStepFinder::Sequence {
       const uint64_t last = starts_[m - 1].pos + rule_.period;
       tail->calls_after = static_cast<int64_t>(followed_ > last ? followed_ - last : 0);
     }
-    for (size_t j = 0; j < m; ++j) {
+    for (size_t j = j0; j < m; ++j) {
       StepSpan s;
       s.host_start_ns = starts_[j].enter_ns;
       // The last step: at most one period of calls (a partial step is kept;

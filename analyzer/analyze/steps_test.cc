@@ -240,6 +240,49 @@ TEST_CASE("auto steps: two launching threads, two uploads a step", "[steps][auto
   }
 }
 
+// Guards set-up that repeats the step's first symbol: the model's upload,
+// parameter by parameter (a copy and a synchronize each, as PyTorch's
+// `.to(device)` from pageable memory does), before a loop whose steps begin
+// with the upload of x and y after the input wait. The set-up copies are
+// outside every step: the steps are the loop's, beginning at its x uploads.
+TEST_CASE("auto steps: set-up uploads with the step's copy symbol", "[steps][auto]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  int64_t t = 0;
+  for (int p = 0; p < 10; ++p) {  // the parameters, one copy and a wait each
+    b.Submit(1, api.memcpy_async, t, t + 5 * kUs, t + 10 * kUs, t + 200 * kUs, tf::DeviceOpKind::kMemcpy, "",
+             {.object = uint64_t(0x9000 + 64 * p)});
+    b.Call(1, api.sync, t + 6 * kUs, t + 210 * kUs);
+    t += 3000 * kUs;
+  }
+  std::vector<int64_t> starts;
+  for (int k = 0; k < 6; ++k) {
+    t += 2000 * kUs;  // the input wait
+    starts.push_back(t);
+    for (int c = 0; c < 2; ++c) {  // x and y
+      b.Submit(1, api.memcpy_async, t, t + 5 * kUs, t + 10 * kUs, t + 20 * kUs, tf::DeviceOpKind::kMemcpy, "",
+               {.object = uint64_t(0x1000 + 64 * k + c)});
+      t += 10 * kUs;
+    }
+    for (const char* f : {"fwd_a", "fwd_b", "loss", "bwd_a", "bwd_b", "sgd"}) {
+      b.Submit(1, api.launch, t, t + 5 * kUs, t + 10 * kUs, t + 100 * kUs, tf::DeviceOpKind::kKernel, f);
+      t += 10 * kUs;
+    }
+  }
+  Report r = testing::AnalyzeOrDie(b);
+  CHECK(r.step_source == "auto");
+  REQUIRE(r.steps.size() == 6);
+  for (size_t k = 0; k < 6; ++k) {
+    CHECK(r.steps[k].host_start_ns == starts[k]);
+    CHECK(r.steps[k].launches == 6);
+  }
+  uint64_t outside = 0;
+  for (const Diagnostic& d : r.diagnostics) {
+    if (d.id == DiagId::kOpsOutsideSteps) outside = d.count;
+  }
+  CHECK(outside == 10);  // the set-up's uploads
+}
+
 // Guards frees in the launch sequence: a temporary freed every step (each
 // time a different pointer) belongs to its step, the last one included, and
 // the teardown free after the loop does not.

@@ -162,8 +162,9 @@ struct StreamedAnalysis {
 };
 
 // Whether two call chunks' external ids overlap, so that one id may name
-// two calls (the recorder gives a thread's calls before it registers ids of
-// thread index 0, which another such thread may give too). A whole reading
+// two calls (recorders before 2026-12-06 gave a thread's calls before it
+// registered ids of thread index 0, which another such thread gave too;
+// docs/trace-format.md "Joining host and device"). A whole reading
 // joins such an id's ops to the call read last; a slice, to the last one it
 // holds: the steps' spans then take their own pass, which joins an op as
 // the whole reading does, not the windows' slices (StreamOptions::

@@ -108,6 +108,7 @@ def run_traced(build, work, args, extra_env=None):
     truth = read_jsonl(os.path.join(work, f"truth-{pid}.jsonl"))
     syncs = read_jsonl(os.path.join(work, f"sync-{pid}.jsonl"))
     check(truth, f"no ground truth for pid {pid}")
+    checks.check_ops_joined_to_their_threads(exe, glob.glob(os.path.join(out, f"*-{pid}.sstrace"))[0], truth)
     return report, truth, syncs
 
 

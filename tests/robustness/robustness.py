@@ -213,11 +213,17 @@ def case_soak(ctx):
 
 
 def case_storm64(ctx):
-    """64 threads launching at once: every thread's launches are in the trace."""
+    """64 threads launching at once: every thread's launches are in the trace,
+    and each op is joined to a launch of the thread that submitted it (each
+    thread's first launch, made before the thread registers, included)."""
     threads, n = 64, 500
-    p = ctx.run([ctx.job, "storm", str(threads), str(n)])
+    truth_path = os.path.join(ctx.work, "truth.jsonl")
+    p = ctx.run([ctx.job, "storm", str(threads), str(n)], extra={"SIMGPU_TRACE": truth_path})
     expect_ok(p)
     t = one_trace(ctx)
+    with open(truth_path) as f:
+        truth = [json.loads(l) for l in f if l.strip()]
+    checks.check_ops_joined_to_their_threads(ctx.stallscope, t.path, truth)
     per_tid = {}
     for c in t.calls:
         if c.name in LAUNCH:
