@@ -174,6 +174,17 @@ int64_t LoopStep(TraceBuilder* b, const testing::Apis& api, int64_t t, int64_t i
   return std::max(t, readback ? t : t);
 }
 
+// Steps found without markers, beginning at `starts`, each with `launches`
+// launches.
+void CheckAutoSteps(const Report& r, const std::vector<int64_t>& starts, int64_t launches) {
+  CHECK(r.step_source == "auto");
+  REQUIRE(r.steps.size() == starts.size());
+  for (size_t k = 0; k < starts.size(); ++k) {
+    CHECK(r.steps[k].host_start_ns == starts[k]);
+    CHECK(r.steps[k].launches == launches);
+  }
+}
+
 const std::vector<std::string> kMix = {"load", "gemm_fwd", "relu", "gemm_bwd", "sgd", "loss"};
 
 // Guards exact periodicity: every step starts at its batch copy (the call
@@ -232,12 +243,7 @@ TEST_CASE("auto steps: two launching threads, two uploads a step", "[steps][auto
     }
   }
   Report r = testing::AnalyzeOrDie(b);
-  CHECK(r.step_source == "auto");
-  REQUIRE(r.steps.size() == 6);
-  for (size_t k = 0; k < 6; ++k) {
-    CHECK(r.steps[k].host_start_ns == starts[k]);
-    CHECK(r.steps[k].launches == 11);
-  }
+  CheckAutoSteps(r, starts, 11);
 }
 
 // Guards set-up that repeats the step's first symbol: the model's upload,
@@ -270,12 +276,7 @@ TEST_CASE("auto steps: set-up uploads with the step's copy symbol", "[steps][aut
     }
   }
   Report r = testing::AnalyzeOrDie(b);
-  CHECK(r.step_source == "auto");
-  REQUIRE(r.steps.size() == 6);
-  for (size_t k = 0; k < 6; ++k) {
-    CHECK(r.steps[k].host_start_ns == starts[k]);
-    CHECK(r.steps[k].launches == 6);
-  }
+  CheckAutoSteps(r, starts, 6);
   uint64_t outside = 0;
   for (const Diagnostic& d : r.diagnostics) {
     if (d.id == DiagId::kOpsOutsideSteps) outside = d.count;
