@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "analyzer/analyze/activity.h"
 #include "trace_pack.h"
 
 namespace stallscope::analyzer {
@@ -16,43 +17,6 @@ namespace {
 constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
 
 using trace::ApiCategory;
-
-// A thread's outermost CUDA calls, in order: the calls not nested in an
-// earlier one. Exits strictly increase along the list; a call that began
-// inside the previous one counts from that one's exit, so the activities
-// never overlap. Only call indices are kept (4 bytes each).
-class Activity {
- public:
-  explicit Activity(const std::vector<ApiCall>& calls) : calls_(&calls) {}
-  void Reserve(size_t n) { idx_.reserve(n); }
-  void Add(int32_t call) {
-    const ApiCall& c = (*calls_)[call];
-    if (!idx_.empty()) {
-      const int64_t prev_exit = exit(idx_.size() - 1);
-      if (c.enter_ns < prev_exit && c.exit_ns <= prev_exit) return;  // nested
-    }
-    idx_.push_back(call);
-  }
-  size_t size() const { return idx_.size(); }
-  bool empty() const { return idx_.empty(); }
-  int32_t call(size_t i) const { return idx_[i]; }
-  int64_t exit(size_t i) const { return (*calls_)[idx_[i]].exit_ns; }
-  int64_t enter(size_t i) const {
-    const int64_t e = (*calls_)[idx_[i]].enter_ns;
-    return i == 0 ? e : std::max(e, exit(i - 1));
-  }
-  // The first activity whose exit is after x.
-  size_t FirstEndingAfter(int64_t x) const {
-    return static_cast<size_t>(
-        std::upper_bound(idx_.begin(), idx_.end(), x,
-                         [this](int64_t v, int32_t c) { return v < (*calls_)[c].exit_ns; }) -
-        idx_.begin());
-  }
-
- private:
-  const std::vector<ApiCall>* calls_;
-  std::vector<int32_t> idx_;
-};
 
 Cause CauseOf(CallClass c) {
   switch (c) {
@@ -161,7 +125,7 @@ class Attributor {
 
   // Calls fn(step, ns) for the parts of [from, to) inside each step.
   template <typename Fn>
-  void ForSteps(int64_t from, int64_t to, Fn fn) {
+  void ForSteps(int64_t from, int64_t to, const Fn& fn) {  // by reference: no copy of the closure
     auto& steps = out_->steps;
     while (from < to) {
       // The first step ending after `from`: times mostly move forward, so

@@ -3,6 +3,7 @@
 // the synchronizing-call classification.
 #include "analyzer/analyze/attribution.h"
 
+#include "analyzer/analyze/activity.h"
 #include "analyzer/analyze/analysis.h"
 
 #include <catch2/catch.hpp>
@@ -18,6 +19,43 @@ using testing::kUs;
 using testing::Sum;
 using testing::TraceBuilder;
 namespace tf = stallscope::trace;
+
+// Guards the last-answer hint of Activity::FirstEndingAfter: rising
+// queries (the sweep's order), queries at exactly an exit, and falling or
+// random ones give the first activity ending strictly after x, as a binary
+// search over the whole list does.
+TEST_CASE("an activity list finds the first call ending after x in any order of questions", "[attribution]") {
+  std::mt19937_64 rng(17);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<ApiCall> calls;
+    int64_t t = 0;
+    for (int i = 0; i < 200; ++i) {
+      ApiCall c{};
+      t += static_cast<int64_t>(rng() % 50);
+      c.enter_ns = t;
+      c.exit_ns = t + 1 + static_cast<int64_t>(rng() % (rng() % 4 == 0 ? 400 : 40));  // some nest the next
+      calls.push_back(c);
+    }
+    Activity acts(calls);
+    for (size_t i = 0; i < calls.size(); ++i) acts.Add(static_cast<int32_t>(i));
+    REQUIRE(acts.size() > 1);
+    std::vector<int64_t> exits;
+    for (size_t i = 0; i < acts.size(); ++i) exits.push_back(acts.exit(i));
+    REQUIRE(std::is_sorted(exits.begin(), exits.end()));
+    const auto want = [&](int64_t x) {
+      return static_cast<size_t>(std::upper_bound(exits.begin(), exits.end(), x) - exits.begin());
+    };
+    std::vector<int64_t> xs;
+    for (int64_t x = -5; x <= t + 500; x += 1 + static_cast<int64_t>(rng() % 30)) xs.push_back(x);  // rising
+    for (int64_t e : exits) xs.push_back(e);                                                       // at each exit
+    for (int k = 0; k < 300; ++k) xs.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(t + 600)) - 50);
+    for (size_t k = exits.size(); k-- > 0;) xs.push_back(exits[k] - static_cast<int64_t>(rng() % 2));  // falling
+    for (int64_t x : xs) {
+      INFO("trial " << trial << ", x " << x);
+      REQUIRE(acts.FirstEndingAfter(x) == want(x));
+    }
+  }
+}
 
 // Every step: causes sum to idle, busy + idle fill the step span.
 void CheckInvariants(const Report& r) {
