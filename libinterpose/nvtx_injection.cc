@@ -31,7 +31,7 @@ uint64_t Emit(trace::NvtxType type, uint64_t range, uint64_t domain, const char*
     r.range_id = range;
     r.domain = domain;
     r.type = uint16_t(type);
-    r.name = msg ? recorder::InternString(msg) : 0;
+    r.name = msg ? recorder::InternTransientString(msg) : 0;
     recorder::AddNvtx(r);
   }
   ts.in_hook = false;

@@ -136,7 +136,24 @@ Pending* g_pending = nullptr;
 // rather than being grown from empty every drain (which left the writer's
 // malloc arena fragmented: megabytes of the job's peak RSS).
 Pending* g_drained = nullptr;
-std::unordered_map<std::string, uint32_t>* g_strings = nullptr;
+// Interned strings (under g_mu). A transient one (an NVTX message: a step's
+// own name, "step 1234", is new every step) records the drain epoch it was
+// last interned in; in ring mode the ones no held chunk can name any more
+// are forgotten (CompactRingStrings), so the table and the ring's string
+// chunks follow the window, not the run.
+struct InternedString {
+  uint32_t id;
+  bool transient;
+  uint64_t used;  // g_epoch at the latest interning
+};
+std::unordered_map<std::string, InternedString>* g_strings = nullptr;
+// Drains so far (under g_mu): what is queued in epoch e is written by the
+// drain that ends it, or, queued after that drain's snapshot, the next.
+uint64_t g_epoch = 0;
+// Transient strings added since the last compaction (under g_mu).
+size_t g_transient_added = 0;
+// Compact the ring's strings after this many new transient ones.
+inline constexpr size_t kTransientCompactEvery = 4096;
 std::unordered_map<uint64_t, uint32_t>* g_stacks = nullptr;
 uint32_t g_next_string = 1;
 uint32_t g_next_stack = 1;
@@ -321,9 +338,10 @@ struct Ring {
   bool have_clock = false;
   struct Held {
     uint64_t mono_ns;
+    uint64_t epoch;
     std::string bytes;
   };
-  std::deque<Held> held;
+  std::deque<Held> held;  // each with the epoch of the drain that wrote it
   size_t held_bytes = 0;
   uint64_t dumps = 0;
   // The newest device-timing chunk pushed out of `held`: a dump starts with
@@ -337,6 +355,7 @@ Ring* g_ring = nullptr;  // set at start-up in ring mode; its contents under g_w
 // chunk's age is counted from it, so the time stallscope's own flush and
 // drain take does not push the job's last seconds out of the window.
 uint64_t g_ring_as_of = 0;
+uint64_t g_ring_epoch = 0;  // the epoch being written (under g_write_mu)
 std::atomic<bool> g_dump_requested{false};
 bool g_ring_dump_at_exit = true;
 // The step-time regression trigger (STALLSCOPE_RING_REGRESSION; ring mode
@@ -394,7 +413,7 @@ void RingAppend(ChunkType type, const trace::ChunkHeader& h, const void* payload
   }
   const uint64_t now = g_ring_as_of != 0 ? g_ring_as_of : MonoNs();
   r.held_bytes += chunk.size();
-  r.held.push_back({now, std::move(chunk)});
+  r.held.push_back({now, g_ring_epoch, std::move(chunk)});
   while (!r.held.empty() && ((r.limit_bytes != 0 && r.held_bytes > r.limit_bytes) ||
                              (r.limit_ns != 0 && now > r.held.front().mono_ns + r.limit_ns))) {
     r.held_bytes -= r.held.front().bytes.size();
@@ -561,6 +580,55 @@ struct LiveSlice {
 // drain, so the stall detector may judge what that drain wrote. Returns true
 // when the stall detector suspects that CUPTI records stopped arriving.
 // `as_of_ns`: the time the drain stands for in the ring (0: now).
+// Ring mode (under g_write_mu): once kTransientCompactEvery transient
+// strings came since the last time, forgets those
+// that no chunk the ring holds can name, and replaces the ring's string
+// chunks with one holding the rest. A transient string last interned in
+// epoch e is named by records drained in e or e + 1 (a record is queued
+// after its name, under a second hold of g_mu); it goes once the oldest held
+// chunk is of a later epoch. What is still queued is written by the next
+// drain, not here.
+void CompactRingStrings() {
+  Ring& r = *g_ring;
+  pthread_mutex_lock(&g_mu);
+  if (g_transient_added < kTransientCompactEvery) {
+    pthread_mutex_unlock(&g_mu);
+    return;
+  }
+  g_transient_added = 0;
+  const uint64_t oldest = r.held.empty() ? g_epoch : r.held.front().epoch;
+  std::vector<uint32_t> queued;
+  for (const auto& [id, text] : g_pending->strings) queued.push_back(id);
+  std::sort(queued.begin(), queued.end());
+  size_t forgotten = 0;
+  for (auto it = g_strings->begin(); it != g_strings->end();) {
+    const InternedString& e = it->second;
+    if (e.transient && e.used + 1 < oldest) {
+      it = g_strings->erase(it);
+      ++forgotten;
+    } else {
+      ++it;
+    }
+  }
+  std::vector<unsigned char> out;
+  uint32_t count = 0;
+  if (forgotten > 0) {  // else the chunks held already name exactly these
+    for (const auto& [text, e] : *g_strings) {
+      if (std::binary_search(queued.begin(), queued.end(), e.id)) continue;
+      trace::EncodeString(&out, e.id, text);
+      ++count;
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+  if (forgotten == 0) return;
+  std::erase_if(r.kept, [](const std::string& c) {
+    trace::ChunkHeader h;
+    memcpy(&h, c.data(), sizeof h);
+    return h.type == uint16_t(ChunkType::kString);
+  });
+  if (count > 0) WriteCompressed(ChunkType::kString, 0, count, out.data(), out.size());
+}
+
 bool Drain(bool final, bool after_cupti_flush = false, uint64_t as_of_ns = 0) {
   pthread_mutex_lock(&g_write_mu);
   pthread_mutex_lock(&g_mu);
@@ -573,6 +641,7 @@ bool Drain(bool final, bool after_cupti_flush = false, uint64_t as_of_ns = 0) {
   g_full_head = g_full_tail = nullptr;
   Pending& pending = *g_drained;  // cleared below, before g_write_mu is released
   std::swap(pending, *g_pending);
+  g_ring_epoch = g_epoch++;
   std::vector<LiveSlice> live;
   for (ThreadState* ts = g_live; ts; ts = ts->next_live)
     if (ThreadBuffer* b = __atomic_load_n(&ts->buffer, __ATOMIC_ACQUIRE))
@@ -693,6 +762,7 @@ bool Drain(bool final, bool after_cupti_flush = false, uint64_t as_of_ns = 0) {
   }
   if (final) WriteChunk(ChunkType::kEnd, 0, 0, nullptr, 0);
   pending.Clear();
+  if (g_ring != nullptr) CompactRingStrings();
   pthread_mutex_unlock(&g_write_mu);
 
   if (done) {
@@ -886,6 +956,8 @@ void AtForkChild() {
   nccl::ResetAfterFork();
   *g_pending = Pending();
   g_strings->clear();
+  g_epoch = 0;
+  g_transient_added = 0;
   g_stacks->clear();
   g_next_string = 1;
   g_next_stack = 1;
@@ -954,7 +1026,7 @@ void Initialize() {
   g_compressed = new std::vector<unsigned char>;
   g_pending = new Pending;
   g_drained = new Pending;
-  g_strings = new std::unordered_map<std::string, uint32_t>;
+  g_strings = new std::unordered_map<std::string, InternedString>;
   g_stacks = new std::unordered_map<uint64_t, uint32_t>;
   g_stall = new StallTracker(BudgetBytes());
   pthread_key_create(&g_thread_key, OnThreadExit);
@@ -1128,24 +1200,36 @@ trace::ApiRecord* ReserveSlow(ThreadState& ts) {
   return r;
 }
 
-uint32_t InternString(const char* s, size_t len) {
+namespace {
+
+uint32_t Intern(const char* s, size_t len, bool transient) {
   if (!s) return 0;
   std::string key(s, len);
   pthread_mutex_lock(&g_mu);
   uint32_t id;
   auto it = g_strings->find(key);
   if (it != g_strings->end()) {
-    id = it->second;
+    InternedString& e = it->second;
+    id = e.id;
+    e.transient = e.transient && transient;  // named by a stack or a kernel: kept
+    e.used = g_epoch;
   } else {
     id = g_next_string++;
-    g_strings->emplace(key, id);
+    g_strings->emplace(key, InternedString{id, transient, g_epoch});
     g_pending->strings.emplace_back(id, std::move(key));
+    g_transient_added += transient ? 1 : 0;
   }
   pthread_mutex_unlock(&g_mu);
   return id;
 }
 
+}  // namespace
+
+uint32_t InternString(const char* s, size_t len) { return Intern(s, len, false); }
+
 uint32_t InternString(const char* s) { return s ? InternString(s, strlen(s)) : 0; }
+
+uint32_t InternTransientString(const char* s) { return s ? Intern(s, strlen(s), true) : 0; }
 
 namespace {
 

@@ -120,6 +120,10 @@ void SampleCpuAtExit(ThreadState& ts, uint64_t exit);
 // Interns a string (kernel names, NVTX messages, Python files); 0 for null.
 uint32_t InternString(const char* s, size_t len);
 uint32_t InternString(const char* s);
+// A string that may stop being named (an NVTX message): in ring mode it is
+// forgotten once no chunk the ring holds can name it, and gets a new id if
+// it comes again.
+uint32_t InternTransientString(const char* s);
 
 // Captures this thread's native call stack and returns its id (0 on failure).
 uint32_t CaptureStack();

@@ -344,6 +344,39 @@ def case_device_sample(build, work):
         check(st["launches"] > 0 and st["end_ns"] > st["start_ns"], f"step {st['index']}: {st}")
 
 
+def case_names_follow_window(build, work):
+    """A step's own name ("step N", new every step) is forgotten once the
+    ring holds nothing that names it: the exit's dump names every range it
+    holds, and its string table holds the names its records use plus at
+    most the recorder's compaction batch (4,096 new names between
+    compactions, libinterpose/recorder.cc), not every step's name of the
+    run."""
+    out = os.path.join(work, "trace")
+    steps, window = 40000, 0.2
+    cmd = [exe(build, "stallscope"), "run", "--sim", "-q", "--ring", str(window), "--out", out, "--",
+           exe(build, "train_loop"), "--steps", str(steps)]
+    p = subprocess.run(cmd, env=env(SIMGPU_KERNEL_US="*=2"), capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"the job exited {p.returncode}: {p.stderr[-2000:]}")
+    files = glob.glob(os.path.join(out, "*.sstrace"))
+    check(len(files) == 1, f"expected the exit's dump, found {files}")
+    d, _ = read_dump(build, files[0])
+    ranges = step_ranges(d)
+    check(ranges and ranges[-1][0] == steps - 1, f"the dump's last step is not the run's: {ranges[-1:]}")
+    pushes = [e for e in d["nvtx"] if e["type"] == 1]  # trace::NvtxType kPush
+    check(pushes, "no NVTX pushes in the dump")
+    unnamed = [e for e in pushes if not e["name"].startswith("step ")]
+    check(not unnamed, f"{len(unnamed)} of {len(pushes)} pushes without their name, e.g. {unnamed[:2]}")
+    used = {e["name"] for e in d["nvtx"] if e["name"]} | {o["name"] for o in d["ops"] if o["name"]}
+    chunks = subprocess.run([exe(build, "stallscope"), "dump", files[0], "--chunks", "--format", "json"],
+                            capture_output=True, text=True, timeout=120)
+    check(chunks.returncode == 0, f"dump --chunks exited {chunks.returncode}: {chunks.stderr[-1000:]}")
+    held = sum(c["count"] for c in json.loads(chunks.stdout)["chunks"] if c["type"] == "string")
+    print(f"{steps} steps; the dump holds steps {ranges[0][0]}..{ranges[-1][0]}, {len(used)} names used, "
+          f"{held} strings")
+    check(ranges[0][0] > 4096 + len(used), "the window held most of the run: the test shows nothing")
+    check(held <= len(used) + 4096, f"the dump holds {held} strings for {len(used)} names its records use")
+
+
 def case_bad_spec(build, work):
     """A window that is neither seconds nor megabytes: a one-line usage
     error, and the job does not run."""
