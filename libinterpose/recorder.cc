@@ -573,21 +573,13 @@ struct LiveSlice {
   uint32_t count;
 };
 
-// Writes everything pending: full buffers, the published part of every live
-// thread's buffer, strings, stacks, device records, diagnostics counted since
-// the last drain. `final` adds the module map and the end marker.
-// `after_cupti_flush`: a forced CUPTI flush completed since the previous
-// drain, so the stall detector may judge what that drain wrote. Returns true
-// when the stall detector suspects that CUPTI records stopped arriving.
-// `as_of_ns`: the time the drain stands for in the ring (0: now).
 // Ring mode (under g_write_mu): once kTransientCompactEvery transient
-// strings came since the last time, forgets those
-// that no chunk the ring holds can name, and replaces the ring's string
-// chunks with one holding the rest. A transient string last interned in
-// epoch e is named by records drained in e or e + 1 (a record is queued
-// after its name, under a second hold of g_mu); it goes once the oldest held
-// chunk is of a later epoch. What is still queued is written by the next
-// drain, not here.
+// strings came since the last time, forgets those that no chunk the ring
+// holds can name, and replaces the ring's string chunks with one holding
+// the rest. A transient string last interned in epoch e is named by records
+// drained in e or e + 1 (a record is queued after its name, under a second
+// hold of g_mu); it goes once the oldest held chunk is of a later epoch.
+// What is still queued is written by the next drain, not here.
 void CompactRingStrings() {
   Ring& r = *g_ring;
   pthread_mutex_lock(&g_mu);
@@ -629,6 +621,13 @@ void CompactRingStrings() {
   if (count > 0) WriteCompressed(ChunkType::kString, 0, count, out.data(), out.size());
 }
 
+// Writes everything pending: full buffers, the published part of every live
+// thread's buffer, strings, stacks, device records, diagnostics counted since
+// the last drain. `final` adds the module map and the end marker.
+// `after_cupti_flush`: a forced CUPTI flush completed since the previous
+// drain, so the stall detector may judge what that drain wrote. Returns true
+// when the stall detector suspects that CUPTI records stopped arriving.
+// `as_of_ns`: the time the drain stands for in the ring (0: now).
 bool Drain(bool final, bool after_cupti_flush = false, uint64_t as_of_ns = 0) {
   pthread_mutex_lock(&g_write_mu);
   pthread_mutex_lock(&g_mu);
