@@ -110,8 +110,8 @@ def check_ops_joined_to_their_threads(exe, path, truth):
     (`dump`) is joined to a call of the thread that, in the simulator's
     ground truth (`truth`, its ops), submitted it. Ops are matched to the
     truth by stream and device times (the trace's clock conversion may move
-    them by some nanoseconds); at least nine in ten must match, or the check
-    itself is broken."""
+    them by some nanoseconds; a stream's ops run one after another, so each
+    matches one, or the check itself is broken)."""
     import bisect
     import json
     import subprocess
@@ -145,7 +145,7 @@ def check_ops_joined_to_their_threads(exe, path, truth):
               f"{call['api']} of thread {call['tid']} (correlation {call['correlation']}); thread "
               f"{same[0]['tid']} submitted it")
     check(joined > 0, f"{path}: no op is joined to a call")
-    check(matched * 10 >= joined * 9, f"{path}: only {matched} of {joined} joined ops match the ground truth")
+    check(matched == joined, f"{path}: {joined - matched} of {joined} joined ops match no one op of the ground truth")
 
 
 def marker_line(src, marker):
