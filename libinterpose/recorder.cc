@@ -589,9 +589,6 @@ void CompactRingStrings() {
   }
   g_transient_added = 0;
   const uint64_t oldest = r.held.empty() ? g_epoch : r.held.front().epoch;
-  std::vector<uint32_t> queued;
-  for (const auto& [id, text] : g_pending->strings) queued.push_back(id);
-  std::sort(queued.begin(), queued.end());
   size_t forgotten = 0;
   for (auto it = g_strings->begin(); it != g_strings->end();) {
     const InternedString& e = it->second;
@@ -602,17 +599,21 @@ void CompactRingStrings() {
       ++it;
     }
   }
+  if (forgotten == 0) {  // the chunks held already name exactly these
+    pthread_mutex_unlock(&g_mu);
+    return;
+  }
+  std::vector<uint32_t> queued;
+  for (const auto& [id, text] : g_pending->strings) queued.push_back(id);
+  std::sort(queued.begin(), queued.end());
   std::vector<unsigned char> out;
   uint32_t count = 0;
-  if (forgotten > 0) {  // else the chunks held already name exactly these
-    for (const auto& [text, e] : *g_strings) {
-      if (std::binary_search(queued.begin(), queued.end(), e.id)) continue;
-      trace::EncodeString(&out, e.id, text);
-      ++count;
-    }
+  for (const auto& [text, e] : *g_strings) {
+    if (std::binary_search(queued.begin(), queued.end(), e.id)) continue;
+    trace::EncodeString(&out, e.id, text);
+    ++count;
   }
   pthread_mutex_unlock(&g_mu);
-  if (forgotten == 0) return;
   std::erase_if(r.kept, [](const std::string& c) {
     trace::ChunkHeader h;
     memcpy(&h, c.data(), sizeof h);

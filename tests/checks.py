@@ -105,19 +105,14 @@ def check_chunk_index(exe, trace):
               f"{path}: {counts.get('device', 0)} ops in the device chunks, {len(d['ops'])} read")
 
 
-def check_ops_joined_to_their_threads(exe, path, truth):
-    """Each device op the reader of the trace file `path` joined to a call
-    (`dump`) is joined to a call of the thread that, in the simulator's
-    ground truth (`truth`, its ops), submitted it. Ops are matched to the
-    truth by stream and device times (the trace's clock conversion may move
-    them by some nanoseconds; a stream's ops run one after another, so each
-    matches one, or the check itself is broken)."""
+def check_ops_joined_to_their_threads(trace, truth):
+    """Each device op the reader of a trace file (`trace`, a
+    trace_dump.Trace) joined to a call is joined to a call of the thread
+    that, in the simulator's ground truth (`truth`, its ops), submitted it.
+    Ops are matched to the truth by stream and device times (the trace's
+    clock conversion may move them by some nanoseconds; a stream's ops run
+    one after another, so each matches one, or the check itself is broken)."""
     import bisect
-    import json
-    import subprocess
-    p = subprocess.run([exe, "dump", path, "--format", "json"], capture_output=True, text=True, timeout=300)
-    check(p.returncode == 0, f"dump {path} exited {p.returncode}: {p.stderr[-2000:]}")
-    d = json.loads(p.stdout)
     streams = {}
     for op in truth:
         streams.setdefault((op["device"], op["stream"]), []).append(op)
@@ -127,7 +122,7 @@ def check_ops_joined_to_their_threads(exe, path, truth):
         starts[key] = [o["start_ns"] for o in ops]
     slack = 100  # ns
     joined = matched = 0
-    for op in d["ops"]:
+    for op in trace.ops:
         if op["call"] < 0:
             continue
         joined += 1
@@ -139,13 +134,14 @@ def check_ops_joined_to_their_threads(exe, path, truth):
         if len(same) != 1:
             continue
         matched += 1
-        call = d["calls"][op["call"]]
-        check(call["tid"] == same[0]["tid"],
-              f"{path}: the op {op['name'] or op['kind']} at {op['start_ns']} ns is joined to "
-              f"{call['api']} of thread {call['tid']} (correlation {call['correlation']}); thread "
+        call = trace.calls[op["call"]]
+        check(call.tid == same[0]["tid"],
+              f"{trace.path}: the op {op['name'] or op['kind']} at {op['start_ns']} ns is joined to "
+              f"{call.name} of thread {call.tid} (correlation {call.correlation}); thread "
               f"{same[0]['tid']} submitted it")
-    check(joined > 0, f"{path}: no op is joined to a call")
-    check(matched == joined, f"{path}: {joined - matched} of {joined} joined ops match no one op of the ground truth")
+    check(joined > 0, f"{trace.path}: no op is joined to a call")
+    check(matched == joined,
+          f"{trace.path}: {joined - matched} of {joined} joined ops match no one op of the ground truth")
 
 
 def marker_line(src, marker):

@@ -3,7 +3,9 @@
 in one place, the analyzer's reader, and not again here.
 
     t = trace_dump.Trace(build, path)   # or trace_dump.load_dir(build, folder)
-    t.pid, t.ppid, t.calls (tid, name, flags, python_frames), t.nvtx_types
+    t.pid, t.ppid, t.calls (tid, name, flags, correlation, python_frames),
+    t.ops (the reader's dict of each: kind, name, start_ns, end_ns, device,
+    stream, call), t.nvtx_types
 """
 import glob
 import json
@@ -15,12 +17,13 @@ NVTX_STEP_BEGIN, NVTX_STEP_END = 6, 7  # trace::NvtxType
 
 
 class Call:
-    __slots__ = ("tid", "name", "flags", "python_frames")
+    __slots__ = ("tid", "name", "flags", "correlation", "python_frames")
 
     def __init__(self, c):
         self.tid = c["tid"]
         self.name = c["api"]
         self.flags = c["flags"]
+        self.correlation = c["correlation"]
         # [(file, function, line)] innermost first; [] without Python frames.
         self.python_frames = [tuple(f) for f in c.get("python_frames", [])]
 
@@ -36,6 +39,7 @@ class Trace:
         d = json.loads(p.stdout)
         self.pid, self.ppid = d["pid"], d["ppid"]
         self.calls = [Call(c) for c in d["calls"]]
+        self.ops = d["ops"]
         self.nvtx_types = [e["type"] for e in d["nvtx"]]
 
 

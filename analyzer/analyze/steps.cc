@@ -147,6 +147,10 @@ struct Anchor {
 
 namespace {
 
+// How far from the period L a regular segment's length may be: L/8 for a
+// period of 8 calls or more, else none (docs/analyzer.md, "Anchors").
+uint32_t RegularSlack(uint32_t period) { return period >= 8 ? period / 8 : 0; }
+
 // How a launch sequence is cut into steps, found in its first calls
 // (DetectRule): steps begin at the occurrences of one symbol, every
 // `every`-th of them counted from occurrence number `first`; with `reach`,
@@ -214,7 +218,7 @@ AutoRule DetectRule(const std::vector<uint32_t>& seq, const std::vector<int64_t>
     }
     const uint32_t period = mode.second;
     if (period < kAutoMinPeriod) continue;
-    const uint32_t slack = period >= 8 ? period / 8 : 0;
+    const uint32_t slack = RegularSlack(period);
     uint64_t covered = 0;
     int matched = 0;
     for (const auto& sgm : segs) {
@@ -258,7 +262,7 @@ AutoRule DetectRule(const std::vector<uint32_t>& seq, const std::vector<int64_t>
   // gap stands out; else the one that occurs first (the first launch of the
   // first full period).
   const uint32_t period = best->period;
-  const uint32_t slack = period >= 8 ? period / 8 : 0;
+  const uint32_t slack = RegularSlack(period);
   const Anchor* by_gap = nullptr;
   const Anchor* by_first = nullptr;
   int64_t gap1 = -1, gap2 = -1;
@@ -399,7 +403,7 @@ class AutoStepFinder::Sequence {
     // Before the first step of about a period of calls (within the slack
     // of a regular segment), a shorter one is set-up that repeats the start
     // symbol (the model's upload, parameter by parameter): no step.
-    const uint64_t slack = rule_.period >= 8 ? rule_.period / 8 : 0;
+    const uint64_t slack = RegularSlack(rule_.period);
     size_t j0 = 0;
     while (j0 + 1 < m && starts_[j0 + 1].pos - starts_[j0].pos + slack < rule_.period) ++j0;
     tail->calls = static_cast<int64_t>(followed_);

@@ -58,6 +58,7 @@ ENV = {"SIMGPU_GEMM_TFLOPS": "2", "SIMGPU_KERNEL_US": "*sin_kernel*=3,*=20"}
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import checks  # noqa: E402
 from checks import Failure, Skip, check  # noqa: E402
+import trace_dump  # noqa: E402
 
 
 def venv_python():
@@ -108,7 +109,8 @@ def run_traced(build, work, args, extra_env=None):
     truth = read_jsonl(os.path.join(work, f"truth-{pid}.jsonl"))
     syncs = read_jsonl(os.path.join(work, f"sync-{pid}.jsonl"))
     check(truth, f"no ground truth for pid {pid}")
-    checks.check_ops_joined_to_their_threads(exe, glob.glob(os.path.join(out, f"*-{pid}.sstrace"))[0], truth)
+    checks.check_ops_joined_to_their_threads(
+        trace_dump.Trace(build, glob.glob(os.path.join(out, f"*-{pid}.sstrace"))[0]), truth)
     return report, truth, syncs
 
 

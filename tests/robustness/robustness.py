@@ -223,7 +223,7 @@ def case_storm64(ctx):
     t = one_trace(ctx)
     with open(truth_path) as f:
         truth = [json.loads(l) for l in f if l.strip()]
-    checks.check_ops_joined_to_their_threads(ctx.stallscope, t.path, truth)
+    checks.check_ops_joined_to_their_threads(t, truth)
     per_tid = {}
     for c in t.calls:
         if c.name in LAUNCH:
