@@ -124,6 +124,7 @@ int MemcpyBlocks() {
   CHECK_RT(cudaMemcpy(&value, d, sizeof value, cudaMemcpyDeviceToHost));
   uint64_t t1 = NowNs();
   std::printf("memcpy_ns=%llu\n", static_cast<unsigned long long>(t1 - t0));
+  std::printf("memcpy_returned_ns=%llu\n", static_cast<unsigned long long>(t1));
   std::printf("stream_done_after=%d\n", cudaStreamQuery(s) == cudaSuccess);
   std::printf("value=%d\n", value);
   CHECK_RT(cudaStreamDestroy(s));
