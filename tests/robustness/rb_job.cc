@@ -18,7 +18,9 @@
 //   rb_job simple N                   N launches and a synchronize
 //   rb_job inflight N                 N launches left queued at exit
 //   rb_job paced ROUNDS N MS          ROUNDS x (N launches, a synchronize),
-//                                     MS apart
+//                                     MS apart; with env RB_GATE=PATH, after
+//                                     half the rounds it prints "gate" and
+//                                     waits while PATH exists
 //   rb_job signal N                   launches until SIGTERM/SIGINT; with
 //                                     env RB_HANDLER=1 its own handlers
 //   rb_job cupti MODE N               N launches, then MODE (none, steal:
@@ -252,7 +254,13 @@ int Simple(int n) {
 // the writer busy for a while at a steady rate (the disk-full test).
 int Paced(int rounds, int n, int ms) {
   Setup();
+  const char* gate = getenv("RB_GATE");
   for (int r = 0; r < rounds; ++r) {
+    if (gate != nullptr && r == rounds / 2) {
+      printf("gate\n");
+      fflush(stdout);
+      while (access(gate, F_OK) == 0) SleepMs(10);
+    }
     Launches("paced", n);
     SleepMs(ms);
   }

@@ -310,13 +310,32 @@ def case_disk_full(ctx):
         # Leave room for about a third of what the job writes (the trace is
         # packed and compressed: a few bytes a call), never less than the
         # file's preamble and first chunks take (12 KiB): the first drains
-        # fit, the ones of the next 0.6 s do not.
+        # fit, those of the first half's later rounds do not.
         room = max(12 * 1024, roomy_bytes // 3)
         with open(filler, "wb") as f:
             f.write(b"\0" * (1024 * 1024 - room))
-        proc = subprocess.Popen(args, env=ctx.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.6)  # several drains of the writer fail meanwhile
+        # The job stops after half its rounds (rb_job's RB_GATE) until the
+        # gate file goes. Its records so far are more than the room: the
+        # disk fills while the writer drains them. The filler goes once the
+        # trace has stopped growing for a second (five drain periods: the
+        # writer has tried them all), however slowly a loaded machine ran
+        # the job up to the gate.
+        gate = os.path.join(ctx.work, "gate")
+        open(gate, "w").close()
+        proc = subprocess.Popen(args, env=dict(ctx.env(), RB_GATE=gate), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        first = proc.stdout.readline()
+        check(first == "gate\n", f"job printed {first!r} before its gate")
+        last, still_since = -1, time.monotonic()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and time.monotonic() - still_since < 1.0:
+            time.sleep(0.05)
+            size = sum(os.path.getsize(os.path.join(ctx.out, f)) for f in os.listdir(ctx.out)) \
+                if os.path.isdir(ctx.out) else 0
+            if size != last:
+                last, still_since = size, time.monotonic()
         os.remove(filler)
+        os.remove(gate)
         out, err = proc.communicate(timeout=90)
         check(proc.returncode == 0, f"job exited {proc.returncode} on a full disk: {err[-2000:]}")
         check(out == bare.stdout, f"output {out!r}, without stallscope {bare.stdout!r}")
