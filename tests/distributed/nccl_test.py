@@ -440,6 +440,30 @@ def start_endless_ddp(build, work, launcher_args):
     return proc, out
 
 
+def wait_for_drains(out, ranks, drains=3, timeout=60):
+    """Until `ranks` trace files are in `out` and each has grown `drains`
+    times since it appeared (the writer's periodic drains reached the disk),
+    however slowly a loaded machine started the ranks."""
+    grew = collections.Counter()
+    size = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        files = glob.glob(os.path.join(out, "*.sstrace"))
+        for f in files:
+            try:
+                n = os.path.getsize(f)
+            except OSError:
+                continue
+            if f in size and n != size[f]:
+                grew[f] += 1
+            size[f] = n
+        if len(files) >= ranks and all(grew[f] >= drains for f in files):
+            return
+        time.sleep(0.05)
+    raise Failure(f"the ranks' traces did not grow {drains} times within {timeout} s: "
+                  f"{ {os.path.basename(f): grew[f] for f in size} }")
+
+
 def case_killed_rank(build, work):
     """Rank 1 of 3 is killed with SIGKILL mid-run; the launcher stops the
     others (SIGTERM). `stallscope run` exits with the launcher's code, every
@@ -460,7 +484,7 @@ def case_killed_rank(build, work):
                 if glob.glob(os.path.join(out, f"*-{pid}.sstrace")):
                     victim = pid
         check(victim is not None, "rank 1 never started writing its trace")
-        time.sleep(1.0)  # mid-run: several drains written
+        wait_for_drains(out, 3)  # mid-run: several drains of every rank written
         os.kill(victim, signal.SIGKILL)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -496,11 +520,8 @@ def case_sigterm_launcher(build, work):
         return ddp_pids(f"MASTER_PORT={port}".encode())
 
     try:
-        deadline = time.monotonic() + 60
-        while len(glob.glob(os.path.join(out, "*.sstrace"))) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        check(len(glob.glob(os.path.join(out, "*.sstrace"))) == 2, "the ranks never wrote traces")
-        time.sleep(1.0)
+        wait_for_drains(out, 2)
+        check(len(glob.glob(os.path.join(out, "*.sstrace"))) == 2, "the ranks wrote more than two traces")
         proc.send_signal(signal.SIGTERM)
         try:
             _, err = proc.communicate(timeout=60)
