@@ -28,6 +28,7 @@
 //                                     buffers, disable: it disables the
 //                                     kernel kind), then 4*N launches
 #include <cuda.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
@@ -35,11 +36,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <string>
 #include <vector>
 
 namespace {
@@ -139,10 +142,42 @@ int ExitThread(int n) {
   for (;;) Launches("main_loop", 10);
 }
 
+// The bytes of the files in STALLSCOPE_OUT (-1 without it).
+long long TraceBytes() {
+  const char* out = getenv("STALLSCOPE_OUT");
+  if (out == nullptr) return -1;
+  DIR* d = opendir(out);
+  if (d == nullptr) return 0;
+  long long total = 0;
+  while (dirent* e = readdir(d)) {
+    struct stat st;
+    std::string path = std::string(out) + "/" + e->d_name;
+    if (e->d_name[0] != '.' && stat(path.c_str(), &st) == 0) total += st.st_size;
+  }
+  closedir(d);
+  return total;
+}
+
 int QuickExit(int n) {
   Setup();
   Launches("before_drain", n);
-  SleepMs(700);  // the writer drains every 200 ms
+  // Until the writer's periodic drains (every 200 ms) have taken these
+  // launches: the trace grew, then stayed the same for two drain periods
+  // (on a loaded machine a drain comes late, and the next one writes the
+  // rest); 700 ms without STALLSCOPE_OUT.
+  if (TraceBytes() < 0) {
+    SleepMs(700);
+  } else {
+    const long long start = TraceBytes();
+    long long last = start;
+    int still_ms = 0;
+    for (int waited = 0; waited < 20000 && (last == start || still_ms < 400); waited += 20) {
+      SleepMs(20);
+      const long long now = TraceBytes();
+      still_ms = now == last ? still_ms + 20 : 0;
+      last = now;
+    }
+  }
   Launches("after_drain", n);
   printf("quick_exit\n");
   fflush(stdout);
