@@ -49,20 +49,25 @@ def check_windowed_report(exe, trace, whole):
     a time (`report --stream --window-steps 2`), is `whole`, the report
     over all steps at once, byte for byte. Without predictions, `report
     --stream` makes the whole report from slices of the file, the reading's
-    diagnostics included: it is `report --no-predict`'s, byte for byte."""
+    diagnostics included: it is `report --no-predict`'s, byte for byte;
+    and so is its HTML page, drawn from the file by slices again (the
+    device ops, and the idle gaps as the analysis gives them)."""
     import subprocess
 
-    def report(flags):
-        p = subprocess.run([exe, "report", trace, "--format", "json"] + flags,
+    def report(flags, fmt="json"):
+        p = subprocess.run([exe, "report", trace, "--format", fmt] + flags,
                            capture_output=True, text=True, timeout=300)
         check(p.returncode == 0, f"report {' '.join(flags)} exited {p.returncode}: {p.stderr[-2000:]}")
         return p.stdout
 
     no_predict = report(["--no-predict"])
-    for flags, want in ((["--window-steps", "1"], whole), (["--stream", "--window-steps", "2"], whole),
-                        (["--no-predict", "--stream", "--window-steps", "2"], no_predict)):
-        what = "report " + " ".join(flags)
-        got = report(flags)
+    html = report(["--no-predict"], "html")
+    for flags, want, fmt in ((["--window-steps", "1"], whole, "json"),
+                             (["--stream", "--window-steps", "2"], whole, "json"),
+                             (["--no-predict", "--stream", "--window-steps", "2"], no_predict, "json"),
+                             (["--no-predict", "--stream", "--window-steps", "2"], html, "html")):
+        what = f"report --format {fmt} " + " ".join(flags)
+        got = report(flags, fmt)
         if got != want:
             at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
             raise Failure(f"{what} differs from the whole report at byte {at}: "

@@ -230,7 +230,7 @@ void FinishReport(const std::vector<std::string>& changed, const QuestionInputs&
 // whole. `identity` gets the trace's identity.
 absl::StatusOr<std::optional<Report>> ReportFromFile(const std::string& path,
                                                      const AnalysisOptions& options,
-                                                     TraceIdentity* identity) {
+                                                     TraceIdentity* identity, StreamedProcess* page) {
   auto pattern = CompileStepPattern(options.step_pattern);
   if (!pattern.ok()) return pattern.status();
   auto index = IndexTraceFile(path);
@@ -255,6 +255,20 @@ absl::StatusOr<std::optional<Report>> ReportFromFile(const std::string& path,
   StreamOptions so;
   if (options.window_steps > 0) so.steps_per_window = options.window_steps;
   so.keep_gaps = false;  // the report's rows are the steps'
+  if (page != nullptr) {
+    // A page draws the gaps into its strip's columns as they come.
+    page->span = SpanOfRecords(*index);
+    const RecordsSpan& span = page->span;
+    if (page->idle_columns > 0 && span.any && span.end_ns > span.start_ns) {
+      page->idle = TimeColumns(span.start_ns, span.end_ns, page->idle_columns, kNumCauses);
+      so.on_gap = [page](const IdleGap& g) { page->idle.Add(g.start_ns, g.end_ns, static_cast<size_t>(g.cause)); };
+      so.on_gaps_again = [page, span] {
+        page->idle = TimeColumns(span.start_ns, span.end_ns, page->idle_columns, kNumCauses);
+      };
+    } else {
+      page->idle = TimeColumns(0, 0, page->idle_columns, kNumCauses);
+    }
+  }
   if (options.progress) {
     progress(0.25);
     so.progress = [&](uint64_t done, uint64_t total) {
@@ -297,6 +311,12 @@ absl::StatusOr<std::optional<Report>> ReportFromFile(const std::string& path,
     return absl::InternalError("predictions asked of a trace read by slices");  // excluded above
   }
   *identity = IdentityOf(t);
+  if (page != nullptr) {
+    page->used = true;
+    page->path = path;
+    page->plan = plan;
+    page->index = std::move(*index);
+  }
   return report;
 }
 
@@ -491,22 +511,53 @@ std::vector<std::string> KeepNewestOfEachProcess(std::vector<absl::StatusOr<Time
   return left_out;
 }
 
+namespace {
+
+void Widen(RecordsSpan* s, int64_t lo, int64_t hi) {
+  s->start_ns = s->any ? std::min(s->start_ns, lo) : lo;
+  s->end_ns = s->any ? std::max(s->end_ns, hi) : hi;
+  s->any = true;
+}
+
+}  // namespace
+
+RecordsSpan SpanOfRecords(const TraceIndex& index) {
+  RecordsSpan out;
+  for (const ChunkSpan& c : index.chunks) {
+    const bool api = c.type == static_cast<uint16_t>(trace::ChunkType::kApi);
+    const bool ops = c.type == static_cast<uint16_t>(trace::ChunkType::kDevice);
+    if ((api || ops) && c.count > 0) Widen(&out, static_cast<int64_t>(c.lo), static_cast<int64_t>(c.hi));
+  }
+  return out;
+}
+
+RecordsSpan SpanOfRecords(const Timeline& t) {
+  // As the index scans a chunk: a call widens by its enter and exit (an
+  // exit before its enter does not narrow it), an op by its start and end.
+  RecordsSpan out;
+  for (const ApiCall& c : t.calls) Widen(&out, c.enter_ns, std::max(c.enter_ns, c.exit_ns));
+  for (const DeviceOp& op : t.ops) Widen(&out, op.start_ns, std::max(op.start_ns, op.end_ns));
+  return out;
+}
+
 absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
-                                    const AnalysisOptions& options, ProcessAnalysis* primary_out) {
+                                    const AnalysisOptions& options, ProcessAnalysis* primary_out,
+                                    StreamedProcess* streamed_out) {
   auto paths = ExpandTracePaths(args);
   if (!paths.ok()) return paths.status();
   const size_t n = paths->size();
   if (auto re = CompileStepPattern(options.step_pattern); !re.ok()) return re.status();
   // One trace, asked to stream or too large to hold whole: its report
   // drawn from the file by slices where it can be.
+  const bool may_stream = primary_out == nullptr || streamed_out != nullptr;
   bool stream = options.stream;
-  if (!stream && n == 1 && primary_out == nullptr) {
+  if (!stream && n == 1 && may_stream) {
     auto counts = CountByHeaders(paths->front());
     stream = counts.ok() && counts->calls_and_ops > options.stream_above_events;
   }
-  if (stream && n == 1 && primary_out == nullptr) {
+  if (stream && n == 1 && may_stream) {
     TraceIdentity id;
-    auto streamed = ReportFromFile(paths->front(), options, &id);
+    auto streamed = ReportFromFile(paths->front(), options, &id, streamed_out);
     if (!streamed.ok()) return streamed.status();
     if (*streamed) {
       std::vector<ProcessSummary> processes{(*streamed)->processes.front()};

@@ -9,10 +9,12 @@
 
 #include "absl/status/statusor.h"
 #include "analyzer/analyze/attribution.h"
+#include "analyzer/analyze/columns.h"
 #include "analyzer/analyze/ranks.h"
 #include "analyzer/model/report.h"
 #include "analyzer/analyze/steps.h"
 #include "analyzer/model/timeline.h"
+#include "analyzer/read/trace_reader.h"
 
 namespace stallscope::analyzer {
 
@@ -102,8 +104,40 @@ Report ComposeRanksReport(Report primary_report, std::vector<RankSummary> ranks,
 // those of the process with the most device ops;
 // `processes` summarizes each. With `primary`, that process's timeline and
 // analysis are kept there.
+// The calls' and device ops' span: the earliest enter or start to the
+// latest exit or end; `any` false with no record. The same from a file's
+// index (ChunkSpan's lo and hi) as from the whole reading's timeline.
+struct RecordsSpan {
+  bool any = false;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+};
+RecordsSpan SpanOfRecords(const TraceIndex& index);
+RecordsSpan SpanOfRecords(const Timeline& t);
+
+// A process whose report was made from its file by slices, with what a
+// writer that draws its timeline needs to read the file again by slices
+// (report --format html): the file, its index, the steps' plan, the
+// records' span, and the idle gaps' ns by cause in `idle_columns` equal
+// columns of that span (TimeColumns, the gaps added in time order as the
+// analysis gives them: none is kept).
+struct StreamedProcess {
+  size_t idle_columns = 0;  // asked by the caller
+  bool used = false;        // the report came from slices; else `primary` was filled
+  std::string path;
+  TraceIndex index;
+  StepPlan plan;
+  RecordsSpan span;
+  TimeColumns idle;
+};
+
+// `streamed`: for a writer that can draw one trace from its file by slices.
+// Where AnalyzePaths would report it by slices (--stream, --stream-above),
+// it does so with `streamed` filled (`used`), even with `primary` given;
+// `primary` is then left empty.
 absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
                                     const AnalysisOptions& options,
-                                    ProcessAnalysis* primary = nullptr);
+                                    ProcessAnalysis* primary = nullptr,
+                                    StreamedProcess* streamed = nullptr);
 
 }  // namespace stallscope::analyzer

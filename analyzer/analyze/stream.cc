@@ -76,6 +76,25 @@ absl::Status TileSlices(const TraceIndex& index, trace::ChunkType type, size_t p
 
 }  // namespace
 
+absl::Status ForEachOpSlice(SliceReader* reader, const TraceIndex& index, size_t chunks_per_slice,
+                            const std::function<absl::Status(const Timeline&, int64_t, int64_t)>& fn) {
+  std::vector<size_t> device;
+  for (size_t i = 0; i < index.chunks.size(); ++i) {
+    if (IsType(index.chunks[i], trace::ChunkType::kDevice) && index.chunks[i].count > 0) device.push_back(i);
+  }
+  const size_t per_slice = std::max<size_t>(1, chunks_per_slice);
+  return TileSlices(index, trace::ChunkType::kDevice, per_slice, [&](int64_t from, int64_t to) -> absl::Status {
+    std::vector<size_t> chunks;
+    for (const size_t i : device) {
+      const ChunkSpan& c = index.chunks[i];
+      if (static_cast<int64_t>(c.lo) < to && static_cast<int64_t>(c.hi) >= from) chunks.push_back(i);
+    }
+    auto t = reader->Read(chunks);
+    if (!t.ok()) return t.status();
+    return fn(*t, from, to);
+  });
+}
+
 bool ExternalIdsMayRepeat(const TraceIndex& index) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const ChunkSpan& c : index.chunks) {
@@ -478,6 +497,9 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
       }
       Attribution a = AttributeWindow(part, plan, k0, k1, options);
       out.steps.insert(out.steps.end(), a.steps.begin(), a.steps.end());
+      if (stream.on_gap) {
+        for (const IdleGap& g : a.gaps) stream.on_gap(g);
+      }
       if (!stream.keep_gaps) a.gaps.clear();
       for (IdleGap& g : a.gaps) {
         if (g.call >= 0) {
@@ -544,6 +566,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
     out = before;
     std::copy(std::begin(slices), std::end(slices), out.slices);
     out.spans_fused_failed = true;
+    if (stream.on_gaps_again) stream.on_gaps_again();
     passes += 1;
     whole = attempt(false);
   }

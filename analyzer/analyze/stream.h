@@ -104,6 +104,12 @@ struct StreamOptions {
   // idle, so as many as the device ops where the device idles between
   // kernels; a report needs only the steps' rows.
   bool keep_gaps = true;
+  // Each idle gap as a window's attribution gives it (in time order, its
+  // `call` an index into that window's slice), kept or not; and, before
+  // they come again from the start (the fused way given up for this
+  // trace), on_gaps_again.
+  std::function<void(const IdleGap&)> on_gap;
+  std::function<void()> on_gaps_again;
   // The steps' spans from the windows' slices (one pass over the record
   // chunks after the index) where the trace allows (device timing not
   // sampled, no external id that may name two calls), instead of a pass of
@@ -180,5 +186,13 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
                                                  const std::regex& pattern,
                                                  const AttributionOptions& options,
                                                  const StreamOptions& stream = {});
+
+// Every device op of the file once, by slices tiling the device chunks by
+// their starts (`chunks_per_slice` chunks apart): fn(t, from, to) in rising
+// `from`, the ops of `t` starting in [from, to) being that slice's (ops and
+// strings only: no calls). A writer that draws the whole run's device
+// timeline reads it this way.
+absl::Status ForEachOpSlice(SliceReader* reader, const TraceIndex& index, size_t chunks_per_slice,
+                            const std::function<absl::Status(const Timeline&, int64_t, int64_t)>& fn);
 
 }  // namespace stallscope::analyzer

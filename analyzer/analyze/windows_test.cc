@@ -588,11 +588,22 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window,
         // Without the gaps (as `report` reads): none held, the rest the same.
         auto again = SliceReader::OpenBytes(bytes, "t", *index);
         REQUIRE(again.ok());
+        // Each gap goes to on_gap as it comes, once (those of a fused try
+        // given up are forgotten at on_gaps_again).
+        std::vector<std::tuple<int64_t, int64_t, Cause>> given;
         so.keep_gaps = false;
+        so.on_gap = [&](const IdleGap& g) { given.emplace_back(g.start_ns, g.end_ns, g.cause); };
+        so.on_gaps_again = [&] { given.clear(); };
         auto lean = AnalyzeStreamed(&*again, *index, *pattern, options, so);
         so.keep_gaps = true;
+        so.on_gap = nullptr;
+        so.on_gaps_again = nullptr;
         REQUIRE(lean.ok());
         CHECK(lean->gaps.empty());
+        REQUIRE(given.size() == s->gaps.size());
+        for (size_t k = 0; k < given.size(); ++k) {
+          CHECK(given[k] == std::make_tuple(s->gaps[k].start_ns, s->gaps[k].end_ns, s->gaps[k].cause));
+        }
         CHECK(lean->gap_call.empty());
         REQUIRE(lean->steps.size() == s->steps.size());
         for (size_t k = 0; k < s->steps.size(); ++k) CHECK(Row(lean->steps[k]) == Row(s->steps[k]));

@@ -23,6 +23,9 @@ struct ReportFormat {
   // Formats too large to hold whole: written a piece at a time instead.
   absl::Status (*stream)(const Report& report, const ProcessAnalysis& analysis, const PerfettoSink& sink) =
       nullptr;
+  // Formats that can draw a trace analyzed by slices from its file again by
+  // slices (AnalyzePaths' `streamed`), instead of reading it whole.
+  absl::StatusOr<std::string> (*render_from_file)(const Report& report, const StreamedProcess& process) = nullptr;
 };
 
 constexpr ReportFormat kFormats[] = {
@@ -37,7 +40,8 @@ constexpr ReportFormat kFormats[] = {
     {"html", true, false,
      [](const Report& r, const ProcessAnalysis& a, bool) -> absl::StatusOr<std::string> {
        return RenderHtml(r, a);
-     }},
+     },
+     nullptr, RenderHtmlFromFile},
     {"perfetto", true, false,
      [](const Report& r, const ProcessAnalysis& a, bool) { return RenderPerfetto(r, a); }, StreamPerfetto},
     {"sqlite", true, true,
@@ -80,8 +84,16 @@ int WriteReport(std::string_view command, const std::vector<std::string>& inputs
     return UsageError(command, absl::StrFormat("--format %s writes a file: give -o OUT", fmt.name));
   }
   ProcessAnalysis analysis;
-  auto report = AnalyzePaths(inputs, options, fmt.needs_timeline ? &analysis : nullptr);
+  StreamedProcess streamed;
+  streamed.idle_columns = kHtmlStripColumns;
+  auto report = AnalyzePaths(inputs, options, fmt.needs_timeline ? &analysis : nullptr,
+                             fmt.render_from_file != nullptr ? &streamed : nullptr);
   if (!report.ok()) return Fail(report.status(), kExitBadTrace);
+  if (streamed.used) {
+    auto rendered = fmt.render_from_file(*report, streamed);
+    if (!rendered.ok()) return Fail(rendered.status(), kExitBadTrace);
+    return Emit(common.out, *rendered);
+  }
   if (fmt.stream != nullptr) {
     return EmitStreamed(common.out, [&](const std::function<absl::Status(std::string_view)>& sink) {
       return fmt.stream(*report, analysis, sink);

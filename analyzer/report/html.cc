@@ -10,7 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "analyzer/analyze/questions.h"
+#include "analyzer/analyze/columns.h"
 #include "analyzer/analyze/ranks.h"
+#include "analyzer/analyze/stream.h"
 #include "analyzer/model/format.h"
 #include "analyzer/report/text.h"
 
@@ -33,6 +35,7 @@ constexpr const char* kUtilColor = "#0b5394";
 constexpr double kSvgWidth = 1000;
 constexpr double kLeft = 70, kRight = 20;
 constexpr double kPlotWidth = kSvgWidth - kLeft - kRight;
+static_assert(kPlotWidth == static_cast<double>(kHtmlStripColumns), "one strip column a unit of the plot");
 
 // At most `max_bytes` of `s`, cut at a UTF-8 character boundary, with "…".
 std::string Truncate(std::string_view s, size_t max_bytes) {
@@ -55,24 +58,37 @@ struct Interval {
   int64_t start, end;
 };
 
-// The union of the device's ops (ops are sorted by start), optionally only
-// kernels (compute and NCCL).
-std::vector<Interval> MergedOps(const Timeline& t, uint32_t device, bool kernels_only) {
-  std::vector<Interval> out;
-  for (const DeviceOp& op : t.ops) {
-    if (op.device != device || op.end_ns <= op.start_ns) continue;
-    if (kernels_only && op.kind != trace::DeviceOpKind::kKernel &&
-        op.kind != trace::DeviceOpKind::kNccl) {
-      continue;
-    }
-    if (!out.empty() && op.start_ns <= out.back().end) {
-      out.back().end = std::max(out.back().end, op.end_ns);
-    } else {
-      out.push_back({op.start_ns, op.end_ns});
-    }
-  }
-  return out;
+bool IsKernel(const DeviceOp& op) {
+  return op.kind == trace::DeviceOpKind::kKernel || op.kind == trace::DeviceOpKind::kNccl;
 }
+
+// The union of intervals given in order of start. Add gives true, and the
+// merged interval in `done`, when `start` begins a new one; Finish gives
+// the last.
+class Merger {
+ public:
+  bool Add(int64_t start, int64_t end, Interval* done) {
+    if (open_ && start <= cur_.end) {
+      cur_.end = std::max(cur_.end, end);
+      return false;
+    }
+    const bool had = open_;
+    *done = cur_;
+    cur_ = {start, end};
+    open_ = true;
+    return had;
+  }
+  bool Finish(Interval* done) {
+    *done = cur_;
+    const bool had = open_;
+    open_ = false;
+    return had;
+  }
+
+ private:
+  Interval cur_{0, 0};
+  bool open_ = false;
+};
 
 // ---- Chart primitives -------------------------------------------------------
 
@@ -168,7 +184,7 @@ std::string CauseLegend(BusyKey busy, bool outside) {
 // ---- (a) utilization curve over the busy/idle strip --------------------------
 
 // Strip categories: 0 busy, 1..7 idle causes, 8 outside every step.
-constexpr int kStripCats = 2 + kNumCauses;
+constexpr int kStripCats = kHtmlStripCategories;
 
 const char* StripColor(int cat) {
   if (cat == 0) return kBusyColor[0];
@@ -176,51 +192,17 @@ const char* StripColor(int cat) {
   return kOutsideColor;
 }
 
-// Per column of the strip, the ns of each category.
-class Columns {
- public:
-  Columns(int64_t start, int64_t end, size_t n)
-      : start_(start), end_(end), ns_per_col_(static_cast<double>(end - start) / n), cols_(n) {}
-
-  void Add(int64_t a, int64_t b, int cat) {
-    a = std::max(a, start_);
-    b = std::min(b, end_);
-    if (b <= a) return;
-    double fa = (a - start_) / ns_per_col_, fb = (b - start_) / ns_per_col_;
-    size_t c = std::min(static_cast<size_t>(fa), cols_.size() - 1);
-    while (fa < fb && c < cols_.size()) {
-      const double edge = std::min(fb, static_cast<double>(c + 1));
-      cols_[c][cat] += (edge - fa) * ns_per_col_;
-      fa = edge;
-      ++c;
-    }
-  }
-  double Width() const { return ns_per_col_; }
-  const std::vector<std::array<double, kStripCats>>& cols() const { return cols_; }
-
- private:
-  int64_t start_, end_;
-  double ns_per_col_;
-  std::vector<std::array<double, kStripCats>> cols_;
-};
-
-void RenderStrip(std::string* out, const ProcessAnalysis& pa, const Span& span, double top,
-                 double height) {
-  const size_t ncols = static_cast<size_t>(kPlotWidth);
-  Columns cols(span.start_ns, span.end_ns, ncols);
-  for (const Interval& iv : MergedOps(pa.timeline, pa.plan.device, false)) {
-    cols.Add(iv.start, iv.end, 0);
-  }
-  for (const IdleGap& g : pa.gaps) cols.Add(g.start_ns, g.end_ns, 1 + static_cast<int>(g.cause));
+void RenderStrip(std::string* out, const HtmlTimeline& ht, double top, double height) {
+  const size_t ncols = ht.strip.size();
   // The rest of each column: idle outside the steps (or not attributed).
   // Each column is drawn as stacked rects in category order; runs of columns
   // whose rounded stacks are equal are drawn once.
   std::vector<std::array<int, kStripCats>> heights(ncols);  // tenths of a unit
   for (size_t c = 0; c < ncols; ++c) {
-    std::array<double, kStripCats> v = cols.cols()[c];
+    std::array<double, kStripCats> v = ht.strip[c];
     double known = 0;
     for (int k = 0; k + 1 < kStripCats; ++k) known += v[k];
-    v[kStripCats - 1] = std::max(0.0, cols.Width() - known);
+    v[kStripCats - 1] = std::max(0.0, ht.strip_column_ns - known);
     double total = 0;
     for (double x : v) total += x;
     int used = 0, largest = 0;
@@ -261,14 +243,15 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
 }
 
-void RenderUtilization(std::string* out, const Report& r, const ProcessAnalysis& pa,
-                       const Span& span, size_t* curve_points, size_t* windows) {
+void RenderUtilization(std::string* out, const Report& r, const HtmlTimeline& ht, size_t* curve_points,
+                       size_t* windows) {
+  const Span& span = ht.span;
   absl::StrAppend(out, "<section id=\"utilization\"><h2>GPU utilization as nvidia-smi sees it</h2>");
   if (span.end_ns <= span.start_ns) {
     absl::StrAppend(out, "<p class=\"empty\">Nothing was recorded: no timeline to draw.</p></section>");
     return;
   }
-  const UtilizationCurve u = ComputeUtilization(pa.timeline, pa.plan.device, span.start_ns, span.end_ns);
+  const UtilizationCurve& u = ht.utilization;
   *windows = u.percent.size();
   const size_t group = (u.percent.size() + kHtmlMaxCurvePoints - 1) / kHtmlMaxCurvePoints;
   double mean = 0;
@@ -283,7 +266,7 @@ void RenderUtilization(std::string* out, const Report& r, const ProcessAnalysis&
       "that percent for each %s window of GPU %d, computed from the recorded kernels, over the "
       "busy/idle strip of the same time axis (idle coloured by cause), which shows what the "
       "curve averages away.</p>",
-      win, pa.plan.device);
+      win, ht.device);
   absl::StrAppendFormat(out,
                         "<p class=\"figure\" id=\"util-stats\">%d windows of %s: mean %.1f%%, p5 "
                         "%.1f%%, p95 %.1f%%",
@@ -314,7 +297,7 @@ void RenderUtilization(std::string* out, const Report& r, const ProcessAnalysis&
                           "%d consecutive windows; the band spans their minimum and maximum.</p>",
                           u.percent.size(), group);
   }
-  if (pa.timeline.ops.empty()) {
+  if (ht.no_ops) {
     absl::StrAppend(out, "<p class=\"note\">No device ops were recorded (a host-only trace): the "
                          "GPU ran no kernel.</p>");
   }
@@ -353,8 +336,8 @@ void RenderUtilization(std::string* out, const Report& r, const ProcessAnalysis&
                         "points=\"%s\"><title>utilization.gpu per %s window</title></polyline>",
                         kUtilColor, line, win);
   absl::StrAppendFormat(out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">GPU %d</text>",
-                        kLeft - 6, strip_top + strip_h / 2 + 4, pa.plan.device);
-  RenderStrip(out, pa, span, strip_top, strip_h);
+                        kLeft - 6, strip_top + strip_h / 2 + 4, ht.device);
+  RenderStrip(out, ht, strip_top, strip_h);
   XTimeAxis(out, a, strip_top + strip_h);
   absl::StrAppend(out, "</svg>", CauseLegend(BusyKey::kAny, true));
   // The step spans, when few enough to name.
@@ -648,51 +631,28 @@ void RenderHotspots(std::string* out, const Report& r) {
   absl::StrAppend(out, "</section>");
 }
 
-void RenderKernels(std::string* out, const ProcessAnalysis& pa) {
+void RenderKernels(std::string* out, const HtmlTimeline& ht) {
   absl::StrAppendFormat(out, "<section id=\"kernels\"><h2>Kernels by device time (GPU %d)</h2>",
-                        pa.plan.device);
-  struct Agg {
-    uint32_t name;
-    bool nccl;
-    int64_t count = 0, total = 0;
-  };
-  absl::flat_hash_map<uint32_t, size_t> index;
-  std::vector<Agg> aggs;
-  int64_t all = 0;
-  const Timeline& t = pa.timeline;
-  for (size_t i = 0; i < t.ops.size(); ++i) {
-    const DeviceOp& op = t.ops[i];
-    if (op.device != pa.plan.device) continue;
-    if (op.kind != trace::DeviceOpKind::kKernel && op.kind != trace::DeviceOpKind::kNccl) continue;
-    const uint32_t name = t.op_info[i].name;
-    auto [it, fresh] = index.try_emplace(name, aggs.size());
-    if (fresh) aggs.push_back({name, op.kind == trace::DeviceOpKind::kNccl});
-    Agg& a = aggs[it->second];
-    ++a.count;
-    const int64_t d = std::max<int64_t>(0, op.end_ns - op.start_ns);
-    a.total = AddCapped(a.total, d);
-    all = AddCapped(all, d);
-  }
-  if (aggs.empty()) {
+                        ht.device);
+  if (ht.kernels.empty()) {
     absl::StrAppend(out, "<p class=\"empty\">No kernels were recorded on this device.</p></section>");
     return;
   }
-  std::sort(aggs.begin(), aggs.end(), [](const Agg& a, const Agg& b) {
-    return a.total != b.total ? a.total > b.total : a.name < b.name;
-  });
+  const std::vector<HtmlKernel>& aggs = ht.kernels;
+  const int64_t all = ht.kernels_ns;
   absl::StrAppend(out,
                   "<table><thead><tr><th>kernel</th><th>kind</th><th>count</th><th>total</th>"
                   "<th>mean</th><th>share</th></tr></thead><tbody>");
   for (size_t i = 0; i < aggs.size() && i < kHtmlMaxKernels; ++i) {
-    const Agg& a = aggs[i];
-    const std::string_view name = pa.timeline.String(a.name);
+    const HtmlKernel& a = aggs[i];
+    const std::string_view name = a.name;
     absl::StrAppendFormat(out,
                           "<tr><td><code title=\"%s\">%s</code></td><td>%s</td><td class=\"num\">%d"
                           "</td><td class=\"num\">%s</td><td class=\"num\">%s</td><td "
                           "class=\"num\">%.1f%%</td></tr>",
                           E(Truncate(name, 2000)), name.empty() ? "?" : E(Truncate(name, 160)),
-                          a.nccl ? "nccl" : "kernel", a.count, E(FormatDuration(a.total)),
-                          E(FormatDuration(a.total / a.count)), Pct(a.total, all));
+                          a.nccl ? "nccl" : "kernel", a.count, E(FormatDuration(a.total_ns)),
+                          E(FormatDuration(a.total_ns / a.count)), Pct(a.total_ns, all));
   }
   absl::StrAppend(out, "</tbody></table>");
   if (aggs.size() > kHtmlMaxKernels) {
@@ -864,42 +824,120 @@ int64_t UtilizationCurve::WindowStart(size_t k) const {
 
 UtilizationCurve ComputeUtilization(const Timeline& t, uint32_t device, int64_t start_ns,
                                     int64_t end_ns) {
-  UtilizationCurve u;
-  u.start_ns = start_ns;
-  u.end_ns = end_ns;
-  if (end_ns <= start_ns) return u;
-  const int64_t total_sixths = NsToSixths(end_ns - 1 - start_ns) + 1;
-  u.sixths = std::max<int64_t>(1, (total_sixths + kMaxUtilizationWindows - 1) / kMaxUtilizationWindows);
-  const size_t n = static_cast<size_t>((total_sixths + u.sixths - 1) / u.sixths);
-  std::vector<int64_t> busy(n, 0);
-  for (const Interval& iv : MergedOps(t, device, true)) {
-    const int64_t a = std::max(iv.start, start_ns), b = std::min(iv.end, end_ns);
-    if (b <= a) continue;
-    for (size_t k = static_cast<size_t>(NsToSixths(a - start_ns) / u.sixths); k < n; ++k) {
-      const int64_t ws = u.WindowStart(k), we = std::min(u.WindowStart(k + 1), end_ns);
+  HtmlTimelineBuilder b(device, {start_ns, end_ns});
+  b.AddOps(t, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+  return b.Finish({}).utilization;
+}
+
+struct HtmlTimelineBuilder::State {
+  HtmlTimeline page;
+  std::vector<int64_t> busy;  // each utilization window's kernel ns
+  TimeColumns columns;        // the strip's busy ns
+  Merger ops, kernels;        // of the device: every op, and kernels only
+  absl::flat_hash_map<std::string, size_t> kernel_at;
+
+  State(uint32_t device, Span span) : columns(span.start_ns, span.end_ns, kHtmlStripColumns, 1) {
+    page.device = device;
+    page.span = span;
+    UtilizationCurve& u = page.utilization;
+    u.start_ns = span.start_ns;
+    u.end_ns = span.end_ns;
+    if (span.end_ns > span.start_ns) {
+      const int64_t total_sixths = NsToSixths(span.end_ns - 1 - span.start_ns) + 1;
+      u.sixths = std::max<int64_t>(1, (total_sixths + kMaxUtilizationWindows - 1) / kMaxUtilizationWindows);
+      busy.assign(static_cast<size_t>((total_sixths + u.sixths - 1) / u.sixths), 0);
+    }
+  }
+
+  // A merged interval of kernels, each once, into the windows' busy ns.
+  void AddBusy(const Interval& iv) {
+    const UtilizationCurve& u = page.utilization;
+    const int64_t a = std::max(iv.start, u.start_ns), b = std::min(iv.end, u.end_ns);
+    if (b <= a) return;
+    for (size_t k = static_cast<size_t>(NsToSixths(a - u.start_ns) / u.sixths); k < busy.size(); ++k) {
+      const int64_t ws = u.WindowStart(k), we = std::min(u.WindowStart(k + 1), u.end_ns);
       if (ws >= b) break;
       busy[k] += std::min(b, we) - std::max(a, ws);
     }
   }
-  u.percent.resize(n);
-  for (size_t k = 0; k < n; ++k) {
-    const int64_t len = std::min(u.WindowStart(k + 1), end_ns) - u.WindowStart(k);
-    u.percent[k] = len > 0 ? 100.0 * static_cast<double>(busy[k]) / static_cast<double>(len) : 0;
+};
+
+HtmlTimelineBuilder::HtmlTimelineBuilder(uint32_t device, Span span)
+    : s_(std::make_unique<State>(device, span)) {}
+
+HtmlTimelineBuilder::~HtmlTimelineBuilder() = default;
+
+void HtmlTimelineBuilder::AddOps(const Timeline& t, int64_t from, int64_t to) {
+  State& s = *s_;
+  Interval done{0, 0};
+  absl::flat_hash_map<uint32_t, size_t> at_id;  // this timeline's name ids: an entry of kernels
+  for (size_t i = 0; i < t.ops.size(); ++i) {
+    const DeviceOp& op = t.ops[i];
+    if (op.start_ns < from || op.start_ns >= to) continue;
+    s.page.no_ops = false;
+    if (op.device != s.page.device) continue;
+    const bool kernel = IsKernel(op);
+    if (kernel) {
+      auto [id, fresh] = at_id.try_emplace(t.op_info[i].name, 0);
+      if (fresh) {
+        std::string name(t.String(t.op_info[i].name));
+        auto [it, added] = s.kernel_at.try_emplace(name, s.page.kernels.size());
+        if (added) s.page.kernels.push_back({std::move(name), op.kind == trace::DeviceOpKind::kNccl});
+        id->second = it->second;
+      }
+      HtmlKernel& k = s.page.kernels[id->second];
+      ++k.count;
+      const int64_t d = std::max<int64_t>(0, op.end_ns - op.start_ns);
+      k.total_ns = AddCapped(k.total_ns, d);
+      s.page.kernels_ns = AddCapped(s.page.kernels_ns, d);
+    }
+    if (op.end_ns <= op.start_ns) continue;
+    if (s.ops.Add(op.start_ns, op.end_ns, &done)) s.columns.Add(done.start, done.end, 0);
+    if (kernel && s.kernels.Add(op.start_ns, op.end_ns, &done)) s.AddBusy(done);
   }
-  return u;
 }
 
-Span TimelineSpan(const Timeline& t, const Report& r) {
-  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
-  auto add = [&](int64_t a, int64_t b) {
-    lo = std::min(lo, a);
-    hi = std::max(hi, b);
-  };
-  for (const ApiCall& c : t.calls) add(c.enter_ns, c.exit_ns);
-  for (const DeviceOp& op : t.ops) add(op.start_ns, op.end_ns);
-  for (const StepStats& s : r.steps) add(std::min(s.start_ns, s.host_start_ns), std::max(s.end_ns, s.host_end_ns));
-  if (lo >= hi) return {};
-  return {lo, hi};
+HtmlTimeline HtmlTimelineBuilder::Finish(const TimeColumns& idle) {
+  State& s = *s_;
+  Interval done{0, 0};
+  if (s.ops.Finish(&done)) s.columns.Add(done.start, done.end, 0);
+  if (s.kernels.Finish(&done)) s.AddBusy(done);
+  s.page.strip.assign(kHtmlStripColumns, {});
+  for (size_t c = 0; c < kHtmlStripColumns; ++c) {
+    s.page.strip[c][0] = s.columns.At(c, 0);
+    for (size_t k = 0; k < static_cast<size_t>(kNumCauses) && c < idle.columns(); ++k) {
+      s.page.strip[c][1 + k] = idle.At(c, k);
+    }
+  }
+  s.page.strip_column_ns = s.columns.width_ns();
+  UtilizationCurve& u = s.page.utilization;
+  u.percent.resize(s.busy.size());
+  for (size_t k = 0; k < s.busy.size(); ++k) {
+    const int64_t len = std::min(u.WindowStart(k + 1), u.end_ns) - u.WindowStart(k);
+    u.percent[k] = len > 0 ? 100.0 * static_cast<double>(s.busy[k]) / static_cast<double>(len) : 0;
+  }
+  std::sort(s.page.kernels.begin(), s.page.kernels.end(), [](const HtmlKernel& a, const HtmlKernel& b) {
+    return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.name < b.name;
+  });
+  return std::move(s.page);
+}
+
+Span ChartSpan(const RecordsSpan& records) {
+  if (!records.any || records.end_ns <= records.start_ns) return {};
+  return {records.start_ns, records.end_ns};
+}
+
+TimeColumns StripIdle(const Span& span, const std::vector<IdleGap>& gaps) {
+  TimeColumns idle(span.start_ns, span.end_ns, kHtmlStripColumns, kNumCauses);
+  for (const IdleGap& g : gaps) idle.Add(g.start_ns, g.end_ns, static_cast<size_t>(g.cause));
+  return idle;
+}
+
+HtmlTimeline HtmlTimelineOf(const ProcessAnalysis& pa) {
+  const Span span = ChartSpan(SpanOfRecords(pa.timeline));
+  HtmlTimelineBuilder b(pa.plan.device, span);
+  b.AddOps(pa.timeline, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+  return b.Finish(StripIdle(span, pa.gaps));
 }
 
 std::string HtmlEscape(std::string_view s) {
@@ -989,7 +1027,27 @@ void RenderRanks(std::string* out, const Report& r) {
                   "</section>");
 }
 
-std::string RenderHtml(const Report& r, const ProcessAnalysis& pa) {
+std::string RenderHtml(const Report& r, const ProcessAnalysis& pa) { return RenderHtml(r, HtmlTimelineOf(pa)); }
+
+absl::StatusOr<std::string> RenderHtmlFromFile(const Report& r, const StreamedProcess& process) {
+  // The span from the index, as the whole reading's records give it.
+  const Span span = ChartSpan(process.span);
+  HtmlTimelineBuilder b(process.plan.device, span);
+  auto reader = SliceReader::OpenFile(process.path, process.index);
+  if (!reader.ok()) return reader.status();
+  absl::Status read = ForEachOpSlice(&*reader, process.index, StreamOptions{}.chunks_per_slice,
+                                     [&](const Timeline& t, int64_t from, int64_t to) {
+                                       b.AddOps(t, from, to);
+                                       return absl::OkStatus();
+                                     });
+  if (!read.ok()) return read;
+  if (process.idle.columns() != kHtmlStripColumns) {
+    return absl::InternalError("the idle gaps were not drawn into the strip's columns");
+  }
+  return RenderHtml(r, b.Finish(process.idle));
+}
+
+std::string RenderHtml(const Report& r, const HtmlTimeline& ht) {
   std::string out =
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
       "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
@@ -999,15 +1057,14 @@ std::string RenderHtml(const Report& r, const ProcessAnalysis& pa) {
   absl::StrAppend(&out, kStyle, "</style></head><body>\n");
   RenderVerdict(&out, r);
   RenderQuestions(&out, r);
-  const Span span = TimelineSpan(pa.timeline, r);
   size_t curve_points = 0, windows = 0, bars = 0, scatter = 0;
-  RenderUtilization(&out, r, pa, span, &curve_points, &windows);
+  RenderUtilization(&out, r, ht, &curve_points, &windows);
   RenderStepBars(&out, r, &bars);
   RenderScatter(&out, r, &scatter);
   RenderHotspots(&out, r);
   RenderRanks(&out, r);
   RenderCauses(&out, r);
-  RenderKernels(&out, pa);
+  RenderKernels(&out, ht);
   RenderStepTable(&out, r);
   RenderDiagnostics(&out, r);
   // The footer states the file's own size: iterate until the digits settle.

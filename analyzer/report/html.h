@@ -7,12 +7,16 @@
 // per-step table and diagnostics. Sizes stay bounded for any number of steps.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "analyzer/analyze/analysis.h"
+#include "analyzer/analyze/columns.h"
 #include "analyzer/model/report.h"
 
 namespace stallscope::analyzer {
@@ -57,19 +61,77 @@ struct UtilizationCurve {
 UtilizationCurve ComputeUtilization(const Timeline& t, uint32_t device, int64_t start_ns,
                                     int64_t end_ns);
 
-// The span the timeline charts cover: from the first call or op (any device)
-// to the last one's end, and over every step. {0, 0} when nothing was
-// recorded.
+// The span the timeline charts cover: from the first call's enter or op's
+// start (any device) to the latest exit or end (SpanOfRecords). {0, 0} when
+// nothing was recorded.
 struct Span {
   int64_t start_ns = 0;
   int64_t end_ns = 0;
 };
-Span TimelineSpan(const Timeline& t, const Report& r);
+
+// The busy/idle strip's columns (its plot's width in the viewBox).
+inline constexpr size_t kHtmlStripColumns = 910;
+
+// The busy/idle strip's categories: 0 busy, 1..kNumCauses the idle causes,
+// the last one outside every step.
+inline constexpr int kHtmlStripCategories = 2 + kNumCauses;
+
+struct HtmlKernel {
+  std::string name;
+  bool nccl = false;
+  int64_t count = 0;
+  int64_t total_ns = 0;
+};
+
+// What the page draws from the analyzed process's timeline besides its
+// report: the charts' span, the utilization curve, the strip's columns and
+// the device's kernels. Built from the ops a slice at a time
+// (HtmlTimelineBuilder): from a whole timeline (HtmlTimelineOf) or from a
+// trace file read by slices, the same page.
+struct HtmlTimeline {
+  uint32_t device = 0;
+  Span span;
+  bool no_ops = true;  // no device op on any device
+  UtilizationCurve utilization;
+  // Per column of the strip (kPlotWidth of them), the ns of each category
+  // but the last; a column is strip_column_ns wide.
+  std::vector<std::array<double, kHtmlStripCategories>> strip;
+  double strip_column_ns = 0;
+  std::vector<HtmlKernel> kernels;  // by total time, then name
+  int64_t kernels_ns = 0;
+};
+
+class HtmlTimelineBuilder {
+ public:
+  // `span`: the charts' span.
+  HtmlTimelineBuilder(uint32_t device, Span span);
+  ~HtmlTimelineBuilder();
+  HtmlTimelineBuilder(const HtmlTimelineBuilder&) = delete;
+  HtmlTimelineBuilder& operator=(const HtmlTimelineBuilder&) = delete;
+  // The ops of `t` (sorted by start) starting in [from, to): called with
+  // rising, disjoint ranges that give every op of the run once.
+  void AddOps(const Timeline& t, int64_t from, int64_t to);
+  // After the ops, with the idle gaps' ns by cause in each of the strip's
+  // kHtmlStripColumns columns over the span (TimeColumns of kNumCauses
+  // categories, the gaps added in time order).
+  HtmlTimeline Finish(const TimeColumns& idle);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+HtmlTimeline HtmlTimelineOf(const ProcessAnalysis& pa);
 
 // Escapes &, <, >, " and ' for HTML text and attribute values; control
 // characters other than tab and newline become U+FFFD.
 std::string HtmlEscape(std::string_view s);
 
 std::string RenderHtml(const Report& report, const ProcessAnalysis& analysis);
+std::string RenderHtml(const Report& report, const HtmlTimeline& timeline);
+// The page of a process analyzed by slices (AnalyzePaths' `streamed`): its
+// ops read from the file again by slices, the same page as RenderHtml's on
+// the whole reading.
+absl::StatusOr<std::string> RenderHtmlFromFile(const Report& report, const StreamedProcess& process);
 
 }  // namespace stallscope::analyzer

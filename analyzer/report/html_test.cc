@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "analyzer/testing/test_util.h"
@@ -323,4 +325,62 @@ TEST_CASE("html aggregates many steps", "[html]") {
 }
 
 }  // namespace
+// Guards the page of a trace reported by slices (RenderHtmlFromFile: its
+// ops read again by slices, the report's idle gaps, the span from the
+// index): the same bytes as the page of the whole reading, with step
+// markers and without, one device and two, the checked-in traces too.
+TEST_CASE("html of a trace read by slices is the page of the whole reading", "[html][stream]") {
+  std::vector<std::pair<std::string, TraceBuilder>> built;
+  // Small chunks: the ops come in many slices of 16 chunks.
+  built.emplace_back("marked", testing::SyntheticSteps(300).SetPacked(true).SetChunkRecords(64));
+  built.emplace_back("unmarked", testing::SyntheticSteps(300, "kernel", false, false).SetChunkRecords(64));
+  {
+    // Two devices, copies, NCCL and an op no call submitted.
+    TraceBuilder b = testing::SyntheticSteps(50, "gemm");
+    b.SetChunkRecords(100);
+    b.Device(1'000'100'000, 1'000'300'000, trace::DeviceOpKind::kKernel, "other_device_kernel", 900001, 7, 1);
+    b.Device(1'000'050'000, 1'000'060'000, trace::DeviceOpKind::kNccl, "ncclDevKernel_AllReduce", 900002, 9);
+    b.Device(1'002'000'000, 1'002'001'000, trace::DeviceOpKind::kMemcpy, "", 900003, 7, 0, 4096, 1);
+    built.emplace_back("two devices", std::move(b));
+  }
+  std::vector<std::string> paths;
+  char dir_template[] = "/tmp/stallscope-html-XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  const std::string dir = dir_template;
+  for (const auto& [name, b] : built) {
+    paths.push_back(dir + "/" + name + ".sstrace");
+    b.WriteTo(paths.back());
+  }
+  for (const char* name : {"sync_loop", "format2_sync_loop", "format4_packed_sync_loop"}) {
+    paths.push_back(std::string(STALLSCOPE_TESTDATA_DIR) + "/" + name + ".sstrace");
+  }
+  for (const std::string& path : paths) {
+    INFO(path);
+    AnalysisOptions whole_options;
+    whole_options.predict = false;
+    ProcessAnalysis whole;
+    auto whole_report = AnalyzePaths({path}, whole_options, &whole);
+    REQUIRE(whole_report.ok());
+    AnalysisOptions sliced_options = whole_options;
+    sliced_options.stream = true;
+    ProcessAnalysis unused;
+    StreamedProcess sliced;
+    sliced.idle_columns = kHtmlStripColumns;
+    auto sliced_report = AnalyzePaths({path}, sliced_options, &unused, &sliced);
+    REQUIRE(sliced_report.ok());
+    REQUIRE(sliced.used);
+    CHECK(unused.timeline.calls.empty());
+    auto page = RenderHtmlFromFile(*sliced_report, sliced);
+    REQUIRE(page.ok());
+    const std::string expected = RenderHtml(*whole_report, whole);
+    const RecordsSpan span = SpanOfRecords(whole.timeline);
+    CHECK(sliced.span.start_ns == span.start_ns);
+    CHECK(sliced.span.end_ns == span.end_ns);
+    CHECK(*page == expected);
+    CheckStructure(*page);
+  }
+  for (size_t i = 0; i < built.size(); ++i) unlink(paths[i].c_str());
+  rmdir(dir.c_str());
+}
+
 }  // namespace stallscope::analyzer
