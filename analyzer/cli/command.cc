@@ -109,8 +109,8 @@ void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a, bool predictions) {
   app->add_flag("--stream", a->stream,
                 "read the trace file by slices, a window of steps at a time (the report is the "
                 "same): one trace's whole report, holding a window at a time, when it makes no "
-                "predictions (--no-predict, or past 1 M events), else the idle attribution and "
-                "hotspots; traces with no steps, marked or repeating, and the ranks of a "
+                "predictions (--no-predict, or past 1 M events), and its html page, else the "
+                "idle attribution and hotspots; traces with no steps, marked or repeating, and the ranks of a "
                 "distributed run, are analyzed in memory");
   app->add_option("--stream-above", a->stream_above,
                   "report one trace as --stream does when it holds more calls and device ops "
