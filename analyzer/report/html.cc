@@ -922,6 +922,8 @@ HtmlTimeline HtmlTimelineBuilder::Finish(const TimeColumns& idle) {
   return std::move(s.page);
 }
 
+namespace {
+
 Span ChartSpan(const RecordsSpan& records) {
   if (!records.any || records.end_ns <= records.start_ns) return {};
   return {records.start_ns, records.end_ns};
@@ -932,6 +934,8 @@ TimeColumns StripIdle(const Span& span, const std::vector<IdleGap>& gaps) {
   for (const IdleGap& g : gaps) idle.Add(g.start_ns, g.end_ns, static_cast<size_t>(g.cause));
   return idle;
 }
+
+}  // namespace
 
 HtmlTimeline HtmlTimelineOf(const ProcessAnalysis& pa) {
   const Span span = ChartSpan(SpanOfRecords(pa.timeline));
