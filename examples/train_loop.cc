@@ -9,7 +9,7 @@
 //              [--tiny K] [--dispatch-us D] [--cpu-us C] [--no-nvtx]
 //              [--batch-bytes B] [--graph] [--dump-at STEP]
 //              [--slow-from STEP --slow-input-us U] [--step-time]
-//              [--log-waits FILE]
+//              [--log-waits FILE] [--name-period P]
 //
 // --dispatch-us spins the CPU for D us before every launch: the per-op cost of
 // a framework's dispatcher, which is what makes tiny kernels launch-bound.
@@ -70,6 +70,7 @@ struct Options : example::LoopOptions {
   int slow_from = -1;      // --slow-from: the first step of the slower input
   long slow_input_us = 0;  // --slow-input-us: its wait per batch
   bool step_time = false;  // --step-time: print the mean step time
+  int name_period = 0;     // --name-period: step N's range is named "step N mod P"
   const char* log_waits = nullptr;  // --log-waits: where to write the waits
 };
 
@@ -191,6 +192,7 @@ Options Parse(int argc, char** argv) {
     else if (a.Is("--slow-from")) o.slow_from = a.Int();
     else if (a.Is("--slow-input-us")) o.slow_input_us = a.Long();
     else if (a.Is("--step-time")) o.step_time = true;
+    else if (a.Is("--name-period")) o.name_period = a.Int();
     else if (a.Is("--log-waits")) o.log_waits = a.Value();
     else a.Unknown();
   }
@@ -260,7 +262,7 @@ int main(int argc, char** argv) {
   long long timed_start = 0;
   for (int step = 0; step < o.steps; ++step) {
     if (step == timed_from) timed_start = ClockNs(CLOCK_MONOTONIC);
-    if (o.nvtx) nvtxRangePushA(("step " + std::to_string(step)).c_str());
+    if (o.nvtx) nvtxRangePushA(("step " + std::to_string(o.name_period > 0 ? step % o.name_period : step)).c_str());
     const long input_us = o.slow_from >= 0 && step >= o.slow_from ? o.slow_input_us : o.input_us;
     if (input_us) WaitForBatch(input_us);
     if (o.cpu_us) PreprocessBatch(o.cpu_us);

@@ -140,7 +140,8 @@ Pending* g_drained = nullptr;
 // own name, "step 1234", is new every step) records the drain epoch it was
 // last interned in; in ring mode the ones no held chunk can name any more
 // are forgotten (CompactRingStrings), so the table and the ring's string
-// chunks follow the window, not the run.
+// chunks follow the window, not the run; writing the whole trace, those
+// whose records are all written (ForgetWrittenStrings).
 struct InternedString {
   uint32_t id;
   bool transient;
@@ -152,7 +153,8 @@ std::unordered_map<std::string, InternedString>* g_strings = nullptr;
 uint64_t g_epoch = 0;
 // Transient strings added since the last compaction (under g_mu).
 size_t g_transient_added = 0;
-// Compact the ring's strings after this many new transient ones.
+// Compact the ring's strings (forget the written ones) after this many new
+// transient ones.
 inline constexpr size_t kTransientCompactEvery = 4096;
 std::unordered_map<uint64_t, uint32_t>* g_stacks = nullptr;
 uint32_t g_next_string = 1;
@@ -622,6 +624,23 @@ void CompactRingStrings() {
   if (count > 0) WriteCompressed(ChunkType::kString, 0, count, out.data(), out.size());
 }
 
+// Whole-trace mode (under g_write_mu, after a drain wrote epoch `written`):
+// once kTransientCompactEvery transient strings came since the last time,
+// forgets those whose records are all in the file (named in epoch e, they
+// are written by the drain of e or e + 1; one drain more of margin). The
+// file keeps their chunks; a name that comes back gets a new id. So the
+// table follows the names in use, not every step's name of the run.
+void ForgetWrittenStrings(uint64_t written) {
+  pthread_mutex_lock(&g_mu);
+  if (g_transient_added >= kTransientCompactEvery) {
+    g_transient_added = 0;
+    std::erase_if(*g_strings, [written](const auto& kv) {
+      return kv.second.transient && kv.second.used + 2 <= written;
+    });
+  }
+  pthread_mutex_unlock(&g_mu);
+}
+
 // Writes everything pending: full buffers, the published part of every live
 // thread's buffer, strings, stacks, device records, diagnostics counted since
 // the last drain. `final` adds the module map and the end marker.
@@ -762,7 +781,11 @@ bool Drain(bool final, bool after_cupti_flush = false, uint64_t as_of_ns = 0) {
   }
   if (final) WriteChunk(ChunkType::kEnd, 0, 0, nullptr, 0);
   pending.Clear();
-  if (g_ring != nullptr) CompactRingStrings();
+  if (g_ring != nullptr) {
+    CompactRingStrings();
+  } else {
+    ForgetWrittenStrings(g_ring_epoch);
+  }
   pthread_mutex_unlock(&g_write_mu);
 
   if (done) {

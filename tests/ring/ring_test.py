@@ -377,6 +377,37 @@ def case_names_follow_window(build, work):
     check(held <= len(used) + 4096, f"the dump holds {held} strings for {len(used)} names its records use")
 
 
+def case_names_forgotten_when_written(build, work):
+    """Writing the whole trace, a step's own name is forgotten once every
+    record naming it is in the file, and gets a new id when it comes back:
+    the recorder's table follows the names in use, not every step's name of
+    the run. With names repeating every 10,000 steps over 40,000, the file
+    holds more string entries than the 10,000 names (a recorder that kept
+    them all would hold each once), and every push is named as the job
+    named it."""
+    out = os.path.join(work, "trace")
+    steps, period = 40000, 10000
+    cmd = [exe(build, "stallscope"), "run", "--sim", "-q", "--out", out, "--",
+           exe(build, "train_loop"), "--steps", str(steps), "--name-period", str(period)]
+    p = subprocess.run(cmd, env=env(SIMGPU_KERNEL_US="*=2"), capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"the job exited {p.returncode}: {p.stderr[-2000:]}")
+    files = glob.glob(os.path.join(out, "*.sstrace"))
+    check(len(files) == 1, f"expected one trace, found {files}")
+    d, _ = read_dump(build, files[0])
+    pushes = [e for e in d["nvtx"] if e["type"] == 1]  # trace::NvtxType kPush
+    check(len(pushes) == steps, f"{len(pushes)} pushes for {steps} steps")
+    wrong = [(i, e["name"]) for i, e in enumerate(pushes) if e["name"] != f"step {i % period}"]
+    check(not wrong, f"{len(wrong)} pushes not named as the job named them, e.g. {wrong[:3]}")
+    chunks = subprocess.run([exe(build, "stallscope"), "dump", files[0], "--chunks", "--format", "json"],
+                            capture_output=True, text=True, timeout=120)
+    check(chunks.returncode == 0, f"dump --chunks exited {chunks.returncode}: {chunks.stderr[-1000:]}")
+    held = sum(c["count"] for c in json.loads(chunks.stdout)["chunks"] if c["type"] == "string")
+    others = len({o["name"] for o in d["ops"] if o["name"]})
+    print(f"{steps} steps named with {period} names: {held} strings in the file ({others} kernel names)")
+    check(held > period + others + 4096,
+          f"{held} strings for {period} step names and {others} kernel names: none was forgotten and named again")
+
+
 def case_bad_spec(build, work):
     """A window that is neither seconds nor megabytes: a one-line usage
     error, and the job does not run."""
