@@ -256,18 +256,14 @@ absl::StatusOr<std::optional<Report>> ReportFromFile(const std::string& path,
   if (options.window_steps > 0) so.steps_per_window = options.window_steps;
   so.keep_gaps = false;  // the report's rows are the steps'
   if (page != nullptr) {
-    // A page draws the gaps into its strip's columns as they come.
+    // A page draws the gaps into its strip's columns as they come, afresh
+    // if the windows are analyzed again (an empty span takes none).
     page->span = SpanOfRecords(*index);
-    const RecordsSpan& span = page->span;
-    if (page->idle_columns > 0 && span.any && span.end_ns > span.start_ns) {
-      page->idle = TimeColumns(span.start_ns, span.end_ns, page->idle_columns, kNumCauses);
-      so.on_gap = [page](const IdleGap& g) { page->idle.Add(g.start_ns, g.end_ns, static_cast<size_t>(g.cause)); };
-      so.on_gaps_again = [page, span] {
-        page->idle = TimeColumns(span.start_ns, span.end_ns, page->idle_columns, kNumCauses);
-      };
-    } else {
-      page->idle = TimeColumns(0, 0, page->idle_columns, kNumCauses);
-    }
+    so.on_gaps_again = [page] {
+      page->idle = TimeColumns(page->span.start_ns, page->span.end_ns, page->idle_columns, kNumCauses);
+    };
+    so.on_gaps_again();
+    so.on_gap = [page](const IdleGap& g) { page->idle.Add(g.start_ns, g.end_ns, static_cast<size_t>(g.cause)); };
   }
   if (options.progress) {
     progress(0.25);

@@ -97,13 +97,6 @@ Report ComposeProcessesReport(Report primary_report, std::vector<ProcessSummary>
 // serial, threaded and Dask paths all end here.
 Report ComposeRanksReport(Report primary_report, std::vector<RankSummary> ranks, size_t primary);
 
-// Reads and analyzes every trace (in parallel threads). Two or more traces
-// with NCCL collectives are the ranks of one distributed run (ranks.h): the
-// report gets ranks[], collectives, stragglers and q5 over all of them, and
-// its steps, hotspots and questions are those of rank 0. Otherwise they are
-// those of the process with the most device ops;
-// `processes` summarizes each. With `primary`, that process's timeline and
-// analysis are kept there.
 // The calls' and device ops' span: the earliest enter or start to the
 // latest exit or end; `any` false with no record. The same from a file's
 // index (ChunkSpan's lo and hi) as from the whole reading's timeline.
@@ -131,6 +124,13 @@ struct StreamedProcess {
   TimeColumns idle;
 };
 
+// Reads and analyzes every trace (in parallel threads). Two or more traces
+// with NCCL collectives are the ranks of one distributed run (ranks.h): the
+// report gets ranks[], collectives, stragglers and q5 over all of them, and
+// its steps, hotspots and questions are those of rank 0. Otherwise they are
+// those of the process with the most device ops;
+// `processes` summarizes each. With `primary`, that process's timeline and
+// analysis are kept there.
 // `streamed`: for a writer that can draw one trace from its file by slices.
 // Where AnalyzePaths would report it by slices (--stream, --stream-above),
 // it does so with `streamed` filled (`used`), even with `primary` given;

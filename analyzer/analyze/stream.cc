@@ -64,6 +64,17 @@ std::vector<std::pair<int64_t, int64_t>> Tiles(const TraceIndex& index, trace::C
   return out;
 }
 
+// The chunks of `of` (indices into the index's chunks) whose spans meet
+// [from, to).
+std::vector<size_t> Meeting(const TraceIndex& index, const std::vector<size_t>& of, int64_t from, int64_t to) {
+  std::vector<size_t> out;
+  for (const size_t i : of) {
+    const ChunkSpan& c = index.chunks[i];
+    if (static_cast<int64_t>(c.lo) < to && static_cast<int64_t>(c.hi) >= from) out.push_back(i);
+  }
+  return out;
+}
+
 // fn(from, to) for each of the tiles.
 template <typename Fn>
 absl::Status TileSlices(const TraceIndex& index, trace::ChunkType type, size_t per_slice, Fn fn) {
@@ -84,12 +95,7 @@ absl::Status ForEachOpSlice(SliceReader* reader, const TraceIndex& index, size_t
   }
   const size_t per_slice = std::max<size_t>(1, chunks_per_slice);
   return TileSlices(index, trace::ChunkType::kDevice, per_slice, [&](int64_t from, int64_t to) -> absl::Status {
-    std::vector<size_t> chunks;
-    for (const size_t i : device) {
-      const ChunkSpan& c = index.chunks[i];
-      if (static_cast<int64_t>(c.lo) < to && static_cast<int64_t>(c.hi) >= from) chunks.push_back(i);
-    }
-    auto t = reader->Read(chunks);
+    auto t = reader->Read(Meeting(index, device, from, to));
     if (!t.ok()) return t.status();
     return fn(*t, from, to);
   });
@@ -168,12 +174,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   NvtxPairer pairer;
   std::vector<NvtxRange> step_ranges, closed;
   absl::Status tiled = TileSlices(index, trace::ChunkType::kNvtx, per_slice, [&](int64_t from, int64_t to) {
-    std::vector<size_t> chunks;
-    for (const size_t i : nvtx) {
-      const ChunkSpan& c = index.chunks[i];
-      if (static_cast<int64_t>(c.lo) < to && static_cast<int64_t>(c.hi) >= from) chunks.push_back(i);
-    }
-    auto t = read(chunks, 0);
+    auto t = read(Meeting(index, nvtx, from, to), 0);
     if (!t.ok()) return t.status();
     for (const NvtxEvent& e : t->nvtx) {
       if (e.ns < from || e.ns >= to) continue;

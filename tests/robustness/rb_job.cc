@@ -165,10 +165,10 @@ int QuickExit(int n) {
   // launches: the trace grew, then stayed the same for two drain periods
   // (on a loaded machine a drain comes late, and the next one writes the
   // rest); 700 ms without STALLSCOPE_OUT.
-  if (TraceBytes() < 0) {
+  const long long start = TraceBytes();
+  if (start < 0) {
     SleepMs(700);
   } else {
-    const long long start = TraceBytes();
     long long last = start;
     int still_ms = 0;
     for (int waited = 0; waited < 20000 && (last == start || still_ms < 400); waited += 20) {

@@ -58,6 +58,12 @@ int64_t ThreadCpuNs() {
 struct Returned {
   uint64_t at = 0;
   int64_t blocked_ns = -1;
+
+  // Did not wait for work ending at `end_ns` that lasts `wait_ns`: returned
+  // before its end, or (kept off the CPU past it) blocked for less than half.
+  bool NotWaitingFor(uint64_t end_ns, int64_t wait_ns) const {
+    return at < end_ns || (blocked_ns >= 0 && blocked_ns < wait_ns / 2);
+  }
 };
 
 Returned ReturnedBlocked(const std::function<void()>& f) {
@@ -93,7 +99,7 @@ void CheckReturnedBefore(Cu& cu, const Returned& returned, const std::string& ke
   const TraceOp op = RecordedOp(cu, kernel);
   INFO(kernel << " ended at " << op.end_ns << " ns, the call returned at " << returned.at << " ns, blocked for "
               << returned.blocked_ns << " ns");
-  CHECK((returned.at < op.end_ns || (returned.blocked_ns >= 0 && returned.blocked_ns < int64_t{kBlocked} / 2)));
+  CHECK(returned.NotWaitingFor(op.end_ns, int64_t{kBlocked}));
 }
 
 // Guards "waited for kernel `kernel`": the call returned at or after the
@@ -198,8 +204,6 @@ TEST_CASE("queue depth child", "[.][depth_child]") {
       REQUIRE(cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, nullptr, nullptr) == CUDA_SUCCESS);
     }));
   }
-  std::vector<uint64_t> returned;
-  for (const Returned& r : launches) returned.push_back(r.at);
   // One kernel runs, four wait in the queue: the sixth launch waits until the
   // first kernel ends and the second starts. (The fifth may wait for the
   // first to start.) The oracle is the simulator's record of the first
@@ -213,15 +217,14 @@ TEST_CASE("queue depth child", "[.][depth_child]") {
   REQUIRE(cu.cuStreamSynchronize(s) == CUDA_SUCCESS);
   const TraceOp first = RecordedOp(cu, "huge_q");
   INFO("the first kernel ran " << first.start_ns << "-" << first.end_ns << " ns; launches returned at "
-                               << returned[0] << ", " << returned[1] << ", " << returned[2] << ", "
-                               << returned[3] << ", " << returned[4] << ", " << returned[5]);
+                               << launches[0].at << ", " << launches[1].at << ", " << launches[2].at << ", "
+                               << launches[3].at << ", " << launches[4].at << ", " << launches[5].at);
   CHECK(first.start_ns >= first_enter);
-  CHECK(returned[5] >= first.end_ns);
-  CHECK(returned[5] - first_enter >= kBlocked);
+  CHECK(launches[5].at >= first.end_ns);
+  CHECK(launches[5].at - first_enter >= kBlocked);
   for (int i = 0; i < 4; ++i) {
     INFO("launch " << i << " blocked for " << launches[i].blocked_ns << " ns");
-    CHECK((returned[i] < first.end_ns ||
-           (launches[i].blocked_ns >= 0 && launches[i].blocked_ns < int64_t{kBlocked} / 2)));
+    CHECK(launches[i].NotWaitingFor(first.end_ns, int64_t{kBlocked}));
   }
 }
 
@@ -515,9 +518,7 @@ TEST_CASE("htod child", "[.][htod_child]") {
                           << t_pageable << " t0 " << t0 << " blocked " << pageable_copy.blocked_ns);
   // Staged, not waited for: it returned before the copy's end (or, kept off
   // the CPU past it, was not blocked for half the copy).
-  CHECK((t_pageable < htod[0].end_ns ||
-         (pageable_copy.blocked_ns >= 0 &&
-          pageable_copy.blocked_ns < static_cast<int64_t>(htod[0].end_ns - htod[0].start_ns) / 2)));
+  CHECK(pageable_copy.NotWaitingFor(htod[0].end_ns, static_cast<int64_t>(htod[0].end_ns - htod[0].start_ns)));
   CHECK(t_pinned >= htod[1].end_ns);
   CHECK(htod[0].end_ns - htod[0].start_ns >= 16000 * kUs);  // SIMGPU_COPY_GBPS=0.25
   REQUIRE(cu.cuMemFreeHost(pinned) == CUDA_SUCCESS);
