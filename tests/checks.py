@@ -74,6 +74,33 @@ def check_windowed_report(exe, trace, whole):
                           f"{got[max(0, at - 200):at + 200]!r} against {want[max(0, at - 200):at + 200]!r}")
 
 
+def check_folder_one_at_a_time(exe, folder, whole, env=None):
+    """`report FOLDER` past --stream-above (0 here) reads the folder's
+    traces one at a time, twice each, and lets each go once analyzed: its
+    JSON report is `whole` (the default report's, the folder held whole)
+    byte for byte, and its HTML page the held folder's. A folder of one
+    trace is left to check_windowed_report."""
+    import glob
+    import os
+    import subprocess
+    if not os.path.isdir(folder) or len(glob.glob(os.path.join(folder, "*.sstrace"))) < 2:
+        return
+
+    def report(flags, fmt):
+        p = subprocess.run([exe, "report", folder, "--format", fmt] + flags, env=env,
+                           capture_output=True, text=True, timeout=300)
+        check(p.returncode == 0, f"report {' '.join(flags)} exited {p.returncode}: {p.stderr[-2000:]}")
+        return p.stdout
+
+    for fmt, want in (("json", whole), ("html", report([], "html"))):
+        got = report(["--stream-above", "0"], fmt)
+        if got != want:
+            at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+            raise Failure(f"report --format {fmt} --stream-above 0 of {folder} differs from the folder held "
+                          f"whole at byte {at}: {got[max(0, at - 200):at + 200]!r} against "
+                          f"{want[max(0, at - 200):at + 200]!r}")
+
+
 def check_chunk_index(exe, trace):
     """`dump --chunks` (the index pass) of every trace file under `trace`:
     its chunks tile the file from the header on, and its record counts are

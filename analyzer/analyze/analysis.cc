@@ -483,30 +483,6 @@ Report ComposeRanksReport(Report primary_report, std::vector<RankSummary> ranks,
   return out;
 }
 
-std::vector<std::string> KeepNewestOfEachProcess(std::vector<absl::StatusOr<Timeline>>* timelines,
-                                                 std::vector<std::string>* paths) {
-  std::vector<TraceIdentity> ids;
-  for (const auto& t : *timelines) ids.push_back(IdentityOf(*t));
-  const std::vector<bool> keep = NewestOfEachProcess(ids);
-  std::vector<std::string> left_out;
-  if (std::count(keep.begin(), keep.end(), true) == static_cast<ptrdiff_t>(keep.size())) return left_out;
-  size_t kept = 0;
-  for (size_t i = 0; i < timelines->size(); ++i) {
-    if (!keep[i]) {
-      left_out.push_back(BaseName((*paths)[i]));
-      continue;
-    }
-    if (kept != i) {
-      (*timelines)[kept] = std::move((*timelines)[i]);
-      (*paths)[kept] = std::move((*paths)[i]);
-    }
-    ++kept;
-  }
-  timelines->erase(timelines->begin() + static_cast<ptrdiff_t>(kept), timelines->end());
-  paths->resize(kept);
-  return left_out;
-}
-
 namespace {
 
 void Widen(RecordsSpan* s, int64_t lo, int64_t hi) {
@@ -563,75 +539,111 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     }
   }
 
-  // Read every trace (in parallel threads; progress reports serialized).
-  std::vector<absl::StatusOr<Timeline>> timelines(n, absl::UnknownError("not read"));
+  // Several traces, read in parallel threads (progress reports serialized).
+  // Held whole until the report is composed; or, past --stream-above calls
+  // and device ops together (or with --stream), one at a time, read twice:
+  // the first reading takes what choosing the processes and joining the
+  // ranks needs (each trace's identity, collective arrivals and device ops),
+  // the second the analysis, and each timeline but the primary's is let go
+  // once analyzed. The report is the same.
+  // (One trace is read once: it is what would be held.)
+  bool one_at_a_time = n > 1 && options.stream;
+  if (n > 1 && !one_at_a_time) {
+    uint64_t total = 0;
+    for (const std::string& p : *paths) {
+      if (auto c = CountByHeaders(p); c.ok()) total += c->calls_and_ops;
+    }
+    one_at_a_time = total > options.stream_above_events;
+  }
   std::mutex progress_mu;
-  ParallelFor(n, options.jobs, [&](size_t i) {
+  auto read = [&](const std::string& path) {
     PhaseTimer timer;
     ReadProgress progress;
     if (options.progress) {
-      progress = [&, i](uint64_t done, uint64_t total) {
+      progress = [&](uint64_t done, uint64_t total) {
         std::lock_guard<std::mutex> lock(progress_mu);
-        options.progress((*paths)[i], done, total);
+        options.progress(path, done, total);
       };
     }
-    timelines[i] = ReadTraceFile((*paths)[i], progress);
+    absl::StatusOr<Timeline> t = ReadTraceFile(path, progress);
     timer.Mark("read");
+    return t;
+  };
+  std::vector<absl::StatusOr<Timeline>> timelines(n, absl::UnknownError("not read"));
+  std::vector<absl::Status> read_status(n);
+  std::vector<TraceIdentity> ids(n);
+  std::vector<RankArrivals> arrivals(n);
+  std::vector<int64_t> device_ops(n, 0);
+  ParallelFor(n, options.jobs, [&](size_t i) {
+    timelines[i] = read((*paths)[i]);
+    read_status[i] = timelines[i].status();
+    if (!timelines[i].ok()) return;
+    ids[i] = IdentityOf(*timelines[i]);
+    arrivals[i] = CollectArrivals(*timelines[i]);
+    device_ops[i] = static_cast<int64_t>(timelines[i]->ops.size());
+    if (one_at_a_time) timelines[i] = absl::UnknownError("let go");
   });
   // A file that cannot be read (not a trace, empty, not a regular file) is
   // left out and named in the report, as long as one trace could be read.
-  std::vector<std::string> unreadable;
-  {
-    size_t kept = 0;
-    for (size_t i = 0; i < n; ++i) {
-      if (!timelines[i].ok()) {
-        unreadable.emplace_back(timelines[i].status().message());
-        continue;
-      }
-      if (kept != i) {
-        timelines[kept] = std::move(timelines[i]);
-        (*paths)[kept] = std::move((*paths)[i]);
-      }
-      ++kept;
-    }
-    if (kept == 0) return timelines.front().status();
-    timelines.resize(kept);
-    paths->resize(kept);
-  }
   // Several traces of one process (same host, pid and start): the flight
   // recorder's dumps, one per trigger, each the ring's window at its
   // trigger; or copies of one file. The newest of each (its last clock
   // reading, one per drain) stands for the process; the others are named.
-  std::vector<std::string> earlier = KeepNewestOfEachProcess(&timelines, &*paths);
-  const size_t n_read = paths->size();
+  std::vector<std::string> unreadable;
+  std::vector<size_t> readable;
+  for (size_t i = 0; i < n; ++i) {
+    if (read_status[i].ok()) {
+      readable.push_back(i);
+    } else {
+      unreadable.emplace_back(read_status[i].message());
+    }
+  }
+  if (readable.empty()) return read_status.front();
+  std::vector<TraceIdentity> readable_ids;
+  for (size_t i : readable) readable_ids.push_back(ids[i]);
+  const std::vector<bool> newest = NewestOfEachProcess(readable_ids);
+  std::vector<std::string> earlier;
+  std::vector<size_t> kept;
+  for (size_t k = 0; k < readable.size(); ++k) {
+    if (newest[k]) {
+      kept.push_back(readable[k]);
+    } else {
+      earlier.push_back(BaseName((*paths)[readable[k]]));
+    }
+  }
+  const size_t n_read = kept.size();
+  for (size_t k = 0; k < n_read; ++k) {
+    const size_t i = kept[k];
+    if (i == k) continue;
+    timelines[k] = std::move(timelines[i]);
+    (*paths)[k] = std::move((*paths)[i]);
+    ids[k] = std::move(ids[i]);
+    arrivals[k] = std::move(arrivals[i]);
+    device_ops[k] = device_ops[i];
+  }
+  timelines.resize(n_read, absl::UnknownError("not read"));
+  paths->resize(n_read);
+  ids.resize(n_read);
+  arrivals.resize(n_read);
+  device_ops.resize(n_read);
   // What the folder says about the job as a whole: files that could not be
   // read, ranks of the job's world with no trace, and traces of other
   // processes that end before their process finished (killed, crashed).
-  std::vector<TraceIdentity> kept_ids;
-  for (const auto& t : timelines) kept_ids.push_back(IdentityOf(*t));
-  const JobFiles job_files = DescribeJobFiles(kept_ids, std::move(earlier), std::move(unreadable));
+  const JobFiles job_files = DescribeJobFiles(ids, std::move(earlier), std::move(unreadable));
   auto note_job_files = [&](Report* r) { NoteJobFiles(job_files, r); };
 
   // A distributed run: two or more traces with NCCL collectives. The
   // waiting part of each rank's NCCL kernels becomes idle (ranks.h).
-  std::vector<RankArrivals> arrivals(n_read);
-  ParallelFor(n_read, options.jobs, [&](size_t i) { arrivals[i] = CollectArrivals(*timelines[i]); });
   size_t with_collectives = 0;
   for (const RankArrivals& a : arrivals) with_collectives += !a.arrivals.empty();
   const bool distributed = with_collectives >= 2;
   LastArrivals last;
-  if (distributed) {
-    last = ReduceArrivals(arrivals);
-    ParallelFor(n_read, options.jobs, [&](size_t i) { ApplyLastArrivals(&*timelines[i], arrivals[i], last); });
-  }
+  if (distributed) last = ReduceArrivals(arrivals);
 
   // The process whose steps the report shows: rank 0 of a distributed run,
   // else the one with the most device ops (the first of equals).
   std::vector<std::pair<int32_t, int64_t>> candidates;  // (rank, device ops)
-  for (size_t i = 0; i < n_read; ++i) {
-    candidates.emplace_back(distributed ? arrivals[i].rank : -1,
-                            static_cast<int64_t>(timelines[i]->ops.size()));
-  }
+  for (size_t i = 0; i < n_read; ++i) candidates.emplace_back(distributed ? arrivals[i].rank : -1, device_ops[i]);
   const size_t primary = PrimaryProcess(candidates);
   std::vector<absl::StatusOr<Report>> reports(n_read, absl::UnknownError("not analyzed"));
   ProcessAnalysis details;
@@ -640,18 +652,29 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   // the file no longer says what they hold.
   AnalysisOptions analyzed = options;
   if (distributed) analyzed.stream = false;
+  // Each rank's summary is made from its timeline and report: the primary's
+  // once its report has its predictions, the others' as they are analyzed.
+  std::vector<RankSummary> ranks(distributed ? n_read : 0);
   ParallelFor(n_read, options.jobs, [&](size_t i) {
+    if (one_at_a_time) {
+      timelines[i] = read((*paths)[i]);
+      if (!timelines[i].ok()) {
+        reports[i] = timelines[i].status();
+        return;
+      }
+    }
+    if (distributed) ApplyLastArrivals(&*timelines[i], arrivals[i], last);
     reports[i] = AnalyzeTimeline(*timelines[i], analyzed, i == primary && keep_details ? &details : nullptr);
+    if (i == primary || !reports[i].ok()) return;
+    if (distributed) ranks[i] = SummarizeRank(*timelines[i], arrivals[i], last, *reports[i]);
+    if (one_at_a_time) timelines[i] = absl::UnknownError("let go");
   });
   for (const auto& r : reports) {
     if (!r.ok()) return r.status();
   }
   if (options.predict) PredictFixes(*timelines[primary], details, options, &*reports[primary]);
   if (distributed) {
-    std::vector<RankSummary> ranks;
-    for (size_t i = 0; i < n_read; ++i) {
-      ranks.push_back(SummarizeRank(*timelines[i], arrivals[i], last, *reports[i]));
-    }
+    ranks[primary] = SummarizeRank(*timelines[primary], arrivals[primary], last, *reports[primary]);
     Report out = ComposeRanksReport(std::move(*reports[primary]), std::move(ranks), primary);
     note_job_files(&out);
     if (primary_out != nullptr) {

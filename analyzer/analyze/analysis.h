@@ -37,13 +37,15 @@ struct AnalysisOptions {
   // (stream.h; `report --stream`), windows of `window_steps` steps (its
   // default when 0); the report is the same. A trace without step markers, a timeline
   // changed after reading (the ranks of a distributed run) or a file that
-  // cannot be indexed is attributed in memory.
+  // cannot be indexed is attributed in memory. Several traces are read
+  // one at a time (AnalyzePaths).
   bool stream = false;
   // One trace holding more calls and device ops than this is reported
   // from its file by slices (as `stream`, where the report can be made so:
   // its predictions are left out at that size anyway), not read whole:
   // 20 M events are about 1 GB read whole (47 bytes an event,
-  // docs/performance.md).
+  // docs/performance.md). Several traces holding more together are read one
+  // at a time, twice each (AnalyzePaths).
   uint64_t stream_above_events = 20'000'000;
 };
 
@@ -73,12 +75,6 @@ absl::StatusOr<Report> AnalyzeTimeline(const Timeline& t, const AnalysisOptions&
 // Expands folders into their *.sstrace files (sorted by name); files are kept
 // as given. NotFound when a path is missing or a folder holds no trace.
 absl::StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std::string>& args);
-
-// Several traces of one process (same host, pid and start: the flight
-// recorder's dumps, or copies of a file): keeps the newest of each (by its
-// last clock reading), in order, and returns the base names of the others.
-std::vector<std::string> KeepNewestOfEachProcess(std::vector<absl::StatusOr<Timeline>>* timelines,
-                                                 std::vector<std::string>* paths);
 
 // The process a report over several shows: the one of rank 0 when there is
 // one, else the one with the most device ops (the first of equals).
@@ -124,13 +120,21 @@ struct StreamedProcess {
   TimeColumns idle;
 };
 
-// Reads and analyzes every trace (in parallel threads). Two or more traces
-// with NCCL collectives are the ranks of one distributed run (ranks.h): the
-// report gets ranks[], collectives, stragglers and q5 over all of them, and
-// its steps, hotspots and questions are those of rank 0. Otherwise they are
-// those of the process with the most device ops;
+// Reads and analyzes every trace (in parallel threads, `jobs` at a time).
+// Two or more traces with NCCL collectives are the ranks of one distributed
+// run (ranks.h): the report gets ranks[], collectives, stragglers and q5
+// over all of them, and its steps, hotspots and questions are those of rank
+// 0. Otherwise they are those of the process with the most device ops;
 // `processes` summarizes each. With `primary`, that process's timeline and
 // analysis are kept there.
+// The traces are held whole until the report is composed, unless they hold
+// more than stream_above_events calls and device ops together (or with
+// `stream`): then each is read twice, once for what choosing the primary
+// process and joining the ranks needs (its identity, collective arrivals
+// and device ops), once to be analyzed, and let go after (all but the
+// primary's). The report is the same; at most `jobs` + 1 timelines are
+// held. A file that changes between the two readings is reported as the
+// second finds it, its collectives as the first did.
 // `streamed`: for a writer that can draw one trace from its file by slices.
 // Where AnalyzePaths would report it by slices (--stream, --stream-above),
 // it does so with `streamed` filled (`used`), even with `primary` given;

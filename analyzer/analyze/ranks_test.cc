@@ -7,7 +7,10 @@
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <random>
 
 #include "analyzer/analyze/analysis.h"
@@ -298,6 +301,113 @@ TEST_CASE("mutated rank traces never crash the cross-rank analysis", "[ranks]") 
     CHECK(!RenderJson(out).empty());
   }
   CHECK(analyzed > 100);
+}
+
+
+// Guards a folder read one trace at a time (past --stream-above together, or
+// --stream): each trace read twice, the first time for its identity,
+// arrivals and device ops, and let go after its analysis; the report, and
+// the primary process's analysis, are those of the folder held whole. A
+// distributed run (with predictions, a rank arriving late, a file that is
+// no trace), and processes that are not ranks (one traced twice: the older
+// file is named, not analyzed).
+TEST_CASE("a folder read one trace at a time gives the held folder's report", "[ranks][analysis]") {
+  Folder ranks, processes;
+  for (int r = 0; r < 4; ++r) {
+    WriteRank(ranks.path + "/rank" + std::to_string(r) + ".sstrace", r, 4, 6, 2, 300);
+  }
+  {
+    std::FILE* f = std::fopen((ranks.path + "/junk.sstrace").c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs("not a trace\n", f);
+    std::fclose(f);
+  }
+  // Each with a clock reading at its end (an older dump of a process has
+  // an earlier last one).
+  auto write = [&](int steps, uint32_t pid, const std::string& name) {
+    TraceBuilder b = testing::SyntheticSteps(steps);
+    b.SetPid(pid);
+    const uint64_t end = 1'000'000'000 + static_cast<uint64_t>(steps) * 2'000 * kUs;
+    b.Clock(end, end);
+    b.WriteTo(processes.path + "/" + name);
+  };
+  const int kSteps[] = {3, 5, 4};
+  for (int p = 0; p < 3; ++p) write(kSteps[p], 700 + p, "p" + std::to_string(p) + ".sstrace");
+  write(2, 701, "p1-older.sstrace");
+  for (const std::string& dir : {ranks.path, processes.path}) {
+    for (const bool predict : {false, true}) {
+      CAPTURE(dir, predict);
+      // Readings of each file, counted by the reader's last progress call.
+      std::mutex mu;
+      std::map<std::string, int> readings;
+      AnalysisOptions held;
+      held.predict = predict;
+      held.progress = [&](const std::string& path, uint64_t done, uint64_t total) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (done == total) ++readings[path.substr(path.rfind('/') + 1)];
+      };
+      ProcessAnalysis held_details;
+      auto want = AnalyzePaths({dir}, held, &held_details);
+      REQUIRE(want.ok());
+      const std::map<std::string, int> read_once = readings;
+      for (const auto& [file, n] : read_once) CHECK(n == 1);
+      for (const bool by_flag : {false, true}) {
+        CAPTURE(by_flag);
+        AnalysisOptions one = held;
+        if (by_flag) {
+          one.stream = true;
+        } else {
+          one.stream_above_events = 0;
+        }
+        readings.clear();
+        ProcessAnalysis details;
+        auto got = AnalyzePaths({dir}, one, &details);
+        REQUIRE(got.ok());
+        CHECK(RenderJson(*got) == RenderJson(*want));
+        // Every file read twice but those left out at the first reading.
+        REQUIRE(readings.size() == read_once.size());
+        for (const auto& [file, n] : readings) {
+          CAPTURE(file);
+          const bool left_out = file == "junk.sstrace" || file == "p1-older.sstrace";
+          CHECK(n == (left_out ? 1 : 2));
+        }
+        CHECK(details.timeline.path == held_details.timeline.path);
+        CHECK(details.timeline.calls.size() == held_details.timeline.calls.size());
+        CHECK(details.timeline.ops.size() == held_details.timeline.ops.size());
+        bool same_starts = details.timeline.ops.size() == held_details.timeline.ops.size();
+        for (size_t o = 0; same_starts && o < details.timeline.ops.size(); ++o) {
+          same_starts = details.timeline.ops[o].start_ns == held_details.timeline.ops[o].start_ns;
+        }
+        CHECK(same_starts);  // the primary's NCCL waits applied once, as held
+        CHECK(details.gaps.size() == held_details.gaps.size());
+        CHECK(details.classes == held_details.classes);
+        CHECK(details.hotspot_of_call == held_details.hotspot_of_call);
+        CHECK(details.rank_index == held_details.rank_index);
+        REQUIRE(details.rank_arrivals.size() == held_details.rank_arrivals.size());
+        for (size_t r = 0; r < details.rank_arrivals.size(); ++r) {
+          CHECK(details.rank_arrivals[r].rank == held_details.rank_arrivals[r].rank);
+          CHECK(details.rank_arrivals[r].arrivals.size() == held_details.rank_arrivals[r].arrivals.size());
+        }
+      }
+    }
+  }
+  // What the folders hold, as the report says it.
+  auto said = [](const Report& r, DiagId id, const std::string& what) {
+    for (const Diagnostic& d : r.diagnostics) {
+      if (d.id == id && d.message.find(what) != std::string::npos) return true;
+    }
+    return false;
+  };
+  auto r = AnalyzePaths({ranks.path}, AnalysisOptions{});
+  REQUIRE(r.ok());
+  CHECK(r->ranks.size() == 4);
+  CHECK(said(*r, DiagId::kUnreadableTraces, "junk.sstrace"));
+  r = AnalyzePaths({processes.path}, AnalysisOptions{});
+  REQUIRE(r.ok());
+  CHECK(r->ranks.empty());
+  REQUIRE(r->processes.size() == 3);
+  CHECK(r->processes[1].analyzed);  // the most device ops
+  CHECK(said(*r, DiagId::kEarlierDumps, "p1-older.sstrace"));
 }
 
 }  // namespace

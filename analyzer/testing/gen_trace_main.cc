@@ -6,7 +6,7 @@
 // the call, op and correlation chunks as the recorder does (format 4's
 // encodings); raw (the default) writes fixed records. STALLSCOPE_GEN_OP_RANGES=1
 // puts each launch inside an NVTX range of its own; STALLSCOPE_GEN_MARKERS=0
-// leaves out the step ranges.
+// leaves out the step ranges; STALLSCOPE_GEN_PID sets the process id.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -40,6 +40,15 @@ int main(int argc, char** argv) {
   }
   TraceBuilder b = SyntheticSteps(steps, kernel, op_ranges != nullptr && std::string(op_ranges) == "1",
                                   markers == nullptr || std::string(markers) != "0", kernel_ns);
+  // STALLSCOPE_GEN_PID: the process id in the header (default 4242), so
+  // that several files make a folder of distinct processes.
+  if (const char* pid = getenv("STALLSCOPE_GEN_PID"); pid != nullptr) {
+    if (atoll(pid) <= 0) {
+      fprintf(stderr, "STALLSCOPE_GEN_PID=%s: expected a positive process id\n", pid);
+      return 1;
+    }
+    b.SetPid(static_cast<uint32_t>(atoll(pid)));
+  }
   b.SetPacked(e != "raw", e == "zstd");
   b.WriteTo(argv[1]);
   return 0;

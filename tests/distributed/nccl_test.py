@@ -270,6 +270,7 @@ def run_ddp(build, work, world, steps, slow_args):
          LAUNCH, "-n", str(world), "--", ddp, "--steps", str(steps), "--buckets", "2",
          "--grad-bytes", str(2 << 20)] + slow_args, env)
     rep = run([os.path.join(build, "bin", "stallscope"), "report", out, "--format", "json"], env)
+    checks.check_folder_one_at_a_time(os.path.join(build, "bin", "stallscope"), out, rep.stdout, env)
     report = json.loads(rep.stdout)
     _, by = truth_ops(work)
     return report, by
@@ -494,6 +495,7 @@ def case_killed_rank(build, work):
           f"{err[-1500:]}")
     rep = subprocess.run([exe, "report", out, "--format", "json"], capture_output=True, text=True, timeout=300)
     check(rep.returncode == 0, f"report exited {rep.returncode}: {rep.stderr[-1500:]}")
+    checks.check_folder_one_at_a_time(exe, out, rep.stdout)
     report = json.loads(rep.stdout)
     ranks = sorted(r["rank"] for r in report.get("ranks", []))
     check(ranks == [0, 1, 2], f"ranks[] {ranks}")

@@ -48,6 +48,7 @@ def run_traced(build, work, args, extra_env=None, run_args=()):
         raise Failure(f"report exited {rep.returncode}: {rep.stderr[-2000:]}")
     checks.check_windowed_report(os.path.join(build, "bin", "stallscope"), out, rep.stdout)
     checks.check_chunk_index(os.path.join(build, "bin", "stallscope"), out)
+    checks.check_folder_one_at_a_time(os.path.join(build, "bin", "stallscope"), out, rep.stdout)
     report = json.loads(rep.stdout)
     for line in p.stdout.splitlines():
         if line.startswith("spin_on_cpu_share "):

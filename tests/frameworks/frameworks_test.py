@@ -104,6 +104,7 @@ def run_traced(build, work, args, extra_env=None):
     with open(os.path.join(work, "report.json"), "w") as f:
         f.write(rep.stdout)
     checks.check_windowed_report(exe, out, rep.stdout)
+    checks.check_folder_one_at_a_time(exe, out, rep.stdout)
     report = json.loads(rep.stdout)
     pid = os.path.basename(glob.glob(os.path.join(out, "*.sstrace"))[0]).rsplit("-", 1)[-1].split(".")[0]
     truth = read_jsonl(os.path.join(work, f"truth-{pid}.jsonl"))
@@ -430,6 +431,7 @@ def case_torch_ddp(build, work):
     rep = subprocess.run([exe, "report", out, "--format", "json"], capture_output=True, text=True, timeout=300)
     check(rep.returncode == 0, f"report exited {rep.returncode}: {rep.stderr[-2000:]}")
     checks.check_windowed_report(exe, out, rep.stdout)
+    checks.check_folder_one_at_a_time(exe, out, rep.stdout)
     report = json.loads(rep.stdout)
     ranks = {r["rank"]: r for r in report.get("ranks", [])}
     check(sorted(ranks) == list(range(world)), f"ranks[] {sorted(ranks)}")
