@@ -76,10 +76,12 @@ def check_windowed_report(exe, trace, whole):
 
 def check_folder_one_at_a_time(exe, folder, whole, env=None):
     """`report FOLDER` past --stream-above (0 here) reads the folder's
-    traces one at a time, twice each, and lets each go once analyzed: its
-    JSON report is `whole` (the default report's, the folder held whole)
-    byte for byte, and its HTML page the held folder's. A folder of one
-    trace is left to check_windowed_report."""
+    traces one at a time, twice each, and lets each go once analyzed (a
+    process that launched no NCCL kernel, past the limit itself, is
+    reported from its file by slices instead): its JSON report is `whole`
+    (the default report's, the folder held whole) byte for byte, and its
+    HTML page the held folder's. A folder of one trace is left to
+    check_windowed_report."""
     import glob
     import os
     import subprocess

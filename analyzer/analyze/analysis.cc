@@ -227,13 +227,13 @@ void FinishReport(const std::vector<std::string>& changed, const QuestionInputs&
 // be: predictions asked for a trace small enough to replay, a file the
 // index refuses (damage the reader skips), records the reading fixes (their
 // times past any sane clock), or no step markers; the file is then read
-// whole. `identity` gets the trace's identity.
-absl::StatusOr<std::optional<Report>> ReportFromFile(const std::string& path,
-                                                     const AnalysisOptions& options,
-                                                     TraceIdentity* identity, StreamedProcess* page) {
+// whole. `identity` gets the trace's identity. `index`: the file's
+// (IndexTraceFile's answer).
+absl::StatusOr<std::optional<Report>> ReportFromIndex(const std::string& path, absl::StatusOr<TraceIndex> index,
+                                                      const AnalysisOptions& options,
+                                                      TraceIdentity* identity, StreamedProcess* page) {
   auto pattern = CompileStepPattern(options.step_pattern);
   if (!pattern.ok()) return pattern.status();
-  auto index = IndexTraceFile(path);
   if (!index.ok()) return std::nullopt;
   for (const Diagnostic& d : index->diagnostics) {
     if (d.id == DiagId::kInvalidRecords) return std::nullopt;
@@ -314,6 +314,11 @@ absl::StatusOr<std::optional<Report>> ReportFromFile(const std::string& path,
     page->index = std::move(*index);
   }
   return report;
+}
+
+absl::StatusOr<std::optional<Report>> ReportFromFile(const std::string& path, const AnalysisOptions& options,
+                                                     TraceIdentity* identity, StreamedProcess* page) {
+  return ReportFromIndex(path, IndexTraceFile(path), options, identity, page);
 }
 
 }  // namespace
@@ -547,14 +552,13 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   // the second the analysis, and each timeline but the primary's is let go
   // once analyzed. The report is the same.
   // (One trace is read once: it is what would be held.)
-  bool one_at_a_time = n > 1 && options.stream;
-  if (n > 1 && !one_at_a_time) {
-    uint64_t total = 0;
-    for (const std::string& p : *paths) {
-      if (auto c = CountByHeaders(p); c.ok()) total += c->calls_and_ops;
-    }
-    one_at_a_time = total > options.stream_above_events;
+  std::vector<uint64_t> events(n, 0);  // calls and device ops, by the chunks' headers
+  uint64_t total = 0;
+  for (size_t i = 0; i < n && n > 1; ++i) {
+    if (auto c = CountByHeaders((*paths)[i]); c.ok()) events[i] = c->calls_and_ops;
+    total += events[i];
   }
+  const bool one_at_a_time = n > 1 && (options.stream || total > options.stream_above_events);
   std::mutex progress_mu;
   auto read = [&](const std::string& path) {
     PhaseTimer timer;
@@ -574,7 +578,36 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   std::vector<TraceIdentity> ids(n);
   std::vector<RankArrivals> arrivals(n);
   std::vector<int64_t> device_ops(n, 0);
+  // Read one at a time, a trace past --stream-above itself (every trace,
+  // with --stream) that launched no NCCL kernel is reported from its file
+  // by slices at the first look, as one trace would be (ReportFromFile),
+  // and is not read whole, unless it turns out to be the analyzed process
+  // of a caller that draws its timeline, or a process of a distributed run
+  // (whose ranks are analyzed in memory). Without NCCL kernels its
+  // arrivals are none.
+  std::vector<std::optional<Report>> streamed(n);
+  auto stream_it = [&](size_t i) {
+    if (!one_at_a_time || !(options.stream || events[i] > options.stream_above_events)) return false;
+    absl::StatusOr<TraceIndex> index = IndexTraceFile((*paths)[i]);
+    if (!index.ok()) return false;
+    for (const DeviceOpCount& d : index->ops_per_device) {
+      if (d.nccl > 0) return false;
+    }
+    AnalysisOptions one = options;
+    if (options.progress) {
+      one.progress = [&](const std::string& path, uint64_t done, uint64_t size) {
+        std::lock_guard<std::mutex> lock(progress_mu);
+        options.progress(path, done, size);
+      };
+    }
+    auto report = ReportFromIndex((*paths)[i], std::move(index), one, &ids[i], nullptr);
+    if (!report.ok() || !*report) return false;  // read whole: its reading says what is wrong
+    streamed[i] = std::move(**report);
+    device_ops[i] = streamed[i]->processes.front().device_ops;
+    return true;
+  };
   ParallelFor(n, options.jobs, [&](size_t i) {
+    if (stream_it(i)) return;
     timelines[i] = read((*paths)[i]);
     read_status[i] = timelines[i].status();
     if (!timelines[i].ok()) return;
@@ -592,7 +625,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   std::vector<std::string> unreadable;
   std::vector<size_t> readable;
   for (size_t i = 0; i < n; ++i) {
-    if (read_status[i].ok()) {
+    if (read_status[i].ok()) {  // (a trace reported by slices was read)
       readable.push_back(i);
     } else {
       unreadable.emplace_back(read_status[i].message());
@@ -620,12 +653,14 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     ids[k] = std::move(ids[i]);
     arrivals[k] = std::move(arrivals[i]);
     device_ops[k] = device_ops[i];
+    streamed[k] = std::move(streamed[i]);
   }
   timelines.resize(n_read, absl::UnknownError("not read"));
   paths->resize(n_read);
   ids.resize(n_read);
   arrivals.resize(n_read);
   device_ops.resize(n_read);
+  streamed.resize(n_read);
   // What the folder says about the job as a whole: files that could not be
   // read, ranks of the job's world with no trace, and traces of other
   // processes that end before their process finished (killed, crashed).
@@ -637,6 +672,24 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   size_t with_collectives = 0;
   for (const RankArrivals& a : arrivals) with_collectives += !a.arrivals.empty();
   const bool distributed = with_collectives >= 2;
+  if (distributed) {
+    // The processes reported by slices are ranks too: their arrivals (none)
+    // with their clocks and hosts, from a reading of their own.
+    absl::Status failed;
+    std::mutex failed_mu;
+    ParallelFor(n_read, options.jobs, [&](size_t i) {
+      if (!streamed[i]) return;
+      streamed[i].reset();
+      absl::StatusOr<Timeline> t = read((*paths)[i]);
+      if (!t.ok()) {
+        std::lock_guard<std::mutex> lock(failed_mu);
+        if (failed.ok()) failed = t.status();
+        return;
+      }
+      arrivals[i] = CollectArrivals(*t);
+    });
+    if (!failed.ok()) return failed;
+  }
   LastArrivals last;
   if (distributed) last = ReduceArrivals(arrivals);
 
@@ -655,8 +708,15 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   // Each rank's summary is made from its timeline and report: the primary's
   // once its report has its predictions, the others' as they are analyzed.
   std::vector<RankSummary> ranks(distributed ? n_read : 0);
+  // The analyzed process reported by slices keeps that report unless its
+  // timeline is asked for (its predictions were left out there).
+  const bool primary_streamed = streamed[primary].has_value() && primary_out == nullptr;
   ParallelFor(n_read, options.jobs, [&](size_t i) {
-    if (one_at_a_time) {
+    if (streamed[i] && (i != primary || primary_streamed)) {
+      reports[i] = std::move(*streamed[i]);
+      return;
+    }
+    if (!timelines[i].ok()) {  // let go after the first look, or never read whole
       timelines[i] = read((*paths)[i]);
       if (!timelines[i].ok()) {
         reports[i] = timelines[i].status();
@@ -672,7 +732,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   for (const auto& r : reports) {
     if (!r.ok()) return r.status();
   }
-  if (options.predict) PredictFixes(*timelines[primary], details, options, &*reports[primary]);
+  if (options.predict && !primary_streamed) PredictFixes(*timelines[primary], details, options, &*reports[primary]);
   if (distributed) {
     ranks[primary] = SummarizeRank(*timelines[primary], arrivals[primary], last, *reports[primary]);
     Report out = ComposeRanksReport(std::move(*reports[primary]), std::move(ranks), primary);

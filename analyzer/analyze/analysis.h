@@ -45,7 +45,7 @@ struct AnalysisOptions {
   // its predictions are left out at that size anyway), not read whole:
   // 20 M events are about 1 GB read whole (47 bytes an event,
   // docs/performance.md). Several traces holding more together are read one
-  // at a time, twice each (AnalyzePaths).
+  // at a time, twice each, or by slices (AnalyzePaths).
   uint64_t stream_above_events = 20'000'000;
 };
 
@@ -134,7 +134,12 @@ struct StreamedProcess {
 // and device ops), once to be analyzed, and let go after (all but the
 // primary's). The report is the same; at most `jobs` + 1 timelines are
 // held. A file that changes between the two readings is reported as the
-// second finds it, its collectives as the first did.
+// second finds it, its collectives as the first did. Read so, a trace past
+// stream_above_events itself (every trace, with `stream`) that launched no
+// NCCL kernel is reported from its file by slices at the first look, as
+// one trace is, and read whole only if it is the primary process and
+// `primary` is given, or if the folder is a distributed run (it is then a
+// rank: read whole for its arrivals, and again for its analysis).
 // `streamed`: for a writer that can draw one trace from its file by slices.
 // Where AnalyzePaths would report it by slices (--stream, --stream-above),
 // it does so with `streamed` filled (`used`), even with `primary` given;

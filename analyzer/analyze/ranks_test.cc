@@ -306,13 +306,15 @@ TEST_CASE("mutated rank traces never crash the cross-rank analysis", "[ranks]") 
 
 // Guards a folder read one trace at a time (past --stream-above together, or
 // --stream): each trace read twice, the first time for its identity,
-// arrivals and device ops, and let go after its analysis; the report, and
+// arrivals and device ops, and let go after its analysis; or, past
+// --stream-above itself and without NCCL kernels, reported from its file by
+// slices, not read whole unless its timeline is asked for. The report, and
 // the primary process's analysis, are those of the folder held whole. A
 // distributed run (with predictions, a rank arriving late, a file that is
 // no trace), and processes that are not ranks (one traced twice: the older
 // file is named, not analyzed).
 TEST_CASE("a folder read one trace at a time gives the held folder's report", "[ranks][analysis]") {
-  Folder ranks, processes;
+  Folder ranks, processes, mixed;
   for (int r = 0; r < 4; ++r) {
     WriteRank(ranks.path + "/rank" + std::to_string(r) + ".sstrace", r, 4, 6, 2, 300);
   }
@@ -324,69 +326,109 @@ TEST_CASE("a folder read one trace at a time gives the held folder's report", "[
   }
   // Each with a clock reading at its end (an older dump of a process has
   // an earlier last one).
-  auto write = [&](int steps, uint32_t pid, const std::string& name) {
+  auto write = [&](int steps, uint32_t pid, const std::string& path) {
     TraceBuilder b = testing::SyntheticSteps(steps);
     b.SetPid(pid);
     const uint64_t end = 1'000'000'000 + static_cast<uint64_t>(steps) * 2'000 * kUs;
     b.Clock(end, end);
-    b.WriteTo(processes.path + "/" + name);
+    b.WriteTo(path);
   };
   const int kSteps[] = {3, 5, 4};
-  for (int p = 0; p < 3; ++p) write(kSteps[p], 700 + p, "p" + std::to_string(p) + ".sstrace");
-  write(2, 701, "p1-older.sstrace");
-  for (const std::string& dir : {ranks.path, processes.path}) {
+  for (int p = 0; p < 3; ++p) write(kSteps[p], 700 + p, processes.path + "/p" + std::to_string(p) + ".sstrace");
+  write(2, 701, processes.path + "/p1-older.sstrace");
+  // A distributed run beside a process that launched no NCCL kernel (a
+  // data loader's): a rank too.
+  for (int r = 0; r < 2; ++r) {
+    WriteRank(mixed.path + "/rank" + std::to_string(r) + ".sstrace", r, 2, 6, 1, 300);
+  }
+  write(3, 900, mixed.path + "/loader.sstrace");
+  // The calls and ops of a folder's largest trace.
+  auto largest = [](const std::string& dir) {
+    uint64_t most = 0;
+    const std::vector<std::string> paths = ExpandTracePaths({dir}).value();
+    for (const std::string& path : paths) {
+      if (auto c = CountByHeaders(path); c.ok()) most = std::max(most, c->calls_and_ops);
+    }
+    return most;
+  };
+  // How each file was read, from the progress calls: a reading's last call
+  // has done == total (one per reading), and only a report by slices calls
+  // with less on files this small (the whole reading calls every 64 MiB).
+  struct Reads {
+    int readings = 0;
+    bool sliced = false;
+  };
+  std::mutex mu;
+  std::map<std::string, Reads> reads;
+  auto count = [&](const std::string& path, uint64_t done, uint64_t total) {
+    std::lock_guard<std::mutex> lock(mu);
+    Reads& r = reads[path.substr(path.rfind('/') + 1)];
+    r.readings += done == total;
+    r.sliced |= done < total;
+  };
+  enum Way { kEachBelow, kAboveZero, kFlag };  // --stream-above over each, 0; --stream
+  for (const std::string& dir : {ranks.path, processes.path, mixed.path}) {
+    const bool is_ranks = dir == ranks.path;
+    const size_t files = dir == mixed.path ? 3 : 4;  // (the file that is no trace reports no progress)
     for (const bool predict : {false, true}) {
       CAPTURE(dir, predict);
-      // Readings of each file, counted by the reader's last progress call.
-      std::mutex mu;
-      std::map<std::string, int> readings;
       AnalysisOptions held;
       held.predict = predict;
-      held.progress = [&](const std::string& path, uint64_t done, uint64_t total) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (done == total) ++readings[path.substr(path.rfind('/') + 1)];
-      };
+      held.progress = count;
+      reads.clear();
       ProcessAnalysis held_details;
       auto want = AnalyzePaths({dir}, held, &held_details);
       REQUIRE(want.ok());
-      const std::map<std::string, int> read_once = readings;
-      for (const auto& [file, n] : read_once) CHECK(n == 1);
-      for (const bool by_flag : {false, true}) {
-        CAPTURE(by_flag);
-        AnalysisOptions one = held;
-        if (by_flag) {
-          one.stream = true;
-        } else {
-          one.stream_above_events = 0;
-        }
-        readings.clear();
-        ProcessAnalysis details;
-        auto got = AnalyzePaths({dir}, one, &details);
-        REQUIRE(got.ok());
-        CHECK(RenderJson(*got) == RenderJson(*want));
-        // Every file read twice but those left out at the first reading.
-        REQUIRE(readings.size() == read_once.size());
-        for (const auto& [file, n] : readings) {
-          CAPTURE(file);
-          const bool left_out = file == "junk.sstrace" || file == "p1-older.sstrace";
-          CHECK(n == (left_out ? 1 : 2));
-        }
-        CHECK(details.timeline.path == held_details.timeline.path);
-        CHECK(details.timeline.calls.size() == held_details.timeline.calls.size());
-        CHECK(details.timeline.ops.size() == held_details.timeline.ops.size());
-        bool same_starts = details.timeline.ops.size() == held_details.timeline.ops.size();
-        for (size_t o = 0; same_starts && o < details.timeline.ops.size(); ++o) {
-          same_starts = details.timeline.ops[o].start_ns == held_details.timeline.ops[o].start_ns;
-        }
-        CHECK(same_starts);  // the primary's NCCL waits applied once, as held
-        CHECK(details.gaps.size() == held_details.gaps.size());
-        CHECK(details.classes == held_details.classes);
-        CHECK(details.hotspot_of_call == held_details.hotspot_of_call);
-        CHECK(details.rank_index == held_details.rank_index);
-        REQUIRE(details.rank_arrivals.size() == held_details.rank_arrivals.size());
-        for (size_t r = 0; r < details.rank_arrivals.size(); ++r) {
-          CHECK(details.rank_arrivals[r].rank == held_details.rank_arrivals[r].rank);
-          CHECK(details.rank_arrivals[r].arrivals.size() == held_details.rank_arrivals[r].arrivals.size());
+      REQUIRE(reads.size() == files);
+      for (const auto& [file, r] : reads) CHECK((r.readings == 1 && !r.sliced));
+      for (const Way way : {kEachBelow, kAboveZero, kFlag}) {
+        for (const bool asked : {true, false}) {  // the primary's timeline
+          CAPTURE(way, asked);
+          AnalysisOptions one = held;
+          if (way == kFlag) one.stream = true;
+          if (way == kAboveZero) one.stream_above_events = 0;
+          if (way == kEachBelow) one.stream_above_events = largest(dir);
+          reads.clear();
+          ProcessAnalysis details;
+          auto got = AnalyzePaths({dir}, one, asked ? &details : nullptr);
+          REQUIRE(got.ok());
+          CHECK(RenderJson(*got) == RenderJson(*want));
+          REQUIRE(reads.size() == files);
+          for (const auto& [file, r] : reads) {
+            CAPTURE(file);
+            // Read twice, but what the first reading leaves out; by slices,
+            // a process without NCCL kernels past the limit itself, too
+            // large to predict (these are not), and read whole after only
+            // as the analyzed process whose timeline is asked for, or as a
+            // rank (then twice: its arrivals, its analysis).
+            const bool left_out = file == "p1-older.sstrace";
+            const bool nccl = file.starts_with("rank");
+            const bool sliced = !nccl && way != kEachBelow && !predict;
+            CHECK(r.sliced == sliced);
+            const int whole = !sliced                                      ? 2
+                              : dir == mixed.path                          ? 2
+                              : asked && file == "p1.sstrace" ? 1
+                                                                           : 0;
+            CHECK(r.readings == (left_out ? 1 : (sliced ? 1 : 0) + whole));
+          }
+          if (!asked) continue;
+          CHECK(details.timeline.path == held_details.timeline.path);
+          CHECK(details.timeline.calls.size() == held_details.timeline.calls.size());
+          CHECK(details.timeline.ops.size() == held_details.timeline.ops.size());
+          bool same_starts = details.timeline.ops.size() == held_details.timeline.ops.size();
+          for (size_t o = 0; same_starts && o < details.timeline.ops.size(); ++o) {
+            same_starts = details.timeline.ops[o].start_ns == held_details.timeline.ops[o].start_ns;
+          }
+          CHECK(same_starts);  // the primary's NCCL waits applied once, as held
+          CHECK(details.gaps.size() == held_details.gaps.size());
+          CHECK(details.classes == held_details.classes);
+          CHECK(details.hotspot_of_call == held_details.hotspot_of_call);
+          CHECK(details.rank_index == held_details.rank_index);
+          REQUIRE(details.rank_arrivals.size() == held_details.rank_arrivals.size());
+          for (size_t r = 0; r < details.rank_arrivals.size(); ++r) {
+            CHECK(details.rank_arrivals[r].rank == held_details.rank_arrivals[r].rank);
+            CHECK(details.rank_arrivals[r].arrivals.size() == held_details.rank_arrivals[r].arrivals.size());
+          }
         }
       }
     }
@@ -408,6 +450,9 @@ TEST_CASE("a folder read one trace at a time gives the held folder's report", "[
   REQUIRE(r->processes.size() == 3);
   CHECK(r->processes[1].analyzed);  // the most device ops
   CHECK(said(*r, DiagId::kEarlierDumps, "p1-older.sstrace"));
+  r = AnalyzePaths({mixed.path}, AnalysisOptions{});
+  REQUIRE(r.ok());
+  CHECK(r->ranks.size() == 3);
 }
 
 }  // namespace
