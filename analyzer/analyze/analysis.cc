@@ -553,12 +553,25 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   // once analyzed. The report is the same.
   // (One trace is read once: it is what would be held.)
   std::vector<uint64_t> events(n, 0);  // calls and device ops, by the chunks' headers
-  uint64_t total = 0;
-  for (size_t i = 0; i < n && n > 1; ++i) {
-    if (auto c = CountByHeaders((*paths)[i]); c.ok()) events[i] = c->calls_and_ops;
-    total += events[i];
+  if (n > 1) {
+    ParallelFor(n, options.jobs, [&](size_t i) {
+      if (auto c = CountByHeaders((*paths)[i]); c.ok()) events[i] = c->calls_and_ops;
+    });
+  }
+  uint64_t total = 0, largest = 0;
+  for (const uint64_t e : events) {
+    total += e;
+    largest = std::max(largest, e);
   }
   const bool one_at_a_time = n > 1 && (options.stream || total > options.stream_above_events);
+  // One at a time, no more traces at once than hold --stream-above calls
+  // and ops together (at least one): the limit is what may be held.
+  int jobs = options.jobs;
+  if (one_at_a_time) {
+    const uint64_t fit = std::max<uint64_t>(1, options.stream_above_events / std::max<uint64_t>(largest, 1));
+    const uint64_t threads = jobs > 0 ? static_cast<uint64_t>(jobs) : std::max(1u, std::thread::hardware_concurrency());
+    jobs = static_cast<int>(std::min(threads, fit));
+  }
   std::mutex progress_mu;
   auto read = [&](const std::string& path) {
     PhaseTimer timer;
@@ -606,7 +619,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     device_ops[i] = streamed[i]->processes.front().device_ops;
     return true;
   };
-  ParallelFor(n, options.jobs, [&](size_t i) {
+  ParallelFor(n, jobs, [&](size_t i) {
     if (stream_it(i)) return;
     timelines[i] = read((*paths)[i]);
     read_status[i] = timelines[i].status();
@@ -677,7 +690,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     // with their clocks and hosts, from a reading of their own.
     absl::Status failed;
     std::mutex failed_mu;
-    ParallelFor(n_read, options.jobs, [&](size_t i) {
+    ParallelFor(n_read, jobs, [&](size_t i) {
       if (!streamed[i]) return;
       streamed[i].reset();
       absl::StatusOr<Timeline> t = read((*paths)[i]);
@@ -711,7 +724,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   // The analyzed process reported by slices keeps that report unless its
   // timeline is asked for (its predictions were left out there).
   const bool primary_streamed = streamed[primary].has_value() && primary_out == nullptr;
-  ParallelFor(n_read, options.jobs, [&](size_t i) {
+  ParallelFor(n_read, jobs, [&](size_t i) {
     if (streamed[i] && (i != primary || primary_streamed)) {
       reports[i] = std::move(*streamed[i]);
       return;

@@ -132,9 +132,12 @@ struct StreamedProcess {
 // `stream`): then each is read twice, once for what choosing the primary
 // process and joining the ranks needs (its identity, collective arrivals
 // and device ops), once to be analyzed, and let go after (all but the
-// primary's). The report is the same; at most `jobs` + 1 timelines are
-// held. A file that changes between the two readings is reported as the
-// second finds it, its collectives as the first did. Read so, a trace past
+// primary's). The report is the same. No more traces are read at once
+// than hold stream_above_events together (at least one; `jobs` caps it
+// too), besides the primary's. A file that changes between the two
+// readings is reported as the second finds it, its identity, device ops
+// and collectives as the first did; one that can no longer be read fails
+// the report. Read so, a trace past
 // stream_above_events itself (every trace, with `stream`) that launched no
 // NCCL kernel is reported from its file by slices at the first look, as
 // one trace is, and read whole only if it is the primary process and

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "analyzer/analyze/analysis.h"
+#include "analyzer/analyze/predict.h"
 #include "analyzer/report/json.h"
 #include "analyzer/read/trace_reader.h"
 #include "analyzer/testing/test_util.h"
@@ -368,7 +369,6 @@ TEST_CASE("a folder read one trace at a time gives the held folder's report", "[
   };
   enum Way { kEachBelow, kAboveZero, kFlag };  // --stream-above over each, 0; --stream
   for (const std::string& dir : {ranks.path, processes.path, mixed.path}) {
-    const bool is_ranks = dir == ranks.path;
     const size_t files = dir == mixed.path ? 3 : 4;  // (the file that is no trace reports no progress)
     for (const bool predict : {false, true}) {
       CAPTURE(dir, predict);
@@ -453,6 +453,51 @@ TEST_CASE("a folder read one trace at a time gives the held folder's report", "[
   r = AnalyzePaths({mixed.path}, AnalysisOptions{});
   REQUIRE(r.ok());
   CHECK(r->ranks.size() == 3);
+}
+
+
+// Guards the analyzed process of a folder reported by slices with
+// predictions asked: past kPredictMaxEvents calls and ops they are left
+// out, as read whole, and the report says so the same way. Two processes
+// of 1.0 M calls and ops each; the one with more steps is analyzed.
+TEST_CASE("a folder's analyzed process too large to predict, by slices", "[ranks][analysis]") {
+  Folder dir;
+  const int kSteps[] = {5000, 5050};
+  for (int p = 0; p < 2; ++p) {
+    TraceBuilder b = testing::SyntheticSteps(kSteps[p]);
+    b.SetPid(800 + p);
+    b.SetPacked(true, false);
+    b.WriteTo(dir.path + "/p" + std::to_string(p) + ".sstrace");
+    auto counts = CountByHeaders(dir.path + "/p" + std::to_string(p) + ".sstrace");
+    REQUIRE(counts.ok());
+    REQUIRE(counts->calls_and_ops > static_cast<uint64_t>(kPredictMaxEvents));
+  }
+  std::mutex mu;
+  std::map<std::string, std::pair<int, bool>> reads;  // readings, by slices
+  AnalysisOptions held;
+  held.predict = true;
+  held.progress = [&](const std::string& path, uint64_t done, uint64_t total) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& r = reads[path.substr(path.rfind('/') + 1)];
+    r.first += done == total;
+    r.second |= done < total;
+  };
+  auto want = AnalyzePaths({dir.path}, held);
+  REQUIRE(want.ok());
+  CHECK(want->processes.at(1).analyzed);
+  CHECK_FALSE(want->predictions.skipped.empty());
+  AnalysisOptions sliced = held;
+  sliced.stream_above_events = 0;
+  reads.clear();
+  auto got = AnalyzePaths({dir.path}, sliced);
+  REQUIRE(got.ok());
+  CHECK(RenderJson(*got) == RenderJson(*want));
+  REQUIRE(reads.size() == 2);
+  for (const auto& [file, r] : reads) {
+    CAPTURE(file);
+    CHECK(r.first == 1);  // never read whole
+    CHECK(r.second);
+  }
 }
 
 }  // namespace

@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   // STALLSCOPE_GEN_PID: the process id in the header (default 4242), so
   // that several files make a folder of distinct processes.
   if (const char* pid = getenv("STALLSCOPE_GEN_PID"); pid != nullptr) {
-    if (atoll(pid) <= 0) {
+    if (atoll(pid) <= 0 || atoll(pid) > 0xffffffffLL) {
       fprintf(stderr, "STALLSCOPE_GEN_PID=%s: expected a positive process id\n", pid);
       return 1;
     }
