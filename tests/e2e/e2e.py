@@ -353,6 +353,51 @@ def case_clean(build, work):
     check(abs(busy - true_busy) <= 0.02 * true_busy, f"GPU busy {busy} vs truth {true_busy}")
 
 
+def case_two_processes(build, work):
+    """Two jobs traced into one folder at once (`stallscope run -- sh -c
+    'train_loop ... & train_loop ... --readback; wait'`): the report lists
+    both, each with the ground truth's device ops, kernels and steps for its
+    pid, and analyzes the one with more device ops, whose read-back is its
+    hotspot once a step. Read one at a time and each by slices (past
+    --stream-above 0, neither launched an NCCL kernel), the folder gives the
+    same report and page (checks.check_folder_one_at_a_time)."""
+    exe = os.path.join(build, "bin", "stallscope")
+    loop = os.path.join(build, "bin", "train_loop")
+    out = os.path.join(work, "trace")
+    env = dict(os.environ)
+    env["SIMGPU_KERNEL_US"] = KERNELS
+    env["SIMGPU_TRACE"] = os.path.join(work, "truth-%p.jsonl")
+    steps = {"small": STEPS, "large": STEPS + 8}
+    script = (f"'{loop}' --steps {steps['small']} & '{loop}' --steps {steps['large']} --readback; wait")
+    p = subprocess.run([exe, "run", "--sim", "-q", "--out", out, "--", "/bin/sh", "-c", script], env=env,
+                       capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"run exited {p.returncode}: {p.stderr[-2000:]}")
+    rep = subprocess.run([exe, "report", out, "--format", "json"], capture_output=True, text=True, timeout=300)
+    check(rep.returncode == 0, f"report exited {rep.returncode}: {rep.stderr[-2000:]}")
+    report = json.loads(rep.stdout)
+    truth = {}  # pid -> its device ops
+    for path in glob.glob(os.path.join(work, "truth-*.jsonl")):
+        pid = int(re.search(r"truth-(\d+)\.jsonl$", path).group(1))
+        with open(path) as f:
+            truth[pid] = [json.loads(l) for l in f if l.strip()]
+    procs = {pr["pid"]: pr for pr in report["processes"]}
+    check(sorted(procs) == sorted(truth), f"processes {sorted(procs)}, ground truth for {sorted(truth)}")
+    for pid, ops in truth.items():
+        pr = procs[pid]
+        kernels = sum(op["kind"] == "kernel" for op in ops)
+        check(pr["device_ops"] == len(ops) and pr["launches"] == kernels,
+              f"pid {pid}: {pr['device_ops']} device ops, {pr['launches']} launches; the ground truth "
+              f"{len(ops)} ops, {kernels} kernels")
+        check(pr["steps"] in steps.values(), f"pid {pid}: {pr['steps']} steps")
+    most = max(truth, key=lambda pid: len(truth[pid]))
+    analyzed = [pid for pid, pr in procs.items() if pr["analyzed"]]
+    check(analyzed == [most], f"analyzed {analyzed}, the most device ops in pid {most}")
+    check(procs[most]["steps"] == steps["large"], f"the analyzed process has {procs[most]['steps']} steps")
+    h = find_hotspot(report, marker_line("STALL:readback"))
+    check(h["count"] == steps["large"], f"read-back hotspot count {h['count']}, expected {steps['large']}")
+    checks.check_folder_one_at_a_time(exe, out, rep.stdout)
+
+
 def case_cuda_runtime(build, work):
     """The CUDA C++ example (nvcc --cudart shared) through the simulated
     runtime, which resolves the driver as NVIDIA's does: its launches are
