@@ -262,7 +262,8 @@ int main(int argc, char** argv) {
   long long timed_start = 0;
   for (int step = 0; step < o.steps; ++step) {
     if (step == timed_from) timed_start = ClockNs(CLOCK_MONOTONIC);
-    if (o.nvtx) nvtxRangePushA(("step " + std::to_string(o.name_period > 0 ? step % o.name_period : step)).c_str());
+    const int name = o.name_period > 0 ? step % o.name_period : step;
+    if (o.nvtx) nvtxRangePushA(("step " + std::to_string(name)).c_str());
     const long input_us = o.slow_from >= 0 && step >= o.slow_from ? o.slow_input_us : o.input_us;
     if (input_us) WaitForBatch(input_us);
     if (o.cpu_us) PreprocessBatch(o.cpu_us);

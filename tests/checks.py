@@ -42,6 +42,17 @@ def check(cond, msg):
         raise Failure(msg)
 
 
+def check_same_bytes(what, got, against, want):
+    """`got` (what `what` printed) is `want` (`against`'s) byte for byte;
+    else the failure names the first byte that differs, with 200 on each
+    side of it."""
+    if got == want:
+        return
+    at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    raise Failure(f"{what} differs from {against} at byte {at}: "
+                  f"{got[max(0, at - 200):at + 200]!r} against {want[max(0, at - 200):at + 200]!r}")
+
+
 def check_windowed_report(exe, trace, whole):
     """The report of `trace` with idle attributed one step at a time
     (`report --window-steps 1`, each window from the part of the trace it
@@ -66,12 +77,7 @@ def check_windowed_report(exe, trace, whole):
                              (["--stream", "--window-steps", "2"], whole, "json"),
                              (["--no-predict", "--stream", "--window-steps", "2"], no_predict, "json"),
                              (["--no-predict", "--stream", "--window-steps", "2"], html, "html")):
-        what = f"report --format {fmt} " + " ".join(flags)
-        got = report(flags, fmt)
-        if got != want:
-            at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-            raise Failure(f"{what} differs from the whole report at byte {at}: "
-                          f"{got[max(0, at - 200):at + 200]!r} against {want[max(0, at - 200):at + 200]!r}")
+        check_same_bytes(f"report --format {fmt} " + " ".join(flags), report(flags, fmt), "the whole report", want)
 
 
 def check_folder_one_at_a_time(exe, folder, whole, env=None):
@@ -100,12 +106,8 @@ def check_folder_one_at_a_time(exe, folder, whole, env=None):
     for fmt, flags, want in (("json", [], whole), ("html", [], report([], "html")),
                              ("json", ["--no-predict"], report(["--no-predict"], "json")),
                              ("html", ["--no-predict"], report(["--no-predict"], "html"))):
-        got = report(flags + ["--stream-above", "0"], fmt)
-        if got != want:
-            at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-            raise Failure(f"report --format {fmt} {' '.join(flags)} --stream-above 0 of {folder} differs from "
-                          f"the folder held whole at byte {at}: {got[max(0, at - 200):at + 200]!r} against "
-                          f"{want[max(0, at - 200):at + 200]!r}")
+        check_same_bytes(f"report --format {fmt} {' '.join(flags)} --stream-above 0 of {folder}",
+                         report(flags + ["--stream-above", "0"], fmt), "the folder held whole", want)
 
 
 def check_chunk_index(exe, trace):

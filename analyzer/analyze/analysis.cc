@@ -569,19 +569,21 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   int jobs = options.jobs;
   if (one_at_a_time) {
     const uint64_t fit = std::max<uint64_t>(1, options.stream_above_events / std::max<uint64_t>(largest, 1));
-    const uint64_t threads = jobs > 0 ? static_cast<uint64_t>(jobs) : std::max(1u, std::thread::hardware_concurrency());
-    jobs = static_cast<int>(std::min(threads, fit));
+    jobs = static_cast<int>(std::min<uint64_t>(ThreadsOf(options.jobs), fit));
   }
+  // The options with progress reports serialized across the threads.
   std::mutex progress_mu;
+  AnalysisOptions serial = options;
+  if (options.progress) {
+    serial.progress = [&](const std::string& path, uint64_t done, uint64_t total) {
+      std::lock_guard<std::mutex> lock(progress_mu);
+      options.progress(path, done, total);
+    };
+  }
   auto read = [&](const std::string& path) {
     PhaseTimer timer;
     ReadProgress progress;
-    if (options.progress) {
-      progress = [&](uint64_t done, uint64_t total) {
-        std::lock_guard<std::mutex> lock(progress_mu);
-        options.progress(path, done, total);
-      };
-    }
+    if (serial.progress) progress = [&](uint64_t done, uint64_t total) { serial.progress(path, done, total); };
     absl::StatusOr<Timeline> t = ReadTraceFile(path, progress);
     timer.Mark("read");
     return t;
@@ -606,14 +608,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     for (const DeviceOpCount& d : index->ops_per_device) {
       if (d.nccl > 0) return false;
     }
-    AnalysisOptions one = options;
-    if (options.progress) {
-      one.progress = [&](const std::string& path, uint64_t done, uint64_t size) {
-        std::lock_guard<std::mutex> lock(progress_mu);
-        options.progress(path, done, size);
-      };
-    }
-    auto report = ReportFromIndex((*paths)[i], std::move(index), one, &ids[i], nullptr);
+    auto report = ReportFromIndex((*paths)[i], std::move(index), serial, &ids[i], nullptr);
     if (!report.ok() || !*report) return false;  // read whole: its reading says what is wrong
     streamed[i] = std::move(**report);
     device_ops[i] = streamed[i]->processes.front().device_ops;
@@ -658,22 +653,19 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     }
   }
   const size_t n_read = kept.size();
-  for (size_t k = 0; k < n_read; ++k) {
-    const size_t i = kept[k];
-    if (i == k) continue;
-    timelines[k] = std::move(timelines[i]);
-    (*paths)[k] = std::move((*paths)[i]);
-    ids[k] = std::move(ids[i]);
-    arrivals[k] = std::move(arrivals[i]);
-    device_ops[k] = device_ops[i];
-    streamed[k] = std::move(streamed[i]);
-  }
-  timelines.resize(n_read, absl::UnknownError("not read"));
-  paths->resize(n_read);
-  ids.resize(n_read);
-  arrivals.resize(n_read);
-  device_ops.resize(n_read);
-  streamed.resize(n_read);
+  // Each per-trace vector keeps the kept traces' entries, in order.
+  auto keep = [&](auto& v) {
+    for (size_t k = 0; k < n_read; ++k) {
+      if (kept[k] != k) v[k] = std::move(v[kept[k]]);
+    }
+    v.erase(v.begin() + static_cast<ptrdiff_t>(n_read), v.end());
+  };
+  keep(timelines);
+  keep(*paths);
+  keep(ids);
+  keep(arrivals);
+  keep(device_ops);
+  keep(streamed);
   // What the folder says about the job as a whole: files that could not be
   // read, ranks of the job's world with no trace, and traces of other
   // processes that end before their process finished (killed, crashed).
@@ -688,20 +680,17 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   if (distributed) {
     // The processes reported by slices are ranks too: their arrivals (none)
     // with their clocks and hosts, from a reading of their own.
-    absl::Status failed;
-    std::mutex failed_mu;
+    std::vector<absl::Status> reread(n_read);
     ParallelFor(n_read, jobs, [&](size_t i) {
       if (!streamed[i]) return;
       streamed[i].reset();
       absl::StatusOr<Timeline> t = read((*paths)[i]);
-      if (!t.ok()) {
-        std::lock_guard<std::mutex> lock(failed_mu);
-        if (failed.ok()) failed = t.status();
-        return;
-      }
-      arrivals[i] = CollectArrivals(*t);
+      reread[i] = t.status();
+      if (t.ok()) arrivals[i] = CollectArrivals(*t);
     });
-    if (!failed.ok()) return failed;
+    for (const absl::Status& st : reread) {
+      if (!st.ok()) return st;
+    }
   }
   LastArrivals last;
   if (distributed) last = ReduceArrivals(arrivals);

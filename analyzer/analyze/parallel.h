@@ -9,11 +9,16 @@
 
 namespace stallscope::analyzer {
 
+// The threads `jobs` asks for (0: one per core), at least one.
+inline size_t ThreadsOf(int jobs) {
+  const size_t threads = jobs > 0 ? static_cast<size_t>(jobs) : std::thread::hardware_concurrency();
+  return std::max<size_t>(threads, 1);
+}
+
 // Runs fn(i) for i in [0, n) on up to `jobs` threads (0: one per core).
 template <typename Fn>
 void ParallelFor(size_t n, int jobs, Fn fn) {
-  size_t threads = jobs > 0 ? static_cast<size_t>(jobs) : std::thread::hardware_concurrency();
-  threads = std::clamp<size_t>(threads, 1, n);
+  const size_t threads = std::min(ThreadsOf(jobs), std::max<size_t>(n, 1));
   if (threads <= 1) {
     for (size_t i = 0; i < n; ++i) fn(i);
     return;

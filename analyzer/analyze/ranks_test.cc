@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -305,6 +306,28 @@ TEST_CASE("mutated rank traces never crash the cross-rank analysis", "[ranks]") 
 }
 
 
+// How each file of a folder was read, from AnalyzePaths' progress calls:
+// a reading's last call has done == total (one per reading), and only a
+// report by slices calls with less on the small files of these tests (the
+// whole reading calls every 64 MiB). By base name.
+struct ReadCounter {
+  struct Reads {
+    int readings = 0;
+    bool sliced = false;
+  };
+  std::mutex mu;
+  std::map<std::string, Reads> reads;
+
+  std::function<void(const std::string&, uint64_t, uint64_t)> Progress() {
+    return [this](const std::string& path, uint64_t done, uint64_t total) {
+      std::lock_guard<std::mutex> lock(mu);
+      Reads& r = reads[path.substr(path.rfind('/') + 1)];
+      r.readings += done == total;
+      r.sliced |= done < total;
+    };
+  }
+};
+
 // Guards a folder read one trace at a time (past --stream-above together, or
 // --stream): each trace read twice, the first time for its identity,
 // arrivals and device ops, and let go after its analysis; or, past
@@ -352,21 +375,8 @@ TEST_CASE("a folder read one trace at a time gives the held folder's report", "[
     }
     return most;
   };
-  // How each file was read, from the progress calls: a reading's last call
-  // has done == total (one per reading), and only a report by slices calls
-  // with less on files this small (the whole reading calls every 64 MiB).
-  struct Reads {
-    int readings = 0;
-    bool sliced = false;
-  };
-  std::mutex mu;
-  std::map<std::string, Reads> reads;
-  auto count = [&](const std::string& path, uint64_t done, uint64_t total) {
-    std::lock_guard<std::mutex> lock(mu);
-    Reads& r = reads[path.substr(path.rfind('/') + 1)];
-    r.readings += done == total;
-    r.sliced |= done < total;
-  };
+  ReadCounter counter;
+  auto& reads = counter.reads;
   enum Way { kEachBelow, kAboveZero, kFlag };  // --stream-above over each, 0; --stream
   for (const std::string& dir : {ranks.path, processes.path, mixed.path}) {
     const size_t files = dir == mixed.path ? 3 : 4;  // (the file that is no trace reports no progress)
@@ -374,7 +384,7 @@ TEST_CASE("a folder read one trace at a time gives the held folder's report", "[
       CAPTURE(dir, predict);
       AnalysisOptions held;
       held.predict = predict;
-      held.progress = count;
+      held.progress = counter.Progress();
       reads.clear();
       ProcessAnalysis held_details;
       auto want = AnalyzePaths({dir}, held, &held_details);
@@ -472,16 +482,11 @@ TEST_CASE("a folder's analyzed process too large to predict, by slices", "[ranks
     REQUIRE(counts.ok());
     REQUIRE(counts->calls_and_ops > static_cast<uint64_t>(kPredictMaxEvents));
   }
-  std::mutex mu;
-  std::map<std::string, std::pair<int, bool>> reads;  // readings, by slices
+  ReadCounter counter;
+  auto& reads = counter.reads;
   AnalysisOptions held;
   held.predict = true;
-  held.progress = [&](const std::string& path, uint64_t done, uint64_t total) {
-    std::lock_guard<std::mutex> lock(mu);
-    auto& r = reads[path.substr(path.rfind('/') + 1)];
-    r.first += done == total;
-    r.second |= done < total;
-  };
+  held.progress = counter.Progress();
   auto want = AnalyzePaths({dir.path}, held);
   REQUIRE(want.ok());
   CHECK(want->processes.at(1).analyzed);
@@ -495,8 +500,8 @@ TEST_CASE("a folder's analyzed process too large to predict, by slices", "[ranks
   REQUIRE(reads.size() == 2);
   for (const auto& [file, r] : reads) {
     CAPTURE(file);
-    CHECK(r.first == 1);  // never read whole
-    CHECK(r.second);
+    CHECK(r.readings == 1);  // never read whole
+    CHECK(r.sliced);
   }
 }
 

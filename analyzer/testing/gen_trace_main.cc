@@ -43,11 +43,12 @@ int main(int argc, char** argv) {
   // STALLSCOPE_GEN_PID: the process id in the header (default 4242), so
   // that several files make a folder of distinct processes.
   if (const char* pid = getenv("STALLSCOPE_GEN_PID"); pid != nullptr) {
-    if (atoll(pid) <= 0 || atoll(pid) > 0xffffffffLL) {
+    const long long id = atoll(pid);
+    if (id <= 0 || id > 0xffffffffLL) {
       fprintf(stderr, "STALLSCOPE_GEN_PID=%s: expected a positive process id\n", pid);
       return 1;
     }
-    b.SetPid(static_cast<uint32_t>(atoll(pid)));
+    b.SetPid(static_cast<uint32_t>(id));
   }
   b.SetPacked(e != "raw", e == "zstd");
   b.WriteTo(argv[1]);
