@@ -228,16 +228,26 @@ void FinishReport(const std::vector<std::string>& changed, const QuestionInputs&
 // index refuses (damage the reader skips), records the reading fixes (their
 // times past any sane clock), or no step markers; the file is then read
 // whole. `identity` gets the trace's identity. `index`: the file's
-// (IndexTraceFile's answer).
+// (IndexTraceFile's answer). `adjust` (optional): what the whole reading
+// would have had changed after reading, done to each slice
+// (StreamOptions::adjust).
+// Whether a report by slices can be made from the file `index` indexes:
+// not where the whole reading fixes records (their times past any sane
+// clock), which a slice would not.
+bool Sliceable(const TraceIndex& index) {
+  for (const Diagnostic& d : index.diagnostics) {
+    if (d.id == DiagId::kInvalidRecords) return false;
+  }
+  return true;
+}
+
 absl::StatusOr<std::optional<Report>> ReportFromIndex(const std::string& path, absl::StatusOr<TraceIndex> index,
                                                       const AnalysisOptions& options,
-                                                      TraceIdentity* identity, StreamedProcess* page) {
+                                                      TraceIdentity* identity, StreamedProcess* page,
+                                                      std::function<void(Timeline*)> adjust = nullptr) {
   auto pattern = CompileStepPattern(options.step_pattern);
   if (!pattern.ok()) return pattern.status();
-  if (!index.ok()) return std::nullopt;
-  for (const Diagnostic& d : index->diagnostics) {
-    if (d.id == DiagId::kInvalidRecords) return std::nullopt;
-  }
+  if (!index.ok() || !Sliceable(*index)) return std::nullopt;
   // Progress, as a reading's in the file's bytes: the index pass a quarter
   // of the work, the three passes over slices the rest.
   auto progress = [&](double share) {
@@ -255,6 +265,7 @@ absl::StatusOr<std::optional<Report>> ReportFromIndex(const std::string& path, a
   StreamOptions so;
   if (options.window_steps > 0) so.steps_per_window = options.window_steps;
   so.keep_gaps = false;  // the report's rows are the steps'
+  so.adjust = std::move(adjust);
   if (page != nullptr) {
     // A page draws the gaps into its strip's columns as they come, afresh
     // if the windows are analyzed again (an empty span takes none).
@@ -594,28 +605,55 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   std::vector<RankArrivals> arrivals(n);
   std::vector<int64_t> device_ops(n, 0);
   // Read one at a time, a trace past --stream-above itself (every trace,
-  // with --stream) that launched no NCCL kernel is reported from its file
-  // by slices at the first look, as one trace would be (ReportFromFile),
-  // and is not read whole, unless it turns out to be the analyzed process
-  // of a caller that draws its timeline, or a process of a distributed run
-  // (whose ranks are analyzed in memory). Without NCCL kernels its
-  // arrivals are none.
+  // with --stream) is read by slices, as one trace would be, and never
+  // whole unless a report by slices cannot be made of it (ReportFromIndex)
+  // or it is the analyzed process of a caller that draws its timeline. At
+  // the first look: its arrivals, by a pass over its calls
+  // (CollectArrivalsBySlices; none without NCCL kernels), its index kept;
+  // and, without NCCL kernels, its report (nothing of the other traces
+  // changes it). A trace with NCCL kernels is reported at the second look,
+  // once the ranks' last arrivals are known, each slice with its waits.
+  std::vector<std::optional<TraceIndex>> indexes(n);
+  std::vector<InstanceOf> instances(n);
   std::vector<std::optional<Report>> streamed(n);
-  auto stream_it = [&](size_t i) {
+  const size_t per_slice = StreamOptions{}.chunks_per_slice;
+  auto slice_it = [&](size_t i) {
     if (!one_at_a_time || !(options.stream || events[i] > options.stream_above_events)) return false;
-    absl::StatusOr<TraceIndex> index = IndexTraceFile((*paths)[i]);
-    if (!index.ok()) return false;
-    for (const DeviceOpCount& d : index->ops_per_device) {
-      if (d.nccl > 0) return false;
+    const std::string& path = (*paths)[i];
+    absl::StatusOr<TraceIndex> index = IndexTraceFile(path);
+    if (!index.ok() || !Sliceable(*index)) return false;
+    auto reader = SliceReader::OpenFile(path, *index);
+    if (!reader.ok()) return false;
+    std::function<void(uint64_t, uint64_t)> progress;
+    if (serial.progress) {
+      progress = [&](uint64_t done, uint64_t total) {
+        const uint64_t size = index->file_size;
+        serial.progress(path, static_cast<uint64_t>(static_cast<double>(size) * static_cast<double>(done) /
+                                                    static_cast<double>(std::max<uint64_t>(total, 1))),
+                        size);
+      };
     }
-    auto report = ReportFromIndex((*paths)[i], std::move(index), serial, &ids[i], nullptr);
-    if (!report.ok() || !*report) return false;  // read whole: its reading says what is wrong
-    streamed[i] = std::move(**report);
-    device_ops[i] = streamed[i]->processes.front().device_ops;
+    auto rank = CollectArrivalsBySlices(&*reader, *index, per_slice, progress);
+    if (!rank.ok()) return false;  // read whole: its reading says what is wrong
+    uint64_t ops = 0, nccl = 0;
+    for (const DeviceOpCount& d : index->ops_per_device) {
+      ops += static_cast<uint64_t>(d.ops);
+      nccl += static_cast<uint64_t>(d.nccl);
+    }
+    if (nccl == 0) {
+      auto report = ReportFromIndex(path, *index, serial, &ids[i], nullptr);
+      if (!report.ok() || !*report) return false;
+      streamed[i] = std::move(**report);
+    }
+    ids[i] = rank->arrivals.trace;
+    arrivals[i] = std::move(rank->arrivals);
+    instances[i] = std::move(rank->instance_of);
+    device_ops[i] = static_cast<int64_t>(ops);
+    indexes[i] = std::move(*index);
     return true;
   };
   ParallelFor(n, jobs, [&](size_t i) {
-    if (stream_it(i)) return;
+    if (slice_it(i)) return;
     timelines[i] = read((*paths)[i]);
     read_status[i] = timelines[i].status();
     if (!timelines[i].ok()) return;
@@ -666,6 +704,8 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   keep(arrivals);
   keep(device_ops);
   keep(streamed);
+  keep(indexes);
+  keep(instances);
   // What the folder says about the job as a whole: files that could not be
   // read, ranks of the job's world with no trace, and traces of other
   // processes that end before their process finished (killed, crashed).
@@ -677,21 +717,6 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   size_t with_collectives = 0;
   for (const RankArrivals& a : arrivals) with_collectives += !a.arrivals.empty();
   const bool distributed = with_collectives >= 2;
-  if (distributed) {
-    // The processes reported by slices are ranks too: their arrivals (none)
-    // with their clocks and hosts, from a reading of their own.
-    std::vector<absl::Status> reread(n_read);
-    ParallelFor(n_read, jobs, [&](size_t i) {
-      if (!streamed[i]) return;
-      streamed[i].reset();
-      absl::StatusOr<Timeline> t = read((*paths)[i]);
-      reread[i] = t.status();
-      if (t.ok()) arrivals[i] = CollectArrivals(*t);
-    });
-    for (const absl::Status& st : reread) {
-      if (!st.ok()) return st;
-    }
-  }
   LastArrivals last;
   if (distributed) last = ReduceArrivals(arrivals);
 
@@ -710,12 +735,49 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   // Each rank's summary is made from its timeline and report: the primary's
   // once its report has its predictions, the others' as they are analyzed.
   std::vector<RankSummary> ranks(distributed ? n_read : 0);
-  // The analyzed process reported by slices keeps that report unless its
-  // timeline is asked for (its predictions were left out there).
-  const bool primary_streamed = streamed[primary].has_value() && primary_out == nullptr;
+  // Reported by slices: the traces read so at the first look, unless the
+  // analyzed process's timeline is asked for (the analyzed process keeps a
+  // report by slices: its predictions were left out there).
+  std::vector<bool> by_slices(n_read, false);
+  auto summarize_by_slices = [&](size_t i) -> absl::StatusOr<RankSummary> {
+    auto reader = SliceReader::OpenFile((*paths)[i], *indexes[i]);
+    if (!reader.ok()) return reader.status();
+    return SummarizeRankBySlices(&*reader, *indexes[i], (*paths)[i], arrivals[i], last, *reports[i], per_slice);
+  };
+  std::vector<absl::Status> summarized(n_read);
   ParallelFor(n_read, jobs, [&](size_t i) {
-    if (streamed[i] && (i != primary || primary_streamed)) {
+    const bool may_slice = indexes[i].has_value() && (i != primary || primary_out == nullptr);
+    if (may_slice && streamed[i]) {
       reports[i] = std::move(*streamed[i]);
+      by_slices[i] = true;
+    } else if (may_slice) {
+      // Its NCCL waits applied to each slice as a whole reading has them
+      // applied; predictions are made of the analyzed process only.
+      AnalysisOptions o = serial;
+      o.predict = options.predict && i == primary;
+      std::function<void(Timeline*)> adjust;
+      if (distributed) {
+        auto by_call = std::make_shared<const LastByCall>(LastArrivalsByCall(arrivals[i], instances[i], last));
+        adjust = [by_call](Timeline* t) { ApplyLastArrivals(t, *by_call); };
+      }
+      TraceIdentity id;
+      auto report = ReportFromIndex((*paths)[i], *indexes[i], o, &id, nullptr, std::move(adjust));
+      if (!report.ok()) {
+        reports[i] = report.status();
+        return;
+      }
+      if (*report) {
+        reports[i] = std::move(**report);
+        by_slices[i] = true;
+      }
+    }
+    if (by_slices[i]) {
+      instances[i] = InstanceOf();
+      if (distributed && i != primary) {
+        auto s = summarize_by_slices(i);
+        summarized[i] = s.status();
+        if (s.ok()) ranks[i] = std::move(*s);
+      }
       return;
     }
     if (!timelines[i].ok()) {  // let go after the first look, or never read whole
@@ -734,9 +796,18 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   for (const auto& r : reports) {
     if (!r.ok()) return r.status();
   }
-  if (options.predict && !primary_streamed) PredictFixes(*timelines[primary], details, options, &*reports[primary]);
+  for (const absl::Status& st : summarized) {
+    if (!st.ok()) return st;
+  }
+  if (options.predict && !by_slices[primary]) PredictFixes(*timelines[primary], details, options, &*reports[primary]);
   if (distributed) {
-    ranks[primary] = SummarizeRank(*timelines[primary], arrivals[primary], last, *reports[primary]);
+    if (by_slices[primary]) {
+      auto s = summarize_by_slices(primary);
+      if (!s.ok()) return s.status();
+      ranks[primary] = std::move(*s);
+    } else {
+      ranks[primary] = SummarizeRank(*timelines[primary], arrivals[primary], last, *reports[primary]);
+    }
     Report out = ComposeRanksReport(std::move(*reports[primary]), std::move(ranks), primary);
     note_job_files(&out);
     if (primary_out != nullptr) {

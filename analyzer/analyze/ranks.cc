@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -63,21 +65,6 @@ std::vector<std::pair<int64_t, int64_t>> Disjoint(std::vector<std::pair<int64_t,
   return out;
 }
 
-// The intersection of two disjoint sorted interval lists (disjoint, sorted).
-std::vector<std::pair<int64_t, int64_t>> Intersection(
-    const std::vector<std::pair<int64_t, int64_t>>& a,
-    const std::vector<std::pair<int64_t, int64_t>>& b) {
-  std::vector<std::pair<int64_t, int64_t>> out;
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    const int64_t lo = std::max(a[i].first, b[j].first);
-    const int64_t hi = std::min(a[i].second, b[j].second);
-    if (hi > lo) out.emplace_back(lo, hi);
-    (a[i].second < b[j].second) ? ++i : ++j;
-  }
-  return out;
-}
-
 // Per step: the length of a disjoint sorted interval list inside each step
 // (steps tile [first start, last end) in order).
 std::vector<int64_t> PerStep(const std::vector<std::pair<int64_t, int64_t>>& set,
@@ -106,36 +93,138 @@ double Share(int64_t part, int64_t whole) {
   return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
 }
 
-// The collective each call launched: itself, or for the ncclGroupEnd that
+// The collective a call launched: itself, or for the ncclGroupEnd that
 // carries a group's correlation, the group's first collective (the
 // simulated and real NCCL launch a group as one kernel per stream). Groups
-// of point-to-point calls launch no collective instance.
-absl::flat_hash_map<int32_t, const NcclCall*> LaunchedCollectives(const Timeline& t) {
-  absl::flat_hash_map<int32_t, const NcclCall*> launched;
-  absl::flat_hash_map<uint32_t, const NcclCall*> group_first;  // per thread
-  for (const NcclCall& n : t.nccl) {
+// of point-to-point calls launch no collective instance. Fed a thread's
+// NCCL records in enter order (a reading's order), in one go or by slices.
+struct Launched {
+  uint64_t comm = 0;
+  uint64_t seq = 0;
+  NcclKind kind = NcclKind::kOther;
+};
+class CollectiveLaunches {
+ public:
+  // What `n`'s call (n.call >= 0) launched, if a collective.
+  std::optional<Launched> Add(const NcclCall& n) {
     const bool in_group = (n.flags & trace::kNcclInGroup) != 0;
     if (n.kind == NcclKind::kGroupEnd) {
-      auto it = group_first.find(n.tid);
-      if (n.call >= 0 && it != group_first.end() && it->second != nullptr) {
-        launched[n.call] = it->second;
-      }
-      if (!in_group) group_first.erase(n.tid);  // the outermost end
-      continue;
+      std::optional<Launched> out;
+      auto it = group_first_.find(n.tid);
+      if (n.call >= 0 && it != group_first_.end()) out = it->second;
+      if (!in_group && it != group_first_.end()) group_first_.erase(it);  // the outermost end
+      return out;
     }
     if (!IsCollective(n.kind) || (n.flags & trace::kNcclCollective) == 0) {
       if (in_group && (n.kind == NcclKind::kSend || n.kind == NcclKind::kRecv)) {
-        group_first.try_emplace(n.tid, nullptr);
+        group_first_.try_emplace(n.tid, std::nullopt);
       }
-      continue;
+      return std::nullopt;
     }
     if (in_group) {
-      group_first.try_emplace(n.tid, &n);
+      group_first_.try_emplace(n.tid, Launched{n.comm, n.seq, n.kind});
     } else if (n.call >= 0) {
-      launched[n.call] = &n;
+      return Launched{n.comm, n.seq, n.kind};
     }
+    return std::nullopt;
+  }
+
+ private:
+  // Per thread, in a group: its first collective (none: point-to-point).
+  absl::flat_hash_map<uint32_t, std::optional<Launched>> group_first_;
+};
+
+// The collective each call of `t` launched, by call.
+absl::flat_hash_map<int32_t, Launched> LaunchedCollectives(const Timeline& t) {
+  absl::flat_hash_map<int32_t, Launched> launched;
+  CollectiveLaunches launches;
+  for (const NcclCall& n : t.nccl) {
+    if (auto l = launches.Add(n)) launched[n.call] = *l;
   }
   return launched;
+}
+
+// A rank's arrivals as its NCCL kernels come, in any order: an instance's
+// earliest start and latest end, its bytes and kind those of its earliest
+// kernel.
+class ArrivalsBuilder {
+ public:
+  void Add(const Launched& l, const DeviceOp& op, uint64_t bytes) {
+    auto [slot, fresh] = index_.try_emplace(std::make_pair(l.comm, l.seq), arrivals_.size());
+    if (fresh) {
+      Arrival a;
+      a.comm = l.comm;
+      a.seq = l.seq;
+      a.arrival_ns = op.start_ns;
+      a.end_ns = op.end_ns;
+      a.bytes = bytes;
+      a.kind = static_cast<uint8_t>(l.kind);
+      arrivals_.push_back(a);
+      return;
+    }
+    Arrival& a = arrivals_[slot->second];
+    if (op.start_ns < a.arrival_ns) {
+      a.arrival_ns = op.start_ns;
+      a.bytes = bytes;
+      a.kind = static_cast<uint8_t>(l.kind);
+    }
+    a.end_ns = std::max(a.end_ns, op.end_ns);
+  }
+  // By (comm, seq).
+  std::vector<Arrival> Finish() && {
+    std::sort(arrivals_.begin(), arrivals_.end(), [](const Arrival& a, const Arrival& b) {
+      return std::tie(a.comm, a.seq) < std::tie(b.comm, b.seq);
+    });
+    return std::move(arrivals_);
+  }
+
+ private:
+  std::vector<Arrival> arrivals_;
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, size_t> index_;
+};
+
+// Everything a rank's arrivals say but the arrivals: its identity, the
+// analyzed device (the one with the most NCCL kernels, else ops, by
+// t.ops_per_device) and its clock offset.
+RankArrivals RankOf(const Timeline& t) {
+  RankArrivals r;
+  r.rank = t.rank.known ? t.rank.rank : -1;
+  r.file = BaseName(t.path);
+  r.host = !t.rank.host.empty() ? t.rank.host : t.host;
+  r.pid = t.header.pid;
+  r.trace = IdentityOf(t);
+  {
+    int64_t best = -1;
+    for (const auto& [device, n] : OpsPerDevice(t, 1'000'000)) {
+      if (n > best || (n == best && device < r.device)) {
+        best = n;
+        r.device = device;
+      }
+    }
+  }
+  if (!t.clocks.empty()) {
+    auto offset = [](const trace::ClockRecord& c) {
+      return static_cast<int64_t>(c.realtime_ns) - static_cast<int64_t>(c.mono_ns);
+    };
+    const auto [lo, hi] = std::minmax_element(
+        t.clocks.begin(), t.clocks.end(),
+        [](const trace::ClockRecord& a, const trace::ClockRecord& b) { return a.mono_ns < b.mono_ns; });
+    r.realtime_offset_ns = offset(*lo);
+    r.offset_drift_ns = std::llabs(offset(*hi) - offset(*lo));
+  } else {
+    r.realtime_offset_ns = static_cast<int64_t>(t.header.start_realtime_ns) -
+                           static_cast<int64_t>(t.header.start_mono_ns);
+  }
+  return r;
+}
+
+// The collective instance of the NCCL kernel `op` on `device`, by what its
+// call launched (`launched`, by call); nullptr when none.
+template <typename Map>
+const Launched* LaunchedBy(const Map& launched, const DeviceOp& op, uint32_t device) {
+  if (op.kind != trace::DeviceOpKind::kNccl || op.device != device || op.call < 0) return nullptr;
+  auto it = launched.find(op.call);
+  return it == launched.end() ? nullptr : &it->second;
 }
 
 }  // namespace
@@ -171,64 +260,51 @@ bool OneHost(const std::vector<RankArrivals>& ranks) {
 }
 
 RankArrivals CollectArrivals(const Timeline& t) {
-  RankArrivals r;
-  r.rank = t.rank.known ? t.rank.rank : -1;
-  r.file = BaseName(t.path);
-  r.host = !t.rank.host.empty() ? t.rank.host : t.host;
-  r.pid = t.header.pid;
-  r.trace = IdentityOf(t);
-  // The analyzed device: the one with the most NCCL kernels, else ops.
-  {
-    int64_t best = -1;
-    for (const auto& [device, n] : OpsPerDevice(t, 1'000'000)) {
-      if (n > best || (n == best && device < r.device)) {
-        best = n;
-        r.device = device;
-      }
-    }
-  }
-  if (!t.clocks.empty()) {
-    auto offset = [](const trace::ClockRecord& c) {
-      return static_cast<int64_t>(c.realtime_ns) - static_cast<int64_t>(c.mono_ns);
-    };
-    const auto [lo, hi] = std::minmax_element(
-        t.clocks.begin(), t.clocks.end(),
-        [](const trace::ClockRecord& a, const trace::ClockRecord& b) { return a.mono_ns < b.mono_ns; });
-    r.realtime_offset_ns = offset(*lo);
-    r.offset_drift_ns = std::llabs(offset(*hi) - offset(*lo));
-  } else {
-    r.realtime_offset_ns = static_cast<int64_t>(t.header.start_realtime_ns) -
-                           static_cast<int64_t>(t.header.start_mono_ns);
-  }
-
+  RankArrivals r = RankOf(t);
   const auto launched = LaunchedCollectives(t);
   if (launched.empty()) return r;  // no collective launched: no arrival
-  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, size_t> index;
+  ArrivalsBuilder arrivals;
   for (const DeviceOp& op : t.ops) {
-    if (op.kind != trace::DeviceOpKind::kNccl || op.device != r.device || op.call < 0) continue;
-    auto it = launched.find(op.call);
-    if (it == launched.end()) continue;
-    const NcclCall& n = *it->second;
-    auto [slot, fresh] = index.try_emplace(std::make_pair(n.comm, n.seq), r.arrivals.size());
-    if (fresh) {
-      Arrival a;
-      a.comm = n.comm;
-      a.seq = n.seq;
-      a.arrival_ns = op.start_ns;
-      a.end_ns = op.end_ns;
-      a.bytes = t.call_info[op.call].bytes;
-      a.kind = static_cast<uint8_t>(n.kind);
-      r.arrivals.push_back(a);
-    } else {
-      Arrival& a = r.arrivals[slot->second];
-      a.arrival_ns = std::min(a.arrival_ns, op.start_ns);
-      a.end_ns = std::max(a.end_ns, op.end_ns);
-    }
+    if (const Launched* l = LaunchedBy(launched, op, r.device)) arrivals.Add(*l, op, t.call_info[op.call].bytes);
   }
-  std::sort(r.arrivals.begin(), r.arrivals.end(), [](const Arrival& a, const Arrival& b) {
-    return std::tie(a.comm, a.seq) < std::tie(b.comm, b.seq);
-  });
+  r.arrivals = std::move(arrivals).Finish();
   return r;
+}
+
+absl::StatusOr<SlicedRank> CollectArrivalsBySlices(SliceReader* reader, const TraceIndex& index,
+                                                   size_t chunks_per_slice,
+                                                   const std::function<void(uint64_t, uint64_t)>& progress) {
+  auto head = reader->Read({});
+  if (!head.ok()) return head.status();
+  head->ops_per_device = index.ops_per_device;  // the whole file's, as a reading counts them
+  SlicedRank out;
+  out.arrivals = RankOf(*head);
+  bool nccl = false;
+  for (const DeviceOpCount& d : index.ops_per_device) nccl = nccl || d.nccl > 0;
+  if (!nccl) return out;  // no NCCL kernel: no arrival
+  CollectiveLaunches launches;
+  ArrivalsBuilder arrivals;
+  const uint32_t device = out.arrivals.device;
+  absl::Status read = ForEachCallSlice(
+      reader, index, chunks_per_slice,
+      [&](const Timeline& t, int64_t from, int64_t to) {
+        absl::flat_hash_map<int32_t, Launched> launched;
+        for (const NcclCall& n : t.nccl) {
+          if (n.enter_ns < from || n.enter_ns >= to) continue;
+          if (auto l = launches.Add(n)) launched[n.call] = *l;
+        }
+        for (const DeviceOp& op : t.ops) {
+          const Launched* l = LaunchedBy(launched, op, device);
+          if (l == nullptr) continue;
+          arrivals.Add(*l, op, t.call_info[op.call].bytes);
+          out.instance_of[CallKey::Of(t.calls[op.call])] = std::make_pair(l->comm, l->seq);
+        }
+        return absl::OkStatus();
+      },
+      progress);
+  if (!read.ok()) return read;
+  out.arrivals.arrivals = std::move(arrivals).Finish();
+  return out;
 }
 
 LastArrivals ReduceArrivals(const std::vector<RankArrivals>& ranks) {
@@ -252,12 +328,41 @@ int64_t ApplyLastArrivals(Timeline* t, const RankArrivals& mine, const LastArriv
   const auto launched = LaunchedCollectives(*t);
   int64_t moved = 0;
   for (DeviceOp& op : t->ops) {
-    if (op.kind != trace::DeviceOpKind::kNccl || op.device != mine.device || op.call < 0) continue;
-    auto l = launched.find(op.call);
-    if (l == launched.end()) continue;
-    auto it = last.instances.find(std::make_pair(l->second->comm, l->second->seq));
+    const Launched* l = LaunchedBy(launched, op, mine.device);
+    if (l == nullptr) continue;
+    auto it = last.instances.find(std::make_pair(l->comm, l->seq));
     if (it == last.instances.end() || it->second.ranks < 2) continue;
     const int64_t s = std::clamp(it->second.last_ns - offset, op.start_ns, op.end_ns);
+    moved += s - op.start_ns;
+    op.start_ns = s;
+  }
+  if (moved > 0) {
+    SortOpsByStart(t);
+  }
+  return moved;
+}
+
+LastByCall LastArrivalsByCall(const RankArrivals& mine, const InstanceOf& instance_of,
+                              const LastArrivals& last) {
+  LastByCall out;
+  out.device = mine.device;
+  const int64_t offset = CommonOffset(mine, last.one_host);
+  for (const auto& [call, instance] : instance_of) {
+    auto it = last.instances.find(instance);
+    if (it == last.instances.end() || it->second.ranks < 2) continue;
+    out.last_ns.emplace(call, it->second.last_ns - offset);
+  }
+  return out;
+}
+
+int64_t ApplyLastArrivals(Timeline* t, const LastByCall& last) {
+  if (last.last_ns.empty()) return 0;
+  int64_t moved = 0;
+  for (DeviceOp& op : t->ops) {
+    if (op.kind != trace::DeviceOpKind::kNccl || op.device != last.device || op.call < 0) continue;
+    auto it = last.last_ns.find(CallKey::Of(t->calls[static_cast<size_t>(op.call)]));
+    if (it == last.last_ns.end()) continue;
+    const int64_t s = std::clamp(it->second, op.start_ns, op.end_ns);
     moved += s - op.start_ns;
     op.start_ns = s;
   }
@@ -326,10 +431,9 @@ std::vector<int64_t> StragglerCuts(const Timeline& t, const RankArrivals& mine,
   const auto launched = LaunchedCollectives(t);
   for (size_t o = 0; o < t.ops.size(); ++o) {
     const DeviceOp& op = t.ops[o];
-    if (op.kind != trace::DeviceOpKind::kNccl || op.device != mine.device || op.call < 0) continue;
-    auto l = launched.find(op.call);
-    if (l == launched.end()) continue;
-    const auto key = std::make_pair(l->second->comm, l->second->seq);
+    const Launched* l = LaunchedBy(launched, op, mine.device);
+    if (l == nullptr) continue;
+    const auto key = std::make_pair(l->comm, l->seq);
     auto it = instances.find(key);
     auto mine_at = own.find(key);
     if (it == instances.end() || mine_at == own.end()) continue;
@@ -352,10 +456,15 @@ std::vector<int64_t> StragglerCuts(const Timeline& t, const RankArrivals& mine,
   return cuts;
 }
 
-RankSummary SummarizeRank(const Timeline& t, const RankArrivals& arrivals,
-                          const LastArrivals& last, const Report& report) {
+namespace {
+
+// SummarizeRank of a rank whose compute kernels on the analyzed device
+// `kernels` gives (fn(start, end) for each, in any order).
+absl::StatusOr<RankSummary> Summarize(
+    const std::string& path, const RankArrivals& arrivals, const LastArrivals& last, const Report& report,
+    const std::function<absl::Status(const std::function<void(int64_t, int64_t)>&)>& kernels) {
   RankSummary s;
-  s.path = t.path;
+  s.path = path;
   if (!report.processes.empty()) s.process = report.processes.front();
   s.arrivals = arrivals;
   s.totals = report.totals;
@@ -368,7 +477,7 @@ RankSummary SummarizeRank(const Timeline& t, const RankArrivals& arrivals,
   const int64_t w0 = report.steps.empty() ? 0 : report.steps.front().start_ns;
   const int64_t w1 = report.steps.empty() ? 0 : report.steps.back().end_ns;
   const int64_t offset = CommonOffset(arrivals, last.one_host);
-  std::vector<std::pair<int64_t, int64_t>> comm, compute, waits;
+  std::vector<std::pair<int64_t, int64_t>> comm, waits;
   for (const Arrival& a : arrivals.arrivals) {
     auto it = last.instances.find(std::make_pair(a.comm, a.seq));
     const int64_t waited =
@@ -383,14 +492,28 @@ RankSummary SummarizeRank(const Timeline& t, const RankArrivals& arrivals,
       if (waited > 0) waits.emplace_back(lo, std::min(a.arrival_ns + waited, hi));
     }
   }
-  for (const DeviceOp& op : t.ops) {
-    if (op.device != arrivals.device || op.kind != trace::DeviceOpKind::kKernel) continue;
-    const int64_t lo = std::max(op.start_ns, w0);
-    const int64_t hi = std::min(op.end_ns, w1);
-    if (hi > lo) compute.emplace_back(lo, hi);
-  }
   const auto comm_set = Disjoint(std::move(comm));
-  const auto overlap_set = Intersection(comm_set, Disjoint(std::move(compute)));
+  // The compute kernels' time during communication: each kernel's parts
+  // inside the communication's disjoint intervals, merged as they come
+  // (the intersection of the two unions, without holding every kernel).
+  std::vector<std::pair<int64_t, int64_t>> overlap;
+  size_t merged = 0;
+  absl::Status read = kernels([&](int64_t start, int64_t end) {
+    const int64_t lo = std::max(start, w0);
+    const int64_t hi = std::min(end, w1);
+    if (hi <= lo) return;
+    auto c = std::upper_bound(comm_set.begin(), comm_set.end(), lo,
+                              [](int64_t v, const std::pair<int64_t, int64_t>& iv) { return v < iv.second; });
+    for (; c != comm_set.end() && c->first < hi; ++c) {
+      overlap.emplace_back(std::max(lo, c->first), std::min(hi, c->second));
+    }
+    if (overlap.size() > 2 * merged + 4096) {
+      overlap = Disjoint(std::move(overlap));
+      merged = overlap.size();
+    }
+  });
+  if (!read.ok()) return read;
+  const auto overlap_set = Disjoint(std::move(overlap));
   s.comm_ns = UnionLength(comm_set);
   s.compute_during_comm_ns = UnionLength(overlap_set);
   s.step_comm_ns = PerStep(comm_set, report.steps);
@@ -398,6 +521,34 @@ RankSummary SummarizeRank(const Timeline& t, const RankArrivals& arrivals,
   s.step_waited_ns = PerStep(Disjoint(std::move(waits)), report.steps);
   for (const StepStats& st : report.steps) s.step_time_per_step_ns.push_back(st.end_ns - st.start_ns);
   return s;
+}
+
+}  // namespace
+
+RankSummary SummarizeRank(const Timeline& t, const RankArrivals& arrivals,
+                          const LastArrivals& last, const Report& report) {
+  auto s = Summarize(t.path, arrivals, last, report, [&](const std::function<void(int64_t, int64_t)>& fn) {
+    for (const DeviceOp& op : t.ops) {
+      if (op.device == arrivals.device && op.kind == trace::DeviceOpKind::kKernel) fn(op.start_ns, op.end_ns);
+    }
+    return absl::OkStatus();
+  });
+  return std::move(*s);  // (nothing to read)
+}
+
+absl::StatusOr<RankSummary> SummarizeRankBySlices(SliceReader* reader, const TraceIndex& index,
+                                                  const std::string& path, const RankArrivals& arrivals,
+                                                  const LastArrivals& last, const Report& report,
+                                                  size_t chunks_per_slice) {
+  return Summarize(path, arrivals, last, report, [&](const std::function<void(int64_t, int64_t)>& fn) {
+    return ForEachOpSlice(reader, index, chunks_per_slice, [&](const Timeline& t, int64_t from, int64_t to) {
+      for (const DeviceOp& op : t.ops) {
+        if (op.start_ns < from || op.start_ns >= to) continue;
+        if (op.device == arrivals.device && op.kind == trace::DeviceOpKind::kKernel) fn(op.start_ns, op.end_ns);
+      }
+      return absl::OkStatus();
+    });
+  });
 }
 
 std::string StragglerActivity(const Straggler& s) {

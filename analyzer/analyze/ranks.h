@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "analyzer/model/report.h"
 #include "analyzer/analyze/job_files.h"
+#include "analyzer/analyze/stream.h"
 #include "analyzer/model/timeline.h"
 #include "nlohmann/json.hpp"
 
@@ -58,6 +61,21 @@ struct RankArrivals {
 // Map 1: needs this rank's trace only.
 RankArrivals CollectArrivals(const Timeline& t);
 
+// Map 1 on a trace read by slices (stream.h), nothing held whole: the
+// arrivals CollectArrivals gives on the whole reading, and what applying
+// the last arrivals to a slice needs (ApplyLastArrivals(Timeline*, const
+// LastByCall&)): for each call that launched a collective instance's NCCL
+// kernel on the analyzed device, the instance. One pass over the calls
+// (ForEachCallSlice); `progress` (optional) as StreamOptions::progress.
+using InstanceOf = absl::flat_hash_map<CallKey, std::pair<uint64_t, uint64_t>>;  // (comm, seq)
+struct SlicedRank {
+  RankArrivals arrivals;
+  InstanceOf instance_of;
+};
+absl::StatusOr<SlicedRank> CollectArrivalsBySlices(
+    SliceReader* reader, const TraceIndex& index, size_t chunks_per_slice,
+    const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
+
 // True when every rank ran on one host (one monotonic clock).
 bool OneHost(const std::vector<RankArrivals>& ranks);
 inline int64_t CommonOffset(const RankArrivals& r, bool one_host) {
@@ -84,6 +102,20 @@ LastArrivals ReduceArrivals(const std::vector<RankArrivals>& ranks);
 // then charges that wait to `comm` as GPU idle (design.md: the device waiting
 // for a collective that another rank reached late). Returns the ns moved.
 int64_t ApplyLastArrivals(Timeline* t, const RankArrivals& mine, const LastArrivals& last);
+
+// The same, a slice at a time: each launching call of an instance reached
+// by more than one rank → the instance's last arrival on this rank's
+// clock. ApplyLastArrivals(slice, by_call) moves the slice's NCCL kernels
+// as the whole timeline's are moved (each op's call is in its slice); an
+// op's start moves within its own span, so the chunks that hold it are
+// those a slice of its new start reads.
+struct LastByCall {
+  uint32_t device = 0;
+  absl::flat_hash_map<CallKey, int64_t> last_ns;
+};
+LastByCall LastArrivalsByCall(const RankArrivals& mine, const InstanceOf& instance_of,
+                              const LastArrivals& last);
+int64_t ApplyLastArrivals(Timeline* t, const LastByCall& last);
 
 // The rank that arrived last at the most collective instances reached by
 // two or more ranks (the lowest of equals); -1 when there is none. `times`
@@ -143,6 +175,12 @@ struct RankSummary {
 // kernels are the same), `report` its analysis after ApplyLastArrivals.
 RankSummary SummarizeRank(const Timeline& t, const RankArrivals& arrivals,
                           const LastArrivals& last, const Report& report);
+// The same from the file by slices (its compute kernels from a pass over
+// the device chunks), for a rank analyzed by slices (`path` names it).
+absl::StatusOr<RankSummary> SummarizeRankBySlices(SliceReader* reader, const TraceIndex& index,
+                                                  const std::string& path, const RankArrivals& arrivals,
+                                                  const LastArrivals& last, const Report& report,
+                                                  size_t chunks_per_slice);
 
 // What a straggler was doing while the others waited, for every writer:
 // "its GPU was busy 44% of the time (the others 27%) and its own idle is

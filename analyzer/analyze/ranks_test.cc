@@ -308,12 +308,14 @@ TEST_CASE("mutated rank traces never crash the cross-rank analysis", "[ranks]") 
 
 // How each file of a folder was read, from AnalyzePaths' progress calls:
 // a reading's last call has done == total (one per reading), and only a
-// report by slices calls with less on the small files of these tests (the
-// whole reading calls every 64 MiB). By base name.
+// reading by slices (a report, the ranks' arrivals) calls with less on the
+// small files of these tests (the whole reading calls every 64 MiB). By
+// base name.
 struct ReadCounter {
   struct Reads {
-    int readings = 0;
-    bool sliced = false;
+    int whole = 0;   // readings with no call of done < total
+    int sliced = 0;  // the others
+    bool open = false;  // the current reading has called with done < total
   };
   std::mutex mu;
   std::map<std::string, Reads> reads;
@@ -322,8 +324,12 @@ struct ReadCounter {
     return [this](const std::string& path, uint64_t done, uint64_t total) {
       std::lock_guard<std::mutex> lock(mu);
       Reads& r = reads[path.substr(path.rfind('/') + 1)];
-      r.readings += done == total;
-      r.sliced |= done < total;
+      if (done < total) {
+        r.open = true;
+        return;
+      }
+      ++(r.open ? r.sliced : r.whole);
+      r.open = false;
     };
   }
 };
@@ -390,7 +396,7 @@ TEST_CASE("a folder read one trace at a time gives the held folder's report", "[
       auto want = AnalyzePaths({dir}, held, &held_details);
       REQUIRE(want.ok());
       REQUIRE(reads.size() == files);
-      for (const auto& [file, r] : reads) CHECK((r.readings == 1 && !r.sliced));
+      for (const auto& [file, r] : reads) CHECK((r.whole == 1 && r.sliced == 0));
       for (const Way way : {kEachBelow, kAboveZero, kFlag}) {
         for (const bool asked : {true, false}) {  // the primary's timeline
           CAPTURE(way, asked);
@@ -406,20 +412,30 @@ TEST_CASE("a folder read one trace at a time gives the held folder's report", "[
           REQUIRE(reads.size() == files);
           for (const auto& [file, r] : reads) {
             CAPTURE(file);
-            // Read twice, but what the first reading leaves out; by slices,
-            // a process without NCCL kernels past the limit itself, too
-            // large to predict (these are not), and read whole after only
-            // as the analyzed process whose timeline is asked for, or as a
-            // rank (then twice: its arrivals, its analysis).
+            // Past the limit each (not kEachBelow), by slices: the ranks
+            // always, their arrivals and then their report (read whole
+            // instead where predictions are asked of the analyzed process,
+            // these being too small to go without, or its timeline is
+            // asked for); a process without NCCL kernels, too large to
+            // predict (these are not), reported at the first look, and read
+            // whole after only as the analyzed process whose timeline is
+            // asked for. Else read whole twice, but what the first reading
+            // leaves out.
             const bool left_out = file == "p1-older.sstrace";
             const bool nccl = file.starts_with("rank");
-            const bool sliced = !nccl && way != kEachBelow && !predict;
+            const bool past = way != kEachBelow;
+            int sliced = 0, whole = 0;
+            if (nccl && past) {
+              sliced = 1;
+              (file == "rank0.sstrace" && (asked || predict) ? whole : sliced) += 1;
+            } else if (past && !predict) {
+              sliced = 1;
+              whole = asked && file == "p1.sstrace" ? 1 : 0;
+            } else {
+              whole = left_out ? 1 : 2;
+            }
             CHECK(r.sliced == sliced);
-            const int whole = !sliced                                      ? 2
-                              : dir == mixed.path                          ? 2
-                              : asked && file == "p1.sstrace" ? 1
-                                                                           : 0;
-            CHECK(r.readings == (left_out ? 1 : (sliced ? 1 : 0) + whole));
+            CHECK(r.whole == whole);
           }
           if (!asked) continue;
           CHECK(details.timeline.path == held_details.timeline.path);
@@ -500,8 +516,122 @@ TEST_CASE("a folder's analyzed process too large to predict, by slices", "[ranks
   REQUIRE(reads.size() == 2);
   for (const auto& [file, r] : reads) {
     CAPTURE(file);
-    CHECK(r.readings == 1);  // never read whole
-    CHECK(r.sliced);
+    CHECK(r.whole == 0);  // never read whole
+    CHECK(r.sliced == 1);
+  }
+}
+
+// One rank of a loop whose all-reduce is launched by a group: per step a
+// 300 us kernel, then ncclGroupStart, the all-reduce (no kernel of its
+// own) and ncclGroupEnd, whose NCCL kernel starts when this rank arrives
+// (`late` us after the others on `slow`) and ends 200 us after the last
+// arrival; and a 100 us kernel on a second stream while it runs. Four
+// records a chunk, so that a pass by slices has many.
+TraceBuilder BuildGroupedRank(int rank, int nranks, int steps, int slow, int64_t late) {
+  TraceBuilder b;
+  b.SetPid(200 + rank);
+  b.SetChunkRecords(4);
+  auto api = testing::AddStandardApis(&b);
+  tf::RankRecord rr{};
+  rr.rank = rank;
+  rr.local_rank = rank;
+  rr.world_size = nranks;
+  rr.local_world_size = nranks;
+  rr.source = static_cast<uint32_t>(tf::RankSource::kTorch);
+  std::strncpy(rr.host, "node", sizeof(rr.host) - 1);
+  b.Rank(rr);
+  const uint32_t tid = 1;
+  auto nccl = [&](int64_t enter, tf::NcclKind kind, uint8_t flags, uint64_t seq, uint64_t correlation) {
+    tf::NcclRecord n{};
+    n.enter = static_cast<uint64_t>(enter);
+    n.correlation = correlation;
+    n.comm = kComm;
+    n.seq = seq;
+    n.count = 1024;
+    n.tid = tid;
+    n.rank = rank;
+    n.nranks = nranks;
+    n.peer = -1;
+    n.kind = static_cast<uint8_t>(kind);
+    n.datatype = 7;
+    n.flags = flags;
+    n.op = 0;
+    b.Nccl(n);
+  };
+  uint32_t cupti = 1'000'000;
+  uint64_t external = 1'000'000;
+  int64_t t = 1'000'000;
+  for (int s = 0; s < steps; ++s) {
+    const int64_t step0 = t;
+    const int64_t delay = rank == slow ? late * kUs : 0;
+    b.Range(tid, step0, step0 + 1000 * kUs + late * kUs, "step");
+    b.Submit(tid, api.launch, step0 + delay, step0 + delay + 5 * kUs, step0 + delay + 10 * kUs,
+             step0 + delay + 310 * kUs);
+    const int64_t start = step0 + delay + 20 * kUs;
+    b.Call(tid, api.nccl, start, start + 2 * kUs);
+    nccl(start, tf::NcclKind::kGroupStart, 0, 0, 0);
+    b.Call(tid, api.nccl, start + 4 * kUs, start + 6 * kUs);
+    nccl(start + 4 * kUs, tf::NcclKind::kAllReduce, tf::kNcclCollective | tf::kNcclInGroup,
+         static_cast<uint64_t>(s), 0);
+    const int64_t end = start + 8 * kUs;
+    const int64_t arrival = step0 + delay + 310 * kUs;
+    const int64_t last = step0 + late * kUs + 310 * kUs;
+    const uint64_t ext = b.Submit(tid, api.nccl, end, end + 5 * kUs, arrival, last + 200 * kUs,
+                                  tf::DeviceOpKind::kNccl, "ncclDevKernel_AllReduce_Sum_f32");
+    nccl(end, tf::NcclKind::kGroupEnd, 0, 0, ext);
+    // A kernel on stream 8 while the all-reduce runs (its wait included).
+    testing::CallOptions o;
+    o.correlation = ++external;
+    b.Call(tid, api.launch, end + 20 * kUs, end + 25 * kUs, o);
+    b.Device(arrival + 50 * kUs, arrival + 150 * kUs, tf::DeviceOpKind::kKernel, "overlap", ++cupti, 8);
+    b.Correlate(external, cupti);
+    t += 1000 * kUs + late * kUs;
+  }
+  return b;
+}
+
+// Guards the ranks of a distributed run read by slices (past --stream-above
+// each): their arrivals from a pass over their calls, their reports with
+// each slice's NCCL kernels moved to the last arrival, their summaries'
+// compute during communication from a pass over their ops. The report is
+// the held folder's, and no rank is read whole but the analyzed one where
+// predictions are asked (too small to go without them). The all-reduce is
+// launched by ncclGroupEnd, and a slice of 16 call chunks (64 calls, 12.8
+// steps of 5) starts at a group's end every other slice: the group's first
+// collective was in the slice before.
+TEST_CASE("a distributed run's ranks read by slices give the held report", "[ranks][analysis]") {
+  Folder dir;
+  constexpr int kRanks = 3, kSteps = 40;
+  for (int r = 0; r < kRanks; ++r) {
+    BuildGroupedRank(r, kRanks, kSteps, 1, 400).WriteTo(dir.path + "/rank" + std::to_string(r) + ".sstrace");
+  }
+  ReadCounter counter;
+  auto& reads = counter.reads;
+  for (const bool predict : {false, true}) {
+    CAPTURE(predict);
+    AnalysisOptions held;
+    held.predict = predict;
+    auto want = AnalyzePaths({dir.path}, held);
+    REQUIRE(want.ok());
+    REQUIRE(want->ranks.size() == kRanks);
+    CHECK(want->collectives.count == kSteps);
+    CHECK(want->collectives.overlap > 0);  // the kernels on stream 8
+    REQUIRE(want->stragglers.size() == 1);
+    CHECK(want->stragglers[0].rank == 1);
+    AnalysisOptions sliced = held;
+    sliced.stream_above_events = 0;
+    sliced.progress = counter.Progress();
+    reads.clear();
+    auto got = AnalyzePaths({dir.path}, sliced);
+    REQUIRE(got.ok());
+    CHECK(RenderJson(*got) == RenderJson(*want));
+    REQUIRE(reads.size() == kRanks);
+    for (const auto& [file, r] : reads) {
+      CAPTURE(file);
+      const bool whole = predict && file == "rank0.sstrace";
+      CHECK(r.sliced == (whole ? 1 : 2));
+      CHECK(r.whole == (whole ? 1 : 0));
+    }
   }
 }
 

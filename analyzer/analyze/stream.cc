@@ -101,6 +101,31 @@ absl::Status ForEachOpSlice(SliceReader* reader, const TraceIndex& index, size_t
   });
 }
 
+absl::Status ForEachCallSlice(SliceReader* reader, const TraceIndex& index, size_t chunks_per_slice,
+                              const std::function<absl::Status(const Timeline&, int64_t, int64_t)>& fn,
+                              const std::function<void(uint64_t, uint64_t)>& progress) {
+  std::vector<size_t> nccl;
+  for (size_t i = 0; i < index.chunks.size(); ++i) {
+    if (IsType(index.chunks[i], trace::ChunkType::kNccl) && index.chunks[i].count > 0) nccl.push_back(i);
+  }
+  const SliceChunker chunker(index);
+  const auto tiles = Tiles(index, trace::ChunkType::kApi, std::max<size_t>(1, chunks_per_slice));
+  uint64_t done = 0;
+  if (progress) progress(0, tiles.size());
+  for (const auto& [from, to] : tiles) {
+    std::vector<size_t> chunks = chunker.CallsAndTheirOps(Clamp(from), Clamp(to - 1));
+    const std::vector<size_t> args = Meeting(index, nccl, from, to);
+    std::vector<size_t> both;
+    std::set_union(chunks.begin(), chunks.end(), args.begin(), args.end(), std::back_inserter(both));
+    auto t = reader->Read(both);
+    if (!t.ok()) return t.status();
+    if (progress) progress(++done, tiles.size());
+    absl::Status s = fn(*t, from, to);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 bool ExternalIdsMayRepeat(const TraceIndex& index) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const ChunkSpan& c : index.chunks) {
@@ -140,6 +165,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   auto read = [&](const std::vector<size_t>& chunks, int pass) -> absl::StatusOr<Timeline> {
     auto t = reader->Read(chunks);
     if (!t.ok()) return t.status();
+    if (stream.adjust) stream.adjust(&*t);
     chunks_read += chunks.size();
     const uint64_t total = std::max<uint64_t>(1, passes * record_chunks);
     if (stream.progress) stream.progress(std::min(chunks_read, total - 1), total);

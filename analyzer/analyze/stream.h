@@ -118,6 +118,10 @@ struct StreamOptions {
   // Called after each slice read: record chunks read so far, and about how
   // many the passes read in all (each pass about every one once).
   std::function<void(uint64_t done, uint64_t total)> progress;
+  // Called on each slice once read, before anything of it is used: what
+  // changes a timeline after reading changes each slice the same way (a
+  // rank's NCCL waits, ranks.h's ApplyLastArrivals by call).
+  std::function<void(Timeline*)> adjust;
 };
 
 struct StreamedAnalysis {
@@ -194,5 +198,14 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
 // timeline reads it this way.
 absl::Status ForEachOpSlice(SliceReader* reader, const TraceIndex& index, size_t chunks_per_slice,
                             const std::function<absl::Status(const Timeline&, int64_t, int64_t)>& fn);
+
+// Every call of the file once, by slices tiling the call chunks by their
+// enter times (`chunks_per_slice` chunks apart): fn(t, from, to) in rising
+// `from`, the calls of `t` entering in [from, to) being that slice's, with
+// their ops (each op its call) and the NCCL arguments of that time.
+// `progress` (optional): slices read and how many in all, first with none.
+absl::Status ForEachCallSlice(SliceReader* reader, const TraceIndex& index, size_t chunks_per_slice,
+                              const std::function<absl::Status(const Timeline&, int64_t, int64_t)>& fn,
+                              const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
 
 }  // namespace stallscope::analyzer

@@ -6,7 +6,8 @@
 // the call, op and correlation chunks as the recorder does (format 4's
 // encodings); raw (the default) writes fixed records. STALLSCOPE_GEN_OP_RANGES=1
 // puts each launch inside an NVTX range of its own; STALLSCOPE_GEN_MARKERS=0
-// leaves out the step ranges; STALLSCOPE_GEN_PID sets the process id.
+// leaves out the step ranges; STALLSCOPE_GEN_PID sets the process id;
+// STALLSCOPE_GEN_RANK=R/N makes it rank R of N, an all-reduce each step.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -38,8 +39,15 @@ int main(int argc, char** argv) {
     fprintf(stderr, "STALLSCOPE_GEN_KERNEL_US=%s: expected a positive number of microseconds\n", kernel_us);
     return 1;
   }
+  int rank = -1, nranks = 0;
+  if (const char* r = getenv("STALLSCOPE_GEN_RANK"); r != nullptr) {
+    if (sscanf(r, "%d/%d", &rank, &nranks) != 2 || rank < 0 || nranks < 2 || rank >= nranks) {
+      fprintf(stderr, "STALLSCOPE_GEN_RANK=%s: expected R/N, 0 <= R < N, N >= 2\n", r);
+      return 1;
+    }
+  }
   TraceBuilder b = SyntheticSteps(steps, kernel, op_ranges != nullptr && std::string(op_ranges) == "1",
-                                  markers == nullptr || std::string(markers) != "0", kernel_ns);
+                                  markers == nullptr || std::string(markers) != "0", kernel_ns, rank, nranks);
   // STALLSCOPE_GEN_PID: the process id in the header (default 4242), so
   // that several files make a folder of distinct processes.
   if (const char* pid = getenv("STALLSCOPE_GEN_PID"); pid != nullptr) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "analyzer/analyze/analysis.h"
@@ -54,11 +55,29 @@ inline analyzer::Report AnalyzeOrDie(const TraceBuilder& b,
 // With `op_ranges`, each launch inside an NVTX range of its own ("op", as
 // PyTorch's emit_nvtx gives each operator); without `markers`, no step
 // ranges (the steps are then found from the launch sequence).
+// With `rank` (0 ≤ rank < nranks), rank `rank` of a data-parallel job: a
+// rank record, and at each step's end an all-reduce (its call 5 us, its
+// NCCL kernel from 10 us after the call until 50 us after the last rank's
+// arrival): rank 1 arrives 100 us late at every one, the others' kernels
+// wait for it. 203 calls and device ops a step.
 inline TraceBuilder SyntheticSteps(int steps, const std::string& kernel = "kernel", bool op_ranges = false,
-                                   bool markers = true, int64_t kernel_ns = 20 * kUs) {
+                                   bool markers = true, int64_t kernel_ns = 20 * kUs, int rank = -1,
+                                   int nranks = 0) {
   TraceBuilder b;
   b.SetChunkRecords(4096);
   auto api = AddStandardApis(&b);
+  const bool ranked = rank >= 0 && rank < nranks;
+  if (ranked) {
+    tf::RankRecord rr{};
+    rr.rank = rank;
+    rr.local_rank = rank;
+    rr.world_size = nranks;
+    rr.local_world_size = nranks;
+    rr.source = static_cast<uint32_t>(tf::RankSource::kTorch);
+    std::strncpy(rr.host, "node", sizeof(rr.host) - 1);
+    b.Rank(rr);
+  }
+  constexpr int64_t kLate = 100 * kUs;
   const uint32_t site = b.PythonStack({{"train.py", "train_step", 42}});
   int64_t t = 1'000'000'000;
   for (int k = 0; k < steps; ++k) {
@@ -75,6 +94,27 @@ inline TraceBuilder SyntheticSteps(int steps, const std::string& kernel = "kerne
     }
     b.Call(1, api.sync, t, d + 5 * kUs, {.python_stack = site});
     t = d + 20 * kUs;
+    if (ranked) {
+      const int64_t call = t + (rank == 1 ? kLate : 0);
+      const int64_t end = t + kLate + 60 * kUs;
+      const uint64_t ext = b.Submit(1, api.nccl, call, call + 5 * kUs, call + 10 * kUs, end,
+                                    tf::DeviceOpKind::kNccl, "ncclDevKernel_AllReduce_Sum_f32");
+      tf::NcclRecord n{};
+      n.enter = static_cast<uint64_t>(call);
+      n.correlation = ext;
+      n.comm = 0xc0ffee;
+      n.seq = static_cast<uint64_t>(k);
+      n.count = 1 << 20;
+      n.tid = 1;
+      n.rank = rank;
+      n.nranks = nranks;
+      n.peer = -1;
+      n.kind = static_cast<uint8_t>(tf::NcclKind::kAllReduce);
+      n.datatype = 7;
+      n.flags = tf::kNcclCollective;
+      b.Nccl(n);
+      t = end + 10 * kUs;
+    }
     if (markers) b.Range(1, step_start, t, "step");
   }
   return b;
