@@ -745,7 +745,15 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     return SummarizeRankBySlices(&*reader, *indexes[i], (*paths)[i], arrivals[i], last, *reports[i], per_slice);
   };
   std::vector<absl::Status> summarized(n_read);
-  ParallelFor(n_read, jobs, [&](size_t i) {
+  // The analyzed process last: its report (a row a step) is kept, and is
+  // not held while the others are analyzed, where they are one at a time.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < n_read; ++i) {
+    if (i != primary) order.push_back(i);
+  }
+  order.push_back(primary);
+  ParallelFor(n_read, jobs, [&](size_t k) {
+    const size_t i = order[k];
     const bool may_slice = indexes[i].has_value() && (i != primary || primary_out == nullptr);
     if (may_slice && streamed[i]) {
       reports[i] = std::move(*streamed[i]);
@@ -777,6 +785,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
         auto s = summarize_by_slices(i);
         summarized[i] = s.status();
         if (s.ok()) ranks[i] = std::move(*s);
+        reports[i] = Report();  // the summary is what the ranks' report takes of it
       }
       return;
     }
@@ -790,7 +799,10 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     if (distributed) ApplyLastArrivals(&*timelines[i], arrivals[i], last);
     reports[i] = AnalyzeTimeline(*timelines[i], analyzed, i == primary && keep_details ? &details : nullptr);
     if (i == primary || !reports[i].ok()) return;
-    if (distributed) ranks[i] = SummarizeRank(*timelines[i], arrivals[i], last, *reports[i]);
+    if (distributed) {
+      ranks[i] = SummarizeRank(*timelines[i], arrivals[i], last, *reports[i]);
+      reports[i] = Report();  // the summary is what the ranks' report takes of it
+    }
     if (one_at_a_time) timelines[i] = absl::UnknownError("let go");
   });
   for (const auto& r : reports) {

@@ -110,14 +110,13 @@ void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a, bool predictions) {
                 "read the trace file by slices, a window of steps at a time (the report is the "
                 "same): one trace's whole report, holding a window at a time, when it makes no "
                 "predictions (--no-predict, or past 1 M events), and its html page, else the "
-                "idle attribution and hotspots; traces with no steps, marked or repeating, and the ranks of a "
-                "distributed run, are analyzed in memory; a folder's traces are read one at a time, "
-                "twice each, or by slices (a process that launched no NCCL kernel)");
+                "idle attribution and hotspots; traces with no steps, marked or repeating, are analyzed "
+                "in memory; a folder's traces are read one at a time, each by slices where it can be "
+                "(a rank of a distributed run too, its NCCL waits applied to each slice)");
   app->add_option("--stream-above", a->stream_above,
                   "report one trace as --stream does when it holds more calls and device ops "
-                  "than this, and read a folder's traces one at a time (twice each) when they hold more "
-                  "together, each past it by slices where it launched no NCCL kernel (default 20000000: "
-                  "about 1 GB read whole)")
+                  "than this, and read a folder's traces one at a time when they hold more together, "
+                  "each past it by slices where it can be (default 20000000: about 1 GB read whole)")
       ->type_name("EVENTS");
   const struct {
     const char* name;
