@@ -221,16 +221,6 @@ void FinishReport(const std::vector<std::string>& changed, const QuestionInputs&
   report.processes.push_back(std::move(p));
 }
 
-// A process's report made from its file by slices (stream.h), nothing held
-// whole: the same report as AnalyzeTimeline's (and PredictFixes') on the
-// whole reading, where no prediction is made. nullopt where that cannot
-// be: predictions asked for a trace small enough to replay, a file the
-// index refuses (damage the reader skips), records the reading fixes (their
-// times past any sane clock), or no step markers; the file is then read
-// whole. `identity` gets the trace's identity. `index`: the file's
-// (IndexTraceFile's answer). `adjust` (optional): what the whole reading
-// would have had changed after reading, done to each slice
-// (StreamOptions::adjust).
 // Whether a report by slices can be made from the file `index` indexes:
 // not where the whole reading fixes records (their times past any sane
 // clock), which a slice would not.
@@ -241,6 +231,16 @@ bool Sliceable(const TraceIndex& index) {
   return true;
 }
 
+// A process's report made from its file by slices (stream.h), nothing held
+// whole: the same report as AnalyzeTimeline's (and PredictFixes') on the
+// whole reading, where no prediction is made. nullopt where that cannot
+// be: predictions asked for a trace small enough to replay, a file the
+// index refuses (damage the reader skips), records the reading fixes (their
+// times past any sane clock), or no step markers; the file is then read
+// whole. `identity` gets the trace's identity. `index`: the file's
+// (IndexTraceFile's answer). `adjust` (optional): what the whole reading
+// would have had changed after reading, done to each slice
+// (StreamOptions::adjust).
 absl::StatusOr<std::optional<Report>> ReportFromIndex(const std::string& path, absl::StatusOr<TraceIndex> index,
                                                       const AnalysisOptions& options,
                                                       TraceIdentity* identity, StreamedProcess* page,
@@ -738,7 +738,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   // Reported by slices: the traces read so at the first look, unless the
   // analyzed process's timeline is asked for (the analyzed process keeps a
   // report by slices: its predictions were left out there).
-  std::vector<bool> by_slices(n_read, false);
+  std::vector<char> by_slices(n_read, false);  // (written by the threads: not vector<bool>)
   auto summarize_by_slices = [&](size_t i) -> absl::StatusOr<RankSummary> {
     auto reader = SliceReader::OpenFile((*paths)[i], *indexes[i]);
     if (!reader.ok()) return reader.status();

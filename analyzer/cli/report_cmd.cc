@@ -20,7 +20,8 @@ struct ReportFormat {
   bool needs_output_file;  // binary output: -o is required
   absl::StatusOr<std::string> (*render)(const Report& report, const ProcessAnalysis& analysis,
                                         bool color);
-  // Formats too large to hold whole: written a piece at a time instead.
+  // Formats too large to hold whole (a long run's JSON, its rows; the
+  // trace's events): written a piece at a time instead.
   absl::Status (*stream)(const Report& report, const ProcessAnalysis& analysis, const PerfettoSink& sink) =
       nullptr;
   // Formats that can draw a trace analyzed by slices from its file again by
@@ -36,7 +37,8 @@ constexpr ReportFormat kFormats[] = {
     {"json", false, false,
      [](const Report& r, const ProcessAnalysis&, bool) -> absl::StatusOr<std::string> {
        return RenderJson(r);
-     }},
+     },
+     [](const Report& r, const ProcessAnalysis&, const PerfettoSink& sink) { return StreamJson(r, sink); }},
     {"html", true, false,
      [](const Report& r, const ProcessAnalysis& a, bool) -> absl::StatusOr<std::string> {
        return RenderHtml(r, a);

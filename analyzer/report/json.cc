@@ -20,6 +20,15 @@ Json FrameJson(const Frame& f) {
   return Json{{"function", f.function}, {"file", f.file}, {"line", f.line}, {"module", f.module}};
 }
 
+Json PerStepJson(const StepCollectives& sc) {
+  return Json{{"index", sc.index},
+              {"comm_share", sc.comm_share},
+              {"overlap", sc.overlap},
+              {"wait_share", sc.wait_share},
+              {"wait_mean_ns", sc.wait_mean_ns},
+              {"wait_max_ns", sc.wait_max_ns}};
+}
+
 Json TotalsJson(const Totals& t) {
   return Json{{"wall_ns", t.wall_ns},
               {"gpu_busy_ns", t.gpu_busy_ns},
@@ -30,9 +39,10 @@ Json TotalsJson(const Totals& t) {
               {"syncs", t.syncs}};
 }
 
-// With `with_steps` false the steps array is left empty (RenderJson writes
-// it itself); everything else, per-step rates included, is the same.
-Json ToJson(const Report& r, bool with_steps) {
+// With `with_rows` false the steps array and the collectives' per-step
+// array are left empty (StreamJson writes them itself); everything else,
+// per-step rates included, is the same.
+Json ToJson(const Report& r, bool with_rows) {
   Json j;
   j["schema"] = kReportSchema;
   j["step_source"] = r.step_source;
@@ -41,7 +51,7 @@ Json ToJson(const Report& r, bool with_steps) {
   }
   Json steps = Json::array();
   for (const StepStats& s : r.steps) {
-    if (!with_steps) break;
+    if (!with_rows) break;
     steps.push_back(Json{{"index", s.index},
                          {"device", s.device},
                          {"start_ns", s.start_ns},
@@ -165,12 +175,8 @@ Json ToJson(const Report& r, bool with_steps) {
     const CollectivesSummary& c = r.collectives;
     Json per_step = Json::array();
     for (const StepCollectives& sc : c.per_step) {
-      per_step.push_back(Json{{"index", sc.index},
-                              {"comm_share", sc.comm_share},
-                              {"overlap", sc.overlap},
-                              {"wait_share", sc.wait_share},
-                              {"wait_mean_ns", sc.wait_mean_ns},
-                              {"wait_max_ns", sc.wait_max_ns}});
+      if (!with_rows) break;
+      per_step.push_back(PerStepJson(sc));
     }
     j["collectives"] = Json{{"count", c.count},
                             {"comm_share", c.comm_share},
@@ -201,53 +207,99 @@ Json ReportToJson(const Report& r) { return ToJson(r, true); }
 
 namespace {
 
-// The steps array exactly as nlohmann's dump(2) writes it at this depth
-// (integers only, fixed keys), without building a JSON object per step:
-// reports of long runs have hundreds of thousands of steps.
-void AppendSteps(const std::vector<StepStats>& steps, std::string* out) {
-  if (steps.empty()) {
-    out->append("[]");
-    return;
+constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
+
+// One step of the steps array exactly as nlohmann's dump(2) writes it at
+// this depth (integers only, fixed keys), without building a JSON object
+// per step: reports of long runs have hundreds of thousands of steps.
+void AppendStep(const StepStats& s, bool last, std::string* out) {
+  absl::StrAppend(out, "    {\n      \"index\": ", s.index, ",\n      \"device\": ", s.device,
+                  ",\n      \"start_ns\": ", s.start_ns, ",\n      \"end_ns\": ", s.end_ns,
+                  ",\n      \"host_start_ns\": ", s.host_start_ns,
+                  ",\n      \"host_end_ns\": ", s.host_end_ns,
+                  ",\n      \"gpu_busy_ns\": ", s.gpu_busy_ns,
+                  ",\n      \"gpu_idle_ns\": ", s.gpu_idle_ns,
+                  ",\n      \"idle_by_cause\": {\n");
+  for (int c = 0; c < kNumCauses; ++c) {
+    absl::StrAppend(out, "        \"", CauseName(CauseAt(c)), "\": ", s.idle_by_cause[c],
+                    c + 1 < kNumCauses ? ",\n" : "\n");
   }
-  out->append("[\n");
-  for (size_t k = 0; k < steps.size(); ++k) {
-    const StepStats& s = steps[k];
-    absl::StrAppend(out, "    {\n      \"index\": ", s.index, ",\n      \"device\": ", s.device,
-                    ",\n      \"start_ns\": ", s.start_ns, ",\n      \"end_ns\": ", s.end_ns,
-                    ",\n      \"host_start_ns\": ", s.host_start_ns,
-                    ",\n      \"host_end_ns\": ", s.host_end_ns,
-                    ",\n      \"gpu_busy_ns\": ", s.gpu_busy_ns,
-                    ",\n      \"gpu_idle_ns\": ", s.gpu_idle_ns,
-                    ",\n      \"idle_by_cause\": {\n");
-    for (int c = 0; c < kNumCauses; ++c) {
-      absl::StrAppend(out, "        \"", CauseName(CauseAt(c)), "\": ", s.idle_by_cause[c],
-                      c + 1 < kNumCauses ? ",\n" : "\n");
-    }
-    absl::StrAppend(out, "      },\n      \"busy_by_kind\": {\n        \"compute\": ",
-                    s.busy_by_kind.compute, ",\n        \"copy\": ", s.busy_by_kind.copy,
-                    ",\n        \"comm\": ", s.busy_by_kind.comm,
-                    "\n      },\n      \"sync_count\": ", s.sync_count,
-                    ",\n      \"launches\": ", s.launches,
-                    k + 1 < steps.size() ? "\n    },\n" : "\n    }\n");
+  absl::StrAppend(out, "      },\n      \"busy_by_kind\": {\n        \"compute\": ",
+                  s.busy_by_kind.compute, ",\n        \"copy\": ", s.busy_by_kind.copy,
+                  ",\n        \"comm\": ", s.busy_by_kind.comm,
+                  "\n      },\n      \"sync_count\": ", s.sync_count,
+                  ",\n      \"launches\": ", s.launches, last ? "\n    }\n" : "\n    },\n");
+}
+
+// One element of the collectives' per-step array as dump(2) writes it at
+// its depth (6 spaces in): the library's rendering of the element alone
+// (its doubles written as the library writes them), indented.
+void AppendPerStep(const StepCollectives& sc, bool last, std::string* out) {
+  const std::string e = PerStepJson(sc).dump(2, ' ', false, kReplace);
+  out->append("      ");
+  for (const char ch : e) {
+    out->push_back(ch);
+    if (ch == '\n') out->append("      ");
   }
-  out->append("  ]");
+  out->append(last ? "\n" : ",\n");
 }
 
 }  // namespace
 
-std::string RenderJson(const Report& report) {
-  // Everything but the steps through the JSON library; the steps array is
-  // written directly into its place (byte-identical to the library's).
-  const std::string doc = ToJson(report, false).dump(2, ' ', false,
-                                                     nlohmann::json::error_handler_t::replace);
+absl::Status StreamJson(const Report& report, const JsonSink& sink) {
+  // Everything but the rows through the JSON library; the steps array and
+  // the collectives' per-step array written into their places
+  // (byte-identical to the library's), a megabyte at a time.
+  const std::string doc = ToJson(report, false).dump(2, ' ', false, kReplace);
   constexpr std::string_view kEmptySteps = "\n  \"steps\": [],\n";
-  const size_t at = doc.find(kEmptySteps);  // the third key: always there
+  const size_t steps_at = doc.find(kEmptySteps);  // the third key: always there
+  // The collectives' per-step array: their last key, with ranks only (no
+  // string of the document holds it: a string's quotes are escaped).
+  constexpr std::string_view kEmptyPerStep = "\"per_step\": []\n";
+  const size_t per_step_at = report.collectives.per_step.empty() ? std::string::npos
+                                                                  : doc.find(kEmptyPerStep, steps_at);
+  std::string buf;
+  auto flush = [&](size_t above) -> absl::Status {
+    if (buf.size() <= above) return absl::OkStatus();
+    absl::Status st = sink(buf);
+    buf.clear();
+    return st;
+  };
+  constexpr size_t kPiece = 1 << 20;
+  buf.append(doc, 0, steps_at + kEmptySteps.size() - 4);  // up to and including `"steps": `
+  if (report.steps.empty()) {
+    buf.append("[]");
+  } else {
+    buf.append("[\n");
+    for (size_t k = 0; k < report.steps.size(); ++k) {
+      AppendStep(report.steps[k], k + 1 == report.steps.size(), &buf);
+      if (absl::Status st = flush(kPiece); !st.ok()) return st;
+    }
+    buf.append("  ]");
+  }
+  size_t from = steps_at + kEmptySteps.size() - 2;  // `,\n` onwards
+  if (per_step_at != std::string::npos) {
+    buf.append(doc, from, per_step_at + kEmptyPerStep.size() - 3 - from);  // up to `"per_step": `
+    buf.append("[\n");
+    const std::vector<StepCollectives>& rows = report.collectives.per_step;
+    for (size_t k = 0; k < rows.size(); ++k) {
+      AppendPerStep(rows[k], k + 1 == rows.size(), &buf);
+      if (absl::Status st = flush(kPiece); !st.ok()) return st;
+    }
+    buf.append("    ]");
+    from = per_step_at + kEmptyPerStep.size() - 1;  // `\n` onwards
+  }
+  buf.append(doc, from, std::string::npos);
+  buf.append("\n");
+  return flush(0);
+}
+
+std::string RenderJson(const Report& report) {
   std::string out;
-  out.reserve(doc.size() + report.steps.size() * 560 + 1);
-  out.append(doc, 0, at + kEmptySteps.size() - 4);  // up to and including `"steps": `
-  AppendSteps(report.steps, &out);
-  out.append(doc, at + kEmptySteps.size() - 2, std::string::npos);  // `,\n` onwards
-  out.append("\n");
+  StreamJson(report, [&](std::string_view piece) {
+    out.append(piece);
+    return absl::OkStatus();
+  }).IgnoreError();  // (appending cannot fail)
   return out;
 }
 

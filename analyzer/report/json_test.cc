@@ -54,6 +54,58 @@ TEST_CASE("json steps written directly match the library", "[report]") {
   CHECK(nlohmann::json::parse(RenderJson(Sample()))["steps"].size() == 4);
 }
 
+// Guards StreamJson: the same bytes as the library's rendering, given a
+// piece at a time, for a report with ranks whose collectives' per-step
+// array is written in its place (doubles as the library writes them), its
+// steps past a piece's megabyte; a sink's error ends it.
+TEST_CASE("json streamed a piece at a time matches the library", "[report]") {
+  Report r = Sample();
+  const auto library = [](const Report& x) {
+    return ReportToJson(x).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  };
+  RankRow row;
+  row.rank = 0;
+  row.host = "node\"1\"";  // a string that must be escaped
+  row.file = "\"per_step\": []";
+  r.ranks = {row, row};
+  r.ranks[1].rank = 1;
+  r.collectives.count = 3;
+  r.collectives.comm_share = 1.0 / 3;
+  for (int k = 0; k < 3; ++k) {
+    StepCollectives sc;
+    sc.index = k;
+    sc.comm_share = k == 0 ? 0.0 : 1.0 / (k + 6);
+    sc.overlap = k == 1 ? 1e-7 : 0.5;
+    sc.wait_share = 2.0 / 3;
+    sc.wait_mean_ns = 1234567 * k;
+    sc.wait_max_ns = int64_t{1} << 50;
+    r.collectives.per_step.push_back(sc);
+  }
+  for (size_t steps : {size_t{4}, size_t{0}, size_t{3000}}) {  // 3,000 steps: about 1.7 MB
+    CAPTURE(steps);
+    r.steps.resize(steps, r.steps.empty() ? StepStats{} : r.steps.front());
+    std::vector<std::string> pieces;
+    REQUIRE(StreamJson(r, [&](std::string_view p) {
+              pieces.emplace_back(p);
+              return absl::OkStatus();
+            }).ok());
+    std::string joined;
+    for (const std::string& p : pieces) joined += p;
+    CHECK(joined == library(r));
+    CHECK(RenderJson(r) == joined);
+    CHECK(pieces.size() == (steps == 3000 ? 2u : 1u));
+  }
+  r.collectives.per_step.clear();
+  CHECK(RenderJson(r) == library(r));
+  int calls = 0;
+  const absl::Status failed = StreamJson(r, [&](std::string_view) {
+    ++calls;
+    return absl::DataLossError("disk full");
+  });
+  CHECK(failed.code() == absl::StatusCode::kDataLoss);
+  CHECK(calls == 1);
+}
+
 // Guards the sampled-timing fields: a report of a trace recorded with
 // device timing one step in 3 says so (device_timing: the period and the
 // steps found, beside the timed steps it lists); a continuous one has no
