@@ -37,14 +37,7 @@ TraceBuilder BuildRank(int rank, int nranks, int steps, int slow, int64_t late,
   TraceBuilder b;
   b.SetPid(100 + rank);
   auto api = testing::AddStandardApis(&b);
-  tf::RankRecord rr{};
-  rr.rank = rank;
-  rr.local_rank = rank;
-  rr.world_size = nranks;
-  rr.local_world_size = nranks;
-  rr.source = static_cast<uint32_t>(tf::RankSource::kTorch);
-  std::strncpy(rr.host, host, sizeof(rr.host) - 1);
-  b.Rank(rr);
+  testing::AddRank(&b, rank, nranks, host);
   const uint32_t tid = 1;
   int64_t t = 1'000'000;
   for (int s = 0; s < steps; ++s) {
@@ -58,21 +51,8 @@ TraceBuilder BuildRank(int rank, int nranks, int steps, int slow, int64_t late,
     const int64_t last = step0 + late * kUs + 310 * kUs;
     const uint64_t ext = b.Submit(tid, api.nccl, enter, enter + 5 * kUs, arrival, last + 200 * kUs,
                                   tf::DeviceOpKind::kNccl, "ncclDevKernel_AllReduce_Sum_f32");
-    tf::NcclRecord n{};
-    n.enter = static_cast<uint64_t>(enter);
-    n.correlation = ext;
-    n.comm = kComm;
-    n.seq = static_cast<uint64_t>(s);
-    n.count = 1024;
-    n.tid = tid;
-    n.rank = rank;
-    n.nranks = nranks;
-    n.peer = -1;
-    n.kind = static_cast<uint8_t>(tf::NcclKind::kAllReduce);
-    n.datatype = 7;
-    n.flags = tf::kNcclCollective;
-    n.op = 0;
-    b.Nccl(n);
+    b.Nccl(testing::NcclArgs(tid, enter, ext, tf::NcclKind::kAllReduce, tf::kNcclCollective, kComm,
+                             static_cast<uint64_t>(s), rank, nranks));
     t += 1000 * kUs + late * kUs;
   }
   return b;
@@ -532,31 +512,10 @@ TraceBuilder BuildGroupedRank(int rank, int nranks, int steps, int slow, int64_t
   b.SetPid(200 + rank);
   b.SetChunkRecords(4);
   auto api = testing::AddStandardApis(&b);
-  tf::RankRecord rr{};
-  rr.rank = rank;
-  rr.local_rank = rank;
-  rr.world_size = nranks;
-  rr.local_world_size = nranks;
-  rr.source = static_cast<uint32_t>(tf::RankSource::kTorch);
-  std::strncpy(rr.host, "node", sizeof(rr.host) - 1);
-  b.Rank(rr);
+  testing::AddRank(&b, rank, nranks);
   const uint32_t tid = 1;
   auto nccl = [&](int64_t enter, tf::NcclKind kind, uint8_t flags, uint64_t seq, uint64_t correlation) {
-    tf::NcclRecord n{};
-    n.enter = static_cast<uint64_t>(enter);
-    n.correlation = correlation;
-    n.comm = kComm;
-    n.seq = seq;
-    n.count = 1024;
-    n.tid = tid;
-    n.rank = rank;
-    n.nranks = nranks;
-    n.peer = -1;
-    n.kind = static_cast<uint8_t>(kind);
-    n.datatype = 7;
-    n.flags = flags;
-    n.op = 0;
-    b.Nccl(n);
+    b.Nccl(testing::NcclArgs(tid, enter, correlation, kind, flags, kComm, seq, rank, nranks));
   };
   uint32_t cupti = 1'000'000;
   uint64_t external = 1'000'000;

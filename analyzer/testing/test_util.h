@@ -46,6 +46,42 @@ inline analyzer::Report AnalyzeOrDie(const TraceBuilder& b,
   return std::move(*r);
 }
 
+// Rank `rank` of a torch job of `nranks`, all on `host` (the trace's kRank
+// chunk).
+inline void AddRank(TraceBuilder* b, int rank, int nranks, const char* host = "node") {
+  tf::RankRecord rr{};
+  rr.rank = rank;
+  rr.local_rank = rank;
+  rr.world_size = nranks;
+  rr.local_world_size = nranks;
+  rr.source = static_cast<uint32_t>(tf::RankSource::kTorch);
+  std::strncpy(rr.host, host, sizeof(rr.host) - 1);
+  b->Rank(rr);
+}
+
+// The NCCL arguments of a call entering at `enter` on `tid` (external id
+// `correlation`, 0 none) of rank `rank` of `nranks`: a float sum of `count`
+// elements over communicator `comm`, instance `seq`.
+inline tf::NcclRecord NcclArgs(uint32_t tid, int64_t enter, uint64_t correlation, tf::NcclKind kind,
+                               uint8_t flags, uint64_t comm, uint64_t seq, int rank, int nranks,
+                               uint64_t count = 1024) {
+  tf::NcclRecord n{};
+  n.enter = static_cast<uint64_t>(enter);
+  n.correlation = correlation;
+  n.comm = comm;
+  n.seq = seq;
+  n.count = count;
+  n.tid = tid;
+  n.rank = rank;
+  n.nranks = nranks;
+  n.peer = -1;
+  n.kind = static_cast<uint8_t>(kind);
+  n.datatype = 7;
+  n.flags = flags;
+  n.op = 0;
+  return n;
+}
+
 // `steps` marked steps ("step") of the benchmarks' synthetic training loop,
 // in chunks of 4,096 records: a 200 us input wait, 100 launches of 20 us
 // kernels (`kernel_ns`) named `kernel` (6 us apart, 4 us each), and a
@@ -67,16 +103,7 @@ inline TraceBuilder SyntheticSteps(int steps, const std::string& kernel = "kerne
   b.SetChunkRecords(4096);
   auto api = AddStandardApis(&b);
   const bool ranked = rank >= 0 && rank < nranks;
-  if (ranked) {
-    tf::RankRecord rr{};
-    rr.rank = rank;
-    rr.local_rank = rank;
-    rr.world_size = nranks;
-    rr.local_world_size = nranks;
-    rr.source = static_cast<uint32_t>(tf::RankSource::kTorch);
-    std::strncpy(rr.host, "node", sizeof(rr.host) - 1);
-    b.Rank(rr);
-  }
+  if (ranked) AddRank(&b, rank, nranks);
   constexpr int64_t kLate = 100 * kUs;
   const uint32_t site = b.PythonStack({{"train.py", "train_step", 42}});
   int64_t t = 1'000'000'000;
@@ -99,20 +126,8 @@ inline TraceBuilder SyntheticSteps(int steps, const std::string& kernel = "kerne
       const int64_t end = t + kLate + 60 * kUs;
       const uint64_t ext = b.Submit(1, api.nccl, call, call + 5 * kUs, call + 10 * kUs, end,
                                     tf::DeviceOpKind::kNccl, "ncclDevKernel_AllReduce_Sum_f32");
-      tf::NcclRecord n{};
-      n.enter = static_cast<uint64_t>(call);
-      n.correlation = ext;
-      n.comm = 0xc0ffee;
-      n.seq = static_cast<uint64_t>(k);
-      n.count = 1 << 20;
-      n.tid = 1;
-      n.rank = rank;
-      n.nranks = nranks;
-      n.peer = -1;
-      n.kind = static_cast<uint8_t>(tf::NcclKind::kAllReduce);
-      n.datatype = 7;
-      n.flags = tf::kNcclCollective;
-      b.Nccl(n);
+      b.Nccl(NcclArgs(1, call, ext, tf::NcclKind::kAllReduce, tf::kNcclCollective, 0xc0ffee,
+                       static_cast<uint64_t>(k), rank, nranks, 1 << 20));
       t = end + 10 * kUs;
     }
     if (markers) b.Range(1, step_start, t, "step");
