@@ -32,27 +32,54 @@ constexpr uint64_t kComm = 0xc0ffee;
 // One rank of a data-parallel loop: per step, a 300 us kernel, then an
 // all-reduce whose kernel starts when this rank arrives (`late` us after the
 // others on `slow`) and ends 200 us after the last arrival; NVTX steps.
+// `grouped`: the all-reduce issued between ncclGroupStart and ncclGroupEnd
+// (no kernel of its own: the end launches it), a 100 us kernel on a second
+// stream while it runs, and four records a chunk, so that a pass by slices
+// has many.
 TraceBuilder BuildRank(int rank, int nranks, int steps, int slow, int64_t late,
-                       const char* host = "node") {
+                       const char* host = "node", bool grouped = false) {
   TraceBuilder b;
   b.SetPid(100 + rank);
+  if (grouped) b.SetChunkRecords(4);
   auto api = testing::AddStandardApis(&b);
   testing::AddRank(&b, rank, nranks, host);
   const uint32_t tid = 1;
+  auto nccl = [&](int64_t enter, tf::NcclKind kind, uint8_t flags, uint64_t seq, uint64_t correlation) {
+    b.Nccl(testing::NcclArgs(tid, enter, correlation, kind, flags, kComm, seq, rank, nranks));
+  };
+  uint32_t cupti = 1'000'000;
+  uint64_t external = 1'000'000;
   int64_t t = 1'000'000;
   for (int s = 0; s < steps; ++s) {
     const int64_t step0 = t;
     const int64_t delay = rank == slow ? late * kUs : 0;
+    const auto seq = static_cast<uint64_t>(s);
     b.Range(tid, step0, step0 + 1000 * kUs + late * kUs, "step");
     b.Submit(tid, api.launch, step0 + delay, step0 + delay + 5 * kUs, step0 + delay + 10 * kUs,
              step0 + delay + 310 * kUs);
-    const int64_t enter = step0 + delay + 20 * kUs;
+    int64_t enter = step0 + delay + 20 * kUs;
+    if (grouped) {
+      b.Call(tid, api.nccl, enter, enter + 2 * kUs);
+      nccl(enter, tf::NcclKind::kGroupStart, 0, 0, 0);
+      b.Call(tid, api.nccl, enter + 4 * kUs, enter + 6 * kUs);
+      nccl(enter + 4 * kUs, tf::NcclKind::kAllReduce, tf::kNcclCollective | tf::kNcclInGroup, seq, 0);
+      enter += 8 * kUs;
+    }
     const int64_t arrival = step0 + delay + 310 * kUs;
     const int64_t last = step0 + late * kUs + 310 * kUs;
     const uint64_t ext = b.Submit(tid, api.nccl, enter, enter + 5 * kUs, arrival, last + 200 * kUs,
                                   tf::DeviceOpKind::kNccl, "ncclDevKernel_AllReduce_Sum_f32");
-    b.Nccl(testing::NcclArgs(tid, enter, ext, tf::NcclKind::kAllReduce, tf::kNcclCollective, kComm,
-                             static_cast<uint64_t>(s), rank, nranks));
+    if (!grouped) {
+      nccl(enter, tf::NcclKind::kAllReduce, tf::kNcclCollective, seq, ext);
+    } else {
+      nccl(enter, tf::NcclKind::kGroupEnd, 0, 0, ext);
+      // A kernel on stream 8 while the all-reduce runs (its wait included).
+      testing::CallOptions o;
+      o.correlation = ++external;
+      b.Call(tid, api.launch, enter + 20 * kUs, enter + 25 * kUs, o);
+      b.Device(arrival + 50 * kUs, arrival + 150 * kUs, tf::DeviceOpKind::kKernel, "overlap", ++cupti, 8);
+      b.Correlate(external, cupti);
+    }
     t += 1000 * kUs + late * kUs;
   }
   return b;
@@ -501,68 +528,21 @@ TEST_CASE("a folder's analyzed process too large to predict, by slices", "[ranks
   }
 }
 
-// One rank of a loop whose all-reduce is launched by a group: per step a
-// 300 us kernel, then ncclGroupStart, the all-reduce (no kernel of its
-// own) and ncclGroupEnd, whose NCCL kernel starts when this rank arrives
-// (`late` us after the others on `slow`) and ends 200 us after the last
-// arrival; and a 100 us kernel on a second stream while it runs. Four
-// records a chunk, so that a pass by slices has many.
-TraceBuilder BuildGroupedRank(int rank, int nranks, int steps, int slow, int64_t late) {
-  TraceBuilder b;
-  b.SetPid(200 + rank);
-  b.SetChunkRecords(4);
-  auto api = testing::AddStandardApis(&b);
-  testing::AddRank(&b, rank, nranks);
-  const uint32_t tid = 1;
-  auto nccl = [&](int64_t enter, tf::NcclKind kind, uint8_t flags, uint64_t seq, uint64_t correlation) {
-    b.Nccl(testing::NcclArgs(tid, enter, correlation, kind, flags, kComm, seq, rank, nranks));
-  };
-  uint32_t cupti = 1'000'000;
-  uint64_t external = 1'000'000;
-  int64_t t = 1'000'000;
-  for (int s = 0; s < steps; ++s) {
-    const int64_t step0 = t;
-    const int64_t delay = rank == slow ? late * kUs : 0;
-    b.Range(tid, step0, step0 + 1000 * kUs + late * kUs, "step");
-    b.Submit(tid, api.launch, step0 + delay, step0 + delay + 5 * kUs, step0 + delay + 10 * kUs,
-             step0 + delay + 310 * kUs);
-    const int64_t start = step0 + delay + 20 * kUs;
-    b.Call(tid, api.nccl, start, start + 2 * kUs);
-    nccl(start, tf::NcclKind::kGroupStart, 0, 0, 0);
-    b.Call(tid, api.nccl, start + 4 * kUs, start + 6 * kUs);
-    nccl(start + 4 * kUs, tf::NcclKind::kAllReduce, tf::kNcclCollective | tf::kNcclInGroup,
-         static_cast<uint64_t>(s), 0);
-    const int64_t end = start + 8 * kUs;
-    const int64_t arrival = step0 + delay + 310 * kUs;
-    const int64_t last = step0 + late * kUs + 310 * kUs;
-    const uint64_t ext = b.Submit(tid, api.nccl, end, end + 5 * kUs, arrival, last + 200 * kUs,
-                                  tf::DeviceOpKind::kNccl, "ncclDevKernel_AllReduce_Sum_f32");
-    nccl(end, tf::NcclKind::kGroupEnd, 0, 0, ext);
-    // A kernel on stream 8 while the all-reduce runs (its wait included).
-    testing::CallOptions o;
-    o.correlation = ++external;
-    b.Call(tid, api.launch, end + 20 * kUs, end + 25 * kUs, o);
-    b.Device(arrival + 50 * kUs, arrival + 150 * kUs, tf::DeviceOpKind::kKernel, "overlap", ++cupti, 8);
-    b.Correlate(external, cupti);
-    t += 1000 * kUs + late * kUs;
-  }
-  return b;
-}
-
 // Guards the ranks of a distributed run read by slices (past --stream-above
 // each): their arrivals from a pass over their calls, their reports with
 // each slice's NCCL kernels moved to the last arrival, their summaries'
 // compute during communication from a pass over their ops. The report is
 // the held folder's, and no rank is read whole but the analyzed one where
 // predictions are asked (too small to go without them). The all-reduce is
-// launched by ncclGroupEnd, and a slice of 16 call chunks (64 calls, 12.8
-// steps of 5) starts at a group's end every other slice: the group's first
+// launched by ncclGroupEnd, and the third slice of 16 call chunks (64
+// calls, 12.8 steps of 5) starts at a group's end: the group's first
 // collective was in the slice before.
 TEST_CASE("a distributed run's ranks read by slices give the held report", "[ranks][analysis]") {
   Folder dir;
   constexpr int kRanks = 3, kSteps = 40;
   for (int r = 0; r < kRanks; ++r) {
-    BuildGroupedRank(r, kRanks, kSteps, 1, 400).WriteTo(dir.path + "/rank" + std::to_string(r) + ".sstrace");
+    BuildRank(r, kRanks, kSteps, 1, 400, "node", /*grouped=*/true)
+        .WriteTo(dir.path + "/rank" + std::to_string(r) + ".sstrace");
   }
   ReadCounter counter;
   auto& reads = counter.reads;
