@@ -536,40 +536,47 @@ TEST_CASE("a folder's analyzed process too large to predict, by slices", "[ranks
 // predictions are asked (too small to go without them). The all-reduce is
 // launched by ncclGroupEnd, and the third slice of 16 call chunks (64
 // calls, 12.8 steps of 5) starts at a group's end: the group's first
-// collective was in the slice before.
+// collective was in the slice before. The compute during communication is
+// the one built, at 40 steps and at 5,000.
 TEST_CASE("a distributed run's ranks read by slices give the held report", "[ranks][analysis]") {
-  Folder dir;
-  constexpr int kRanks = 3, kSteps = 40;
-  for (int r = 0; r < kRanks; ++r) {
-    BuildRank(r, kRanks, kSteps, 1, 400, "node", /*grouped=*/true)
-        .WriteTo(dir.path + "/rank" + std::to_string(r) + ".sstrace");
-  }
-  ReadCounter counter;
-  auto& reads = counter.reads;
-  for (const bool predict : {false, true}) {
-    CAPTURE(predict);
-    AnalysisOptions held;
-    held.predict = predict;
-    auto want = AnalyzePaths({dir.path}, held);
-    REQUIRE(want.ok());
-    REQUIRE(want->ranks.size() == kRanks);
-    CHECK(want->collectives.count == kSteps);
-    CHECK(want->collectives.overlap > 0);  // the kernels on stream 8
-    REQUIRE(want->stragglers.size() == 1);
-    CHECK(want->stragglers[0].rank == 1);
-    AnalysisOptions sliced = held;
-    sliced.stream_above_events = 0;
-    sliced.progress = counter.Progress();
-    reads.clear();
-    auto got = AnalyzePaths({dir.path}, sliced);
-    REQUIRE(got.ok());
-    CHECK(RenderJson(*got) == RenderJson(*want));
-    REQUIRE(reads.size() == kRanks);
-    for (const auto& [file, r] : reads) {
-      CAPTURE(file);
-      const bool whole = predict && file == "rank0.sstrace";
-      CHECK(r.sliced == (whole ? 1 : 2));
-      CHECK(r.whole == (whole ? 1 : 0));
+  constexpr int kRanks = 3;
+  // 5,000 steps: more pieces of compute during communication than the
+  // summary holds before merging them (4,096).
+  for (const int steps : {40, 5000}) {
+    Folder dir;
+    for (int r = 0; r < kRanks; ++r) {
+      BuildRank(r, kRanks, steps, 1, 400, "node", /*grouped=*/true)
+          .WriteTo(dir.path + "/rank" + std::to_string(r) + ".sstrace");
+    }
+    ReadCounter counter;
+    auto& reads = counter.reads;
+    for (const bool predict : {false, true}) {
+      CAPTURE(steps, predict);
+      AnalysisOptions held;
+      held.predict = predict;
+      auto want = AnalyzePaths({dir.path}, held);
+      REQUIRE(want.ok());
+      REQUIRE(want->ranks.size() == kRanks);
+      CHECK(want->collectives.count == steps);
+      // The kernels on stream 8, 100 us a step on each rank, over the NCCL
+      // kernels' 600 us a step (200 us on the late rank).
+      CHECK(want->collectives.overlap == Approx(3 * 100.0 / (600 + 200 + 600)));
+      REQUIRE(want->stragglers.size() == 1);
+      CHECK(want->stragglers[0].rank == 1);
+      AnalysisOptions sliced = held;
+      sliced.stream_above_events = 0;
+      sliced.progress = counter.Progress();
+      reads.clear();
+      auto got = AnalyzePaths({dir.path}, sliced);
+      REQUIRE(got.ok());
+      CHECK(RenderJson(*got) == RenderJson(*want));
+      REQUIRE(reads.size() == kRanks);
+      for (const auto& [file, r] : reads) {
+        CAPTURE(file);
+        const bool whole = predict && file == "rank0.sstrace";
+        CHECK(r.sliced == (whole ? 1 : 2));
+        CHECK(r.whole == (whole ? 1 : 0));
+      }
     }
   }
 }
