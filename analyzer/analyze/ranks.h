@@ -106,9 +106,11 @@ int64_t ApplyLastArrivals(Timeline* t, const RankArrivals& mine, const LastArriv
 // The same, a slice at a time: each launching call of an instance reached
 // by more than one rank → the instance's last arrival on this rank's
 // clock. ApplyLastArrivals(slice, by_call) moves the slice's NCCL kernels
-// as the whole timeline's are moved (each op's call is in its slice); an
-// op's start moves within its own span, so the chunks that hold it are
-// those a slice of its new start reads.
+// joined to their calls as the whole timeline's are moved (a slice's op is
+// joined to its call but where the slice holds it only as another call's
+// chunk-mate, and the analysis by slices reads no such op); an op's start
+// moves within its own span, so the chunks that hold it are those a slice
+// of its new start reads.
 struct LastByCall {
   uint32_t device = 0;
   absl::flat_hash_map<CallKey, int64_t> last_ns;

@@ -35,7 +35,10 @@ constexpr uint64_t kComm = 0xc0ffee;
 // `grouped`: the all-reduce issued between ncclGroupStart and ncclGroupEnd
 // (no kernel of its own: the end launches it), a 100 us kernel on a second
 // stream while it runs, and four records a chunk, so that a pass by slices
-// has many.
+// has many; and, before every call, the NCCL arguments of a group's start
+// and collective whose calls are not in the trace (a flight recorder's
+// window that begins inside a group): the first step's ncclGroupEnd
+// launches that collective.
 TraceBuilder BuildRank(int rank, int nranks, int steps, int slow, int64_t late,
                        const char* host = "node", bool grouped = false) {
   TraceBuilder b;
@@ -50,6 +53,11 @@ TraceBuilder BuildRank(int rank, int nranks, int steps, int slow, int64_t late,
   uint32_t cupti = 1'000'000;
   uint64_t external = 1'000'000;
   int64_t t = 1'000'000;
+  if (grouped) {
+    nccl(t - 20 * kUs, tf::NcclKind::kGroupStart, 0, 0, 0);
+    nccl(t - 16 * kUs, tf::NcclKind::kAllReduce, tf::kNcclCollective | tf::kNcclInGroup,
+         static_cast<uint64_t>(steps), 0);
+  }
   for (int s = 0; s < steps; ++s) {
     const int64_t step0 = t;
     const int64_t delay = rank == slow ? late * kUs : 0;
@@ -579,6 +587,27 @@ TEST_CASE("a distributed run's ranks read by slices give the held report", "[ran
       }
     }
   }
+  // One rank beside a process without NCCL kernels is no distributed run:
+  // the rank is reported by slices at the second look, its kernels where
+  // they were.
+  Folder dir;
+  BuildRank(0, kRanks, 40, 1, 400, "node", /*grouped=*/true).WriteTo(dir.path + "/rank0.sstrace");
+  testing::SyntheticSteps(30).WriteTo(dir.path + "/loader.sstrace");
+  AnalysisOptions held;
+  held.predict = false;
+  auto want = AnalyzePaths({dir.path}, held);
+  REQUIRE(want.ok());
+  CHECK(want->ranks.empty());
+  AnalysisOptions sliced = held;
+  sliced.stream_above_events = 0;
+  ReadCounter counter;
+  sliced.progress = counter.Progress();
+  auto got = AnalyzePaths({dir.path}, sliced);
+  REQUIRE(got.ok());
+  CHECK(RenderJson(*got) == RenderJson(*want));
+  CHECK(counter.reads["rank0.sstrace"].sliced == 2);
+  CHECK(counter.reads["loader.sstrace"].sliced == 1);
+  for (const auto& [file, r] : counter.reads) CHECK(r.whole == 0);
 }
 
 }  // namespace

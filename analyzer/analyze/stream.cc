@@ -112,15 +112,21 @@ absl::Status ForEachCallSlice(SliceReader* reader, const TraceIndex& index, size
   const auto tiles = Tiles(index, trace::ChunkType::kApi, std::max<size_t>(1, chunks_per_slice));
   uint64_t done = 0;
   if (progress) progress(0, tiles.size());
-  for (const auto& [from, to] : tiles) {
+  for (size_t k = 0; k < tiles.size(); ++k) {
+    const auto [from, to] = tiles[k];
     std::vector<size_t> chunks = chunker.CallsAndTheirOps(Clamp(from), Clamp(to - 1));
-    const std::vector<size_t> args = Meeting(index, nccl, from, to);
+    // The first and last slices reach out to every time before and after
+    // the calls: NCCL arguments whose calls were not kept (a flight
+    // recorder's window may begin inside a group) still count, once.
+    const int64_t lo = k == 0 ? std::numeric_limits<int64_t>::min() : from;
+    const int64_t hi = k + 1 == tiles.size() ? kMax : to;
+    const std::vector<size_t> args = Meeting(index, nccl, lo, hi);
     std::vector<size_t> both;
     std::set_union(chunks.begin(), chunks.end(), args.begin(), args.end(), std::back_inserter(both));
     auto t = reader->Read(both);
     if (!t.ok()) return t.status();
     if (progress) progress(++done, tiles.size());
-    absl::Status s = fn(*t, from, to);
+    absl::Status s = fn(*t, lo, hi);
     if (!s.ok()) return s;
   }
   return absl::OkStatus();

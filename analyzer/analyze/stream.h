@@ -202,7 +202,9 @@ absl::Status ForEachOpSlice(SliceReader* reader, const TraceIndex& index, size_t
 // Every call of the file once, by slices tiling the call chunks by their
 // enter times (`chunks_per_slice` chunks apart): fn(t, from, to) in rising
 // `from`, the calls of `t` entering in [from, to) being that slice's, with
-// their ops (each op its call) and the NCCL arguments of that time.
+// their ops (each op its call) and the NCCL arguments of that time (the
+// first slice's `from` and the last's `to` the farthest times, so that
+// every NCCL argument is some slice's).
 // `progress` (optional): slices read and how many in all, first with none.
 absl::Status ForEachCallSlice(SliceReader* reader, const TraceIndex& index, size_t chunks_per_slice,
                               const std::function<absl::Status(const Timeline&, int64_t, int64_t)>& fn,
