@@ -221,6 +221,12 @@ void FinishReport(const std::vector<std::string>& changed, const QuestionInputs&
   report.processes.push_back(std::move(p));
 }
 
+// A pass over a file of `size` bytes `share` done, told as a reading tells
+// its progress (AnalysisOptions::progress, in the file's bytes).
+void ProgressShare(const AnalysisOptions& options, const std::string& path, uint64_t size, double share) {
+  if (options.progress) options.progress(path, static_cast<uint64_t>(share * static_cast<double>(size)), size);
+}
+
 // Whether a report by slices can be made from the file `index` indexes:
 // not where the whole reading fixes records (their times past any sane
 // clock), which a slice would not.
@@ -237,7 +243,7 @@ bool Sliceable(const TraceIndex& index) {
 // be: predictions asked for a trace small enough to replay, a file the
 // index refuses (damage the reader skips), records the reading fixes (their
 // times past any sane clock), or no step markers; the file is then read
-// whole. `identity` gets the trace's identity. `index`: the file's
+// whole. `identity` (optional) gets the trace's identity. `index`: the file's
 // (IndexTraceFile's answer). `adjust` (optional): what the whole reading
 // would have had changed after reading, done to each slice
 // (StreamOptions::adjust).
@@ -250,11 +256,7 @@ absl::StatusOr<std::optional<Report>> ReportFromIndex(const std::string& path, a
   if (!index.ok() || !Sliceable(*index)) return std::nullopt;
   // Progress, as a reading's in the file's bytes: the index pass a quarter
   // of the work, the three passes over slices the rest.
-  auto progress = [&](double share) {
-    if (!options.progress) return;
-    const uint64_t size = index->file_size;
-    options.progress(path, static_cast<uint64_t>(share * static_cast<double>(size)), size);
-  };
+  auto progress = [&](double share) { ProgressShare(options, path, index->file_size, share); };
   uint64_t ops = 0, calls = 0;
   for (const DeviceOpCount& d : index->ops_per_device) ops += static_cast<uint64_t>(d.ops);
   for (const ThreadCallCount& c : index->calls_per_thread) calls += static_cast<uint64_t>(c.calls);
@@ -317,7 +319,7 @@ absl::StatusOr<std::optional<Report>> ReportFromIndex(const std::string& path, a
   if (options.predict && !SkipPredictions(plan.sampled_every, events, &report)) {
     return absl::InternalError("predictions asked of a trace read by slices");  // excluded above
   }
-  *identity = IdentityOf(t);
+  if (identity != nullptr) *identity = IdentityOf(t);
   if (page != nullptr) {
     page->used = true;
     page->path = path;
@@ -627,10 +629,8 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     std::function<void(uint64_t, uint64_t)> progress;
     if (serial.progress) {
       progress = [&](uint64_t done, uint64_t total) {
-        const uint64_t size = index->file_size;
-        serial.progress(path, static_cast<uint64_t>(static_cast<double>(size) * static_cast<double>(done) /
-                                                    static_cast<double>(std::max<uint64_t>(total, 1))),
-                        size);
+        ProgressShare(serial, path, index->file_size,
+                      static_cast<double>(done) / static_cast<double>(std::max<uint64_t>(total, 1)));
       };
     }
     auto rank = CollectArrivalsBySlices(&*reader, *index, per_slice, progress);
@@ -641,7 +641,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
       nccl += static_cast<uint64_t>(d.nccl);
     }
     if (nccl == 0) {
-      auto report = ReportFromIndex(path, *index, serial, &ids[i], nullptr);
+      auto report = ReportFromIndex(path, *index, serial, nullptr, nullptr);
       if (!report.ok() || !*report) return false;
       streamed[i] = std::move(**report);
     }
@@ -768,8 +768,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
         auto by_call = std::make_shared<const LastByCall>(LastArrivalsByCall(arrivals[i], instances[i], last));
         adjust = [by_call](Timeline* t) { ApplyLastArrivals(t, *by_call); };
       }
-      TraceIdentity id;
-      auto report = ReportFromIndex((*paths)[i], *indexes[i], o, &id, nullptr, std::move(adjust));
+      auto report = ReportFromIndex((*paths)[i], *indexes[i], o, nullptr, nullptr, std::move(adjust));
       if (!report.ok()) {
         reports[i] = report.status();
         return;

@@ -220,11 +220,27 @@ RankArrivals RankOf(const Timeline& t) {
 
 // The collective instance of the NCCL kernel `op` on `device`, by what its
 // call launched (`launched`, by call); nullptr when none.
-template <typename Map>
-const Launched* LaunchedBy(const Map& launched, const DeviceOp& op, uint32_t device) {
+const Launched* LaunchedBy(const absl::flat_hash_map<int32_t, Launched>& launched, const DeviceOp& op,
+                           uint32_t device) {
   if (op.kind != trace::DeviceOpKind::kNccl || op.device != device || op.call < 0) return nullptr;
   auto it = launched.find(op.call);
   return it == launched.end() ? nullptr : &it->second;
+}
+
+// Moves the start of each op of `t` for which `last_of(op)` gives a time
+// to that time, kept within the op's span; the ops sorted again. Returns
+// the ns moved.
+int64_t MoveStarts(Timeline* t, const std::function<std::optional<int64_t>(const DeviceOp&)>& last_of) {
+  int64_t moved = 0;
+  for (DeviceOp& op : t->ops) {
+    const std::optional<int64_t> last = last_of(op);
+    if (!last) continue;
+    const int64_t s = std::clamp(*last, op.start_ns, op.end_ns);
+    moved += s - op.start_ns;
+    op.start_ns = s;
+  }
+  if (moved > 0) SortOpsByStart(t);
+  return moved;
 }
 
 }  // namespace
@@ -326,20 +342,13 @@ int64_t ApplyLastArrivals(Timeline* t, const RankArrivals& mine, const LastArriv
   if (last.instances.empty()) return 0;
   const int64_t offset = CommonOffset(mine, last.one_host);
   const auto launched = LaunchedCollectives(*t);
-  int64_t moved = 0;
-  for (DeviceOp& op : t->ops) {
+  return MoveStarts(t, [&](const DeviceOp& op) -> std::optional<int64_t> {
     const Launched* l = LaunchedBy(launched, op, mine.device);
-    if (l == nullptr) continue;
+    if (l == nullptr) return std::nullopt;
     auto it = last.instances.find(std::make_pair(l->comm, l->seq));
-    if (it == last.instances.end() || it->second.ranks < 2) continue;
-    const int64_t s = std::clamp(it->second.last_ns - offset, op.start_ns, op.end_ns);
-    moved += s - op.start_ns;
-    op.start_ns = s;
-  }
-  if (moved > 0) {
-    SortOpsByStart(t);
-  }
-  return moved;
+    if (it == last.instances.end() || it->second.ranks < 2) return std::nullopt;
+    return it->second.last_ns - offset;
+  });
 }
 
 LastByCall LastArrivalsByCall(const RankArrivals& mine, const InstanceOf& instance_of,
@@ -357,19 +366,12 @@ LastByCall LastArrivalsByCall(const RankArrivals& mine, const InstanceOf& instan
 
 int64_t ApplyLastArrivals(Timeline* t, const LastByCall& last) {
   if (last.last_ns.empty()) return 0;
-  int64_t moved = 0;
-  for (DeviceOp& op : t->ops) {
-    if (op.kind != trace::DeviceOpKind::kNccl || op.device != last.device || op.call < 0) continue;
+  return MoveStarts(t, [&](const DeviceOp& op) -> std::optional<int64_t> {
+    if (op.kind != trace::DeviceOpKind::kNccl || op.device != last.device || op.call < 0) return std::nullopt;
     auto it = last.last_ns.find(CallKey::Of(t->calls[static_cast<size_t>(op.call)]));
-    if (it == last.last_ns.end()) continue;
-    const int64_t s = std::clamp(it->second, op.start_ns, op.end_ns);
-    moved += s - op.start_ns;
-    op.start_ns = s;
-  }
-  if (moved > 0) {
-    SortOpsByStart(t);
-  }
-  return moved;
+    if (it == last.last_ns.end()) return std::nullopt;
+    return it->second;
+  });
 }
 
 int32_t MostOftenLast(const std::vector<RankArrivals>& ranks, bool one_host, int64_t* times) {
