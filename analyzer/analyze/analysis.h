@@ -138,11 +138,13 @@ struct StreamedProcess {
 // readings is reported as the second finds it, its identity, device ops
 // and collectives as the first did; one that can no longer be read fails
 // the report. Read so, a trace past stream_above_events itself (every
-// trace, with `stream`) that launched no NCCL kernel is reported from its
-// file by slices at the first look, as one trace is, and read whole only
-// if it is the primary process and `primary` is given, or if the folder is
-// a distributed run (it is then a rank: read whole for its arrivals, and
-// again for its analysis).
+// trace, with `stream`) is read by slices, never whole unless no report by
+// slices can be made of it or it is the primary process and `primary` is
+// given: its arrivals at the first look (ranks.h, CollectArrivalsBySlices),
+// and its report then too if it launched no NCCL kernel, else at the
+// second look with its NCCL waits applied to each slice (a file that
+// changes between the looks is reported as far as the first look's index
+// reaches).
 // `streamed`: for a writer that can draw one trace from its file by slices.
 // Where AnalyzePaths would report it by slices (--stream, --stream-above),
 // it does so with `streamed` filled (`used`), even with `primary` given;
