@@ -52,17 +52,20 @@ int64_t ThreadCpuNs() {
 }
 
 // When a call returned, and how long it was blocked: its wall time less
-// the thread's CPU time and its time waiting to run in it (-1 when the
-// kernel does not say). A call that waits for a kernel is blocked for it;
-// a call that a loaded machine preempted is not.
+// the thread's CPU time and its time waiting to run in it (`measured`
+// false when the kernel does not say). A call that waits for a kernel is
+// blocked for it; a call that a loaded machine preempted is not. The
+// three clocks are read at different instants, so a call never blocked
+// can come out a few microseconds below zero.
 struct Returned {
   uint64_t at = 0;
-  int64_t blocked_ns = -1;
+  bool measured = false;
+  int64_t blocked_ns = 0;
 
   // Did not wait for work ending at `end_ns` that lasts `wait_ns`: returned
   // before its end, or (kept off the CPU past it) blocked for less than half.
   bool NotWaitingFor(uint64_t end_ns, int64_t wait_ns) const {
-    return at < end_ns || (blocked_ns >= 0 && blocked_ns < wait_ns / 2);
+    return at < end_ns || (measured && blocked_ns < wait_ns / 2);
   }
 };
 
@@ -74,6 +77,7 @@ Returned ReturnedBlocked(const std::function<void()>& f) {
   r.at = NowNs();
   const int64_t delay1 = RunDelayNs(), cpu1 = ThreadCpuNs();
   if (delay0 >= 0 && delay1 >= 0 && cpu0 >= 0 && cpu1 >= 0) {
+    r.measured = true;
     r.blocked_ns = static_cast<int64_t>(r.at - t0) - (cpu1 - cpu0) - (delay1 - delay0);
   }
   return r;
