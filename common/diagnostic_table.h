@@ -63,7 +63,13 @@ namespace stallscope::trace {
   X(kDeviceTimingNoSteps, 15, kRecorder, "device_timing_not_sampled", kWarning,      \
     "STALLSCOPE_DEVICE_SAMPLE was set, but the job began no step the recorder "      \
     "sees (an NVTX range matching the step pattern, the step API): device timing "   \
-    "stayed on throughout")
+    "stayed on throughout")                                                          \
+  X(kNativeStacksChecked, 16, kRecorder, "native_stacks_checked", kInfo,             \
+    "STALLSCOPE_UNWIND=check: native stacks walked both by the cached rules and "    \
+    "by libgcc's unwinder, and compared")                                            \
+  X(kNativeStacksDiffer, 17, kRecorder, "native_stacks_differ", kWarning,            \
+    "STALLSCOPE_UNWIND=check: of the stacks compared, those the cached rules "       \
+    "walked differently from libgcc's unwinder (the trace holds libgcc's)")
 
 // Raised by the reader and the analyzer; never on the wire.
 #define STALLSCOPE_ANALYZER_DIAGNOSTICS(X)                                        \

@@ -26,6 +26,7 @@
 #include "clock.h"
 #include "cupti_source.h"
 #include "cupti_stall.h"
+#include "fast_unwind.h"
 #include "hooks.h"
 #include "nccl_state.h"
 #include "process_info.h"
@@ -225,6 +226,11 @@ bool WriteRecords(uint32_t tid, const typename trace::ChunkRecord<kType>::type* 
 // in the writer thread: the library's NEEDED list does not grow;
 // STALLSCOPE_TRACE_ZSTD=0 turns it off, 1 to 19 set the level, default 3).
 bool g_pack = true;
+// Native stacks by the threads' cached rules (fast_unwind.h), or with
+// STALLSCOPE_UNWIND=libgcc by libgcc's unwinder; =check walks both, writes
+// libgcc's and counts the stacks compared and those that differ.
+enum class Unwind { kRules, kLibgcc, kCheck };
+Unwind g_unwind = Unwind::kRules;
 int g_zstd_level = 3;
 // One compression context, made once and reused by every chunk: ZSTD_compress
 // makes and frees a context of about a megabyte per call, and glibc keeps
@@ -915,6 +921,8 @@ void OnThreadExit(void* arg) {
   ts->registered = false;
   if (ts->sched_fd >= 0) close(ts->sched_fd);
   ts->sched_fd = -1;
+  FreeUnwindRules(ts->unwind);
+  ts->unwind = nullptr;
 }
 
 void RegisterThread(ThreadState& ts) {
@@ -1025,15 +1033,6 @@ __attribute__((constructor)) void InstallForkHandlers() {
 
 void AtExit() { Shutdown(); }
 
-_Unwind_Reason_Code UnwindCallback(_Unwind_Context* ctx, void* arg) {
-  auto* v = static_cast<std::pair<uint64_t*, int>*>(arg);
-  if (v->second >= 64) return _URC_END_OF_STACK;
-  uint64_t ip = _Unwind_GetIP(ctx);
-  if (ip == 0 || python::InInterpreter(ip)) return _URC_END_OF_STACK;
-  v->first[v->second++] = ip;
-  return _URC_NO_REASON;
-}
-
 void Initialize() {
   g_ticks_are_ns = !TscIsInvariant() || (getenv("STALLSCOPE_CLOCK") && strcmp(getenv("STALLSCOPE_CLOCK"), "mono") == 0);
   if (const char* mb = getenv("STALLSCOPE_BUFFER_MB")) {
@@ -1053,10 +1052,13 @@ void Initialize() {
   g_stacks = new std::unordered_map<uint64_t, uint32_t>;
   g_stall = new StallTracker(BudgetBytes());
   pthread_key_create(&g_thread_key, OnThreadExit);
+  if (const char* u = getenv("STALLSCOPE_UNWIND")) {
+    if (strcmp(u, "libgcc") == 0) g_unwind = Unwind::kLibgcc;
+    if (strcmp(u, "check") == 0) g_unwind = Unwind::kCheck;
+  }
   // Warm up the unwinder: its first use allocates.
   uint64_t pcs[64];
-  std::pair<uint64_t*, int> v{pcs, 0};
-  _Unwind_Backtrace(UnwindCallback, &v);
+  LibgccBacktrace(pcs, 64, 0, python::InInterpreter);
 }
 
 void QueueCpuSample(ThreadState& ts, uint64_t ticks, uint64_t cpu_ns, uint64_t run_delay) {
@@ -1275,7 +1277,7 @@ uint32_t InternStack(trace::StackKind kind, const uint64_t* words, size_t n) {
 
 }  // namespace
 
-uint32_t CaptureStack() {
+__attribute__((noinline)) uint32_t CaptureStack() {
   struct ErrnoGuard {
     int saved = errno;
     ~ErrnoGuard() { errno = saved; }
@@ -1288,11 +1290,22 @@ uint32_t CaptureStack() {
     if (g_state.load() == int(State::kOn)) StartWriterLocked();
     pthread_mutex_unlock(&g_mu);
   }
+  // From the hook's wrapper outward (this function's frame left out), by
+  // the thread's cached rules, or libgcc's unwinder where they do not reach.
   uint64_t pcs[64];
-  std::pair<uint64_t*, int> v{pcs, 0};
-  _Unwind_Backtrace(UnwindCallback, &v);
-  if (v.second == 0) return 0;
-  return InternStack(trace::StackKind::kNative, pcs, size_t(v.second));
+  int n = g_unwind != Unwind::kLibgcc ? FastBacktrace(&t_self.unwind, pcs, 64, 2, python::InInterpreter) : -1;
+  if (g_unwind == Unwind::kCheck && n >= 0) {
+    uint64_t gcc[64];
+    const int m = LibgccBacktrace(gcc, 64, 2, python::InInterpreter);
+    CountDiagnostic(trace::DiagnosticId::kNativeStacksChecked);
+    if (m != n || memcmp(gcc, pcs, size_t(n) * sizeof pcs[0]) != 0) {
+      CountDiagnostic(trace::DiagnosticId::kNativeStacksDiffer);
+      n = -1;
+    }
+  }
+  if (n < 0) n = LibgccBacktrace(pcs, 64, 2, python::InInterpreter);
+  if (n == 0) return 0;
+  return InternStack(trace::StackKind::kNative, pcs, size_t(n));
 }
 
 uint32_t InternPythonStack(const uint64_t* pairs, size_t frames) {

@@ -23,6 +23,10 @@
 
 namespace stallscope {
 
+namespace recorder {
+struct UnwindRules;  // fast_unwind.h
+}  // namespace recorder
+
 inline constexpr uint32_t kRecordsPerBuffer = 1024;  // 64 KiB of ApiRecords
 
 struct ThreadBuffer {
@@ -49,6 +53,9 @@ struct ThreadState {
   // sample and read with pread (-1: not open; -2: unreadable, not retried).
   // A fork child closes the inherited ones and reopens its own.
   int sched_fd = -1;
+  // The rules its native stacks are walked by (fast_unwind.h), from its
+  // first blocking call on.
+  recorder::UnwindRules* unwind = nullptr;
   ThreadState* next_live = nullptr;
 };
 

@@ -5,7 +5,10 @@
 // thread's buffer, the floor the hook is measured against.
 #include <benchmark/benchmark.h>
 #include <cuda.h>
+#include <nvtx3/nvToolsExt.h>
 #include <x86intrin.h>
+
+#include <cstdio>
 
 #include <chrono>
 #include <cstdint>
@@ -39,6 +42,32 @@ static void BM_LaunchPaced(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_LaunchPaced)->Iterations(500000);
+
+// A blocking call that returns at once (the fake driver's synchronize):
+// what the hook adds at every call that may block, once a step in a
+// training loop (the thread's CPU sample, its native and Python stacks,
+// the record).
+static void BM_Sync(benchmark::State& state) {
+  for (auto _ : state) {
+    CUresult r = cuStreamSynchronize(nullptr);
+    benchmark::DoNotOptimize(r);
+  }
+}
+BENCHMARK(BM_Sync)->Iterations(100000);
+
+// A step's NVTX range, named as a loop names it ("step N", a new name each
+// step): push and pop. Bare, NVTX without an injection library returns at
+// once; preloaded with NVTX_INJECTION64_PATH, stallscope records both.
+static void BM_StepRange(benchmark::State& state) {
+  char name[32];
+  uint64_t step = 0;
+  for (auto _ : state) {
+    snprintf(name, sizeof name, "step %llu", static_cast<unsigned long long>(step++));
+    benchmark::DoNotOptimize(nvtxRangePushA(name));
+    benchmark::DoNotOptimize(nvtxRangePop());
+  }
+}
+BENCHMARK(BM_StepRange)->Iterations(100000);
 
 namespace {
 struct Record {

@@ -133,6 +133,35 @@ def case_sync_log(build, work):
     check(h["kind"] == "explicit", f"sync-log kind {h['kind']}")
 
 
+def case_native_stacks(build, work):
+    """The native stacks walked by each thread's cached rules are libgcc's:
+    with STALLSCOPE_UNWIND=check the job walks every blocking call's stack
+    both ways and counts those that differ (none may), and the default run
+    finds the same hotspots, sites and frames as a run with libgcc's
+    unwinder alone."""
+    args = [os.path.join(build, "bin", "train_loop"), "--steps", str(STEPS), "--readback"]
+    reports = {}
+    for how in ("check", "libgcc", "rules"):
+        os.makedirs(os.path.join(work, how))
+        env = {} if how == "rules" else {"STALLSCOPE_UNWIND": how}
+        reports[how], _ = run_traced(build, os.path.join(work, how), args, env)
+    diags = {d["name"]: d for d in reports["check"]["diagnostics"]}
+    blocking = sum(h["count"] for h in reports["check"]["hotspots"])
+    checked = diags.get("native_stacks_checked", {}).get("count", 0)
+    check(checked >= blocking >= STEPS,
+          f"{checked} stacks compared, {blocking} blocking calls in the hotspots (expected at least {STEPS})")
+    check("native_stacks_differ" not in diags,
+          f"stacks walked by the rules differ from libgcc's: {diags.get('native_stacks_differ')}")
+    for how, report in reports.items():
+        h = find_hotspot(report, marker_line("STALL:readback"))
+        check(h["count"] == STEPS, f"{how}: the read-back counted {h['count']} times, expected {STEPS}")
+
+    def sites(report):
+        return sorted((h["api"], json.dumps(h["site"]), json.dumps(h["stack"])) for h in report["hotspots"])
+    check(sites(reports["rules"]) == sites(reports["libgcc"]),
+          f"hotspots by the rules {sites(reports['rules'])}, by libgcc {sites(reports['libgcc'])}")
+
+
 def case_device_sample(build, work):
     """Device timing on for one step in 4 (run --device-sample 4): the report
     holds the steps whose device work was timed, and the step's before (the

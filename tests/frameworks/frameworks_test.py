@@ -52,7 +52,10 @@ STEPS = 10
 SLACK_NS = 20_000    # per step, on the 90% rule (timer and wake-up granularity)
 # GEMMs at 2 TFLOP/s: about 13 ms of device work per step (the MLP's 4
 # layers of 256 x 2048 x 2048), longer than the host's share of a step.
-ENV = {"SIMGPU_GEMM_TFLOPS": "2", "SIMGPU_KERNEL_US": "*sin_kernel*=3,*=20"}
+# STALLSCOPE_UNWIND=check: every native stack the recorder walks by its
+# cached rules is walked by libgcc's unwinder too, and a difference counted
+# (run_traced requires none).
+ENV = {"SIMGPU_GEMM_TFLOPS": "2", "SIMGPU_KERNEL_US": "*sin_kernel*=3,*=20", "STALLSCOPE_UNWIND": "check"}
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -106,6 +109,11 @@ def run_traced(build, work, args, extra_env=None):
     checks.check_windowed_report(exe, out, rep.stdout)
     checks.check_folder_one_at_a_time(exe, out, rep.stdout)
     report = json.loads(rep.stdout)
+    diags = {d["name"]: d for d in report["diagnostics"]}
+    check("native_stacks_differ" not in diags,
+          f"native stacks walked by the cached rules differ from libgcc's: {diags.get('native_stacks_differ')}")
+    check(not report["hotspots"] or diags.get("native_stacks_checked", {}).get("count", 0) > 0,
+          "hotspots, but no native stack compared with libgcc's")
     pid = os.path.basename(glob.glob(os.path.join(out, "*.sstrace"))[0]).rsplit("-", 1)[-1].split(".")[0]
     truth = read_jsonl(os.path.join(work, f"truth-{pid}.jsonl"))
     syncs = read_jsonl(os.path.join(work, f"sync-{pid}.jsonl"))
