@@ -2,6 +2,7 @@
 #include "fast_unwind.h"
 
 #include <link.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unwind.h>
@@ -51,6 +52,9 @@ struct Slot {
 
 struct UnwindRules {
   unsigned long long subs = 0;  // the unloads counted when the cache was built
+  // The thread's stack (pthread_getattr_np): every slot a walk reads lies
+  // between the start's %rsp and its top (0: not known, libgcc walks).
+  uint64_t stack_lo = 0, stack_hi = 0;
   UnwindCounts counts;
   Slot slots[kSlots];
 };
@@ -416,17 +420,38 @@ __attribute__((noinline, no_sanitize("address"))) int FastBacktrace(UnwindRules*
   if (r == nullptr || r->subs != subs) {
     // A module unloaded since the rules were worked out: another may sit at
     // its addresses now.
-    UnwindCounts counts = r != nullptr ? r->counts : UnwindCounts{};
-    if (r == nullptr) {
+    UnwindRules old;
+    if (r != nullptr) {
+      old.counts = r->counts;
+      old.stack_lo = r->stack_lo;
+      old.stack_hi = r->stack_hi;
+    } else {
       r = static_cast<UnwindRules*>(malloc(sizeof(UnwindRules)));
       if (r == nullptr) return -1;
+      pthread_attr_t attr;
+      if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        void* addr = nullptr;
+        size_t size = 0;
+        if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
+          old.stack_lo = reinterpret_cast<uint64_t>(addr);
+          old.stack_hi = old.stack_lo + size;
+        }
+        pthread_attr_destroy(&attr);
+      }
     }
     new (r) UnwindRules;
     r->subs = subs;
-    r->counts = counts;
+    r->counts = old.counts;
+    r->stack_lo = old.stack_lo;
+    r->stack_hi = old.stack_hi;
     *rules = r;
   }
-  const uint64_t sp0 = sp;
+  // On another stack than the thread's own (a signal's alternate stack, a
+  // coroutine's), or with no stack known: libgcc's.
+  if (sp < r->stack_lo || sp >= r->stack_hi) {
+    ++r->counts.fallbacks;
+    return -1;
+  }
   int n = 0;
   for (int frame = 0;; ++frame) {
     if (frame >= skip) {
@@ -442,15 +467,18 @@ __attribute__((noinline, no_sanitize("address"))) int FastBacktrace(UnwindRules*
       return -1;
     }
     const uint64_t cfa = (rule.cfa_on_rbp ? bp : sp) + uint64_t(int64_t(rule.cfa_off));
-    // Each caller's frame lies above its callee's, within reach of the
-    // start: anything else is a rule misapplied, and left to libgcc.
-    if (cfa <= sp || cfa - sp0 > (uint64_t{1} << 28)) {
+    const uint64_t ra_at = cfa + uint64_t(int64_t(rule.ra_off));
+    const uint64_t bp_at = rule.rbp_saved ? cfa + uint64_t(int64_t(rule.rbp_off)) : ra_at;
+    // Each caller's frame lies above its callee's, and what is read lies
+    // on the stack, above this frame: anything else is a rule misapplied,
+    // and left to libgcc.
+    if (cfa <= sp || ra_at < sp || bp_at < sp || ra_at > r->stack_hi - 8 || bp_at > r->stack_hi - 8) {
       ++r->counts.fallbacks;
       return -1;
     }
     uint64_t next_ip, next_bp = bp;
-    memcpy(&next_ip, reinterpret_cast<const void*>(cfa + uint64_t(int64_t(rule.ra_off))), 8);
-    if (rule.rbp_saved) memcpy(&next_bp, reinterpret_cast<const void*>(cfa + uint64_t(int64_t(rule.rbp_off))), 8);
+    memcpy(&next_ip, reinterpret_cast<const void*>(ra_at), 8);
+    if (rule.rbp_saved) memcpy(&next_bp, reinterpret_cast<const void*>(bp_at), 8);
     ip = next_ip;
     bp = next_bp;
     sp = cfa;
