@@ -778,13 +778,19 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
         by_slices[i] = true;
       }
     }
+    // A rank's summary holds its arrivals: the folder's copy is let go,
+    // unless the analyzed process's details are asked for (they take them).
+    auto summarized_rank = [&] {
+      reports[i] = Report();  // the summary is what the ranks' report takes of it
+      if (primary_out == nullptr) arrivals[i] = RankArrivals();
+    };
     if (by_slices[i]) {
       instances[i] = InstanceOf();
       if (distributed && i != primary) {
         auto s = summarize_by_slices(i);
         summarized[i] = s.status();
         if (s.ok()) ranks[i] = std::move(*s);
-        reports[i] = Report();  // the summary is what the ranks' report takes of it
+        summarized_rank();
       }
       return;
     }
@@ -800,7 +806,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     if (i == primary || !reports[i].ok()) return;
     if (distributed) {
       ranks[i] = SummarizeRank(*timelines[i], arrivals[i], last, *reports[i]);
-      reports[i] = Report();  // the summary is what the ranks' report takes of it
+      summarized_rank();
     }
     if (one_at_a_time) timelines[i] = absl::UnknownError("let go");
   });
