@@ -265,22 +265,43 @@ void LoadZstd() {
   if (z.cctx != nullptr) g_zstd.store(&z);
 }
 
-// A chunk compressed with zstd when it loaded, the chunk is worth it (256
-// bytes or more) and compression makes it smaller; else as it is.
-bool WriteCompressed(ChunkType type, uint32_t tid, uint32_t count, const void* payload, size_t bytes,
-                     uint16_t encoding = trace::kEncodingRaw) {
+// `payload` compressed into g_compressed (its sizes, the zstd frame, padded
+// to 8), when zstd loaded, packing is on, the payload is worth it (256
+// bytes or more) and compression makes it smaller (under g_write_mu).
+bool Compress(const void* payload, size_t bytes) {
   const Zstd* z = g_zstd.load(std::memory_order_acquire);
-  if (z == nullptr || !g_pack || bytes < 256) return WriteChunk(type, tid, count, payload, bytes, encoding);
+  if (z == nullptr || !g_pack || bytes < 256) return false;
   std::vector<unsigned char>& c = *g_compressed;
   c.resize(8 + z->bound(bytes));
   const size_t frame = z->compress(z->cctx, c.data() + 8, c.size() - 8, payload, bytes, g_zstd_level);
-  if (z->is_error(frame) || trace::PadTo8(8 + frame) >= bytes) {
-    return WriteChunk(type, tid, count, payload, bytes, encoding);
-  }
+  if (z->is_error(frame) || trace::PadTo8(8 + frame) >= bytes) return false;
   const uint32_t sizes[2] = {uint32_t(bytes), uint32_t(frame)};
   memcpy(c.data(), sizes, sizeof sizes);
   c.resize(8 + frame);
   trace::PadEntry(&c);
+  return true;
+}
+
+struct Ring;
+extern Ring* g_ring;
+
+// The chunks a ring holds for its window (and pushes out) that are written
+// compressed: records and CPU samples. The rest of what it holds is kept.
+bool RingWindowed(ChunkType type) {
+  return type == ChunkType::kApi || type == ChunkType::kDevice || type == ChunkType::kCorrelation ||
+         type == ChunkType::kCpuSched;
+}
+
+// A chunk compressed when Compress can; else as it is. In ring mode the
+// ring holds its records and CPU samples as they are, and a dump compresses
+// what it writes: most of them are pushed out unread, and compressing them
+// would cost the job's host CPU for nothing.
+bool WriteCompressed(ChunkType type, uint32_t tid, uint32_t count, const void* payload, size_t bytes,
+                     uint16_t encoding = trace::kEncodingRaw) {
+  if ((g_ring != nullptr && RingWindowed(type)) || !Compress(payload, bytes)) {
+    return WriteChunk(type, tid, count, payload, bytes, encoding);
+  }
+  const std::vector<unsigned char>& c = *g_compressed;
   return WriteChunk(type, tid, count, c.data(), c.size(), encoding | trace::kEncodingZstd);
 }
 
@@ -444,6 +465,22 @@ bool WriteFd(int fd, const void* p, size_t n) {
   return true;
 }
 
+// A chunk the ring held, to a dump: compressed there as WriteCompressed
+// would have written it (under g_write_mu).
+bool WriteHeldChunk(int fd, const std::string& chunk) {
+  trace::ChunkHeader h;
+  memcpy(&h, chunk.data(), sizeof h);
+  const char* payload = chunk.data() + sizeof h;
+  const size_t bytes = chunk.size() - sizeof h;
+  if (!RingWindowed(ChunkType(h.type)) || (h.encoding & trace::kEncodingZstd) != 0 || !Compress(payload, bytes)) {
+    return WriteFd(fd, chunk.data(), chunk.size());
+  }
+  const std::vector<unsigned char>& c = *g_compressed;
+  const trace::ChunkHeader z = trace::MakeChunkHeader(trace::kVersion, ChunkType(h.type), h.tid, h.count, c.data(),
+                                                      c.size(), uint16_t(h.encoding | trace::kEncodingZstd));
+  return WriteFd(fd, &z, sizeof z) && WriteFd(fd, c.data(), c.size());
+}
+
 // Writes what the ring holds to a new trace file (under g_write_mu). True
 // when the whole file was written.
 bool DumpRingLocked() {
@@ -457,7 +494,7 @@ bool DumpRingLocked() {
   for (const std::string& c : r.kept) ok = ok && WriteFd(fd, c.data(), c.size());
   if (!r.modules.empty()) ok = ok && WriteFd(fd, r.modules.data(), r.modules.size());
   if (!r.timing_before.empty()) ok = ok && WriteFd(fd, r.timing_before.data(), r.timing_before.size());
-  for (const Ring::Held& c : r.held) ok = ok && WriteFd(fd, c.bytes.data(), c.bytes.size());
+  for (const Ring::Held& c : r.held) ok = ok && WriteHeldChunk(fd, c.bytes);
   const trace::ChunkHeader end = trace::MakeChunkHeader(trace::kVersion, ChunkType::kEnd, 0, 0, nullptr, 0);
   ok = ok && WriteFd(fd, &end, sizeof end);
   close(fd);
