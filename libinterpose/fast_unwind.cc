@@ -162,8 +162,10 @@ bool ParseCie(const uint8_t* cie, Cie* out) {
   if (b.Fixed(4) != 0) return false;  // not a CIE
   const uint8_t version = b.U8();
   if (version != 1 && version != 3) return false;
+  const uint8_t* end = cie + 4 + len;
   const char* aug = reinterpret_cast<const char*>(b.at());
-  const size_t aug_len = strnlen(aug, len);
+  const size_t aug_len = strnlen(aug, size_t(end - b.at()));
+  if (aug_len == size_t(end - b.at())) return false;  // not terminated inside the CIE
   b.Skip(aug_len + 1);
   if (strstr(aug, "eh") != nullptr) return false;
   out->code_align = b.Uleb();
@@ -173,6 +175,7 @@ bool ParseCie(const uint8_t* cie, Cie* out) {
   const uint8_t* data_end = nullptr;
   if (out->z) {
     const uint64_t n = b.Uleb();
+    if (!b.ok() || n > uint64_t(end - b.at())) return false;
     data_end = b.at() + n;
   }
   for (size_t i = out->z ? 1 : 0; i < aug_len; ++i) {
@@ -192,12 +195,12 @@ bool ParseCie(const uint8_t* cie, Cie* out) {
     }
   }
   if (out->z) {
-    if (data_end < b.at() || data_end > cie + 4 + len) return false;
+    if (data_end < b.at()) return false;
     b.Skip(uint64_t(data_end - b.at()));
   }
   if (!b.ok()) return false;
   out->insns = b.at();
-  out->end = cie + 4 + len;
+  out->end = end;
   return true;
 }
 
