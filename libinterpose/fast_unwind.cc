@@ -1,6 +1,7 @@
 // Native stacks from cached per-address rules (see fast_unwind.h).
 #include "fast_unwind.h"
 
+#include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -73,7 +74,7 @@ struct Row {
   unsigned cfa_reg = kRsp;
   int64_t cfa_off = 8;
   bool cfa_ok = true;  // false: an expression, or a register not followed
-  RegRule rbp, ra;
+  RegRule rbp, rsp, ra;  // (a rule for %rsp itself: libgcc's walk only)
 };
 
 class Bytes {
@@ -168,6 +169,9 @@ bool ParseCie(const uint8_t* cie, Cie* out) {
   if (aug_len == size_t(end - b.at())) return false;  // not terminated inside the CIE
   b.Skip(aug_len + 1);
   if (strstr(aug, "eh") != nullptr) return false;
+  // Without 'z' the augmentations' data is not skippable (an 'L' puts its
+  // pointer in each FDE): none is followed.
+  if (aug_len > 0 && aug[0] != 'z') return false;
   out->code_align = b.Uleb();
   out->data_align = b.Sleb();
   out->ra_reg = version == 1 ? b.U8() : b.Uleb();
@@ -206,13 +210,13 @@ bool ParseCie(const uint8_t* cie, Cie* out) {
 
 void SetReg(Row* row, uint64_t reg, RegRule rule) {
   if (reg == kRbp) row->rbp = rule;
+  if (reg == kRsp) row->rsp = rule;
   if (reg == kRa) row->ra = rule;
 }
 
 // Runs a CFA program from `row`, the rows of locations up to `target`
-// (exclusive) applying. `initial`: the CIE's row, for DW_CFA_restore.
-// False for an instruction not handled.
-bool Run(Bytes b, const Cie& cie, uint64_t* loc, uint64_t target, const Row& initial, Row* row) {
+// (exclusive) applying. False for an instruction not handled.
+bool Run(Bytes b, const Cie& cie, uint64_t* loc, uint64_t target, Row* row) {
   Row stack[8];
   int depth = 0;
   while (b.more()) {
@@ -227,8 +231,8 @@ bool Run(Bytes b, const Cie& cie, uint64_t* loc, uint64_t target, const Row& ini
       SetReg(row, low, {RegRule::kOffset, int32_t(int64_t(b.Uleb()) * cie.data_align)});
       continue;
     }
-    if (high == 0xc0) {  // DW_CFA_restore
-      SetReg(row, low, low == kRbp ? initial.rbp : low == kRa ? initial.ra : RegRule{});
+    if (high == 0xc0) {  // DW_CFA_restore: unsaved, as libgcc reads it (not the CIE's rule)
+      SetReg(row, low, RegRule{});
       continue;
     }
     switch (op) {
@@ -248,11 +252,7 @@ bool Run(Bytes b, const Cie& cie, uint64_t* loc, uint64_t target, const Row& ini
         SetReg(row, reg, {RegRule::kOffset, int32_t(b.Sleb() * cie.data_align)});
         break;
       }
-      case 0x06: {  // DW_CFA_restore_extended
-        const uint64_t reg = b.Uleb();
-        SetReg(row, reg, reg == kRbp ? initial.rbp : reg == kRa ? initial.ra : RegRule{});
-        break;
-      }
+      case 0x06: SetReg(row, b.Uleb(), RegRule{}); break;  // DW_CFA_restore_extended (as DW_CFA_restore)
       case 0x07: SetReg(row, b.Uleb(), {RegRule::kUndefined, 0}); break;  // DW_CFA_undefined
       case 0x08: SetReg(row, b.Uleb(), {RegRule::kSame, 0}); break;       // DW_CFA_same_value
       case 0x09: {  // DW_CFA_register
@@ -315,6 +315,11 @@ Rule RuleFor(uint64_t pc, bool exact) {
   Rule unsupported;
   unsupported.kind = Rule::kUnsupported;
   const uint64_t lookup = exact ? pc : pc - 1;
+  // Code outside every loaded object (a JIT's, its FDEs registered with
+  // __register_frame) can be freed and its addresses reused with no unload
+  // counted: its frames are libgcc's to walk, every time.
+  Dl_info object;
+  if (dladdr(reinterpret_cast<void*>(lookup), &object) == 0) return unsupported;
   dwarf_eh_bases bases{};
   const auto* fde = static_cast<const uint8_t*>(_Unwind_Find_FDE(reinterpret_cast<void*>(lookup), &bases));
   if (fde == nullptr) return unsupported;  // libgcc may still find a signal frame here
@@ -337,17 +342,18 @@ Rule RuleFor(uint64_t pc, bool exact) {
   Row row;
   row.ra = {RegRule::kSame, 0};
   uint64_t loc = 0;
-  if (!Run(Bytes(cie.insns, cie.end), cie, &loc, ~uint64_t{0}, row, &row)) return unsupported;
-  const Row initial = row;
-  loc = 0;
-  if (loc < target && !Run(Bytes(b.at(), fde + 4 + len), cie, &loc, target, initial, &row)) return unsupported;
+  // (An advance in the CIE's program would carry into the FDE's, as libgcc
+  // runs them: not followed.)
+  if (!Run(Bytes(cie.insns, cie.end), cie, &loc, ~uint64_t{0}, &row) || loc != 0) return unsupported;
+  if (!Run(Bytes(b.at(), fde + 4 + len), cie, &loc, target, &row)) return unsupported;
   Rule r;
   if (row.ra.how == RegRule::kUndefined) {
     r.kind = Rule::kEnd;
     return r;
   }
   if (!row.cfa_ok || (row.cfa_reg != kRsp && row.cfa_reg != kRbp) || row.ra.how != RegRule::kOffset ||
-      (row.rbp.how != RegRule::kSame && row.rbp.how != RegRule::kOffset) || row.cfa_off < 0 ||
+      (row.rbp.how != RegRule::kSame && row.rbp.how != RegRule::kOffset) || row.rsp.how != RegRule::kSame ||
+      row.cfa_off < 0 ||
       row.cfa_off > (int64_t{1} << 30)) {
     return unsupported;
   }
@@ -423,11 +429,12 @@ __attribute__((noinline, no_sanitize("address"))) int FastBacktrace(UnwindRules*
   if (r == nullptr || r->subs != subs) {
     // A module unloaded since the rules were worked out: another may sit at
     // its addresses now.
-    UnwindRules old;
+    UnwindCounts counts;
+    uint64_t stack_lo = 0, stack_hi = 0;
     if (r != nullptr) {
-      old.counts = r->counts;
-      old.stack_lo = r->stack_lo;
-      old.stack_hi = r->stack_hi;
+      counts = r->counts;
+      stack_lo = r->stack_lo;
+      stack_hi = r->stack_hi;
     } else {
       r = static_cast<UnwindRules*>(malloc(sizeof(UnwindRules)));
       if (r == nullptr) return -1;
@@ -436,17 +443,17 @@ __attribute__((noinline, no_sanitize("address"))) int FastBacktrace(UnwindRules*
         void* addr = nullptr;
         size_t size = 0;
         if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
-          old.stack_lo = reinterpret_cast<uint64_t>(addr);
-          old.stack_hi = old.stack_lo + size;
+          stack_lo = reinterpret_cast<uint64_t>(addr);
+          stack_hi = stack_lo + size;
         }
         pthread_attr_destroy(&attr);
       }
     }
-    new (r) UnwindRules;
+    new (r) UnwindRules;  // (built in place: 24 KB, never on the stack)
     r->subs = subs;
-    r->counts = old.counts;
-    r->stack_lo = old.stack_lo;
-    r->stack_hi = old.stack_hi;
+    r->counts = counts;
+    r->stack_lo = stack_lo;
+    r->stack_hi = stack_hi;
     *rules = r;
   }
   // On another stack than the thread's own (a signal's alternate stack, a

@@ -286,14 +286,15 @@ struct Ring;
 extern Ring* g_ring;
 
 // The chunks a ring holds for its window (and pushes out) that are written
-// compressed: records and CPU samples. The rest of what it holds is kept.
+// compressed: records, CPU samples and NVTX events. The rest of what it
+// holds is kept.
 bool RingWindowed(ChunkType type) {
   return type == ChunkType::kApi || type == ChunkType::kDevice || type == ChunkType::kCorrelation ||
-         type == ChunkType::kCpuSched;
+         type == ChunkType::kCpuSched || type == ChunkType::kNvtx;
 }
 
 // A chunk compressed when Compress can; else as it is. In ring mode the
-// ring holds its records and CPU samples as they are, and a dump compresses
+// ring holds its records, CPU samples and NVTX events as they are, and a dump compresses
 // what it writes: most of them are pushed out unread, and compressing them
 // would cost the job's host CPU for nothing.
 bool WriteCompressed(ChunkType type, uint32_t tid, uint32_t count, const void* payload, size_t bytes,
@@ -465,20 +466,24 @@ bool WriteFd(int fd, const void* p, size_t n) {
   return true;
 }
 
-// A chunk the ring held, to a dump: compressed there as WriteCompressed
-// would have written it (under g_write_mu).
-bool WriteHeldChunk(int fd, const std::string& chunk) {
+// A chunk the ring holds, compressed as WriteCompressed would have written
+// it, in place: a dump compresses each chunk once, and the ring keeps the
+// smaller chunk for the next dump (under g_write_mu).
+void CompressHeld(Ring* r, Ring::Held* held) {
   trace::ChunkHeader h;
-  memcpy(&h, chunk.data(), sizeof h);
-  const char* payload = chunk.data() + sizeof h;
-  const size_t bytes = chunk.size() - sizeof h;
+  memcpy(&h, held->bytes.data(), sizeof h);
+  const char* payload = held->bytes.data() + sizeof h;
+  const size_t bytes = held->bytes.size() - sizeof h;
   if (!RingWindowed(ChunkType(h.type)) || (h.encoding & trace::kEncodingZstd) != 0 || !Compress(payload, bytes)) {
-    return WriteFd(fd, chunk.data(), chunk.size());
+    return;
   }
   const std::vector<unsigned char>& c = *g_compressed;
   const trace::ChunkHeader z = trace::MakeChunkHeader(trace::kVersion, ChunkType(h.type), h.tid, h.count, c.data(),
                                                       c.size(), uint16_t(h.encoding | trace::kEncodingZstd));
-  return WriteFd(fd, &z, sizeof z) && WriteFd(fd, c.data(), c.size());
+  std::string chunk(reinterpret_cast<const char*>(&z), sizeof z);
+  chunk.append(reinterpret_cast<const char*>(c.data()), c.size());
+  r->held_bytes -= held->bytes.size() - chunk.size();
+  held->bytes = std::move(chunk);
 }
 
 // Writes what the ring holds to a new trace file (under g_write_mu). True
@@ -489,12 +494,15 @@ bool DumpRingLocked() {
     g_diag[int(trace::DiagnosticId::kTraceWriteFailed)]++;
     return false;
   }
-  const Ring& r = *g_ring;
+  Ring& r = *g_ring;
   bool ok = WriteFd(fd, &g_header, sizeof g_header);
   for (const std::string& c : r.kept) ok = ok && WriteFd(fd, c.data(), c.size());
   if (!r.modules.empty()) ok = ok && WriteFd(fd, r.modules.data(), r.modules.size());
   if (!r.timing_before.empty()) ok = ok && WriteFd(fd, r.timing_before.data(), r.timing_before.size());
-  for (const Ring::Held& c : r.held) ok = ok && WriteHeldChunk(fd, c.bytes);
+  for (Ring::Held& c : r.held) {
+    CompressHeld(&r, &c);
+    ok = ok && WriteFd(fd, c.bytes.data(), c.bytes.size());
+  }
   const trace::ChunkHeader end = trace::MakeChunkHeader(trace::kVersion, ChunkType::kEnd, 0, 0, nullptr, 0);
   ok = ok && WriteFd(fd, &end, sizeof end);
   close(fd);

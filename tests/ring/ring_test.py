@@ -24,6 +24,7 @@ themselves record:
 
     ring_test.py --build DIR --case NAME     (ring_test.py --list)
 """
+import ctypes
 import glob
 import json
 import os
@@ -182,6 +183,26 @@ def case_signal_and_exit(build, work):
     check(folder["steps"] == alone["steps"], "the folder's steps are not the exit dump's")
 
 
+def check_compressed_at_dump(build, path):
+    """The ring holds its records, CPU samples and NVTX events packed but not
+    compressed, and a dump compresses what it writes, where libzstd.so.1
+    loads: every such chunk of 256 bytes or more is compressed (a loop's
+    packed records shrink several times; smaller chunks are written as
+    they are)."""
+    try:
+        ctypes.CDLL("libzstd.so.1")
+    except OSError:
+        return
+    p = subprocess.run([exe(build, "stallscope"), "dump", path, "--chunks", "--format", "json"],
+                       capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"dump --chunks exited {p.returncode}: {p.stderr[-1000:]}")
+    windowed = [c for c in json.loads(p.stdout)["chunks"]
+                if c["type"] in ("api", "device", "correlation", "cpu-sched", "nvtx")]
+    check(any("zstd" in c["encoding"] for c in windowed), f"{path}: no record chunk compressed")
+    plain = [c for c in windowed if "zstd" not in c["encoding"] and c["payload_bytes"] >= 256]
+    check(not plain, f"{path}: {len(plain)} of {len(windowed)} record chunks not compressed, e.g. {plain[:2]}")
+
+
 def case_api(build, work):
     """stallscope_dump() from the job (train_loop --dump-at): a dump that
     ends with the step it was asked after; and without --ring the call is
@@ -200,6 +221,10 @@ def case_api(build, work):
     steps = check_window(build, files[0], 30, 150)
     check(steps[0][0] == 0, f"the whole run fits the 30 s window: starts at step {steps[0][0]}")
     check_window(build, files[1], 30, 399)
+    # The second dump writes the chunks the first compressed and the ones
+    # held since.
+    for f in files:
+        check_compressed_at_dump(build, f)
     # Without the ring: refused, and the trace is the usual one.
     out2 = os.path.join(work, "whole")
     p = subprocess.run([exe(build, "stallscope"), "run", "--sim", "-q", "--out", out2, "--",
