@@ -42,7 +42,7 @@ struct Rule {
   int32_t rbp_off = 0;
 };
 
-constexpr size_t kSlots = 1024;  // direct-mapped by address
+constexpr size_t kSlots = 1024;  // four ways from the address's hash (Lookup)
 
 struct Slot {
   uint64_t pc = 0;
@@ -62,8 +62,8 @@ struct UnwindRules {
 
 namespace {
 
-// One register's rule in a CFA program (only %rbp's and the return
-// address's are kept).
+// One register's rule in a CFA program (only %rbp's, %rsp's and the
+// return address's are kept).
 struct RegRule {
   enum How : uint8_t { kSame, kUndefined, kOffset, kOther };
   How how = kSame;
@@ -426,35 +426,27 @@ __attribute__((noinline, no_sanitize("address"))) int FastBacktrace(UnwindRules*
   unsigned long long subs = 0;
   dl_iterate_phdr(CountUnloads, &subs);
   UnwindRules* r = *rules;
-  if (r == nullptr || r->subs != subs) {
+  if (r == nullptr) {
+    void* mem = malloc(sizeof(UnwindRules));
+    if (mem == nullptr) return -1;
+    r = new (mem) UnwindRules;  // (built in place: 24 KB, never on the stack)
+    r->subs = subs;
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      void* addr = nullptr;
+      size_t size = 0;
+      if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
+        r->stack_lo = reinterpret_cast<uint64_t>(addr);
+        r->stack_hi = r->stack_lo + size;
+      }
+      pthread_attr_destroy(&attr);
+    }
+    *rules = r;
+  } else if (r->subs != subs) {
     // A module unloaded since the rules were worked out: another may sit at
     // its addresses now.
-    UnwindCounts counts;
-    uint64_t stack_lo = 0, stack_hi = 0;
-    if (r != nullptr) {
-      counts = r->counts;
-      stack_lo = r->stack_lo;
-      stack_hi = r->stack_hi;
-    } else {
-      r = static_cast<UnwindRules*>(malloc(sizeof(UnwindRules)));
-      if (r == nullptr) return -1;
-      pthread_attr_t attr;
-      if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-        void* addr = nullptr;
-        size_t size = 0;
-        if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
-          stack_lo = reinterpret_cast<uint64_t>(addr);
-          stack_hi = stack_lo + size;
-        }
-        pthread_attr_destroy(&attr);
-      }
-    }
-    new (r) UnwindRules;  // (built in place: 24 KB, never on the stack)
+    for (Slot& slot : r->slots) slot = Slot{};
     r->subs = subs;
-    r->counts = counts;
-    r->stack_lo = stack_lo;
-    r->stack_hi = stack_hi;
-    *rules = r;
   }
   // On another stack than the thread's own (a signal's alternate stack, a
   // coroutine's), or with no stack known: libgcc's.

@@ -294,9 +294,9 @@ bool RingWindowed(ChunkType type) {
 }
 
 // A chunk compressed when Compress can; else as it is. In ring mode the
-// ring holds its records, CPU samples and NVTX events as they are, and a dump compresses
-// what it writes: most of them are pushed out unread, and compressing them
-// would cost the job's host CPU for nothing.
+// ring holds its records, CPU samples and NVTX events as they are, and a
+// dump compresses what it writes: most of them are pushed out unread, and
+// compressing them would cost the job's host CPU for nothing.
 bool WriteCompressed(ChunkType type, uint32_t tid, uint32_t count, const void* payload, size_t bytes,
                      uint16_t encoding = trace::kEncodingRaw) {
   if ((g_ring != nullptr && RingWindowed(type)) || !Compress(payload, bytes)) {

@@ -185,6 +185,22 @@ def check_ops_joined_to_their_threads(trace, truth):
           f"{trace.path}: {joined - matched} of {joined} joined ops match no one op of the ground truth")
 
 
+def check_stacks_compared(report, what="the job"):
+    """Under STALLSCOPE_UNWIND=check: no native stack walked by the cached
+    rules differs from libgcc's, and every blocking call's was walked by
+    the rules (none left to libgcc), so each was compared. Returns the
+    blocking calls in the hotspots."""
+    diags = {d["name"]: d for d in report["diagnostics"]}
+    check("native_stacks_differ" not in diags,
+          f"{what}: native stacks walked by the cached rules differ from libgcc's: "
+          f"{diags.get('native_stacks_differ')}")
+    blocking = sum(h["count"] for h in report["hotspots"])
+    checked = diags.get("native_stacks_checked", {}).get("count", 0)
+    check(checked >= blocking, f"{what}: {checked} native stacks compared with libgcc's, {blocking} blocking calls "
+          "in the hotspots")
+    return blocking
+
+
 def marker_line(src, marker):
     """The number of the first line of `src` that ends with `marker` (the
     `// STALL:<name>` comments the tests find call sites by)."""

@@ -85,21 +85,6 @@ def read_jsonl(pattern):
     return out
 
 
-def check_stacks_compared(report, what="the job"):
-    """ENV's STALLSCOPE_UNWIND=check: no native stack walked by the cached
-    rules differs from libgcc's, and every blocking call's was walked by
-    the rules (none left to libgcc: no frame of these frameworks needs it),
-    so each was compared."""
-    diags = {d["name"]: d for d in report["diagnostics"]}
-    check("native_stacks_differ" not in diags,
-          f"{what}: native stacks walked by the cached rules differ from libgcc's: "
-          f"{diags.get('native_stacks_differ')}")
-    blocking = sum(h["count"] for h in report["hotspots"])
-    checked = diags.get("native_stacks_checked", {}).get("count", 0)
-    check(checked >= blocking, f"{what}: {checked} native stacks compared with libgcc's, {blocking} blocking calls "
-          "in the hotspots")
-
-
 def run_traced(build, work, args, extra_env=None):
     """Runs args under `stallscope run --sim`; returns the JSON report, the
     ground-truth ops of the traced process and its synchronizing calls."""
@@ -124,7 +109,7 @@ def run_traced(build, work, args, extra_env=None):
     checks.check_windowed_report(exe, out, rep.stdout)
     checks.check_folder_one_at_a_time(exe, out, rep.stdout)
     report = json.loads(rep.stdout)
-    check_stacks_compared(report)
+    checks.check_stacks_compared(report)  # ENV's STALLSCOPE_UNWIND=check
     pid = os.path.basename(glob.glob(os.path.join(out, "*.sstrace"))[0]).rsplit("-", 1)[-1].split(".")[0]
     truth = read_jsonl(os.path.join(work, f"truth-{pid}.jsonl"))
     syncs = read_jsonl(os.path.join(work, f"sync-{pid}.jsonl"))
@@ -459,7 +444,7 @@ def case_torch_ddp(build, work):
     for f in sorted(glob.glob(os.path.join(out, "*.sstrace"))):
         one = subprocess.run([exe, "report", f, "--format", "json"], capture_output=True, text=True, timeout=300)
         check(one.returncode == 0, f"report {f} exited {one.returncode}: {one.stderr[-2000:]}")
-        check_stacks_compared(json.loads(one.stdout), os.path.basename(f))
+        checks.check_stacks_compared(json.loads(one.stdout), os.path.basename(f))
     _, by = nccl_test.truth_ops(work)
     late, caused, _ = nccl_test.truth_waits(by, ranks)
     named = nccl_test.check_stragglers(report, late, caused, ranks, slow)
