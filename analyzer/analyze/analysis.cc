@@ -267,16 +267,26 @@ absl::StatusOr<std::optional<Report>> ReportFromIndex(const std::string& path, a
   StreamOptions so;
   if (options.window_steps > 0) so.steps_per_window = options.window_steps;
   so.keep_gaps = false;  // the report's rows are the steps'
+  so.keep_call_marks = page != nullptr && page->keep_for_export;
   so.adjust = std::move(adjust);
   if (page != nullptr) {
     // A page draws the gaps into its strip's columns as they come, afresh
     // if the windows are analyzed again (an empty span takes none).
     page->span = SpanOfRecords(*index);
+    // An export keeps each gap, with its call, in a temporary file.
+    if (page->keep_for_export) {
+      page->gaps = std::make_shared<GapSpill>();
+      if (absl::Status st = page->gaps->Open(); !st.ok()) return st;
+    }
     so.on_gaps_again = [page] {
       page->idle = TimeColumns(page->span.start_ns, page->span.end_ns, page->idle_columns, kNumCauses);
+      if (page->gaps) page->gaps->Clear();
     };
     so.on_gaps_again();
-    so.on_gap = [page](const IdleGap& g) { page->idle.Add(g.start_ns, g.end_ns, static_cast<size_t>(g.cause)); };
+    so.on_gap = [page](const IdleGap& g, const ApiCall* call) {
+      page->idle.Add(g.start_ns, g.end_ns, static_cast<size_t>(g.cause));
+      if (page->gaps) page->gaps->Add(g, call);
+    };
   }
   if (options.progress) {
     progress(0.25);
@@ -325,6 +335,15 @@ absl::StatusOr<std::optional<Report>> ReportFromIndex(const std::string& path, a
     page->path = path;
     page->plan = plan;
     page->index = std::move(*index);
+    if (page->keep_for_export) {
+      StreamedAnalysis& kept = page->analysis;
+      kept.idle_caused = std::move(s->idle_caused);
+      kept.call_marks = std::move(s->call_marks);
+      kept.first_range_ns = s->first_range_ns;
+      kept.range_tids = std::move(s->range_tids);
+      kept.unjoined_ops = s->unjoined_ops;
+      kept.first_slice = std::move(s->first_slice);
+    }
   }
   return report;
 }

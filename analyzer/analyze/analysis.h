@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "analyzer/analyze/ranks.h"
 #include "analyzer/model/report.h"
 #include "analyzer/analyze/steps.h"
+#include "analyzer/analyze/stream.h"
 #include "analyzer/model/timeline.h"
 #include "analyzer/read/trace_reader.h"
 
@@ -112,6 +114,13 @@ RecordsSpan SpanOfRecords(const Timeline& t);
 // analysis gives them: none is kept).
 struct StreamedProcess {
   size_t idle_columns = 0;  // asked by the caller
+  // Asked by the caller (report --format perfetto): besides, every idle
+  // gap with its call's key, the calls' marks and what the whole
+  // reading's timeline says of its NVTX ranges, and the chunks every slice
+  // reads (StreamOptions::keep_gaps, keep_call_marks).
+  bool keep_for_export = false;
+  StreamedAnalysis analysis;  // (with keep_for_export) what the slices gave
+  std::shared_ptr<GapSpill> gaps;  // (with keep_for_export) every idle gap
   bool used = false;        // the report came from slices; else `primary` was filled
   std::string path;
   TraceIndex index;

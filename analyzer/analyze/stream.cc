@@ -1,14 +1,20 @@
 // The streamed analysis (see stream.h).
 #include "analyzer/analyze/stream.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <iterator>
 #include <limits>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "analyzer/analyze/hotspots.h"
 #include "analyzer/analyze/windows.h"
 #include "analyzer/read/symbolizer.h"
@@ -29,12 +35,6 @@ bool IsType(const ChunkSpan& c, trace::ChunkType type) {
 uint64_t Clamp(int64_t ns) { return ns < 0 ? 0 : static_cast<uint64_t>(ns); }
 
 // The calls (sorted by enter time) entering in [from, to): [i0, i1).
-std::pair<size_t, size_t> EnteringIn(const std::vector<ApiCall>& calls, int64_t from, int64_t to) {
-  auto by_enter = [](const ApiCall& c, int64_t v) { return c.enter_ns < v; };
-  return {static_cast<size_t>(std::lower_bound(calls.begin(), calls.end(), from, by_enter) - calls.begin()),
-          static_cast<size_t>(std::lower_bound(calls.begin(), calls.end(), to, by_enter) - calls.begin())};
-}
-
 // A trace with neither step markers nor a repeating launch sequence.
 absl::Status NoSteps() {
   return absl::UnimplementedError(
@@ -132,6 +132,82 @@ absl::Status ForEachCallSlice(SliceReader* reader, const TraceIndex& index, size
   return absl::OkStatus();
 }
 
+GapSpill::~GapSpill() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+absl::Status GapSpill::Open() {
+  const char* dir = std::getenv("TMPDIR");
+  std::string path = absl::StrCat(dir != nullptr && *dir != '\0' ? dir : "/tmp", "/stallscope-gaps-XXXXXX");
+  const int fd = mkstemp(path.data());
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot create a temporary file for the idle gaps in ", path));
+  unlink(path.c_str());
+  file_ = fdopen(fd, "w+b");
+  if (file_ == nullptr) {
+    const int e = errno;
+    close(fd);
+    return absl::ErrnoToStatus(e, "cannot open a temporary file for the idle gaps");
+  }
+  return absl::OkStatus();
+}
+
+void GapSpill::Add(const IdleGap& gap, const ApiCall* call) {
+  Gap g;
+  g.gap = gap;
+  g.gap.call = -1;
+  if (call != nullptr) {
+    g.call = CallKey::Of(*call);
+    g.has_call = true;
+  }
+  buffer_.push_back(g);
+  ++count_;
+  if (buffer_.size() >= 4096) Write();
+}
+
+void GapSpill::Write() {
+  if (!buffer_.empty() && error_ == 0 &&
+      (file_ == nullptr || std::fwrite(buffer_.data(), sizeof(Gap), buffer_.size(), file_) != buffer_.size())) {
+    error_ = file_ == nullptr ? EBADF : (errno != 0 ? errno : EIO);
+  }
+  buffer_.clear();
+}
+
+void GapSpill::Clear() {
+  buffer_.clear();
+  count_ = 0;
+  if (file_ != nullptr && error_ == 0) {
+    std::fflush(file_);
+    if (ftruncate(fileno(file_), 0) != 0) error_ = errno;
+    std::rewind(file_);
+  }
+}
+
+absl::Status GapSpill::ForEach(const std::function<void(const Gap&)>& fn) {
+  Write();
+  if (error_ == 0 && file_ != nullptr && std::fflush(file_) != 0) error_ = errno != 0 ? errno : EIO;
+  if (error_ != 0) return absl::ErrnoToStatus(error_, "cannot keep the idle gaps in a temporary file");
+  if (count_ == 0) return absl::OkStatus();
+  std::rewind(file_);
+  std::vector<Gap> block(4096);
+  uint64_t left = count_;
+  while (left > 0) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(left, block.size()));
+    if (std::fread(block.data(), sizeof(Gap), n, file_) != n) {
+      return absl::DataLossError("the idle gaps' temporary file was cut short");
+    }
+    for (size_t i = 0; i < n; ++i) fn(block[i]);
+    left -= n;
+  }
+  std::fseek(file_, 0, SEEK_END);
+  return absl::OkStatus();
+}
+
+std::pair<size_t, size_t> EnteringIn(const std::vector<ApiCall>& calls, int64_t from, int64_t to) {
+  auto by_enter = [](const ApiCall& c, int64_t v) { return c.enter_ns < v; };
+  return {static_cast<size_t>(std::lower_bound(calls.begin(), calls.end(), from, by_enter) - calls.begin()),
+          static_cast<size_t>(std::lower_bound(calls.begin(), calls.end(), to, by_enter) - calls.begin())};
+}
+
 bool ExternalIdsMayRepeat(const TraceIndex& index) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const ChunkSpan& c : index.chunks) {
@@ -205,6 +281,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   if (!names.ok()) return names.status();
   NvtxPairer pairer;
   std::vector<NvtxRange> step_ranges, closed;
+  absl::flat_hash_set<uint32_t> range_tids;
   absl::Status tiled = TileSlices(index, trace::ChunkType::kNvtx, per_slice, [&](int64_t from, int64_t to) {
     auto t = read(Meeting(index, nvtx, from, to), 0);
     if (!t.ok()) return t.status();
@@ -213,12 +290,16 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
       closed.clear();
       pairer.Add(e, &closed);
       for (const NvtxRange& r : closed) {
+        out.first_range_ns = std::min(out.first_range_ns, r.start_ns);
+        range_tids.insert(r.tid);
         if (r.explicit_step || IsStepName(*names, r.name, pattern)) step_ranges.push_back(r);
       }
     }
     return absl::OkStatus();
   });
   if (!tiled.ok()) return tiled;
+  out.range_tids.assign(range_tids.begin(), range_tids.end());
+  std::sort(out.range_tids.begin(), out.range_tids.end());
   SortRanges(&step_ranges);
   names->ranges = std::move(step_ranges);
   out.unmatched_nvtx = pairer.Unmatched();
@@ -531,7 +612,9 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
       Attribution a = AttributeWindow(part, plan, k0, k1, options);
       out.steps.insert(out.steps.end(), a.steps.begin(), a.steps.end());
       if (stream.on_gap) {
-        for (const IdleGap& g : a.gaps) stream.on_gap(g);
+        for (const IdleGap& g : a.gaps) {
+          stream.on_gap(g, g.call >= 0 ? &t->calls[static_cast<size_t>(g.call)] : nullptr);
+        }
       }
       if (!stream.keep_gaps) a.gaps.clear();
       for (IdleGap& g : a.gaps) {
@@ -560,10 +643,20 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
     out.idle_caused.assign(caused.begin(), caused.end());
     std::sort(out.idle_caused.begin(), out.idle_caused.end());
     done(2);
+    // With call marks: each call the finder is given, its key and class,
+    // and its hotspot (renumbered by Finish).
+    std::vector<CallMark> marks;
+    std::vector<int32_t> mark_hotspot;
     if (!hot_over) {
+      if (stream.keep_call_marks) {
+        for (size_t j = 0; j < hot.size(); ++j) hot[j].index = j;
+        mark_hotspot.assign(hot.size(), -1);
+        marks.reserve(hot.size());
+        for (const HotspotFinder::Call& c : hot) marks.push_back({{c.tid, c.api, c.enter_ns, c.exit_ns}, -1, c.sync});
+      }
       finder.Add(*names, hot, [&](const HotspotFinder::Call& c) {
         return caused_by(CallKey{c.tid, c.api, c.enter_ns, c.exit_ns});
-      });
+      }, stream.keep_call_marks ? &mark_hotspot : nullptr);
       out.hotspot_calls = hot.size();
     }
 
@@ -578,12 +671,30 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
         if (!t.ok()) return t.status();
         const auto [i0, i1] = EnteringIn(t->calls, from, to);
         classify(*t, &classes);
-        finder.Add(*t, classes, i0, i1, [&](size_t i) { return caused_by(CallKey::Of(t->calls[i])); });
+        std::vector<int32_t> of_call;
+        if (stream.keep_call_marks) of_call.assign(t->calls.size(), -1);
+        finder.Add(*t, classes, i0, i1, [&](size_t i) { return caused_by(CallKey::Of(t->calls[i])); },
+                   stream.keep_call_marks ? &of_call : nullptr);
+        for (size_t i = i0; i < i1 && stream.keep_call_marks; ++i) {
+          const bool sync = classes[i] == CallClass::kSync;
+          if (!sync && of_call[i] < 0) continue;
+          marks.push_back({CallKey::Of(t->calls[i]), -1, sync});
+          mark_hotspot.push_back(of_call[i]);
+        }
         return absl::OkStatus();
       });
       if (!tiled.ok()) return tiled;
     }
-    out.hotspots = finder.Finish(names->apis);
+    out.hotspots = finder.Finish(names->apis, stream.keep_call_marks ? &mark_hotspot : nullptr);
+    if (stream.keep_call_marks) {
+      // The copies that joined no hotspot are not marks.
+      for (size_t j = 0; j < marks.size(); ++j) {
+        marks[j].hotspot = mark_hotspot[j];
+        if (marks[j].sync || marks[j].hotspot >= 0) out.call_marks.push_back(marks[j]);
+      }
+      std::sort(out.call_marks.begin(), out.call_marks.end(),
+                [](const CallMark& a, const CallMark& b) { return a.key < b.key; });
+    }
     out.changed_modules = symbolizer.ChangedModules();
     done(3);
     return true;

@@ -47,8 +47,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdio>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <regex>
 #include <string>
 #include <tuple>
@@ -105,16 +107,20 @@ struct StreamOptions {
   // kernels; a report needs only the steps' rows.
   bool keep_gaps = true;
   // Each idle gap as a window's attribution gives it (in time order, its
-  // `call` an index into that window's slice), kept or not; and, before
-  // they come again from the start (the fused way given up for this
-  // trace), on_gaps_again.
-  std::function<void(const IdleGap&)> on_gap;
+  // `call` an index into that window's slice, and that call, null for
+  // none), kept or not; and, before they come again from the start (the
+  // fused way given up for this trace), on_gaps_again.
+  std::function<void(const IdleGap&, const ApiCall* call)> on_gap;
   std::function<void()> on_gaps_again;
   // The steps' spans from the windows' slices (one pass over the record
   // chunks after the index) where the trace allows (device timing not
   // sampled, no external id that may name two calls), instead of a pass of
   // their own first; false in tests, to compare.
   bool fuse_spans = true;
+  // Each call classed kSync or counted in a hotspot, by key
+  // (StreamedAnalysis::call_marks): what a writer of every call's event
+  // needs (the Perfetto export by slices). One mark a synchronizing call.
+  bool keep_call_marks = false;
   // Called after each slice read: record chunks read so far, and about how
   // many the passes read in all (each pass about every one once).
   std::function<void(uint64_t done, uint64_t total)> progress;
@@ -122,6 +128,14 @@ struct StreamOptions {
   // changes a timeline after reading changes each slice the same way (a
   // rank's NCCL waits, ranks.h's ApplyLastArrivals by call).
   std::function<void(Timeline*)> adjust;
+};
+
+// A call as the whole reading's analysis classes it and counts it in the
+// hotspots (ProcessAnalysis::classes, hotspot_of_call).
+struct CallMark {
+  CallKey key;
+  int32_t hotspot = -1;  // index into StreamedAnalysis::hotspots, -1 none
+  bool sync = false;     // classed kSync
 };
 
 struct StreamedAnalysis {
@@ -135,6 +149,13 @@ struct StreamedAnalysis {
   // recorded (Symbolizer::ChangedModules).
   std::vector<Hotspot> hotspots;
   std::vector<std::string> changed_modules;
+  // With StreamOptions::keep_call_marks, sorted by key: every call classed
+  // kSync or counted in a hotspot.
+  std::vector<CallMark> call_marks;
+  // Of every NVTX range paired (Timeline::ranges of a whole reading): the
+  // earliest start (INT64_MAX: none), and the threads, sorted.
+  int64_t first_range_ns = std::numeric_limits<int64_t>::max();
+  std::vector<uint32_t> range_tids;
   // What the rest of a report needs (analysis.h, ReportFromFile): the
   // questions' inputs; the ops no call submitted, on every device, and the
   // NVTX ranges left open or closed twice, as a whole reading counts them;
@@ -198,6 +219,43 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
 // timeline reads it this way.
 absl::Status ForEachOpSlice(SliceReader* reader, const TraceIndex& index, size_t chunks_per_slice,
                             const std::function<absl::Status(const Timeline&, int64_t, int64_t)>& fn);
+
+// The idle gaps of a trace analyzed by slices, for a writer that draws
+// each one after the analysis (the Perfetto export by slices): in a
+// temporary file (created in $TMPDIR, else /tmp, and unlinked at once), 64
+// bytes a gap, not in memory (a launch-bound run idles between every two
+// kernels).
+class GapSpill {
+ public:
+  struct Gap {
+    IdleGap gap;    // its `call` unused
+    CallKey call;   // with has_call
+    bool has_call = false;
+  };
+  GapSpill() = default;
+  GapSpill(const GapSpill&) = delete;
+  GapSpill& operator=(const GapSpill&) = delete;
+  ~GapSpill();
+  absl::Status Open();
+  // In time order; `call` the gap's call, null for none.
+  void Add(const IdleGap& gap, const ApiCall* call);
+  // Forgets every gap (they come again from the start).
+  void Clear();
+  uint64_t size() const { return count_; }
+  // Each gap in the order added; the first error writing or reading.
+  absl::Status ForEach(const std::function<void(const Gap&)>& fn);
+
+ private:
+  void Write();
+  std::FILE* file_ = nullptr;
+  std::vector<Gap> buffer_;
+  uint64_t count_ = 0;
+  int error_ = 0;  // errno of the first failed write
+};
+
+// The calls (sorted by enter time, as a timeline's) entering in [from, to):
+// their indices [first, second).
+std::pair<size_t, size_t> EnteringIn(const std::vector<ApiCall>& calls, int64_t from, int64_t to);
 
 // Every call of the file once, by slices tiling the call chunks by their
 // enter times (`chunks_per_slice` chunks apart): fn(t, from, to) in rising

@@ -592,7 +592,7 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window,
         // given up are forgotten at on_gaps_again).
         std::vector<std::tuple<int64_t, int64_t, Cause>> given;
         so.keep_gaps = false;
-        so.on_gap = [&](const IdleGap& g) { given.emplace_back(g.start_ns, g.end_ns, g.cause); };
+        so.on_gap = [&](const IdleGap& g, const ApiCall*) { given.emplace_back(g.start_ns, g.end_ns, g.cause); };
         so.on_gaps_again = [&] { given.clear(); };
         auto lean = AnalyzeStreamed(&*again, *index, *pattern, options, so);
         so.keep_gaps = true;

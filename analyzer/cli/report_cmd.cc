@@ -1,4 +1,5 @@
 // `stallscope report`: analyze traces and print the report in one of five formats.
+#include <limits>
 #include <memory>
 
 #include "absl/strings/str_format.h"
@@ -27,6 +28,9 @@ struct ReportFormat {
   // Formats that can draw a trace analyzed by slices from its file again by
   // slices (AnalyzePaths' `streamed`), instead of reading it whole.
   absl::StatusOr<std::string> (*render_from_file)(const Report& report, const StreamedProcess& process) = nullptr;
+  // The timeline export from the file by slices (PerfettoFromFile), where
+  // the trace is reported so; else from the whole reading.
+  bool export_from_file = false;
 };
 
 constexpr ReportFormat kFormats[] = {
@@ -45,7 +49,8 @@ constexpr ReportFormat kFormats[] = {
      },
      nullptr, RenderHtmlFromFile},
     {"perfetto", true, false,
-     [](const Report& r, const ProcessAnalysis& a, bool) { return RenderPerfetto(r, a); }, StreamPerfetto},
+     [](const Report& r, const ProcessAnalysis& a, bool) { return RenderPerfetto(r, a); }, StreamPerfetto,
+     nullptr, true},
     {"sqlite", true, true,
      [](const Report& r, const ProcessAnalysis& a, bool) { return RenderSqlite(r, a); }},
 };
@@ -88,9 +93,29 @@ int WriteReport(std::string_view command, const std::vector<std::string>& inputs
   ProcessAnalysis analysis;
   StreamedProcess streamed;
   streamed.idle_columns = kHtmlStripColumns;
+  streamed.keep_for_export = fmt.export_from_file;
   auto report = AnalyzePaths(inputs, options, fmt.needs_timeline ? &analysis : nullptr,
-                             fmt.render_from_file != nullptr ? &streamed : nullptr);
+                             fmt.render_from_file != nullptr || fmt.export_from_file ? &streamed : nullptr);
   if (!report.ok()) return Fail(report.status(), kExitBadTrace);
+  if (streamed.used && fmt.export_from_file) {
+    auto from_file = PerfettoFromFile::Prepare(*report, streamed);
+    if (from_file.ok()) {
+      return EmitStreamed(common.out, [&](const std::function<absl::Status(std::string_view)>& sink) {
+        return from_file->Stream(sink);
+      });
+    }
+    if (from_file.status().code() != absl::StatusCode::kUnimplemented) {
+      return Fail(from_file.status(), kExitBadTrace);
+    }
+    // Not by slices (PerfettoFromFile::Prepare says why): from the whole
+    // reading, the same report.
+    AnalysisOptions whole = options;
+    whole.stream = false;
+    whole.stream_above_events = std::numeric_limits<uint64_t>::max();
+    report = AnalyzePaths(inputs, whole, &analysis, nullptr);
+    if (!report.ok()) return Fail(report.status(), kExitBadTrace);
+    streamed.used = false;
+  }
   if (streamed.used) {
     auto rendered = fmt.render_from_file(*report, streamed);
     if (!rendered.ok()) return Fail(rendered.status(), kExitBadTrace);

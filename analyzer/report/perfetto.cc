@@ -8,11 +8,14 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <string_view>
 #include <tuple>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "analyzer/analyze/stream.h"
 
 namespace stallscope::analyzer {
 namespace {
@@ -171,36 +174,298 @@ std::vector<uint32_t> CallCorrelations(const Timeline& t) {
   return corr;
 }
 
+// ---- what the export says besides the events of each call and op
+
+// HTA's idle-time breakdown (HtaIdleBreakdown), fed the ops a slice at a
+// time: each op is final once no op to come can sort before it on its
+// stream (Settle), so that what is held follows the slice, not the trace.
+class HtaIdleBuilder {
+ public:
+  HtaIdleBuilder(const std::vector<StepSpan>& plan_steps, int64_t base) : base_(base) {
+    for (const StepSpan& s : plan_steps) {
+      steps_.push_back({StartUs(s.host_start_ns), EndUs(s.host_start_ns, s.host_end_ns)});
+    }
+    filter_ = steps_.size() >= 2;
+    last_end_ = filter_ ? steps_.back().hi : 0;
+  }
+
+  // The ops of t whose call is one of [i0, i1); with `all`, every op of t
+  // (a whole reading's, those without a call too). `corr`: CallCorrelations.
+  void Add(const Timeline& t, const std::vector<uint32_t>& corr, size_t i0, size_t i1, bool all) {
+    for (size_t i = 0; i < t.ops.size(); ++i) {
+      const DeviceOp& op = t.ops[i];
+      const bool mine = op.call >= 0 && static_cast<size_t>(op.call) >= i0 && static_cast<size_t>(op.call) < i1;
+      if (!all && !mine) continue;
+      const OpInfo& info = t.op_info[i];
+      // An op is joined to its call when it carries the call's "correlation"
+      // (the call's first op's id; see CallCorrelations).
+      const bool joined = op.call >= 0 && corr[op.call] == info.correlation;
+      const int64_t call_ts = joined ? StartUs(t.calls[op.call].enter_ns) : std::numeric_limits<int64_t>::min();
+      // HTA keeps GPU ops whose correlated host call began by the end of
+      // the last ProfilerStep (include_last_profiler_step=True); with fewer
+      // than two ProfilerSteps it filters nothing.
+      if (filter_ && (!joined || call_ts > last_end_)) continue;
+      const Op o{StartUs(op.start_ns), EndUs(op.start_ns, op.end_ns), call_ts, op.start_ns, info.stream,
+                 joined ? StepOf(call_ts) : -1};
+      if (o.ts < settled_) exact_ = false;  // it sorts before ops already counted
+      pending_.push_back(o);
+    }
+  }
+
+  // No op to come starts before `ns`: the ops sorting before any such op
+  // are counted and let go.
+  void Settle(int64_t ns) {
+    if (ns >= std::numeric_limits<int64_t>::max() / 2) {
+      Count(std::numeric_limits<int64_t>::max());
+      return;
+    }
+    Count(StartUs(ns));
+  }
+
+  // False when an op came that sorts before one already counted (an op
+  // starting before its call entered): the rows may then differ from the
+  // whole trace's.
+  bool exact() const { return exact_; }
+
+  std::vector<HtaIdleRow> Finish() {
+    Count(std::numeric_limits<int64_t>::max());
+    std::vector<HtaIdleRow> out;
+    out.reserve(rows_.size());
+    for (auto& [key, r] : rows_) out.push_back(r);
+    return out;
+  }
+
+ private:
+  struct Op {
+    int64_t ts, end, call_ts;  // call_ts: INT64_MIN when no call
+    int64_t start_ns;
+    uint32_t stream;
+    int step;
+  };
+  struct Range {
+    int64_t lo, hi;
+  };
+
+  // HTA parses "ts" and "dur" (µs, three decimals) as doubles, rounds the
+  // start up and the end (ts + dur, in doubles) down. The double of the
+  // written decimal equals ns / 1000.0 (both correctly rounded).
+  int64_t StartUs(int64_t ns) const {
+    return static_cast<int64_t>(std::ceil(static_cast<double>(ns - base_) / 1000.0));
+  }
+  int64_t EndUs(int64_t start_ns, int64_t end_ns) const {
+    const double ts = static_cast<double>(start_ns - base_) / 1000.0;
+    const double dur = static_cast<double>(std::max<int64_t>(0, end_ns - start_ns)) / 1000.0;
+    return static_cast<int64_t>(std::floor(ts + dur));
+  }
+  // ProfilerStep ranges as HTA sees them: [ceil(start), floor(end)). Steps
+  // do not overlap (nor do their rounded ranges): at most one holds us.
+  int StepOf(int64_t us) const {
+    auto it = std::upper_bound(steps_.begin(), steps_.end(), us,
+                               [](int64_t v, const Range& r) { return v < r.lo; });
+    if (it == steps_.begin()) return -1;
+    --it;
+    return us < it->hi ? static_cast<int>(it - steps_.begin()) : -1;
+  }
+
+  // Counts the pending ops starting before `bound` µs, in HTA's order (by
+  // stream, then start; stable): each op's gap to the one before it on its
+  // stream is charged to its step.
+  void Count(int64_t bound) {
+    std::stable_sort(pending_.begin(), pending_.end(), [](const Op& x, const Op& y) {
+      return std::tie(x.stream, x.ts, x.start_ns) < std::tie(y.stream, y.ts, y.start_ns);
+    });
+    size_t kept = 0;
+    for (const Op& op : pending_) {
+      if (op.ts >= bound) {
+        pending_[kept++] = op;
+        continue;
+      }
+      HtaIdleRow& r = rows_[{op.step, op.stream}];
+      r.step = op.step;
+      r.stream = op.stream;
+      ++r.ops;
+      auto [prev, first] = prev_end_.try_emplace(op.stream, op.end);
+      if (first) continue;  // the stream's first op has no gap
+      const int64_t gap = op.ts - prev->second;
+      if (op.call_ts != std::numeric_limits<int64_t>::min() && op.call_ts > prev->second) {
+        r.host_wait_us += gap;
+      } else if (gap < kHtaKernelWaitUs) {
+        r.kernel_wait_us += gap;
+      } else {
+        r.other_us += gap;
+      }
+      prev->second = op.end;
+    }
+    pending_.resize(kept);
+    settled_ = std::max(settled_, bound);
+  }
+
+  const int64_t base_;
+  std::vector<Range> steps_;
+  bool filter_ = false;
+  int64_t last_end_ = 0;
+  std::vector<Op> pending_;
+  std::map<std::pair<int, uint32_t>, HtaIdleRow> rows_;
+  std::map<uint32_t, int64_t> prev_end_;  // by stream: the last op counted's end
+  int64_t settled_ = std::numeric_limits<int64_t>::min();
+  bool exact_ = true;
+};
+
+}  // namespace
+
+// Everything the export writes before the calls' and ops' events and
+// after them, gathered from the calls and their ops as a whole reading or
+// slices give them (HeadBuilder), in time order.
+struct ExportHead {
+  int64_t pid = 0;
+  std::string host;
+  std::string trace_name;
+  int64_t realtime_offset = 0;
+  int64_t base = 0;
+  std::vector<uint32_t> devices;
+  std::vector<uint32_t> tids;
+  std::vector<std::pair<uint32_t, uint32_t>> streams;  // (device, stream)
+  // (step, device, stream) → its ops' first start, last end.
+  std::map<std::tuple<int, uint32_t, uint32_t>, std::pair<int64_t, int64_t>> step_spans;
+  std::vector<HtaIdleRow> hta;
+  std::vector<std::pair<int64_t, int64_t>> timing_on;
+  int64_t first_enter = std::numeric_limits<int64_t>::max();
+  int64_t last_exit = std::numeric_limits<int64_t>::min();
+};
+
+namespace {
+
+class HeadBuilder {
+ public:
+  HeadBuilder(const StepPlan& plan, int64_t base) : plan_(plan), hta_(plan.steps, base) {}
+
+  // The calls [i0, i1) of t and their ops; with `all`, every op of t.
+  void Add(const Timeline& t, const std::vector<uint32_t>& corr, size_t i0, size_t i1, bool all) {
+    for (size_t i = i0; i < i1; ++i) {
+      const ApiCall& c = t.calls[i];
+      // (Consecutive duplicates skipped before the sort: one thread makes most calls.)
+      if (tids_.empty() || tids_.back() != c.tid) tids_.push_back(c.tid);
+      first_enter_ = std::min(first_enter_, c.enter_ns);
+      last_exit_ = std::max(last_exit_, c.exit_ns);
+    }
+    if (tids_.size() > 4096) SortUnique(&tids_);
+    for (size_t i = 0; i < t.ops.size(); ++i) {
+      const DeviceOp& op = t.ops[i];
+      const bool mine = op.call >= 0 && static_cast<size_t>(op.call) >= i0 && static_cast<size_t>(op.call) < i1;
+      if (!all && !mine) continue;
+      const std::pair<uint32_t, uint32_t> ds{op.device, t.op_info[i].stream};
+      if (streams_.empty() || streams_.back() != ds) streams_.push_back(ds);
+      if (op.call < 0) continue;
+      // The step's span on the stream: the ops of its calls.
+      const int k = StepOfHostTime(plan_.steps, t.calls[op.call].enter_ns);
+      if (k < 0) continue;
+      auto [it, fresh] = spans_.try_emplace({k, uint32_t{op.device}, t.op_info[i].stream}, op.start_ns, op.end_ns);
+      if (!fresh) {
+        it->second.first = std::min(it->second.first, op.start_ns);
+        it->second.second = std::max(it->second.second, op.end_ns);
+      }
+    }
+    if (streams_.size() > 4096) SortUnique(&streams_);
+    hta_.Add(t, corr, i0, i1, all);
+  }
+
+  void Settle(int64_t ns) { hta_.Settle(ns); }
+  bool exact() const { return hta_.exact(); }
+
+  // `range_tids`: the threads of the NVTX ranges.
+  void Finish(const std::vector<uint32_t>& range_tids, ExportHead* head) {
+    tids_.insert(tids_.end(), range_tids.begin(), range_tids.end());
+    tids_.push_back(plan_.main_tid);
+    SortUnique(&tids_);
+    SortUnique(&streams_);
+    head->tids = std::move(tids_);
+    head->streams = std::move(streams_);
+    for (const auto& [d, s] : head->streams) {
+      if (head->devices.empty() || head->devices.back() != d) head->devices.push_back(d);
+    }
+    if (head->devices.empty()) head->devices.push_back(plan_.device);
+    head->step_spans = std::move(spans_);
+    head->hta = hta_.Finish();
+    head->first_enter = first_enter_;
+    head->last_exit = last_exit_;
+  }
+
+ private:
+  template <typename T>
+  static void SortUnique(std::vector<T>* v) {
+    std::sort(v->begin(), v->end());
+    v->erase(std::unique(v->begin(), v->end()), v->end());
+  }
+
+  const StepPlan& plan_;
+  HtaIdleBuilder hta_;
+  std::vector<uint32_t> tids_;
+  std::vector<std::pair<uint32_t, uint32_t>> streams_;
+  std::map<std::tuple<int, uint32_t, uint32_t>, std::pair<int64_t, int64_t>> spans_;
+  int64_t first_enter_ = std::numeric_limits<int64_t>::max();
+  int64_t last_exit_ = std::numeric_limits<int64_t>::min();
+};
+
+// What the analysis says of a call: its class, its rule-1 idle, its hotspot.
+struct CallMarkView {
+  bool sync = false;
+  int64_t idle = 0;
+  int32_t hotspot = -1;  // index into Report::hotspots
+};
+
 // ---- the writer
 
 class Writer {
  public:
-  Writer(const Report& report, const ProcessAnalysis& a)
-      : report_(report), a_(a), t_(a.timeline), base_(PerfettoBaseNs(a.timeline)) {}
-
-  // With a sink, the export goes to it a megabyte at a time and Run()
+  // With a sink, the export goes to it a megabyte at a time and Finish()
   // returns what is left unsent (nothing, unless the sink failed); without,
   // the whole export.
-  Writer(const Report& report, const ProcessAnalysis& a, const PerfettoSink* sink) : Writer(report, a) {
-    sink_ = sink;
+  Writer(const Report& report, const StepPlan& plan, const ExportHead& head, const Timeline& names,
+         const PerfettoSink* sink, size_t reserve)
+      : report_(report), plan_(plan), head_(head), names_(names), base_(head.base), sink_(sink) {
+    out_.reserve(sink_ == nullptr ? reserve : kFlushBytes + 64 * 1024);
   }
 
-  std::string Run() {
-    if (sink_ == nullptr) {
-      // About 150 bytes per event: calls, ops, two flow events per op.
-      out_.reserve(4096 + 150 * (t_.calls.size() + 3 * t_.ops.size() + a_.gaps.size()));
-    } else {
-      out_.reserve(kFlushBytes + 64 * 1024);
-    }
+  // The header, the threads' and streams' names, and the steps.
+  void Start() {
     Header();
     Metadata();
     Steps();
-    Calls();
-    Ops();
-    Gaps();
+  }
+
+  // The calls [i0, i1) of t and their ops (with `all`, every op of t).
+  void Slice(const Timeline& t, size_t i0, size_t i1, bool all,
+             const std::function<CallMarkView(const Timeline&, size_t)>& mark) {
+    const std::vector<uint32_t> corr = CallCorrelations(t);
+    Calls(t, corr, i0, i1, mark);
+    Ops(t, corr, i0, i1, all);
+  }
+
+  // One event per idle gap piece on the idle track, named by its cause;
+  // `call`: its call's API name (empty: none), `hotspot` its hotspot.
+  void Gap(const IdleGap& g, std::string_view call, int32_t hotspot) {
+    const char* cause = CauseName(g.cause);
+    Begin("X", "gpu_idle", cause, plan_.device, kIdleTrackTid, g.start_ns);
+    Dur(g.end_ns - g.start_ns);
+    OpenArgs();
+    ArgStr("cause", cause);
+    Arg("step", g.step);
+    if (!call.empty()) {
+      ArgStr("call", call);
+      if (hotspot >= 0 && hotspot < static_cast<int32_t>(report_.hotspots.size())) {
+        ArgStr("hotspot", report_.hotspots[hotspot].fingerprint);
+        if (std::string site = SiteString(report_.hotspots[hotspot].site); !site.empty()) {
+          ArgStr("site", site);
+        }
+      }
+    }
+    End(true);
+  }
+
+  std::string Finish() {
     TimingOff();
     absl::StrAppend(&out_, "\n  ],\n  \"traceName\": ");
-    AppendString(&out_, Basename(t_.path));
+    AppendString(&out_, head_.trace_name);
     out_.append("\n}\n");
     Flush();
     return std::move(out_);
@@ -209,13 +474,6 @@ class Writer {
   const absl::Status& status() const { return status_; }
 
  private:
-  static std::string_view Basename(std::string_view path) {
-    const size_t slash = path.rfind('/');
-    return slash == std::string_view::npos ? path : path.substr(slash + 1);
-  }
-
-  int64_t Pid() const { return t_.header.pid; }
-
   // Opens an event: separator, ph, cat, name, pid, tid, ts.
   void Begin(const char* ph, std::string_view cat, std::string_view name, int64_t pid, int64_t tid,
              int64_t ns) {
@@ -270,14 +528,9 @@ class Writer {
   }
 
   void Header() {
-    const int64_t realtime_offset =
-        t_.header.start_realtime_ns != 0
-            ? static_cast<int64_t>(t_.header.start_realtime_ns) -
-                  static_cast<int64_t>(t_.header.start_mono_ns)
-            : 0;
     out_.append("{\n  \"schemaVersion\": 1,\n  \"deviceProperties\": [");
     bool first = true;
-    for (uint32_t d : Devices()) {
+    for (uint32_t d : head_.devices) {
       absl::StrAppend(&out_, first ? "\n" : ",\n", "    {\"id\": ", d, ", \"name\": ",
                       "\"CUDA device ", d, "\"}");
       first = false;
@@ -289,77 +542,52 @@ class Writer {
         "  \"stallscope\": {\"schema\": ");
     AppendString(&out_, kPerfettoSchema);
     out_.append(", \"trace\": ");
-    AppendString(&out_, Basename(t_.path));
-    absl::StrAppend(&out_, ", \"pid\": ", Pid(), ", \"host\": ");
-    AppendString(&out_, t_.host);
-    absl::StrAppend(&out_, ", \"device\": ", a_.plan.device, ", \"main_tid\": ", a_.plan.main_tid,
+    AppendString(&out_, head_.trace_name);
+    absl::StrAppend(&out_, ", \"pid\": ", head_.pid, ", \"host\": ");
+    AppendString(&out_, head_.host);
+    absl::StrAppend(&out_, ", \"device\": ", plan_.device, ", \"main_tid\": ", plan_.main_tid,
                     ", \"step_source\": ");
     AppendString(&out_, report_.step_source);
     absl::StrAppend(&out_, ", \"clock\": \"CLOCK_MONOTONIC\", \"base_monotonic_ns\": ", base_,
                     ", \"idle_track_tid\": ", kIdleTrackTid, ",\n    \"hta_idle_time_us\": [");
     first = true;
-    for (const HtaIdleRow& r : HtaIdleBreakdown(a_)) {
+    for (const HtaIdleRow& r : head_.hta) {
       absl::StrAppend(&out_, first ? "\n" : ",\n", "      {\"step\": ", r.step, ", \"stream\": ",
                       r.stream, ", \"ops\": ", r.ops, ", \"host_wait\": ", r.host_wait_us,
                       ", \"kernel_wait\": ", r.kernel_wait_us, ", \"other\": ", r.other_us, "}");
       first = false;
     }
     absl::StrAppend(&out_, "\n    ]},\n  \"displayTimeUnit\": \"ms\",\n  \"baseTimeNanoseconds\": ",
-                    base_ + realtime_offset, ",\n  \"traceEvents\": [");
-  }
-
-  std::vector<uint32_t> Devices() const {
-    std::vector<uint32_t> d;
-    for (const DeviceOp& op : t_.ops) {
-      if (std::find(d.begin(), d.end(), op.device) == d.end()) d.push_back(op.device);
-    }
-    if (d.empty()) d.push_back(a_.plan.device);
-    std::sort(d.begin(), d.end());
-    return d;
+                    base_ + head_.realtime_offset, ",\n  \"traceEvents\": [");
   }
 
   void Metadata() {
-    Meta(true, Pid(), 0, absl::StrCat("pid ", Pid(), t_.host.empty() ? "" : " on ", t_.host), 0);
-    std::vector<uint32_t> tids;
-    // (Consecutive duplicates skipped before the sort: one thread makes most calls.)
-    for (const ApiCall& c : t_.calls) {
-      if (tids.empty() || tids.back() != c.tid) tids.push_back(c.tid);
-    }
-    for (const NvtxRange& r : t_.ranges) tids.push_back(r.tid);
-    tids.push_back(a_.plan.main_tid);
-    std::sort(tids.begin(), tids.end());
-    tids.erase(std::unique(tids.begin(), tids.end()), tids.end());
-    for (uint32_t tid : tids) {
-      auto it = t_.thread_names.find(tid);
-      std::string name = it != t_.thread_names.end() && !it->second.empty()
+    const int64_t pid = head_.pid;
+    Meta(true, pid, 0, absl::StrCat("pid ", pid, head_.host.empty() ? "" : " on ", head_.host), 0);
+    for (uint32_t tid : head_.tids) {
+      auto it = names_.thread_names.find(tid);
+      std::string name = it != names_.thread_names.end() && !it->second.empty()
                              ? absl::StrCat(it->second, " (", tid, ")")
                              : absl::StrCat("thread ", tid);
-      if (tid == a_.plan.main_tid) absl::StrAppend(&name, " [launching thread]");
-      Meta(false, Pid(), tid, name, tid == a_.plan.main_tid ? 0 : 1);
+      if (tid == plan_.main_tid) absl::StrAppend(&name, " [launching thread]");
+      Meta(false, pid, tid, name, tid == plan_.main_tid ? 0 : 1);
     }
-    std::vector<std::pair<uint32_t, uint32_t>> streams;  // (device, stream)
-    for (size_t i = 0; i < t_.ops.size(); ++i) {
-      const std::pair<uint32_t, uint32_t> ds{t_.ops[i].device, t_.op_info[i].stream};
-      if (streams.empty() || streams.back() != ds) streams.push_back(ds);
-    }
-    std::sort(streams.begin(), streams.end());
-    streams.erase(std::unique(streams.begin(), streams.end()), streams.end());
-    for (uint32_t d : Devices()) {
+    for (uint32_t d : head_.devices) {
       Meta(true, d, 0, absl::StrCat("GPU ", d), 0x1000000 + d);
     }
-    for (const auto& [d, s] : streams) {
+    for (const auto& [d, s] : head_.streams) {
       Meta(false, d, s, absl::StrCat("stream ", s), s);
     }
-    Meta(false, a_.plan.device, kIdleTrackTid, "GPU idle (cause)", -1);
+    Meta(false, plan_.device, kIdleTrackTid, "GPU idle (cause)", -1);
   }
 
   // ProfilerStep#k on the launching thread (its host range), and per stream
   // the span of the step's ops on that stream (gpu_user_annotation).
   void Steps() {
-    const auto& steps = a_.plan.steps;
+    const auto& steps = plan_.steps;
     for (size_t k = 0; k < steps.size(); ++k) {
       const std::string name = absl::StrCat("ProfilerStep#", k);
-      Begin("X", "user_annotation", name, Pid(), a_.plan.main_tid, steps[k].host_start_ns);
+      Begin("X", "user_annotation", name, head_.pid, plan_.main_tid, steps[k].host_start_ns);
       Dur(steps[k].host_end_ns - steps[k].host_start_ns);
       OpenArgs();
       Arg("step", static_cast<int64_t>(k));
@@ -367,21 +595,7 @@ class Writer {
       Arg("device_end_ns", steps[k].end_ns);
       End(true);
     }
-    // (step, device, stream) → first start, last end.
-    std::map<std::tuple<int, uint32_t, uint32_t>, std::pair<int64_t, int64_t>> spans;
-    for (size_t i = 0; i < t_.ops.size(); ++i) {
-      const DeviceOp& op = t_.ops[i];
-      if (op.call < 0) continue;
-      const int k = StepOfHostTime(steps, t_.calls[op.call].enter_ns);
-      if (k < 0) continue;
-      auto [it, fresh] = spans.try_emplace({k, uint32_t{op.device}, t_.op_info[i].stream},
-                                           op.start_ns, op.end_ns);
-      if (!fresh) {
-        it->second.first = std::min(it->second.first, op.start_ns);
-        it->second.second = std::max(it->second.second, op.end_ns);
-      }
-    }
-    for (const auto& [key, span] : spans) {
+    for (const auto& [key, span] : head_.step_spans) {
       const auto& [k, device, stream] = key;
       // Not "ProfilerStep#k": HTA takes every event whose name holds
       // "ProfilerStep" for a step of the host timeline.
@@ -397,33 +611,33 @@ class Writer {
   // Host calls: cuda_driver (our hooks are driver entry points), cpu_op for
   // NCCL calls. No "stream" arg: HTA takes any event with a stream and a
   // correlation for a GPU op.
-  void Calls() {
-    const std::vector<uint32_t> corr = CallCorrelations(t_);
-    for (size_t i = 0; i < t_.calls.size(); ++i) {
-      const ApiCall& c = t_.calls[i];
-      const ApiInfo& api = t_.Api(c.api);
-      Begin("X", api.category == ApiCategory::kNccl ? "cpu_op" : "cuda_driver", api.name, Pid(),
-            c.tid, c.enter_ns);
+  void Calls(const Timeline& t, const std::vector<uint32_t>& corr, size_t i0, size_t i1,
+             const std::function<CallMarkView(const Timeline&, size_t)>& mark) {
+    for (size_t i = i0; i < i1; ++i) {
+      const ApiCall& c = t.calls[i];
+      const ApiInfo& api = t.Api(c.api);
+      Begin("X", api.category == ApiCategory::kNccl ? "cpu_op" : "cuda_driver", api.name, head_.pid, c.tid,
+            c.enter_ns);
       Dur(c.exit_ns - c.enter_ns);
       OpenArgs();
-      const CallInfo& info = t_.call_info[i];
+      const CallInfo& info = t.call_info[i];
       if (info.op_count > 0) {
         Arg("correlation", corr[i]);
         Arg("External id", static_cast<int64_t>(info.correlation));
       }
       if (info.bytes != 0) Arg("bytes", static_cast<int64_t>(info.bytes));
       if (info.result != 0) Arg("result", info.result);
-      if (i < a_.classes.size() && a_.classes[i] == CallClass::kSync) {
+      const CallMarkView m = mark(t, i);
+      if (m.sync) {
         ArgStr("sync", api.category == ApiCategory::kSync ? "explicit" : "implicit");
-        if (const int64_t idle = a_.idle_caused.Get(i); idle > 0) Arg("idle_caused_ns", idle);
+        if (m.idle > 0) Arg("idle_caused_ns", m.idle);
       }
-      if (i < a_.hotspot_of_call.size() && a_.hotspot_of_call[i] >= 0 &&
-          a_.hotspot_of_call[i] < static_cast<int32_t>(report_.hotspots.size())) {
-        const Hotspot& h = report_.hotspots[a_.hotspot_of_call[i]];
+      if (m.hotspot >= 0 && m.hotspot < static_cast<int32_t>(report_.hotspots.size())) {
+        const Hotspot& h = report_.hotspots[m.hotspot];
         ArgStr("hotspot", h.fingerprint);
         if (std::string site = SiteString(h.site); !site.empty()) ArgStr("site", site);
         ArgStr("suggestion", h.suggestion);
-        if (a_.idle_caused.Get(i) == 0) Arg("idle_caused_ns", 0);
+        if (m.idle == 0) Arg("idle_caused_ns", 0);
       }
       End(true);
     }
@@ -431,21 +645,22 @@ class Writer {
 
   // Device ops on pid = device, tid = stream, with the flow arrow from the
   // submitting call (one per call and correlation id).
-  void Ops() {
-    const std::vector<uint32_t> corr = CallCorrelations(t_);
-    std::vector<uint8_t> flowed(t_.calls.size(), 0);
-    for (size_t i = 0; i < t_.ops.size(); ++i) {
-      const DeviceOp& op = t_.ops[i];
-      const OpInfo& info = t_.op_info[i];
+  void Ops(const Timeline& t, const std::vector<uint32_t>& corr, size_t i0, size_t i1, bool all) {
+    std::vector<uint8_t> flowed(t.calls.size(), 0);
+    for (size_t i = 0; i < t.ops.size(); ++i) {
+      const DeviceOp& op = t.ops[i];
+      const bool mine = op.call >= 0 && static_cast<size_t>(op.call) >= i0 && static_cast<size_t>(op.call) < i1;
+      if (!all && !mine) continue;
+      const OpInfo& info = t.op_info[i];
       const uint32_t device = op.device;
-      Begin("X", OpCategory(op), OpName(t_, i), device, info.stream, op.start_ns);
+      Begin("X", OpCategory(op), OpName(t, i), device, info.stream, op.start_ns);
       Dur(op.end_ns - op.start_ns);
       OpenArgs();
       Arg("device", device);
       Arg("context", info.context);
       Arg("stream", info.stream);
       Arg("correlation", info.correlation);
-      if (op.call >= 0) Arg("External id", static_cast<int64_t>(t_.call_info[op.call].correlation));
+      if (op.call >= 0) Arg("External id", static_cast<int64_t>(t.call_info[op.call].correlation));
       if (op.kind == DeviceOpKind::kMemcpy || op.kind == DeviceOpKind::kMemset) {
         Arg("bytes", static_cast<int64_t>(info.bytes));
       }
@@ -454,8 +669,8 @@ class Writer {
       const bool first_of_call = !flowed[op.call];
       if (!first_of_call && info.correlation == corr[op.call]) continue;
       flowed[op.call] = 1;
-      const ApiCall& c = t_.calls[op.call];
-      Begin("s", "ac2g", "ac2g", Pid(), c.tid, c.enter_ns);
+      const ApiCall& c = t.calls[op.call];
+      Begin("s", "ac2g", "ac2g", head_.pid, c.tid, c.enter_ns);
       absl::StrAppend(&out_, ",\"id\":", info.correlation);
       End(false);
       Begin("f", "ac2g", "ac2g", device, info.stream, op.start_ns);
@@ -468,21 +683,17 @@ class Writer {
   // (no device op and no idle gap there is not an idle GPU: it was not
   // timed), clipped to the host calls' span.
   void TimingOff() {
-    const auto on = DeviceTimingOn(t_);
-    if (on.empty() || t_.calls.empty()) return;
-    int64_t first = std::numeric_limits<int64_t>::max(), last = std::numeric_limits<int64_t>::min();
-    for (const ApiCall& c : t_.calls) {
-      first = std::min(first, c.enter_ns);
-      last = std::max(last, c.exit_ns);
-    }
+    const auto& on = head_.timing_on;
+    if (on.empty() || head_.first_enter > head_.last_exit) return;
+    const int64_t first = head_.first_enter, last = head_.last_exit;
     auto emit = [&](int64_t from, int64_t to) {
       from = std::max(from, first);
       to = std::min(to, last);
       if (to <= from) return;
-      Begin("X", "device_timing", "device timing off", a_.plan.device, kIdleTrackTid, from);
+      Begin("X", "device_timing", "device timing off", plan_.device, kIdleTrackTid, from);
       Dur(to - from);
       OpenArgs();
-      Arg("sampled_every", static_cast<int64_t>(a_.plan.sampled_every));
+      Arg("sampled_every", static_cast<int64_t>(plan_.sampled_every));
       End(true);
     };
     int64_t off_from = std::numeric_limits<int64_t>::min();
@@ -493,35 +704,6 @@ class Writer {
     emit(off_from, std::numeric_limits<int64_t>::max());
   }
 
-  // One event per idle gap piece on the idle track, named by its cause.
-  void Gaps() {
-    for (const IdleGap& g : a_.gaps) {
-      const char* cause = CauseName(g.cause);
-      Begin("X", "gpu_idle", cause, a_.plan.device, kIdleTrackTid, g.start_ns);
-      Dur(g.end_ns - g.start_ns);
-      OpenArgs();
-      ArgStr("cause", cause);
-      Arg("step", g.step);
-      if (g.call >= 0 && g.call < static_cast<int32_t>(t_.calls.size())) {
-        ArgStr("call", t_.Api(t_.calls[g.call].api).name);
-        const int32_t h = g.call < static_cast<int32_t>(a_.hotspot_of_call.size())
-                              ? a_.hotspot_of_call[g.call]
-                              : -1;
-        if (h >= 0 && h < static_cast<int32_t>(report_.hotspots.size())) {
-          ArgStr("hotspot", report_.hotspots[h].fingerprint);
-          if (std::string site = SiteString(report_.hotspots[h].site); !site.empty()) {
-            ArgStr("site", site);
-          }
-        }
-      }
-      End(true);
-    }
-  }
-
-  const Report& report_;
-  const ProcessAnalysis& a_;
-  const Timeline& t_;
-  const int64_t base_;
   // Sends what is buffered to the sink; after a failed send, what follows
   // is dropped (the status says why).
   void Flush() {
@@ -530,6 +712,11 @@ class Writer {
     out_.clear();
   }
 
+  const Report& report_;
+  const StepPlan& plan_;
+  const ExportHead& head_;
+  const Timeline& names_;  // the thread names
+  const int64_t base_;
   static constexpr size_t kFlushBytes = 1 << 20;
   const PerfettoSink* sink_ = nullptr;
   absl::Status status_;
@@ -537,6 +724,55 @@ class Writer {
   bool first_ = true;
   bool first_arg_ = true;
 };
+
+std::string_view Basename(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+// What the header says of the process and its clock.
+void HeadOfProcess(const Timeline& t, std::string_view path, ExportHead* head) {
+  head->pid = t.header.pid;
+  head->host = t.host;
+  head->trace_name = std::string(Basename(path));
+  head->realtime_offset = t.header.start_realtime_ns != 0
+                              ? static_cast<int64_t>(t.header.start_realtime_ns) -
+                                    static_cast<int64_t>(t.header.start_mono_ns)
+                              : 0;
+  head->timing_on = DeviceTimingOn(t);
+}
+
+// The export of a whole reading, into one string or to `sink`.
+std::string ExportWhole(const Report& report, const ProcessAnalysis& a, const PerfettoSink* sink,
+                        absl::Status* status) {
+  const Timeline& t = a.timeline;
+  ExportHead head;
+  HeadOfProcess(t, t.path, &head);
+  head.base = PerfettoBaseNs(t);
+  std::vector<uint32_t> range_tids;
+  for (const NvtxRange& r : t.ranges) range_tids.push_back(r.tid);
+  HeadBuilder b(a.plan, head.base);
+  b.Add(t, CallCorrelations(t), 0, t.calls.size(), true);
+  b.Finish(range_tids, &head);
+  // About 150 bytes per event: calls, ops, two flow events per op.
+  Writer w(report, a.plan, head, t, sink, 4096 + 150 * (t.calls.size() + 3 * t.ops.size() + a.gaps.size()));
+  w.Start();
+  w.Slice(t, 0, t.calls.size(), true, [&a](const Timeline&, size_t i) {
+    CallMarkView m;
+    m.sync = i < a.classes.size() && a.classes[i] == CallClass::kSync;
+    m.idle = a.idle_caused.Get(i);
+    m.hotspot = i < a.hotspot_of_call.size() ? a.hotspot_of_call[i] : -1;
+    return m;
+  });
+  for (const IdleGap& g : a.gaps) {
+    const bool call = g.call >= 0 && g.call < static_cast<int32_t>(t.calls.size());
+    const int32_t h = call && g.call < static_cast<int32_t>(a.hotspot_of_call.size()) ? a.hotspot_of_call[g.call] : -1;
+    w.Gap(g, call ? std::string_view(t.Api(t.calls[g.call].api).name) : std::string_view(), h);
+  }
+  std::string out = w.Finish();
+  *status = w.status();
+  return out;
+}
 
 }  // namespace
 
@@ -551,93 +787,102 @@ int64_t PerfettoBaseNs(const Timeline& t) {
 
 std::vector<HtaIdleRow> HtaIdleBreakdown(const ProcessAnalysis& a) {
   const Timeline& t = a.timeline;
-  const int64_t base = PerfettoBaseNs(t);
-  // HTA parses "ts" and "dur" (µs, three decimals) as doubles, rounds the
-  // start up and the end (ts + dur, in doubles) down. The double of the
-  // written decimal equals ns / 1000.0 (both correctly rounded).
-  const auto start_us = [&](int64_t ns) {
-    return static_cast<int64_t>(std::ceil(static_cast<double>(ns - base) / 1000.0));
-  };
-  const auto end_us = [&](int64_t start_ns, int64_t end_ns) {
-    const double ts = static_cast<double>(start_ns - base) / 1000.0;
-    const double dur = static_cast<double>(std::max<int64_t>(0, end_ns - start_ns)) / 1000.0;
-    return static_cast<int64_t>(std::floor(ts + dur));
-  };
-  // ProfilerStep ranges as HTA sees them: [ceil(start), floor(end)).
-  struct Range {
-    int64_t lo, hi;
-  };
-  std::vector<Range> steps;
-  for (const StepSpan& s : a.plan.steps) {
-    steps.push_back({start_us(s.host_start_ns), end_us(s.host_start_ns, s.host_end_ns)});
-  }
-  // Steps do not overlap (nor do their rounded ranges): at most one holds us.
-  const auto step_of = [&](int64_t us) {
-    auto it = std::upper_bound(steps.begin(), steps.end(), us,
-                               [](int64_t v, const Range& r) { return v < r.lo; });
-    if (it == steps.begin()) return -1;
-    --it;
-    return us < it->hi ? static_cast<int>(it - steps.begin()) : -1;
-  };
-  // HTA keeps GPU ops whose correlated host call began by the end of the
-  // last ProfilerStep (include_last_profiler_step=True); with fewer than two
-  // ProfilerSteps it filters nothing.
-  const bool filter = steps.size() >= 2;
-  const int64_t last_end = filter ? steps.back().hi : 0;
-  struct Op {
-    int64_t ts, end, call_ts;  // call_ts: INT64_MIN when no call
-    int64_t start_ns;
-    uint32_t stream;
-    int step;
-  };
-  // An op is joined to its call when it carries the call's "correlation"
-  // (the call's first op's id; see CallCorrelations).
-  const std::vector<uint32_t> corr = CallCorrelations(t);
-  std::vector<Op> ops;
-  for (size_t i = 0; i < t.ops.size(); ++i) {
-    const DeviceOp& op = t.ops[i];
-    const OpInfo& info = t.op_info[i];
-    const bool joined = op.call >= 0 && corr[op.call] == info.correlation;
-    const int64_t call_ts = joined ? start_us(t.calls[op.call].enter_ns)
-                                   : std::numeric_limits<int64_t>::min();
-    if (filter && (!joined || call_ts > last_end)) continue;
-    ops.push_back({start_us(op.start_ns), end_us(op.start_ns, op.end_ns), call_ts, op.start_ns,
-                   info.stream, joined ? step_of(call_ts) : -1});
-  }
-  std::stable_sort(ops.begin(), ops.end(), [](const Op& x, const Op& y) {
-    return std::tie(x.stream, x.ts, x.start_ns) < std::tie(y.stream, y.ts, y.start_ns);
-  });
-  std::map<std::pair<int, uint32_t>, HtaIdleRow> rows;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const Op& op = ops[i];
-    HtaIdleRow& r = rows[{op.step, op.stream}];
-    r.step = op.step;
-    r.stream = op.stream;
-    ++r.ops;
-    if (i == 0 || ops[i - 1].stream != op.stream) continue;
-    const int64_t prev_end = ops[i - 1].end;
-    const int64_t gap = op.ts - prev_end;
-    if (op.call_ts != std::numeric_limits<int64_t>::min() && op.call_ts > prev_end) {
-      r.host_wait_us += gap;
-    } else if (gap < kHtaKernelWaitUs) {
-      r.kernel_wait_us += gap;
-    } else {
-      r.other_us += gap;
-    }
-  }
-  std::vector<HtaIdleRow> out;
-  out.reserve(rows.size());
-  for (auto& [key, r] : rows) out.push_back(r);
-  return out;
+  HtaIdleBuilder b(a.plan.steps, PerfettoBaseNs(t));
+  b.Add(t, CallCorrelations(t), 0, t.calls.size(), true);
+  return b.Finish();
 }
 
 absl::StatusOr<std::string> RenderPerfetto(const Report& report, const ProcessAnalysis& analysis) {
-  return Writer(report, analysis).Run();
+  absl::Status status;
+  return ExportWhole(report, analysis, nullptr, &status);
 }
 
 absl::Status StreamPerfetto(const Report& report, const ProcessAnalysis& analysis, const PerfettoSink& sink) {
-  Writer w(report, analysis, &sink);
-  w.Run();
+  absl::Status status;
+  ExportWhole(report, analysis, &sink, &status);
+  return status;
+}
+
+PerfettoFromFile::PerfettoFromFile(const Report& report, const StreamedProcess& process,
+                                   std::unique_ptr<ExportHead> head)
+    : report_(&report), process_(&process), head_(std::move(head)) {}
+PerfettoFromFile::PerfettoFromFile(PerfettoFromFile&&) noexcept = default;
+PerfettoFromFile::~PerfettoFromFile() = default;
+
+absl::StatusOr<PerfettoFromFile> PerfettoFromFile::Prepare(const Report& report, const StreamedProcess& process) {
+  if (!process.used || !process.keep_for_export) {
+    return absl::InternalError("the trace was not reported by slices for an export");
+  }
+  const StreamedAnalysis& s = process.analysis;
+  const TraceIndex& index = process.index;
+  // Ops no call submitted are in no slice of calls; an external id that
+  // may name two calls joins an op as the slice finds it.
+  if (s.unjoined_ops > 0) return absl::UnimplementedError("device ops no call submitted");
+  if (ExternalIdsMayRepeat(index)) return absl::UnimplementedError("external ids that may repeat");
+  auto head = std::make_unique<ExportHead>();
+  HeadOfProcess(s.first_slice, process.path, head.get());
+  // PerfettoBaseNs from the index: the earliest enter and op start, and
+  // range start.
+  int64_t lo = s.first_range_ns;
+  for (const ChunkSpan& c : index.chunks) {
+    const bool records = c.type == static_cast<uint16_t>(trace::ChunkType::kApi) ||
+                         c.type == static_cast<uint16_t>(trace::ChunkType::kDevice);
+    if (records && c.count > 0) lo = std::min(lo, static_cast<int64_t>(c.lo));
+  }
+  head->base = lo == std::numeric_limits<int64_t>::max() || lo < 0 ? 0 : lo / 1000 * 1000;
+  auto reader = SliceReader::OpenFile(process.path, index);
+  if (!reader.ok()) return reader.status();
+  HeadBuilder b(process.plan, head->base);
+  absl::Status read = ForEachCallSlice(&*reader, index, StreamOptions{}.chunks_per_slice,
+                                       [&](const Timeline& t, int64_t from, int64_t to) {
+                                         const auto [i0, i1] = EnteringIn(t.calls, from, to);
+                                         b.Add(t, CallCorrelations(t), i0, i1, false);
+                                         // An op starts after its call entered.
+                                         b.Settle(to);
+                                         return absl::OkStatus();
+                                       });
+  if (!read.ok()) return read;
+  if (!b.exact()) return absl::UnimplementedError("a device op that starts before its call");
+  b.Finish(s.range_tids, head.get());
+  return PerfettoFromFile(report, process, std::move(head));
+}
+
+absl::Status PerfettoFromFile::Stream(const PerfettoSink& sink) const {
+  const StreamedAnalysis& s = process_->analysis;
+  absl::flat_hash_map<CallKey, CallMarkView> marks;
+  for (const CallMark& m : s.call_marks) {
+    CallMarkView& v = marks[m.key];
+    v.sync = m.sync;
+    v.hotspot = m.hotspot;
+  }
+  for (const auto& [key, ns] : s.idle_caused) marks[key].idle += ns;
+  auto mark_of = [&marks](const CallKey& key) {
+    auto it = marks.find(key);
+    return it == marks.end() ? CallMarkView{} : it->second;
+  };
+  auto reader = SliceReader::OpenFile(process_->path, process_->index);
+  if (!reader.ok()) return reader.status();
+  Writer w(*report_, process_->plan, *head_, s.first_slice, &sink, 0);
+  w.Start();
+  absl::Status read = ForEachCallSlice(&*reader, process_->index, StreamOptions{}.chunks_per_slice,
+                                       [&](const Timeline& t, int64_t from, int64_t to) {
+                                         const auto [i0, i1] = EnteringIn(t.calls, from, to);
+                                         w.Slice(t, i0, i1, false, [&](const Timeline& tt, size_t i) {
+                                           return mark_of(CallKey::Of(tt.calls[i]));
+                                         });
+                                         return w.status();
+                                       });
+  if (!read.ok()) return read;
+  if (process_->gaps == nullptr) return absl::InternalError("the idle gaps were not kept");
+  absl::Status gaps = process_->gaps->ForEach([&](const GapSpill::Gap& g) {
+    if (g.has_call) {
+      w.Gap(g.gap, s.first_slice.Api(g.call.api).name, mark_of(g.call).hotspot);
+    } else {
+      w.Gap(g.gap, {}, -1);
+    }
+  });
+  if (!gaps.ok()) return gaps;
+  w.Finish();
   return w.status();
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,5 +68,34 @@ absl::StatusOr<std::string> RenderPerfetto(const Report& report, const ProcessAn
 // gigabyte). The first error of the sink stops it and is returned.
 using PerfettoSink = std::function<absl::Status(std::string_view)>;
 absl::Status StreamPerfetto(const Report& report, const ProcessAnalysis& analysis, const PerfettoSink& sink);
+
+// The export of a trace reported by slices (AnalyzePaths' `streamed`, with
+// keep_for_export), from its file again by slices, never read whole: the
+// events of the whole reading's export (the calls and ops slice by slice,
+// so in another order), the rest byte for byte. Two passes over the calls
+// and their ops (ForEachCallSlice): Prepare gathers what comes before the
+// events (threads, streams, the steps' spans on each stream, HTA's idle
+// breakdown), Stream writes. Holds the idle gaps and one mark a
+// synchronizing call (StreamedAnalysis), and a slice.
+struct ExportHead;
+class PerfettoFromFile {
+ public:
+  // Unimplemented, with nothing read past the first pass, where the export
+  // cannot be made so (a whole reading then makes it): device ops no call
+  // submitted (they are in no slice of calls), external ids that may name
+  // two calls, an op that starts before its call entered (HTA's rows would
+  // come out of order).
+  static absl::StatusOr<PerfettoFromFile> Prepare(const Report& report, const StreamedProcess& process);
+  PerfettoFromFile(PerfettoFromFile&&) noexcept;
+  ~PerfettoFromFile();
+  // To `sink` a megabyte at a time; the first error of the sink stops it.
+  absl::Status Stream(const PerfettoSink& sink) const;
+
+ private:
+  PerfettoFromFile(const Report& report, const StreamedProcess& process, std::unique_ptr<ExportHead> head);
+  const Report* report_;
+  const StreamedProcess* process_;
+  std::unique_ptr<ExportHead> head_;
+};
 
 }  // namespace stallscope::analyzer

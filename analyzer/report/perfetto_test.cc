@@ -5,6 +5,10 @@
 #include "analyzer/report/perfetto.h"
 
 #include <catch2/catch.hpp>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <regex>
@@ -392,6 +396,125 @@ TEST_CASE("perfetto export: streamed in pieces, byte for byte the same", "[perfe
   });
   CHECK(st.code() == absl::StatusCode::kResourceExhausted);
   CHECK(calls == 2);  // nothing more after the failure
+}
+
+}  // namespace
+}  // namespace stallscope::analyzer
+
+namespace stallscope::analyzer {
+namespace {
+
+// The export's parts: the text before the events, the events (one a line,
+// sorted), the text after them.
+struct Parts {
+  std::string head, tail;
+  std::vector<std::string> events;
+};
+
+Parts Split(const std::string& text) {
+  Parts p;
+  const std::string open = "\"traceEvents\": [";
+  const std::string close = "\n  ],\n  \"traceName\"";
+  const size_t a = text.find(open);
+  const size_t b = text.rfind(close);
+  REQUIRE(a != std::string::npos);
+  REQUIRE(b != std::string::npos);
+  p.head = text.substr(0, a + open.size());
+  p.tail = text.substr(b);
+  std::string_view body(text);
+  body = body.substr(a + open.size(), b - a - open.size());
+  size_t at = 0;
+  while (at < body.size()) {
+    size_t nl = body.find('\n', at);
+    if (nl == std::string_view::npos) nl = body.size();
+    std::string_view line = body.substr(at, nl - at);
+    if (!line.empty() && line.back() == ',') line.remove_suffix(1);
+    if (!line.empty()) p.events.emplace_back(line);
+    at = nl + 1;
+  }
+  std::sort(p.events.begin(), p.events.end());
+  return p;
+}
+
+// Guards the export of a trace reported by slices (PerfettoFromFile): its
+// calls and ops read again by slices, the idle gaps and call marks the
+// slices' analysis kept, the head from a first pass: the header and the
+// end byte for byte the whole reading's, and the same events. Marked steps
+// and not, two streams and threads, NVTX ranges, sampled device timing, the
+// checked-in traces; refused (Unimplemented) for an op no call submitted.
+TEST_CASE("perfetto export from the file by slices: the whole reading's", "[perfetto][stream]") {
+  std::vector<std::pair<std::string, TraceBuilder>> built;
+  // Small chunks: the calls come in many slices of 16 chunks.
+  built.emplace_back("marked", testing::SyntheticSteps(300).SetPacked(true).SetChunkRecords(64));
+  built.emplace_back("unmarked", testing::SyntheticSteps(300, "kernel", false, false).SetChunkRecords(64));
+  built.emplace_back("op ranges", testing::SyntheticSteps(60, "gemm", true).SetChunkRecords(50));
+  built.emplace_back("two streams", Sample().SetChunkRecords(3));
+  built.emplace_back("sampled", testing::SampledSteps().SetChunkRecords(16));
+  {
+    // An op no call submitted: refused.
+    TraceBuilder b = testing::SyntheticSteps(50, "gemm");
+    b.SetChunkRecords(100);
+    b.Device(1'000'100'000, 1'000'300'000, tf::DeviceOpKind::kKernel, "no_call", 900001, 7);
+    built.emplace_back("unjoined", std::move(b));
+  }
+  std::vector<std::string> paths;
+  char dir_template[] = "/tmp/stallscope-perfetto-XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  const std::string dir = dir_template;
+  for (const auto& [name, b] : built) {
+    paths.push_back(dir + "/" + name + ".sstrace");
+    b.WriteTo(paths.back());
+  }
+  for (const char* name : {"sync_loop", "format2_sync_loop", "format4_packed_sync_loop"}) {
+    paths.push_back(std::string(STALLSCOPE_TESTDATA_DIR) + "/" + name + ".sstrace");
+  }
+  int compared = 0;
+  for (const std::string& path : paths) {
+    INFO(path);
+    AnalysisOptions whole_options;
+    whole_options.predict = false;
+    ProcessAnalysis whole;
+    auto whole_report = AnalyzePaths({path}, whole_options, &whole);
+    REQUIRE(whole_report.ok());
+    AnalysisOptions sliced_options = whole_options;
+    sliced_options.stream = true;
+    ProcessAnalysis unused;
+    StreamedProcess sliced;
+    sliced.keep_for_export = true;
+    auto sliced_report = AnalyzePaths({path}, sliced_options, &unused, &sliced);
+    REQUIRE(sliced_report.ok());
+    REQUIRE(sliced.used);
+    auto from_file = PerfettoFromFile::Prepare(*sliced_report, sliced);
+    if (path.find("unjoined") != std::string::npos) {
+      CHECK(from_file.status().code() == absl::StatusCode::kUnimplemented);
+      continue;
+    }
+    REQUIRE(from_file.ok());
+    std::string text;
+    size_t pieces = 0;
+    REQUIRE(from_file
+                ->Stream([&](std::string_view piece) {
+                  ++pieces;
+                  text.append(piece);
+                  return absl::OkStatus();
+                })
+                .ok());
+    auto expected = RenderPerfetto(*whole_report, whole);
+    REQUIRE(expected.ok());
+    const Parts got = Split(text);
+    const Parts want = Split(*expected);
+    CHECK(got.head == want.head);
+    CHECK(got.tail == want.tail);
+    CHECK(got.events.size() == want.events.size());
+    CHECK(got.events == want.events);
+    CHECK(pieces >= 1);
+    const Json parsed = Json::parse(text);  // throws (fails the test) on invalid JSON
+    CHECK(parsed["traceEvents"].size() == want.events.size());
+    ++compared;
+  }
+  CHECK(compared == static_cast<int>(paths.size()) - 1);
+  for (size_t i = 0; i < built.size(); ++i) unlink(paths[i].c_str());
+  rmdir(dir.c_str());
 }
 
 }  // namespace
