@@ -589,16 +589,37 @@ void CheckStreamedBytes(const std::string& bytes, size_t max_window,
         auto again = SliceReader::OpenBytes(bytes, "t", *index);
         REQUIRE(again.ok());
         // Each gap goes to on_gap as it comes, once (those of a fused try
-        // given up are forgotten at on_gaps_again).
+        // given up are forgotten at on_gaps_again), with its call; a
+        // GapSpill so fed gives them back with their calls' keys.
         std::vector<std::tuple<int64_t, int64_t, Cause>> given;
+        GapSpill spill;
+        REQUIRE(spill.Open().ok());
         so.keep_gaps = false;
-        so.on_gap = [&](const IdleGap& g, const ApiCall*) { given.emplace_back(g.start_ns, g.end_ns, g.cause); };
-        so.on_gaps_again = [&] { given.clear(); };
+        so.on_gap = [&](const IdleGap& g, const ApiCall* call) {
+          given.emplace_back(g.start_ns, g.end_ns, g.cause);
+          spill.Add(g, call);
+        };
+        so.on_gaps_again = [&] {
+          given.clear();
+          spill.Clear();
+        };
         auto lean = AnalyzeStreamed(&*again, *index, *pattern, options, so);
         so.keep_gaps = true;
         so.on_gap = nullptr;
         so.on_gaps_again = nullptr;
         REQUIRE(lean.ok());
+        std::vector<GapSpill::Gap> spilled;
+        REQUIRE(spill.ForEach([&](const GapSpill::Gap& g) { spilled.push_back(g); }).ok());
+        REQUIRE(spilled.size() == s->gaps.size());
+        CHECK(spill.size() == s->gaps.size());
+        size_t with_call = 0;
+        for (size_t k = 0; k < spilled.size(); ++k) {
+          CAPTURE(k);
+          CHECK(GapRow(spilled[k].gap) == GapRow(s->gaps[k]));
+          const bool has_call = with_call < s->gap_call.size() && s->gap_call[with_call].first == k;
+          CHECK(spilled[k].has_call == has_call);
+          if (has_call) CHECK(spilled[k].call == s->gap_call[with_call++].second);
+        }
         CHECK(lean->gaps.empty());
         REQUIRE(given.size() == s->gaps.size());
         for (size_t k = 0; k < given.size(); ++k) {

@@ -495,6 +495,39 @@ TEST_CASE("report --format perfetto writes the timeline export", "[cli][perfetto
   CHECK(box.Run("report --help").out.find("perfetto") != std::string::npos);
 }
 
+// Guards `report --format perfetto --stream`: the export from the file by
+// slices (the same events, another order: the slices' calls and ops in
+// turn), and from the whole reading where that cannot be made (an op no
+// call submitted): the whole reading's bytes.
+TEST_CASE("report --format perfetto --stream: by slices, else read whole", "[cli][perfetto][stream]") {
+  Sandbox box;
+  const std::string joined = box.root() + "/joined.sstrace";
+  testing::SyntheticSteps(40).SetChunkRecords(64).WriteTo(joined);
+  testing::TraceBuilder b = testing::SyntheticSteps(40);
+  b.Device(1'000'100'000, 1'000'300'000, stallscope::trace::DeviceOpKind::kKernel, "no_call", 900001, 7);
+  const std::string unjoined = box.root() + "/unjoined.sstrace";
+  b.WriteTo(unjoined);
+  auto events = [](const std::string& text) {
+    std::vector<std::string> v;
+    for (const auto& e : nlohmann::json::parse(text)["traceEvents"]) v.push_back(e.dump());
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  for (const std::string& trace : {joined, unjoined}) {
+    INFO(trace);
+    const Result whole = box.Run("report '" + trace + "' --format perfetto --no-predict");
+    const Result sliced = box.Run("report '" + trace + "' --format perfetto --no-predict --stream");
+    REQUIRE(whole.code == 0);
+    REQUIRE(sliced.code == 0);
+    if (trace == joined) {
+      CHECK(sliced.out != whole.out);  // by slices
+      CHECK(events(sliced.out) == events(whole.out));
+    } else {
+      CHECK(sliced.out == whole.out);
+    }
+  }
+}
+
 // Guards the debugging dump: one line per call, op and range.
 TEST_CASE("dump lists records in time order", "[cli]") {
   Sandbox box;
