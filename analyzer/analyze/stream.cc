@@ -34,7 +34,6 @@ bool IsType(const ChunkSpan& c, trace::ChunkType type) {
 
 uint64_t Clamp(int64_t ns) { return ns < 0 ? 0 : static_cast<uint64_t>(ns); }
 
-// The calls (sorted by enter time) entering in [from, to): [i0, i1).
 // A trace with neither step markers nor a repeating launch sequence.
 absl::Status NoSteps() {
   return absl::UnimplementedError(
@@ -165,6 +164,7 @@ void GapSpill::Add(const IdleGap& gap, const ApiCall* call) {
 }
 
 void GapSpill::Write() {
+  errno = 0;
   if (!buffer_.empty() && error_ == 0 &&
       (file_ == nullptr || std::fwrite(buffer_.data(), sizeof(Gap), buffer_.size(), file_) != buffer_.size())) {
     error_ = file_ == nullptr ? EBADF : (errno != 0 ? errno : EIO);

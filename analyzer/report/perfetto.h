@@ -75,8 +75,10 @@ absl::Status StreamPerfetto(const Report& report, const ProcessAnalysis& analysi
 // so in another order), the rest byte for byte. Two passes over the calls
 // and their ops (ForEachCallSlice): Prepare gathers what comes before the
 // events (threads, streams, the steps' spans on each stream, HTA's idle
-// breakdown), Stream writes. Holds the idle gaps and one mark a
-// synchronizing call (StreamedAnalysis), and a slice.
+// breakdown), Stream writes. Holds a slice, one mark a synchronizing call
+// (StreamedAnalysis::call_marks), a span and a breakdown row a step and
+// stream; the idle gaps are read back from the analysis' temporary file
+// (StreamedProcess::gaps).
 struct ExportHead;
 class PerfettoFromFile {
  public:
