@@ -21,10 +21,15 @@
 namespace stallscope::recorder {
 namespace {
 
+unsigned long long Generation(const dl_phdr_info* info, size_t size) {
+  return size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs)
+             ? info->dlpi_adds * 1000003ull + info->dlpi_subs
+             : 0;
+}
+
 int ModuleCallback(dl_phdr_info* info, size_t size, void* arg) {
   auto* scan = static_cast<ModuleScan*>(arg);
-  if (scan->count == 0 && size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs))
-    scan->generation = info->dlpi_adds * 1000003ull + info->dlpi_subs;
+  if (scan->count == 0) scan->generation = Generation(info, size);
   uint64_t low = ~0ull, high = 0;
   std::string_view build_id;
   for (int i = 0; i < info->dlpi_phnum; ++i) {
@@ -139,6 +144,17 @@ ModuleScan ScanModules() {
   ModuleScan scan;
   dl_iterate_phdr(ModuleCallback, &scan);
   return scan;
+}
+
+unsigned long long ModuleGeneration() {
+  unsigned long long generation = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t size, void* arg) {
+        *static_cast<unsigned long long*>(arg) = Generation(info, size);
+        return 1;  // every entry carries the same counts
+      },
+      &generation);
+  return generation;
 }
 
 }  // namespace stallscope::recorder

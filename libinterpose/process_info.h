@@ -38,5 +38,9 @@ struct ModuleScan {
   unsigned long long generation = 0;
 };
 ModuleScan ScanModules();
+// ScanModules' generation alone: the loader's counts of loads and unloads,
+// from its first entry (nothing copied, no system call), what the writer
+// reads at each drain before scanning again.
+unsigned long long ModuleGeneration();
 
 }  // namespace stallscope::recorder

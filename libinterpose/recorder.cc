@@ -593,8 +593,10 @@ bool WriteApiTable() {
 }
 
 void WriteModulesIfChanged(bool force) {
+  // The counts first: a scan copies every module's path and build id (and
+  // reads /proc/self/exe), at each drain.
+  if (!force && ModuleGeneration() == g_module_generation) return;
   ModuleScan scan = ScanModules();
-  if (!force && scan.generation == g_module_generation) return;
   g_module_generation = scan.generation;
   WriteCompressed(ChunkType::kModule, 0, scan.count, scan.out.data(), scan.out.size());
 }

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -355,6 +356,20 @@ TEST_CASE("the module scan finds this program with its build id", "[recorder][mo
   CHECK(scan.out.size() > 0);
   const rec::ModuleScan again = rec::ScanModules();
   CHECK(again.generation == scan.generation);  // nothing loaded in between
+  CHECK(rec::ModuleGeneration() == scan.generation);
+  // A module loaded, then unloaded: each changes the generation, which
+  // ModuleGeneration reads as the scan does.
+  void* module = dlopen(UNWIND_TEST_MODULE, RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(module != nullptr);
+  const rec::ModuleScan loaded = rec::ScanModules();
+  CHECK(loaded.generation != scan.generation);
+  CHECK(rec::ModuleGeneration() == loaded.generation);
+  CHECK(loaded.count == scan.count + 1);
+  dlclose(module);
+  const unsigned long long unloaded = rec::ModuleGeneration();
+  CHECK(unloaded != loaded.generation);
+  CHECK(unloaded != scan.generation);
+  CHECK(rec::ScanModules().generation == unloaded);
 }
 
 TEST_CASE("the ring window and the regression trigger parse as documented", "[recorder][ring]") {
