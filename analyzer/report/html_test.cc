@@ -343,44 +343,26 @@ TEST_CASE("html of a trace read by slices is the page of the whole reading", "[h
     b.Device(1'002'000'000, 1'002'001'000, trace::DeviceOpKind::kMemcpy, "", 900003, 7, 0, 4096, 1);
     built.emplace_back("two devices", std::move(b));
   }
-  std::vector<std::string> paths;
-  char dir_template[] = "/tmp/stallscope-html-XXXXXX";
-  REQUIRE(mkdtemp(dir_template) != nullptr);
-  const std::string dir = dir_template;
-  for (const auto& [name, b] : built) {
-    paths.push_back(dir + "/" + name + ".sstrace");
-    b.WriteTo(paths.back());
-  }
-  for (const char* name : {"sync_loop", "format2_sync_loop", "format4_packed_sync_loop"}) {
-    paths.push_back(std::string(STALLSCOPE_TESTDATA_DIR) + "/" + name + ".sstrace");
-  }
+  const testing::TracesOnDisk traces = testing::WriteTraces(built, "stallscope-html");
+  REQUIRE(!traces.dir.empty());
+  const std::vector<std::string>& paths = traces.paths;
   for (const std::string& path : paths) {
     INFO(path);
-    AnalysisOptions whole_options;
-    whole_options.predict = false;
+    Report whole_report, sliced_report;
     ProcessAnalysis whole;
-    auto whole_report = AnalyzePaths({path}, whole_options, &whole);
-    REQUIRE(whole_report.ok());
-    AnalysisOptions sliced_options = whole_options;
-    sliced_options.stream = true;
-    ProcessAnalysis unused;
     StreamedProcess sliced;
     sliced.idle_columns = kHtmlStripColumns;
-    auto sliced_report = AnalyzePaths({path}, sliced_options, &unused, &sliced);
-    REQUIRE(sliced_report.ok());
-    REQUIRE(sliced.used);
-    CHECK(unused.timeline.calls.empty());
-    auto page = RenderHtmlFromFile(*sliced_report, sliced);
+    REQUIRE(testing::ReportBothWays(path, &whole_report, &whole, &sliced_report, &sliced).ok());
+    auto page = RenderHtmlFromFile(sliced_report, sliced);
     REQUIRE(page.ok());
-    const std::string expected = RenderHtml(*whole_report, whole);
+    const std::string expected = RenderHtml(whole_report, whole);
     const RecordsSpan span = SpanOfRecords(whole.timeline);
     CHECK(sliced.span.start_ns == span.start_ns);
     CHECK(sliced.span.end_ns == span.end_ns);
     CHECK(*page == expected);
     CheckStructure(*page);
   }
-  for (size_t i = 0; i < built.size(); ++i) unlink(paths[i].c_str());
-  rmdir(dir.c_str());
+  traces.Remove();
 }
 
 }  // namespace stallscope::analyzer

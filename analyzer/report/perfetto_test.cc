@@ -479,35 +479,19 @@ TEST_CASE("perfetto export from the file by slices: the whole reading's", "[perf
     b.Device(1'000'100'000, 1'000'300'000, tf::DeviceOpKind::kKernel, "no_call", 900001, 7);
     built.emplace_back("unjoined", std::move(b));
   }
-  std::vector<std::string> paths;
-  char dir_template[] = "/tmp/stallscope-perfetto-XXXXXX";
-  REQUIRE(mkdtemp(dir_template) != nullptr);
-  const std::string dir = dir_template;
-  for (const auto& [name, b] : built) {
-    paths.push_back(dir + "/" + name + ".sstrace");
-    b.WriteTo(paths.back());
-  }
-  for (const char* name : {"sync_loop", "format2_sync_loop", "format4_packed_sync_loop"}) {
-    paths.push_back(std::string(STALLSCOPE_TESTDATA_DIR) + "/" + name + ".sstrace");
-  }
+  const testing::TracesOnDisk traces = testing::WriteTraces(built, "stallscope-perfetto");
+  REQUIRE(!traces.dir.empty());
+  const std::vector<std::string>& paths = traces.paths;
   int compared = 0;
   for (const std::string& path : paths) {
     INFO(path);
-    AnalysisOptions whole_options;
-    whole_options.predict = false;
+    Report whole_report, sliced_report;
     ProcessAnalysis whole;
-    auto whole_report = AnalyzePaths({path}, whole_options, &whole);
-    REQUIRE(whole_report.ok());
-    AnalysisOptions sliced_options = whole_options;
-    sliced_options.stream = true;
-    if (path.find("given up") != std::string::npos) sliced_options.window_steps = 1;
-    ProcessAnalysis unused;
     StreamedProcess sliced;
     sliced.keep_for_export = true;
-    auto sliced_report = AnalyzePaths({path}, sliced_options, &unused, &sliced);
-    REQUIRE(sliced_report.ok());
-    REQUIRE(sliced.used);
-    auto from_file = PerfettoFromFile::Prepare(*sliced_report, sliced);
+    const bool given_up = path.find("given up") != std::string::npos;
+    REQUIRE(testing::ReportBothWays(path, &whole_report, &whole, &sliced_report, &sliced, given_up ? 1 : 0).ok());
+    auto from_file = PerfettoFromFile::Prepare(sliced_report, sliced);
     if (path.find("unjoined") != std::string::npos) {
       CHECK(from_file.status().code() == absl::StatusCode::kUnimplemented);
       continue;
@@ -515,7 +499,7 @@ TEST_CASE("perfetto export from the file by slices: the whole reading's", "[perf
     REQUIRE(from_file.ok());
     REQUIRE(sliced.gaps != nullptr);
     // The given-up trace gave up (its gaps came again from the start).
-    CHECK(sliced.analysis.spans_fused_failed == (path.find("given up") != std::string::npos));
+    CHECK(sliced.analysis.spans_fused_failed == given_up);
     CHECK(sliced.gaps->size() == whole.gaps.size());
     std::string text;
     size_t pieces = 0;
@@ -526,7 +510,7 @@ TEST_CASE("perfetto export from the file by slices: the whole reading's", "[perf
                   return absl::OkStatus();
                 })
                 .ok());
-    auto expected = RenderPerfetto(*whole_report, whole);
+    auto expected = RenderPerfetto(whole_report, whole);
     REQUIRE(expected.ok());
     const Parts got = Split(text);
     const Parts want = Split(*expected);
@@ -544,8 +528,7 @@ TEST_CASE("perfetto export from the file by slices: the whole reading's", "[perf
     ++compared;
   }
   CHECK(compared == static_cast<int>(paths.size()) - 1);
-  for (size_t i = 0; i < built.size(); ++i) unlink(paths[i].c_str());
-  rmdir(dir.c_str());
+  traces.Remove();
 }
 
 }  // namespace

@@ -2,9 +2,14 @@
 // builder, and trace bytes → Timeline / Report in one call.
 #pragma once
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "analyzer/analyze/analysis.h"
 #include "analyzer/testing/trace_builder.h"
@@ -178,6 +183,59 @@ inline int64_t Sum(const analyzer::CauseNs& c) {
   int64_t s = 0;
   for (int64_t v : c) s += v;
   return s;
+}
+
+#ifdef STALLSCOPE_TESTDATA_DIR
+// The traces a writer from a file by slices is held to its whole reading
+// on: each built one written as NAME.sstrace into a new folder under /tmp
+// (`prefix`), then the checked-in ones. Remove() deletes the written ones.
+struct TracesOnDisk {
+  std::string dir;
+  std::vector<std::string> paths;
+  size_t written = 0;
+  void Remove() const {
+    for (size_t i = 0; i < written; ++i) unlink(paths[i].c_str());
+    rmdir(dir.c_str());
+  }
+};
+inline TracesOnDisk WriteTraces(const std::vector<std::pair<std::string, TraceBuilder>>& built,
+                                const std::string& prefix) {
+  TracesOnDisk out;
+  std::string dir_template = "/tmp/" + prefix + "-XXXXXX";
+  if (mkdtemp(dir_template.data()) == nullptr) return out;
+  out.dir = dir_template;
+  for (const auto& [name, b] : built) {
+    out.paths.push_back(out.dir + "/" + name + ".sstrace");
+    b.WriteTo(out.paths.back());
+  }
+  out.written = out.paths.size();
+  for (const char* name : {"sync_loop", "format2_sync_loop", "format4_packed_sync_loop"}) {
+    out.paths.push_back(std::string(STALLSCOPE_TESTDATA_DIR) + "/" + name + ".sstrace");
+  }
+  return out;
+}
+#endif
+
+// A trace's report read whole, with its details, and by slices (`sliced`
+// as the caller set it up, for a writer from the file; `window_steps` 0:
+// the default), both without predictions. Fails unless both reports are
+// made, the second by slices with nothing read whole.
+inline absl::Status ReportBothWays(const std::string& path, analyzer::Report* whole_report,
+                                   analyzer::ProcessAnalysis* whole, analyzer::Report* sliced_report,
+                                   analyzer::StreamedProcess* sliced, size_t window_steps = 0) {
+  analyzer::AnalysisOptions options;
+  options.predict = false;
+  auto w = analyzer::AnalyzePaths({path}, options, whole);
+  if (!w.ok()) return w.status();
+  *whole_report = std::move(*w);
+  options.stream = true;
+  options.window_steps = window_steps;
+  analyzer::ProcessAnalysis unused;
+  auto s = analyzer::AnalyzePaths({path}, options, &unused, sliced);
+  if (!s.ok()) return s.status();
+  if (!sliced->used || !unused.timeline.calls.empty()) return absl::InternalError("not reported by slices");
+  *sliced_report = std::move(*s);
+  return absl::OkStatus();
 }
 
 }  // namespace stallscope::testing
