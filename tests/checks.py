@@ -62,7 +62,8 @@ def check_windowed_report(exe, trace, whole):
     --stream` makes the whole report from slices of the file, the reading's
     diagnostics included: it is `report --no-predict`'s, byte for byte;
     and so is its HTML page, drawn from the file by slices again (the
-    device ops, and the idle gaps as the analysis gives them)."""
+    device ops, and the idle gaps as the analysis gives them). Its Perfetto
+    export by slices holds the whole reading's events."""
     import subprocess
 
     def report(flags, fmt="json"):
@@ -78,6 +79,16 @@ def check_windowed_report(exe, trace, whole):
                              (["--no-predict", "--stream", "--window-steps", "2"], no_predict, "json"),
                              (["--no-predict", "--stream", "--window-steps", "2"], html, "html")):
         check_same_bytes(f"report --format {fmt} " + " ".join(flags), report(flags, fmt), "the whole report", want)
+    # The Perfetto export from the file by slices (or, where it cannot be
+    # made so, read whole): the whole reading's events, in another order,
+    # and the rest the same.
+    import json
+    exports = [json.loads(report(flags, "perfetto")) for flags in
+               (["--no-predict"], ["--no-predict", "--stream", "--window-steps", "2"])]
+    events = [sorted(json.dumps(e, sort_keys=True) for e in x.pop("traceEvents")) for x in exports]
+    check(events[0] == events[1], f"report --format perfetto --stream: {len(events[1])} events, "
+          f"{len(set(events[1]) ^ set(events[0]))} differ from the whole reading's {len(events[0])}")
+    check(exports[0] == exports[1], "report --format perfetto --stream: the header differs from the whole reading's")
 
 
 def check_folder_one_at_a_time(exe, folder, whole, env=None):
