@@ -342,7 +342,6 @@ absl::StatusOr<std::optional<Report>> ReportFromIndex(const std::string& path, a
       kept.first_range_ns = s->first_range_ns;
       kept.range_tids = std::move(s->range_tids);
       kept.unjoined_ops = s->unjoined_ops;
-      kept.spans_fused = s->spans_fused;
       kept.spans_fused_failed = s->spans_fused_failed;
       kept.first_slice = std::move(s->first_slice);
     }

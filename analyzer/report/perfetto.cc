@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "analyzer/analyze/stream.h"
+#include "analyzer/model/format.h"
 
 namespace stallscope::analyzer {
 namespace {
@@ -176,6 +177,16 @@ std::vector<uint32_t> CallCorrelations(const Timeline& t) {
 
 // ---- what the export says besides the events of each call and op
 
+// Whether the op's call is one of the calls [i0, i1) of its timeline.
+bool SubmittedBy(const DeviceOp& op, size_t i0, size_t i1) {
+  return op.call >= 0 && static_cast<size_t>(op.call) >= i0 && static_cast<size_t>(op.call) < i1;
+}
+
+// PerfettoBaseNs of the earliest call, op or range start `lo`.
+int64_t BaseOf(int64_t lo) {
+  return lo == std::numeric_limits<int64_t>::max() || lo < 0 ? 0 : lo / 1000 * 1000;
+}
+
 // HTA's idle-time breakdown (HtaIdleBreakdown), fed the ops a slice at a
 // time: each op is final once no op to come can sort before it on its
 // stream (Settle), so that what is held follows the slice, not the trace.
@@ -194,8 +205,7 @@ class HtaIdleBuilder {
   void Add(const Timeline& t, const std::vector<uint32_t>& corr, size_t i0, size_t i1, bool all) {
     for (size_t i = 0; i < t.ops.size(); ++i) {
       const DeviceOp& op = t.ops[i];
-      const bool mine = op.call >= 0 && static_cast<size_t>(op.call) >= i0 && static_cast<size_t>(op.call) < i1;
-      if (!all && !mine) continue;
+      if (!all && !SubmittedBy(op, i0, i1)) continue;
       const OpInfo& info = t.op_info[i];
       // An op is joined to its call when it carries the call's "correlation"
       // (the call's first op's id; see CallCorrelations).
@@ -351,8 +361,7 @@ class HeadBuilder {
     if (tids_.size() > 4096) SortUnique(&tids_);
     for (size_t i = 0; i < t.ops.size(); ++i) {
       const DeviceOp& op = t.ops[i];
-      const bool mine = op.call >= 0 && static_cast<size_t>(op.call) >= i0 && static_cast<size_t>(op.call) < i1;
-      if (!all && !mine) continue;
+      if (!all && !SubmittedBy(op, i0, i1)) continue;
       const std::pair<uint32_t, uint32_t> ds{op.device, t.op_info[i].stream};
       if (streams_.empty() || streams_.back() != ds) streams_.push_back(ds);
       if (op.call < 0) continue;
@@ -649,8 +658,7 @@ class Writer {
     std::vector<uint8_t> flowed(t.calls.size(), 0);
     for (size_t i = 0; i < t.ops.size(); ++i) {
       const DeviceOp& op = t.ops[i];
-      const bool mine = op.call >= 0 && static_cast<size_t>(op.call) >= i0 && static_cast<size_t>(op.call) < i1;
-      if (!all && !mine) continue;
+      if (!all && !SubmittedBy(op, i0, i1)) continue;
       const OpInfo& info = t.op_info[i];
       const uint32_t device = op.device;
       Begin("X", OpCategory(op), OpName(t, i), device, info.stream, op.start_ns);
@@ -725,16 +733,11 @@ class Writer {
   bool first_arg_ = true;
 };
 
-std::string_view Basename(std::string_view path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
-}
-
 // What the header says of the process and its clock.
-void HeadOfProcess(const Timeline& t, std::string_view path, ExportHead* head) {
+void HeadOfProcess(const Timeline& t, const std::string& path, ExportHead* head) {
   head->pid = t.header.pid;
   head->host = t.host;
-  head->trace_name = std::string(Basename(path));
+  head->trace_name = BaseName(path);
   head->realtime_offset = t.header.start_realtime_ns != 0
                               ? static_cast<int64_t>(t.header.start_realtime_ns) -
                                     static_cast<int64_t>(t.header.start_mono_ns)
@@ -781,8 +784,7 @@ int64_t PerfettoBaseNs(const Timeline& t) {
   if (!t.calls.empty()) lo = std::min(lo, t.calls.front().enter_ns);  // sorted by enter
   if (!t.ops.empty()) lo = std::min(lo, t.ops.front().start_ns);      // sorted by start
   if (!t.ranges.empty()) lo = std::min(lo, t.ranges.front().start_ns);
-  if (lo == std::numeric_limits<int64_t>::max() || lo < 0) return 0;
-  return lo / 1000 * 1000;
+  return BaseOf(lo);
 }
 
 std::vector<HtaIdleRow> HtaIdleBreakdown(const ProcessAnalysis& a) {
@@ -829,7 +831,7 @@ absl::StatusOr<PerfettoFromFile> PerfettoFromFile::Prepare(const Report& report,
                          c.type == static_cast<uint16_t>(trace::ChunkType::kDevice);
     if (records && c.count > 0) lo = std::min(lo, static_cast<int64_t>(c.lo));
   }
-  head->base = lo == std::numeric_limits<int64_t>::max() || lo < 0 ? 0 : lo / 1000 * 1000;
+  head->base = BaseOf(lo);
   auto reader = SliceReader::OpenFile(process.path, index);
   if (!reader.ok()) return reader.status();
   HeadBuilder b(process.plan, head->base);
