@@ -208,6 +208,15 @@ std::pair<size_t, size_t> EnteringIn(const std::vector<ApiCall>& calls, int64_t 
           static_cast<size_t>(std::lower_bound(calls.begin(), calls.end(), to, by_enter) - calls.begin())};
 }
 
+CallMarks::CallMarks(const StreamedAnalysis& s) {
+  for (const CallMark& m : s.call_marks) {
+    CallMarkView& v = marks_[m.key];
+    v.sync = m.sync;
+    v.hotspot = m.hotspot;
+  }
+  for (const auto& [key, ns] : s.idle_caused) marks_[key].idle += ns;
+}
+
 bool ExternalIdsMayRepeat(const TraceIndex& index) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const ChunkSpan& c : index.chunks) {

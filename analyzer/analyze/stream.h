@@ -57,6 +57,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "analyzer/analyze/attribution.h"
 #include "analyzer/analyze/questions.h"
@@ -256,6 +257,36 @@ class GapSpill {
 // The calls (sorted by enter time, as a timeline's) entering in [from, to):
 // their indices [first, second).
 std::pair<size_t, size_t> EnteringIn(const std::vector<ApiCall>& calls, int64_t from, int64_t to);
+
+// Whether the op's call is one of the calls [i0, i1) of its timeline (a
+// slice's own ops: ForEachCallSlice).
+inline bool SubmittedBy(const DeviceOp& op, size_t i0, size_t i1) {
+  return op.call >= 0 && static_cast<size_t>(op.call) >= i0 && static_cast<size_t>(op.call) < i1;
+}
+
+// What the analysis says of a call: synchronizing (classed kSync), its
+// rule-1 idle, its hotspot.
+struct CallMarkView {
+  bool sync = false;
+  int64_t idle = 0;
+  int32_t hotspot = -1;  // index into Report::hotspots
+};
+
+// Each call's mark, by key, from an analysis by slices (its call_marks and
+// idle_caused): for a writer of every call that reads the file again by
+// slices. Held: one entry a synchronizing call, hotspot call or call
+// charged idle.
+class CallMarks {
+ public:
+  explicit CallMarks(const StreamedAnalysis& s);
+  CallMarkView Of(const CallKey& key) const {
+    auto it = marks_.find(key);
+    return it == marks_.end() ? CallMarkView{} : it->second;
+  }
+
+ private:
+  absl::flat_hash_map<CallKey, CallMarkView> marks_;
+};
 
 // Every call of the file once, by slices tiling the call chunks by their
 // enter times (`chunks_per_slice` chunks apart): fn(t, from, to) in rising

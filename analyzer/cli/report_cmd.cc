@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "analyzer/cli/cli.h"
 #include "analyzer/cli/commands.h"
+#include "analyzer/model/output_file.h"
 #include "analyzer/report/html.h"
 #include "analyzer/report/json.h"
 #include "analyzer/report/perfetto.h"
@@ -28,10 +29,32 @@ struct ReportFormat {
   // Formats that can draw a trace analyzed by slices from its file again by
   // slices (AnalyzePaths' `streamed`), instead of reading it whole.
   absl::StatusOr<std::string> (*render_from_file)(const Report& report, const StreamedProcess& process) = nullptr;
-  // The timeline export from the file by slices (PerfettoFromFile), where
-  // the trace is reported so; else from the whole reading.
-  bool export_from_file = false;
+  // The timeline export from the file by slices, where the trace is
+  // reported so: it writes `out` (standard output if empty) and sets the
+  // exit code; Unimplemented where it cannot be made so (then it is made
+  // from the whole reading, the same report).
+  absl::Status (*export_from_file)(const Report& report, const StreamedProcess& process, const std::string& out,
+                                   int* code) = nullptr;
 };
+
+absl::Status PerfettoFromFileTo(const Report& report, const StreamedProcess& process, const std::string& out,
+                                int* code) {
+  auto from_file = PerfettoFromFile::Prepare(report, process);
+  if (!from_file.ok()) return from_file.status();
+  *code = EmitStreamed(out, [&](const std::function<absl::Status(std::string_view)>& sink) {
+    return from_file->Stream(sink);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status SqliteFromFileTo(const Report& report, const StreamedProcess& process, const std::string& out,
+                              int* code) {
+  if (absl::Status refused = SqliteFromFileRefusal(process); !refused.ok()) return refused;
+  const absl::Status st =
+      WriteNewFileAt(out, [&](const std::string& temporary) { return WriteSqliteFromFile(report, process, temporary); });
+  *code = st.ok() ? kExitOk : Fail(st, kExitUsage);
+  return absl::OkStatus();
+}
 
 constexpr ReportFormat kFormats[] = {
     {"text", false, false,
@@ -50,9 +73,10 @@ constexpr ReportFormat kFormats[] = {
      nullptr, RenderHtmlFromFile},
     {"perfetto", true, false,
      [](const Report& r, const ProcessAnalysis& a, bool) { return RenderPerfetto(r, a); }, StreamPerfetto,
-     nullptr, true},
+     nullptr, PerfettoFromFileTo},
     {"sqlite", true, true,
-     [](const Report& r, const ProcessAnalysis& a, bool) { return RenderSqlite(r, a); }},
+     [](const Report& r, const ProcessAnalysis& a, bool) { return RenderSqlite(r, a); }, nullptr, nullptr,
+     SqliteFromFileTo},
 };
 
 const ReportFormat& FindFormat(std::string_view name) {
@@ -93,22 +117,17 @@ int WriteReport(std::string_view command, const std::vector<std::string>& inputs
   ProcessAnalysis analysis;
   StreamedProcess streamed;
   streamed.idle_columns = kHtmlStripColumns;
-  streamed.keep_for_export = fmt.export_from_file;
+  streamed.keep_for_export = fmt.export_from_file != nullptr;
   auto report = AnalyzePaths(inputs, options, fmt.needs_timeline ? &analysis : nullptr,
-                             fmt.render_from_file != nullptr || fmt.export_from_file ? &streamed : nullptr);
+                             fmt.render_from_file != nullptr || fmt.export_from_file != nullptr ? &streamed : nullptr);
   if (!report.ok()) return Fail(report.status(), kExitBadTrace);
-  if (streamed.used && fmt.export_from_file) {
-    auto from_file = PerfettoFromFile::Prepare(*report, streamed);
-    if (from_file.ok()) {
-      return EmitStreamed(common.out, [&](const std::function<absl::Status(std::string_view)>& sink) {
-        return from_file->Stream(sink);
-      });
-    }
-    if (from_file.status().code() != absl::StatusCode::kUnimplemented) {
-      return Fail(from_file.status(), kExitBadTrace);
-    }
-    // Not by slices (PerfettoFromFile::Prepare says why): from the whole
-    // reading, the same report.
+  if (streamed.used && fmt.export_from_file != nullptr) {
+    int code = kExitOk;
+    const absl::Status from_file = fmt.export_from_file(*report, streamed, common.out, &code);
+    if (from_file.ok()) return code;
+    if (from_file.code() != absl::StatusCode::kUnimplemented) return Fail(from_file, kExitBadTrace);
+    // Not by slices (the status says why): from the whole reading, the
+    // same report.
     AnalysisOptions whole = options;
     whole.stream = false;
     whole.stream_above_events = std::numeric_limits<uint64_t>::max();

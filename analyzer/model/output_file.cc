@@ -122,6 +122,15 @@ absl::Status WriteNewFileStreamed(
   return f->Commit(/*replace=*/false);
 }
 
+absl::Status WriteNewFileAt(const std::string& path,
+                            const std::function<absl::Status(const std::string& temporary)>& fill) {
+  if (auto st = RefuseExisting(path); !st.ok()) return st;
+  auto f = TemporaryFile::Open(path);
+  if (!f.ok()) return f.status();
+  if (auto st = fill(f->temporary_path()); !st.ok()) return st;
+  return f->Commit(/*replace=*/false);
+}
+
 absl::Status WriteNewFile(const std::string& path, std::string_view data) {
   if (auto st = RefuseExisting(path); !st.ok()) return st;
   return WriteThroughTemporary(path, data, /*replace=*/false);

@@ -35,6 +35,9 @@ class TemporaryFile {
   absl::Status Write(std::string_view data);
   // `replace`: over an existing `path`; else fails when `path` exists.
   absl::Status Commit(bool replace);
+  // The temporary file's own path, for a writer that opens the file itself
+  // (WriteNewFileAt).
+  const std::string& temporary_path() const { return tmp_; }
 
  private:
   TemporaryFile(std::string path, std::string tmp, int fd) : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd) {}
@@ -50,5 +53,12 @@ class TemporaryFile {
 absl::Status WriteNewFileStreamed(
     const std::string& path,
     const std::function<absl::Status(const std::function<absl::Status(std::string_view)>&)>& produce);
+
+// A new file as WriteNewFile makes it, written by `fill` through the path
+// it is given (an empty temporary file beside `path`, mode 0640), for a
+// library that writes its own file (a SQLite database). The file becomes
+// `path` once `fill` returns OK; else it is removed.
+absl::Status WriteNewFileAt(const std::string& path,
+                            const std::function<absl::Status(const std::string& temporary)>& fill);
 
 }  // namespace stallscope::analyzer

@@ -177,11 +177,6 @@ std::vector<uint32_t> CallCorrelations(const Timeline& t) {
 
 // ---- what the export says besides the events of each call and op
 
-// Whether the op's call is one of the calls [i0, i1) of its timeline.
-bool SubmittedBy(const DeviceOp& op, size_t i0, size_t i1) {
-  return op.call >= 0 && static_cast<size_t>(op.call) >= i0 && static_cast<size_t>(op.call) < i1;
-}
-
 // PerfettoBaseNs of the earliest call, op or range start `lo`.
 int64_t BaseOf(int64_t lo) {
   return lo == std::numeric_limits<int64_t>::max() || lo < 0 ? 0 : lo / 1000 * 1000;
@@ -413,13 +408,6 @@ class HeadBuilder {
   std::map<std::tuple<int, uint32_t, uint32_t>, std::pair<int64_t, int64_t>> spans_;
   int64_t first_enter_ = std::numeric_limits<int64_t>::max();
   int64_t last_exit_ = std::numeric_limits<int64_t>::min();
-};
-
-// What the analysis says of a call: its class, its rule-1 idle, its hotspot.
-struct CallMarkView {
-  bool sync = false;
-  int64_t idle = 0;
-  int32_t hotspot = -1;  // index into Report::hotspots
 };
 
 // ---- the writer
@@ -851,17 +839,7 @@ absl::StatusOr<PerfettoFromFile> PerfettoFromFile::Prepare(const Report& report,
 
 absl::Status PerfettoFromFile::Stream(const PerfettoSink& sink) const {
   const StreamedAnalysis& s = process_->analysis;
-  absl::flat_hash_map<CallKey, CallMarkView> marks;
-  for (const CallMark& m : s.call_marks) {
-    CallMarkView& v = marks[m.key];
-    v.sync = m.sync;
-    v.hotspot = m.hotspot;
-  }
-  for (const auto& [key, ns] : s.idle_caused) marks[key].idle += ns;
-  auto mark_of = [&marks](const CallKey& key) {
-    auto it = marks.find(key);
-    return it == marks.end() ? CallMarkView{} : it->second;
-  };
+  const CallMarks marks(s);
   auto reader = SliceReader::OpenFile(process_->path, process_->index);
   if (!reader.ok()) return reader.status();
   Writer w(*report_, process_->plan, *head_, s.first_slice, &sink, 0);
@@ -870,7 +848,7 @@ absl::Status PerfettoFromFile::Stream(const PerfettoSink& sink) const {
                                        [&](const Timeline& t, int64_t from, int64_t to) {
                                          const auto [i0, i1] = EnteringIn(t.calls, from, to);
                                          w.Slice(t, i0, i1, false, [&](const Timeline& tt, size_t i) {
-                                           return mark_of(CallKey::Of(tt.calls[i]));
+                                           return marks.Of(CallKey::Of(tt.calls[i]));
                                          });
                                          return w.status();
                                        });
@@ -878,7 +856,7 @@ absl::Status PerfettoFromFile::Stream(const PerfettoSink& sink) const {
   if (process_->gaps == nullptr) return absl::InternalError("the idle gaps were not kept");
   absl::Status gaps = process_->gaps->ForEach([&](const GapSpill::Gap& g) {
     if (g.has_call) {
-      w.Gap(g.gap, s.first_slice.Api(g.call.api).name, mark_of(g.call).hotspot);
+      w.Gap(g.gap, s.first_slice.Api(g.call.api).name, marks.Of(g.call).hotspot);
     } else {
       w.Gap(g.gap, {}, -1);
     }

@@ -1,6 +1,6 @@
-// SQLite export (see report_sqlite.h): the schema is created in an in-memory
-// database, every row is inserted with prepared statements inside one
-// transaction (journal and syncs off: nothing is on disk until the end), the
+// SQLite export (see sqlite.h): the schema is created in an in-memory
+// database (or, by slices, in the new file), every row is inserted with
+// prepared statements inside one transaction (journal and syncs off), the
 // indexes are built after the rows, and the database is serialized to bytes.
 #include "analyzer/report/sqlite.h"
 
@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -19,6 +20,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "analyzer/analyze/stream.h"
+#include "analyzer/read/trace_reader.h"
 #include "analyzer/report/json.h"
 
 namespace stallscope::analyzer {
@@ -134,11 +137,12 @@ std::string Schema() {
 }
 
 // Built after the rows (one sort each instead of a b-tree insert per row).
-constexpr const char* kIndexes =
+constexpr const char* kCallIndexes =
     "CREATE INDEX api_calls_by_time ON api_calls(enter_ns);\n"
     "CREATE INDEX api_calls_by_thread ON api_calls(tid, enter_ns);\n"
     "CREATE INDEX api_calls_by_step ON api_calls(step);\n"
-    "CREATE INDEX api_calls_by_hotspot ON api_calls(hotspot_id) WHERE hotspot_id IS NOT NULL;\n"
+    "CREATE INDEX api_calls_by_hotspot ON api_calls(hotspot_id) WHERE hotspot_id IS NOT NULL;\n";
+constexpr const char* kOtherIndexes =
     "CREATE INDEX device_ops_by_time ON device_ops(start_ns);\n"
     "CREATE INDEX device_ops_by_step ON device_ops(step);\n"
     "CREATE INDEX device_ops_by_call ON device_ops(call_id);\n"
@@ -252,16 +256,17 @@ std::optional<int> DeviceStep(const StepPlan& plan, const DeviceOp& op) {
 
 std::optional<int64_t> Index(int64_t i) { return i < 0 ? std::nullopt : std::optional<int64_t>(i); }
 
-absl::Status InsertMeta(sqlite3* db, const Report& r, const ProcessAnalysis& a) {
+// `t`: the analyzed timeline, or (by slices) the chunks every slice reads.
+absl::Status InsertMeta(sqlite3* db, const Report& r, const std::string& path, const Timeline& t,
+                        const StepPlan& plan) {
   Statement st(db, "INSERT INTO meta VALUES (?1, ?2)");
-  const Timeline& t = a.timeline;
   RETURN_IF_ERROR(st.Row("schema", kSqliteSchema));
   RETURN_IF_ERROR(st.Row("schema_version", kSqliteSchemaVersion));
   RETURN_IF_ERROR(st.Row("report_schema", kReportSchema));
-  RETURN_IF_ERROR(st.Row("source_trace", t.path));
+  RETURN_IF_ERROR(st.Row("source_trace", path));
   RETURN_IF_ERROR(st.Row("step_source", r.step_source));
-  RETURN_IF_ERROR(st.Row("analyzed_device", a.plan.device));
-  RETURN_IF_ERROR(st.Row("main_tid", a.plan.main_tid));
+  RETURN_IF_ERROR(st.Row("analyzed_device", plan.device));
+  RETURN_IF_ERROR(st.Row("main_tid", plan.main_tid));
   RETURN_IF_ERROR(st.Row("pid", t.header.pid));
   RETURN_IF_ERROR(st.Row("host", t.host));
   RETURN_IF_ERROR(st.Row("ended_cleanly", t.ended_cleanly ? 1 : 0));
@@ -288,17 +293,17 @@ absl::Status InsertProcesses(sqlite3* db, const Report& r) {
   return absl::OkStatus();
 }
 
-absl::Status InsertThreadsAndApis(sqlite3* db, const ProcessAnalysis& a) {
-  const Timeline& t = a.timeline;
-  struct Counts {
-    int64_t calls = 0, launches = 0;
-  };
-  absl::flat_hash_map<uint32_t, Counts> threads;
-  for (const auto& [tid, name] : t.thread_names) threads[tid];
-  for (const ApiCall& c : t.calls) {
-    Counts& n = threads[c.tid];
-    ++n.calls;
-    if (t.Api(c.api).category == ApiCategory::kLaunch) ++n.launches;
+// Every thread that made a call (`counts`: each one's calls and launches)
+// or has a name (`t`'s), and `t`'s API table.
+absl::Status InsertThreadsAndApis(sqlite3* db, const Timeline& t, const std::vector<ThreadCallCount>& counts,
+                                  uint32_t main_tid) {
+  absl::flat_hash_map<uint32_t, ThreadCallCount> threads;
+  for (const auto& [tid, name] : t.thread_names) threads[tid].tid = tid;
+  for (const ThreadCallCount& c : counts) {
+    ThreadCallCount& n = threads[c.tid];
+    n.tid = c.tid;
+    n.calls += c.calls;
+    n.launches += c.launches;
   }
   std::vector<uint32_t> tids;
   for (const auto& [tid, n] : threads) tids.push_back(tid);
@@ -306,12 +311,12 @@ absl::Status InsertThreadsAndApis(sqlite3* db, const ProcessAnalysis& a) {
   Statement th(db, "INSERT INTO threads VALUES (?1, ?2, ?3, ?4, ?5)");
   for (uint32_t tid : tids) {
     auto name = t.thread_names.find(tid);
-    const Counts& n = threads[tid];
+    const ThreadCallCount& n = threads[tid];
     RETURN_IF_ERROR(th.Row(tid,
                            name == t.thread_names.end()
                                ? std::optional<std::string_view>()
                                : std::optional<std::string_view>(name->second),
-                           n.calls, n.launches, tid == a.plan.main_tid ? 1 : 0));
+                           n.calls, n.launches, tid == main_tid ? 1 : 0));
   }
   Statement api(db, "INSERT INTO apis VALUES (?1, ?2, ?3, ?4)");
   for (size_t i = 0; i < t.apis.size(); ++i) {
@@ -321,24 +326,91 @@ absl::Status InsertThreadsAndApis(sqlite3* db, const ProcessAnalysis& a) {
   return absl::OkStatus();
 }
 
+constexpr const char* kInsertCall =
+    "INSERT INTO api_calls VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
+
+// The row of call `i` of `t` as call `id`: its class, hotspot (an index
+// into the report's, -1 none) and rule-1 idle as the analysis gave them.
+absl::Status InsertCall(Statement* st, int64_t id, const Timeline& t, size_t i, CallClass cls, int64_t hotspot,
+                        int64_t idle, const HostStepFinder& step_of, size_t hotspots) {
+  const ApiCall& c = t.calls[i];
+  const CallInfo& info = t.call_info[i];
+  return st->Row(id, c.api, c.enter_ns, c.exit_ns, c.tid, info.stream, info.bytes, info.correlation, ClassName(cls),
+                 step_of(c.enter_ns), hotspot < static_cast<int64_t>(hotspots) ? Index(hotspot) : std::nullopt,
+                 idle, info.result, info.op_count);
+}
+
 absl::Status InsertCalls(sqlite3* db, const Report& r, const ProcessAnalysis& a) {
   const Timeline& t = a.timeline;
-  Statement st(db,
-               "INSERT INTO api_calls VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
-               "?13, ?14)");
+  Statement st(db, kInsertCall);
   const HostStepFinder step_of(a.plan);
   for (size_t i = 0; i < t.calls.size(); ++i) {
-    const ApiCall& c = t.calls[i];
-    const CallInfo& info = t.call_info[i];
     const CallClass cls = i < a.classes.size() ? a.classes[i] : CallClass::kNonBlocking;
     const int64_t hotspot = i < a.hotspot_of_call.size() ? a.hotspot_of_call[i] : -1;
-    const int64_t idle = a.idle_caused.Get(i);
-    RETURN_IF_ERROR(
-        st.Row(i, c.api, c.enter_ns, c.exit_ns, c.tid, info.stream, info.bytes, info.correlation,
-               ClassName(cls), step_of(c.enter_ns),
-               hotspot < static_cast<int64_t>(r.hotspots.size()) ? Index(hotspot) : std::nullopt,
-               idle, info.result, info.op_count));
+    RETURN_IF_ERROR(InsertCall(&st, static_cast<int64_t>(i), t, i, cls, hotspot, a.idle_caused.Get(i), step_of,
+                               r.hotspots.size()));
   }
+  return absl::OkStatus();
+}
+
+// A device_ops row but its id. The ids follow the rows in kOpOrder: start
+// first, then the other columns, so that two readings of a trace (whole,
+// or by slices: the ops of each slice of calls, then sorted) number its
+// ops alike, whatever order ops starting together were recorded in.
+struct OpRow {
+  int64_t start_ns = 0, end_ns = 0;
+  int64_t stream = 0;  // as stored (two's complement)
+  int64_t device = 0;
+  int64_t bytes = 0;  // as stored
+  int64_t copy_kind = 0;
+  std::optional<int64_t> call;  // api_calls.id
+  std::optional<int64_t> name;  // strings.id
+  std::string_view kind;
+  std::optional<int> step;  // follows from start_ns
+
+  // SQLite's ascending order of the same columns (NULL first, integers
+  // signed, text by its bytes).
+  auto Tie() const { return std::tie(start_ns, end_ns, stream, device, bytes, copy_kind, call, name, kind); }
+};
+constexpr const char* kOpOrder = "start_ns, end_ns, stream, device, bytes, copy_kind, call_id, name_id, kind";
+
+// Op `i` of `t`, submitted by call `call`; `names` gathers the names used.
+OpRow OpRowOf(const Timeline& t, size_t i, std::optional<int64_t> call, const StepPlan& plan,
+              absl::flat_hash_set<uint32_t>* names) {
+  const DeviceOp& op = t.ops[i];
+  const OpInfo& info = t.op_info[i];
+  OpRow row;
+  row.start_ns = op.start_ns;
+  row.end_ns = op.end_ns;
+  row.stream = static_cast<int64_t>(info.stream);
+  row.device = op.device;
+  row.bytes = static_cast<int64_t>(info.bytes);
+  row.copy_kind = op.copy_kind;
+  row.call = call;
+  if (info.name != 0 && t.strings.contains(info.name)) {
+    row.name = info.name;
+    names->insert(info.name);
+  }
+  row.kind = OpKindName(op.kind);
+  row.step = DeviceStep(plan, op);
+  return row;
+}
+
+constexpr const char* kOpColumns = "kind, name_id, start_ns, end_ns, stream, device, bytes, copy_kind, call_id, step";
+
+absl::Status InsertOp(Statement* st, std::optional<int64_t> id, const OpRow& o) {
+  if (id.has_value()) {
+    return st->Row(*id, o.kind, o.name, o.start_ns, o.end_ns, o.stream, o.device, o.bytes, o.copy_kind, o.call,
+                   o.step);
+  }
+  return st->Row(o.kind, o.name, o.start_ns, o.end_ns, o.stream, o.device, o.bytes, o.copy_kind, o.call, o.step);
+}
+
+absl::Status InsertStrings(sqlite3* db, const Timeline& t, const absl::flat_hash_set<uint32_t>& names) {
+  std::vector<uint32_t> ids(names.begin(), names.end());
+  std::sort(ids.begin(), ids.end());
+  Statement s(db, "INSERT INTO strings VALUES (?1, ?2)");
+  for (uint32_t id : ids) RETURN_IF_ERROR(s.Row(id, t.String(id)));
   return absl::OkStatus();
 }
 
@@ -346,23 +418,21 @@ absl::Status InsertOps(sqlite3* db, const ProcessAnalysis& a) {
   const Timeline& t = a.timeline;
   Statement st(db, "INSERT INTO device_ops VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)");
   absl::flat_hash_set<uint32_t> names;
-  for (size_t i = 0; i < t.ops.size(); ++i) {
-    const DeviceOp& op = t.ops[i];
-    const OpInfo& info = t.op_info[i];
-    std::optional<int64_t> name;
-    if (info.name != 0 && t.strings.contains(info.name)) {
-      name = info.name;
-      names.insert(info.name);
+  // The ops are in start order; those starting together take kOpOrder.
+  std::vector<OpRow> together;
+  int64_t id = 0;
+  for (size_t i = 0; i < t.ops.size();) {
+    size_t j = i + 1;
+    while (j < t.ops.size() && t.ops[j].start_ns == t.ops[i].start_ns) ++j;
+    together.clear();
+    for (size_t k = i; k < j; ++k) together.push_back(OpRowOf(t, k, Index(t.ops[k].call), a.plan, &names));
+    if (together.size() > 1) {
+      std::sort(together.begin(), together.end(), [](const OpRow& x, const OpRow& y) { return x.Tie() < y.Tie(); });
     }
-    RETURN_IF_ERROR(st.Row(i, OpKindName(op.kind), name, op.start_ns, op.end_ns, info.stream,
-                           uint32_t{op.device}, info.bytes, op.copy_kind, Index(op.call),
-                           DeviceStep(a.plan, op)));
+    for (const OpRow& o : together) RETURN_IF_ERROR(InsertOp(&st, id++, o));
+    i = j;
   }
-  std::vector<uint32_t> ids(names.begin(), names.end());
-  std::sort(ids.begin(), ids.end());
-  Statement s(db, "INSERT INTO strings VALUES (?1, ?2)");
-  for (uint32_t id : ids) RETURN_IF_ERROR(s.Row(id, t.String(id)));
-  return absl::OkStatus();
+  return InsertStrings(db, t, names);
 }
 
 absl::Status InsertSteps(sqlite3* db, const Report& r) {
@@ -382,11 +452,15 @@ absl::Status InsertSteps(sqlite3* db, const Report& r) {
   return absl::OkStatus();
 }
 
+absl::Status InsertGap(Statement* st, int64_t id, const IdleGap& g, std::optional<int64_t> call) {
+  return st->Row(id, g.start_ns, g.end_ns, CauseName(g.cause), g.step, call);
+}
+
 absl::Status InsertGaps(sqlite3* db, const ProcessAnalysis& a) {
   Statement st(db, "INSERT INTO idle_gaps VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
   for (size_t i = 0; i < a.gaps.size(); ++i) {
     const IdleGap& g = a.gaps[i];
-    RETURN_IF_ERROR(st.Row(i, g.start_ns, g.end_ns, CauseName(g.cause), g.step, Index(g.call)));
+    RETURN_IF_ERROR(InsertGap(&st, static_cast<int64_t>(i), g, Index(g.call)));
   }
   return absl::OkStatus();
 }
@@ -418,29 +492,152 @@ absl::Status InsertQuestionsAndDiagnostics(sqlite3* db, const Report& r) {
   return absl::OkStatus();
 }
 
-absl::Status Fill(sqlite3* db, const Report& r, const ProcessAnalysis& a) {
+// The page size, the journal and syncs off (nothing is on disk until the
+// end, or the file is new), one transaction, the tables.
+absl::Status Begin(sqlite3* db, std::string_view more_pragmas) {
   // 64 KiB pages: fewer page allocations and b-tree levels for tables of
   // millions of rows (about 5% faster and 25% less peak memory than 4 KiB on
   // the 35,000-step benchmark trace).
-  RETURN_IF_ERROR(Exec(db,
-                       "PRAGMA page_size=65536; PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; "
-                       "PRAGMA locking_mode=EXCLUSIVE; PRAGMA temp_store=MEMORY;"));
+  RETURN_IF_ERROR(Exec(db, absl::StrCat("PRAGMA page_size=65536; PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; "
+                                        "PRAGMA locking_mode=EXCLUSIVE; ",
+                                        std::string(more_pragmas))));
   RETURN_IF_ERROR(Exec(db, "BEGIN"));
-  RETURN_IF_ERROR(Exec(db, Schema()));
-  RETURN_IF_ERROR(InsertMeta(db, r, a));
+  return Exec(db, Schema());
+}
+
+absl::Status Fill(sqlite3* db, const Report& r, const ProcessAnalysis& a) {
+  const Timeline& t = a.timeline;
+  RETURN_IF_ERROR(Begin(db, "PRAGMA temp_store=MEMORY;"));
+  RETURN_IF_ERROR(InsertMeta(db, r, t.path, t, a.plan));
   RETURN_IF_ERROR(InsertProcesses(db, r));
-  RETURN_IF_ERROR(InsertThreadsAndApis(db, a));
+  RETURN_IF_ERROR(InsertThreadsAndApis(db, t, t.calls_per_thread, a.plan.main_tid));
   RETURN_IF_ERROR(InsertSteps(db, r));
   RETURN_IF_ERROR(InsertHotspots(db, r));
   RETURN_IF_ERROR(InsertCalls(db, r, a));
   RETURN_IF_ERROR(InsertOps(db, a));
   RETURN_IF_ERROR(InsertGaps(db, a));
   RETURN_IF_ERROR(InsertQuestionsAndDiagnostics(db, r));
-  RETURN_IF_ERROR(Exec(db, kIndexes));
+  RETURN_IF_ERROR(Exec(db, kCallIndexes));
+  RETURN_IF_ERROR(Exec(db, kOtherIndexes));
+  return Exec(db, "COMMIT");
+}
+
+// The class the whole reading's analysis gives a call (ClassifyCalls), from
+// its mark: kNccl is the NCCL calls' whatever else.
+CallClass ClassOf(const Timeline& t, const ApiCall& c, const CallMarkView& m) {
+  if (m.sync) return CallClass::kSync;
+  return t.Api(c.api).category == ApiCategory::kNccl ? CallClass::kNccl : CallClass::kNonBlocking;
+}
+
+// The timeline's rows by slices of the file: each slice's calls numbered
+// on from the slices before (their order is the whole timeline's: by
+// enter, ties in file order, and a slice holds every call entering in its
+// time range), with their ops, which wait in a temporary table until every
+// one is read and then take their ids in kOpOrder; then the idle gaps,
+// each call named by its key found among the rows.
+absl::Status FillFromFile(sqlite3* db, const Report& r, const StreamedProcess& process) {
+  const StreamedAnalysis& s = process.analysis;
+  const Timeline& every = s.first_slice;  // what every slice reads
+  // The sorts (the ops', the indexes') in temporary files, in 64 MiB of
+  // memory at most.
+  RETURN_IF_ERROR(Begin(db, "PRAGMA temp_store=FILE; PRAGMA cache_size=-65536;"));
+  RETURN_IF_ERROR(InsertMeta(db, r, process.path, every, process.plan));
+  RETURN_IF_ERROR(InsertProcesses(db, r));
+  RETURN_IF_ERROR(InsertThreadsAndApis(db, every, process.index.calls_per_thread, process.plan.main_tid));
+  RETURN_IF_ERROR(InsertSteps(db, r));
+  RETURN_IF_ERROR(InsertHotspots(db, r));
+  RETURN_IF_ERROR(Exec(db, absl::StrCat("CREATE TEMP TABLE ops_in (", kOpColumns, ");")));
+  {
+    Statement call_row(db, kInsertCall);
+    Statement op_row(db, "INSERT INTO temp.ops_in VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+    const HostStepFinder step_of(process.plan);
+    const CallMarks marks(s);
+    absl::flat_hash_set<uint32_t> names;
+    int64_t first_id = 0;  // the id of the slice's first call
+    auto reader = SliceReader::OpenFile(process.path, process.index);
+    if (!reader.ok()) return reader.status();
+    RETURN_IF_ERROR(ForEachCallSlice(
+        &*reader, process.index, StreamOptions{}.chunks_per_slice, [&](const Timeline& t, int64_t from, int64_t to) {
+          const auto [i0, i1] = EnteringIn(t.calls, from, to);
+          for (size_t i = i0; i < i1; ++i) {
+            const CallMarkView m = marks.Of(CallKey::Of(t.calls[i]));
+            RETURN_IF_ERROR(InsertCall(&call_row, first_id + static_cast<int64_t>(i - i0), t, i,
+                                       ClassOf(t, t.calls[i], m), m.hotspot, m.idle, step_of, r.hotspots.size()));
+          }
+          for (size_t i = 0; i < t.ops.size(); ++i) {
+            if (!SubmittedBy(t.ops[i], i0, i1)) continue;
+            const int64_t call = first_id + (t.ops[i].call - static_cast<int64_t>(i0));
+            RETURN_IF_ERROR(InsertOp(&op_row, std::nullopt, OpRowOf(t, i, call, process.plan, &names)));
+          }
+          first_id += static_cast<int64_t>(i1 - i0);
+          return absl::OkStatus();
+        }));
+    RETURN_IF_ERROR(InsertStrings(db, every, names));
+  }
+  RETURN_IF_ERROR(Exec(db, absl::StrCat("INSERT INTO device_ops SELECT row_number() OVER (ORDER BY ", kOpOrder,
+                                        ") - 1, ", kOpColumns, " FROM temp.ops_in; DROP TABLE temp.ops_in;")));
+  // The calls' indexes first: a gap's call is looked up by its thread and
+  // enter time.
+  RETURN_IF_ERROR(Exec(db, kCallIndexes));
+  if (process.gaps == nullptr) return absl::InternalError("sqlite export: the idle gaps were not kept");
+  {
+    Statement gap_row(db, "INSERT INTO idle_gaps VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+    sqlite3_stmt* find = nullptr;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT MIN(id) FROM api_calls WHERE tid = ?1 AND enter_ns = ?2 AND api_id = ?3 AND "
+                           "exit_ns = ?4",
+                           -1, &find, nullptr) != SQLITE_OK) {
+      return SqliteError(db, "prepare");
+    }
+    int64_t id = 0;
+    absl::Status inserted;
+    absl::Status read = process.gaps->ForEach([&](const GapSpill::Gap& g) {
+      if (!inserted.ok()) return;
+      std::optional<int64_t> call;
+      if (g.has_call) {
+        sqlite3_bind_int64(find, 1, g.call.tid);
+        sqlite3_bind_int64(find, 2, g.call.enter_ns);
+        sqlite3_bind_int64(find, 3, g.call.api);
+        sqlite3_bind_int64(find, 4, g.call.exit_ns);
+        if (sqlite3_step(find) == SQLITE_ROW && sqlite3_column_type(find, 0) != SQLITE_NULL) {
+          call = sqlite3_column_int64(find, 0);
+        }
+        sqlite3_reset(find);
+      }
+      inserted = InsertGap(&gap_row, id++, g.gap, call);
+    });
+    sqlite3_finalize(find);
+    RETURN_IF_ERROR(read);
+    RETURN_IF_ERROR(inserted);
+  }
+  RETURN_IF_ERROR(InsertQuestionsAndDiagnostics(db, r));
+  RETURN_IF_ERROR(Exec(db, kOtherIndexes));
   return Exec(db, "COMMIT");
 }
 
 }  // namespace
+
+absl::Status SqliteFromFileRefusal(const StreamedProcess& process) {
+  if (!process.used || !process.keep_for_export) {
+    return absl::InternalError("the trace was not reported by slices for an export");
+  }
+  // Ops no call submitted are in no slice of calls; an external id that
+  // may name two calls joins an op as the slice finds it.
+  if (process.analysis.unjoined_ops > 0) return absl::UnimplementedError("device ops no call submitted");
+  if (ExternalIdsMayRepeat(process.index)) return absl::UnimplementedError("external ids that may repeat");
+  return absl::OkStatus();
+}
+
+absl::Status WriteSqliteFromFile(const Report& report, const StreamedProcess& process, const std::string& path) {
+  RETURN_IF_ERROR(SqliteFromFileRefusal(process));
+  sqlite3* db = nullptr;
+  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
+  absl::Status st = sqlite3_open_v2(path.c_str(), &db, flags, nullptr) == SQLITE_OK
+                        ? FillFromFile(db, report, process)
+                        : SqliteError(db, "open " + path);
+  if (sqlite3_close(db) != SQLITE_OK && st.ok()) st = SqliteError(db, "close");
+  return st;
+}
 
 absl::StatusOr<std::string> RenderSqlite(const Report& report, const ProcessAnalysis& analysis) {
   sqlite3* db = nullptr;

@@ -3,7 +3,8 @@
 // calls with their class, step and hotspot, device ops, steps, idle gaps with
 // their causes, hotspots and their stacks, questions, diagnostics and a meta
 // table. The database is built in memory and returned as the bytes of a
-// SQLite file. Schema: docs/analyzer.md, "SQLite export".
+// SQLite file, or, for a trace too large to hold, written to its file from
+// the trace's file by slices. Schema: docs/analyzer.md, "SQLite export".
 #pragma once
 
 #include <string>
@@ -19,5 +20,20 @@ inline constexpr int kSqliteSchemaVersion = 1;
 
 // The bytes of a SQLite database file holding `report` and `analysis`.
 absl::StatusOr<std::string> RenderSqlite(const Report& report, const ProcessAnalysis& analysis);
+
+// Why the database of a trace reported by slices (StreamedProcess, with
+// keep_for_export) cannot be written from its file by slices: OK where it
+// can; Unimplemented where the trace must be read whole for it (device ops
+// that no call submitted, which are in no slice of calls; external ids
+// that may name two calls, which a slice joins as it finds them).
+absl::Status SqliteFromFileRefusal(const StreamedProcess& process);
+
+// The same database as RenderSqlite's of the whole reading, the same rows
+// with the same ids, written from the trace's file read again by slices
+// into the SQLite file at `path` (new or empty), never held whole: the
+// calls and ops a slice at a time, the ops then sorted into their ids on
+// disk (SQLite's temporary files: $SQLITE_TMPDIR, else $TMPDIR, else
+// /var/tmp or /tmp), the idle gaps from the analysis' temporary file.
+absl::Status WriteSqliteFromFile(const Report& report, const StreamedProcess& process, const std::string& path);
 
 }  // namespace stallscope::analyzer
