@@ -63,7 +63,8 @@ def check_windowed_report(exe, trace, whole):
     diagnostics included: it is `report --no-predict`'s, byte for byte;
     and so is its HTML page, drawn from the file by slices again (the
     device ops, and the idle gaps as the analysis gives them). Its Perfetto
-    export by slices holds the whole reading's events."""
+    export by slices holds the whole reading's events, and its SQLite
+    database by slices the whole reading's rows."""
     import subprocess
 
     def report(flags, fmt="json"):
@@ -89,6 +90,27 @@ def check_windowed_report(exe, trace, whole):
     check(events[0] == events[1], f"report --format perfetto --stream: {len(events[1])} events, "
           f"{len(set(events[1]) ^ set(events[0]))} differ from the whole reading's {len(events[0])}")
     check(exports[0] == exports[1], "report --format perfetto --stream: the header differs from the whole reading's")
+    # The SQLite database from the file by slices (or, where it cannot be
+    # written so, read whole): the whole reading's rows, ids included.
+    import os
+    import sqlite3
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        tables = []
+        for i, flags in enumerate((["--no-predict"], ["--no-predict", "--stream", "--window-steps", "2"])):
+            out = os.path.join(d, f"{i}.db")
+            p = subprocess.run([exe, "report", trace, "--format", "sqlite", "-o", out] + flags,
+                               capture_output=True, text=True, timeout=300)
+            check(p.returncode == 0, f"report --format sqlite {' '.join(flags)} exited {p.returncode}: {p.stderr[-2000:]}")
+            con = sqlite3.connect(out)
+            names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+            tables.append({n: sorted(repr(r) for r in con.execute(f"SELECT * FROM {n}")) for n in names})
+            con.close()
+        check(sorted(tables[1]) == sorted(tables[0]), "report --format sqlite --stream: not the whole reading's tables")
+        for n, rows in tables[0].items():
+            got = tables[1].get(n, [])
+            check(got == rows, f"report --format sqlite --stream: table {n}: {len(got)} rows, "
+                  f"{len(set(got) ^ set(rows))} differ from the whole reading's {len(rows)}")
 
 
 def check_folder_one_at_a_time(exe, folder, whole, env=None):

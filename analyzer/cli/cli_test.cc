@@ -3,11 +3,13 @@
 // summary) and `report` output files.
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 
@@ -526,6 +528,86 @@ TEST_CASE("report --format perfetto --stream: by slices, else read whole", "[cli
       CHECK(sliced.out == whole.out);
     }
   }
+}
+
+// The rows of every table of the SQLite database at `path`, sorted, as
+// text ("" if it cannot be opened).
+std::string DatabaseRows(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    sqlite3_close(db);
+    return "";
+  }
+  std::vector<std::string> rows;
+  auto each = [&](const std::string& sql, const std::function<void(sqlite3_stmt*)>& fn) {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) return;
+    while (sqlite3_step(st) == SQLITE_ROW) fn(st);
+    sqlite3_finalize(st);
+  };
+  std::vector<std::string> tables;
+  each("SELECT name FROM sqlite_master WHERE type = 'table'",
+       [&](sqlite3_stmt* st) { tables.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))); });
+  for (const std::string& table : tables) {
+    each("SELECT * FROM " + table, [&](sqlite3_stmt* st) {
+      std::string row = table;
+      for (int c = 0; c < sqlite3_column_count(st); ++c) {
+        const unsigned char* v = sqlite3_column_text(st, c);
+        row += "|" + (v ? std::string(reinterpret_cast<const char*>(v)) : std::string("NULL"));
+      }
+      rows.push_back(std::move(row));
+    });
+  }
+  sqlite3_close(db);
+  std::sort(rows.begin(), rows.end());
+  std::string out;
+  for (const std::string& r : rows) out += r + "\n";
+  return out;
+}
+
+// Guards `report --format sqlite` of a trace reported by slices: the
+// database is written from the file by slices (another file, the same
+// rows), or, for a trace it cannot be written so from (an op no call
+// submitted), from the whole reading; a new file either way (0640, never
+// over one that exists, no temporary left).
+TEST_CASE("report --format sqlite --stream: by slices, else read whole", "[cli][sqlite][stream]") {
+  Sandbox box;
+  const std::string joined = box.root() + "/joined.sstrace";
+  testing::SyntheticSteps(40).SetChunkRecords(64).WriteTo(joined);
+  testing::TraceBuilder b = testing::SyntheticSteps(40);
+  b.Device(1'000'100'000, 1'000'300'000, stallscope::trace::DeviceOpKind::kKernel, "no_call", 900001, 7);
+  const std::string unjoined = box.root() + "/unjoined.sstrace";
+  b.WriteTo(unjoined);
+  for (const std::string& trace : {joined, unjoined}) {
+    INFO(trace);
+    const std::string whole = trace + ".whole.db", sliced = trace + ".sliced.db";
+    REQUIRE(box.Run("report '" + trace + "' --format sqlite --no-predict -o '" + whole + "'").code == 0);
+    REQUIRE(box.Run("report '" + trace + "' --format sqlite --no-predict --stream -o '" + sliced + "'").code == 0);
+    const std::string rows = DatabaseRows(whole);
+    CHECK(rows.find("api_calls|") != std::string::npos);
+    CHECK(DatabaseRows(sliced) == rows);
+    if (trace == joined) {
+      CHECK(Slurp(sliced) != Slurp(whole));  // by slices
+    } else {
+      CHECK(Slurp(sliced) == Slurp(whole));
+    }
+    struct stat st{};
+    REQUIRE(stat(sliced.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0640);
+    const Result again = box.Run("report '" + trace + "' --format sqlite --no-predict --stream -o '" + sliced + "'");
+    CHECK(again.code != 0);
+    CHECK(again.err.find("already exists") != std::string::npos);
+    CHECK(DatabaseRows(sliced) == rows);
+  }
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(box.root())) {
+    const std::string name = e.path().filename();
+    if (e.is_regular_file() && name != "out" && name != "err") files.push_back(name);  // (Run's)
+  }
+  std::sort(files.begin(), files.end());
+  CHECK(files == std::vector<std::string>{"joined.sstrace", "joined.sstrace.sliced.db", "joined.sstrace.whole.db",
+                                          "unjoined.sstrace", "unjoined.sstrace.sliced.db",
+                                          "unjoined.sstrace.whole.db"});
 }
 
 // Guards the debugging dump: one line per call, op and range.

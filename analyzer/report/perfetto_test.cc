@@ -443,42 +443,7 @@ Parts Split(const std::string& text) {
 // and not, two streams and threads, NVTX ranges, sampled device timing, the
 // checked-in traces; refused (Unimplemented) for an op no call submitted.
 TEST_CASE("perfetto export from the file by slices: the whole reading's", "[perfetto][stream]") {
-  std::vector<std::pair<std::string, TraceBuilder>> built;
-  // Small chunks: the calls come in many slices of 16 chunks.
-  built.emplace_back("marked", testing::SyntheticSteps(300).SetPacked(true).SetChunkRecords(64));
-  built.emplace_back("unmarked", testing::SyntheticSteps(300, "kernel", false, false).SetChunkRecords(64));
-  built.emplace_back("op ranges", testing::SyntheticSteps(60, "gemm", true).SetChunkRecords(50));
-  {
-    // Besides, an NVTX range on a thread that makes no call, the earliest
-    // record (the times' base, rounded down to a whole microsecond).
-    TraceBuilder b = Sample();
-    b.Thread(300, "io");
-    b.Range(300, 999'990'000'123, 1'000'500'000'000, "read");
-    built.emplace_back("two streams", std::move(b.SetChunkRecords(3)));
-  }
-  built.emplace_back("sampled", testing::SampledSteps().SetChunkRecords(16));
-  {
-    // Another thread's long call while a later step's kernel runs: with
-    // windows of one step, the windows' slices give up the steps' spans,
-    // and the gaps come again from the start (windows_test: "the steps'
-    // spans from the windows' slices, or their own pass").
-    TraceBuilder b;
-    auto api = testing::AddStandardApis(&b);
-    for (int k = 0; k < 12; ++k) {
-      const int64_t t0 = 1'000'000'000 + k * 1000 * kUs;
-      b.Range(1, t0, t0 + 1000 * kUs, "step " + std::to_string(k));
-      b.Submit(1, api.launch, t0 + 100 * kUs, t0 + 110 * kUs, t0 + 200 * kUs, t0 + 900 * kUs);
-    }
-    b.Call(2, api.other, 1'009'300'000, 1'009'700'000);
-    built.emplace_back("given up", std::move(b.SetChunkRecords(3)));
-  }
-  {
-    // An op no call submitted: refused.
-    TraceBuilder b = testing::SyntheticSteps(50, "gemm");
-    b.SetChunkRecords(100);
-    b.Device(1'000'100'000, 1'000'300'000, tf::DeviceOpKind::kKernel, "no_call", 900001, 7);
-    built.emplace_back("unjoined", std::move(b));
-  }
+  const auto built = testing::FromFileTraces(Sample());
   const testing::TracesOnDisk traces = testing::WriteTraces(built, "stallscope-perfetto");
   REQUIRE(!traces.dir.empty());
   const std::vector<std::string>& paths = traces.paths;

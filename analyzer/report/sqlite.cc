@@ -631,7 +631,7 @@ absl::Status SqliteFromFileRefusal(const StreamedProcess& process) {
 absl::Status WriteSqliteFromFile(const Report& report, const StreamedProcess& process, const std::string& path) {
   RETURN_IF_ERROR(SqliteFromFileRefusal(process));
   sqlite3* db = nullptr;
-  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
+  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
   absl::Status st = sqlite3_open_v2(path.c_str(), &db, flags, nullptr) == SQLITE_OK
                         ? FillFromFile(db, report, process)
                         : SqliteError(db, "open " + path);

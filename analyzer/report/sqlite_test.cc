@@ -7,7 +7,9 @@
 #include <sqlite3.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstring>
+#include <unistd.h>
 #include <set>
 #include <stdexcept>
 
@@ -23,6 +25,13 @@ namespace tf = stallscope::trace;
 // An opened copy of exported bytes.
 class Db {
  public:
+  // A database file, read only.
+  static Db File(const std::string& path) {
+    Db db;
+    REQUIRE(sqlite3_open_v2(path.c_str(), &db.db_, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+    return db;
+  }
+  Db(Db&& o) noexcept : db_(o.db_) { o.db_ = nullptr; }
   explicit Db(const std::string& bytes) {
     REQUIRE(sqlite3_open(":memory:", &db_) == SQLITE_OK);
     auto* buf = static_cast<unsigned char*>(sqlite3_malloc64(bytes.size()));
@@ -58,8 +67,29 @@ class Db {
   int64_t Int(const std::string& sql, int64_t bind = INT64_MIN) const {
     return std::stoll(Text(sql, bind));
   }
+  // Every row of `sql`, its columns as text joined by '|' ("NULL" for
+  // NULL), sorted.
+  std::vector<std::string> Rows(const std::string& sql) const {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
+      throw std::runtime_error(sql + ": " + sqlite3_errmsg(db_));
+    }
+    std::vector<std::string> out;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      std::string row;
+      for (int c = 0; c < sqlite3_column_count(st); ++c) {
+        const unsigned char* t = sqlite3_column_text(st, c);
+        row += (c > 0 ? "|" : "") + (t ? std::string(reinterpret_cast<const char*>(t)) : std::string("NULL"));
+      }
+      out.push_back(std::move(row));
+    }
+    sqlite3_finalize(st);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
 
  private:
+  Db() = default;
   sqlite3* db_ = nullptr;
 };
 
@@ -70,8 +100,9 @@ struct Sample {
 
 // Four steps on the main thread (launches, a blocking .item()-style read-back
 // at one Python site, an explicit sync at another), a helper thread that
-// launches on another stream, a memset, and ops on a second device.
-Sample MakeSample() {
+// launches on another stream, a memset, and (`other_device`) ops that no
+// call submitted on a second device.
+TraceBuilder SampleTrace(bool other_device = true) {
   TraceBuilder b;
   auto api = testing::AddStandardApis(&b);
   const uint32_t item = b.PythonStack({{"train.py", "train_step", 42}, {"train.py", "main", 7}});
@@ -85,8 +116,12 @@ Sample MakeSample() {
              tf::DeviceOpKind::kKernel, "gemm");
     b.Submit(1, api.launch, t0 + 16 * kUs, t0 + 20 * kUs, t0 + 400 * kUs, t0 + 402 * kUs,
              tf::DeviceOpKind::kKernel, "tiny");
-    b.Submit(2, api.launch, t0 + 30 * kUs, t0 + 36 * kUs, t0 + 410 * kUs, t0 + 600 * kUs,
-             tf::DeviceOpKind::kKernel, "aux");
+    // The helper thread's external ids its own, as the recorder gives them
+    // (the thread's index above bit 40).
+    const uint64_t external = (uint64_t{2} << 40) + static_cast<uint64_t>(k);
+    b.Call(2, api.launch, t0 + 30 * kUs, t0 + 36 * kUs, {.correlation = external});
+    b.Device(t0 + 410 * kUs, t0 + 600 * kUs, tf::DeviceOpKind::kKernel, "aux", 100'000 + k);
+    b.Correlate(external, 100'000 + k);
     b.Submit(1, api.memcpy, t0 + 25 * kUs, t0 + 650 * kUs, t0 + 600 * kUs, t0 + 640 * kUs,
              tf::DeviceOpKind::kMemcpy, "DtoH", {.python_stack = item, .bytes = 4});
     b.Submit(1, api.memset, t0 + 900 * kUs, t0 + 905 * kUs, t0 + 1000 * kUs, t0 + 1010 * kUs,
@@ -94,8 +129,13 @@ Sample MakeSample() {
     b.Submit(1, api.launch, t0 + 910 * kUs, t0 + 915 * kUs, t0 + 1020 * kUs, t0 + 1500 * kUs,
              tf::DeviceOpKind::kKernel, "gemm");
     if (k % 2 == 1) b.Call(1, api.sync, t0 + 920 * kUs, t0 + 1505 * kUs, {.python_stack = sync});
-    b.Device(t0 + 100 * kUs, t0 + 200 * kUs, tf::DeviceOpKind::kKernel, "other_device", 0, 3, 1);
+    if (other_device) b.Device(t0 + 100 * kUs, t0 + 200 * kUs, tf::DeviceOpKind::kKernel, "other_device", 0, 3, 1);
   }
+  return b;
+}
+
+Sample MakeSample() {
+  TraceBuilder b = SampleTrace();
   Timeline t = testing::ReadOrDie(b);
   Sample s;
   auto r = AnalyzeTimeline(t, {}, &s.analysis);
@@ -250,6 +290,69 @@ TEST_CASE("sqlite call classes follow the analysis", "[sqlite]") {
     return std::set<std::string>(v.begin(), v.end());
   }();
   CHECK(sync_apis == std::set<std::string>{"cudaMemcpy", "cudaMemset", "cudaStreamSynchronize"});
+}
+
+// Guards the database of a trace too large to hold (WriteSqliteFromFile):
+// written from the file by slices, every table holds the whole reading's
+// rows, ids included, and so do its indexes; a trace with an op that no
+// call submitted is refused (read whole instead).
+TEST_CASE("sqlite database from the file by slices: the whole reading's rows", "[sqlite][stream]") {
+  const testing::TracesOnDisk traces =
+      testing::WriteTraces(testing::FromFileTraces(SampleTrace(/*other_device=*/false)), "stallscope-sqlite");
+  REQUIRE(!traces.dir.empty());
+  const std::string db_path = traces.dir + "/sliced.db";
+  int compared = 0;
+  for (const std::string& path : traces.paths) {
+    INFO(path);
+    Report whole_report, sliced_report;
+    ProcessAnalysis whole;
+    StreamedProcess sliced;
+    sliced.keep_for_export = true;
+    const bool given_up = path.find("given up") != std::string::npos;
+    REQUIRE(testing::ReportBothWays(path, &whole_report, &whole, &sliced_report, &sliced, given_up ? 1 : 0).ok());
+    if (path.find("unjoined") != std::string::npos) {
+      CHECK(SqliteFromFileRefusal(sliced).code() == absl::StatusCode::kUnimplemented);
+      CHECK(WriteSqliteFromFile(sliced_report, sliced, db_path).code() == absl::StatusCode::kUnimplemented);
+      continue;
+    }
+    INFO(SqliteFromFileRefusal(sliced).ToString());
+    REQUIRE(SqliteFromFileRefusal(sliced).ok());
+    unlink(db_path.c_str());
+    const absl::Status written = WriteSqliteFromFile(sliced_report, sliced, db_path);
+    INFO(written.ToString());
+    REQUIRE(written.ok());
+    auto bytes = RenderSqlite(whole_report, whole);
+    REQUIRE(bytes.ok());
+    const Db want(*bytes);
+    const Db got = Db::File(db_path);
+    CHECK(got.Text("PRAGMA integrity_check") == "ok");
+    const std::string schema = "SELECT type, name, sql FROM sqlite_master";
+    REQUIRE(got.Rows(schema) == want.Rows(schema));
+    REQUIRE(whole.timeline.ops.size() > 0);
+    for (const std::string& table : want.Column("SELECT name FROM sqlite_master WHERE type = 'table'")) {
+      INFO(table);
+      const std::vector<std::string> a = got.Rows("SELECT * FROM " + table);
+      const std::vector<std::string> b = want.Rows("SELECT * FROM " + table);
+      size_t same = 0;  // (the first difference, not the whole tables)
+      while (same < a.size() && same < b.size() && a[same] == b[same]) ++same;
+      INFO("the first row that differs, by slices: " << (same < a.size() ? a[same] : "none")
+           << "\nread whole: " << (same < b.size() ? b[same] : "none"));
+      CHECK(same == b.size());
+      CHECK(a.size() == b.size());
+    }
+    CHECK(got.Int("SELECT COUNT(*) FROM idle_gaps") == static_cast<int64_t>(whole.gaps.size()));
+    if (path.find("starting together") != std::string::npos) {
+      // The timeline holds the ops starting together in the file's order;
+      // the ids in the columns' (stream 7 first).
+      CHECK(whole.timeline.String(whole.timeline.op_info[0].name) == "late");
+      CHECK(want.Text("SELECT s.value FROM device_ops o JOIN strings s ON s.id = o.name_id WHERE o.id = 0") ==
+            "early");
+    }
+    ++compared;
+  }
+  CHECK(compared == static_cast<int>(traces.paths.size()) - 1);
+  unlink(db_path.c_str());
+  traces.Remove();
 }
 
 // Guards the degenerate case: a trace without calls or ops still exports.

@@ -216,6 +216,71 @@ inline TracesOnDisk WriteTraces(const std::vector<std::pair<std::string, TraceBu
 }
 #endif
 
+// The traces a writer from the file by slices (perfetto, sqlite) is held to
+// the whole reading's on, `sample` (two streams and threads) among them:
+// the calls come in many slices of 16 chunks. The last, "unjoined", holds
+// an op that no call submitted: such a writer refuses it. "given up" is
+// to be read in windows of one step.
+inline std::vector<std::pair<std::string, TraceBuilder>> FromFileTraces(TraceBuilder sample) {
+  std::vector<std::pair<std::string, TraceBuilder>> built;
+  built.emplace_back("marked", SyntheticSteps(300).SetPacked(true).SetChunkRecords(64));
+  built.emplace_back("unmarked", SyntheticSteps(300, "kernel", false, false).SetChunkRecords(64));
+  built.emplace_back("op ranges", SyntheticSteps(60, "gemm", true).SetChunkRecords(50));
+  // A data-parallel rank's NCCL calls and kernels.
+  built.emplace_back("rank", SyntheticSteps(60, "kernel", false, true, 20 * kUs, 0, 2).SetChunkRecords(32));
+  // Besides, an NVTX range on a thread that makes no call, the earliest
+  // record (the times' base, rounded down to a whole microsecond).
+  sample.Thread(300, "io");
+  sample.Range(300, 999'990'000'123, 1'000'500'000'000, "read");
+  built.emplace_back("two streams", std::move(sample.SetChunkRecords(3)));
+  built.emplace_back("sampled", SampledSteps().SetChunkRecords(16));
+  {
+    // Another thread's long call while a later step's kernel runs: with
+    // windows of one step, the windows' slices give up the steps' spans,
+    // and the gaps come again from the start (windows_test: "the steps'
+    // spans from the windows' slices, or their own pass").
+    TraceBuilder b;
+    auto api = AddStandardApis(&b);
+    for (int k = 0; k < 12; ++k) {
+      const int64_t t0 = 1'000'000'000 + k * 1000 * kUs;
+      b.Range(1, t0, t0 + 1000 * kUs, "step " + std::to_string(k));
+      b.Submit(1, api.launch, t0 + 100 * kUs, t0 + 110 * kUs, t0 + 200 * kUs, t0 + 900 * kUs);
+    }
+    b.Call(2, api.other, 1'009'300'000, 1'009'700'000);
+    built.emplace_back("given up", std::move(b.SetChunkRecords(3)));
+  }
+  {
+    // Kernels of two threads starting at the same ns on streams 7 and 9,
+    // the later call's (stream 9) recorded first, each record in its own
+    // chunk: the file's order is not the columns'.
+    TraceBuilder b;
+    auto api = AddStandardApis(&b);
+    uint32_t cupti = 1;
+    uint64_t external = 5000;
+    auto launch = [&](uint32_t tid, int64_t enter, uint32_t stream, const std::string& name) {
+      b.Call(tid, api.launch, enter, enter + 10 * kUs, {.correlation = external});
+      const int64_t start = enter - enter % (1000 * kUs) + 100 * kUs;
+      b.Device(start, start + 200 * kUs, trace::DeviceOpKind::kKernel, name, cupti, stream);
+      b.Correlate(external++, cupti++);
+    };
+    for (int k = 0; k < 40; ++k) {
+      const int64_t t0 = 1'000'000'000 + k * 1000 * kUs;
+      b.Range(1, t0, t0 + 1000 * kUs, "step " + std::to_string(k));
+      launch(1, t0 + 30 * kUs, 9, "late");
+      launch(2, t0 + 10 * kUs, 7, "early");
+      b.Call(1, api.sync, t0 + 50 * kUs, t0 + 310 * kUs);
+    }
+    built.emplace_back("starting together", std::move(b.SetChunkRecords(1)));
+  }
+  {
+    TraceBuilder b = SyntheticSteps(50, "gemm");
+    b.SetChunkRecords(100);
+    b.Device(1'000'100'000, 1'000'300'000, trace::DeviceOpKind::kKernel, "no_call", 900001, 7);
+    built.emplace_back("unjoined", std::move(b));
+  }
+  return built;
+}
+
 // A trace's report read whole, with its details, and by slices (`sliced`
 // as the caller set it up, for a writer from the file; `window_steps` 0:
 // the default), both without predictions. Fails unless both reports are
