@@ -457,7 +457,7 @@ TEST_CASE("perfetto export from the file by slices: the whole reading's", "[perf
     const bool given_up = path.find("given up") != std::string::npos;
     REQUIRE(testing::ReportBothWays(path, &whole_report, &whole, &sliced_report, &sliced, given_up ? 1 : 0).ok());
     auto from_file = PerfettoFromFile::Prepare(sliced_report, sliced);
-    if (path.find("unjoined") != std::string::npos) {
+    if (path.find("unjoined") != std::string::npos || path.find("early op") != std::string::npos) {
       CHECK(from_file.status().code() == absl::StatusCode::kUnimplemented);
       continue;
     }
@@ -492,7 +492,7 @@ TEST_CASE("perfetto export from the file by slices: the whole reading's", "[perf
     CHECK(parsed["traceEvents"].size() == want.events.size());
     ++compared;
   }
-  CHECK(compared == static_cast<int>(paths.size()) - 1);
+  CHECK(compared == static_cast<int>(paths.size()) - 2);
   traces.Remove();
 }
 

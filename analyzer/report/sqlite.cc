@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <bit>
 #include <concepts>
+#include <limits>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -397,6 +399,7 @@ OpRow OpRowOf(const Timeline& t, size_t i, std::optional<int64_t> call, const St
 }
 
 constexpr const char* kOpColumns = "kind, name_id, start_ns, end_ns, stream, device, bytes, copy_kind, call_id, step";
+constexpr const char* kInsertOp = "INSERT INTO device_ops VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
 
 absl::Status InsertOp(Statement* st, std::optional<int64_t> id, const OpRow& o) {
   if (id.has_value()) {
@@ -416,7 +419,7 @@ absl::Status InsertStrings(sqlite3* db, const Timeline& t, const absl::flat_hash
 
 absl::Status InsertOps(sqlite3* db, const ProcessAnalysis& a) {
   const Timeline& t = a.timeline;
-  Statement st(db, "INSERT INTO device_ops VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)");
+  Statement st(db, kInsertOp);
   absl::flat_hash_set<uint32_t> names;
   // The ops are in start order; those starting together take kOpOrder.
   std::vector<OpRow> together;
@@ -529,12 +532,64 @@ CallClass ClassOf(const Timeline& t, const ApiCall& c, const CallMarkView& m) {
   return t.Api(c.api).category == ApiCategory::kNccl ? CallClass::kNccl : CallClass::kNonBlocking;
 }
 
+// The ops of the slices of calls into device_ops in kOpOrder, numbered as
+// they go. An op starts after its call entered: once a slice of the calls
+// entering in [from, to) is read, no op to come starts before `to`, and the
+// ops before it are final (Settle), so that what waits follows the work
+// queued on the device, not the trace. An op that starts before the last
+// such time (its call entered after it, as two clocks apart could make it
+// seem) ends that: every op goes to a temporary table instead, which SQLite
+// sorts once all are read (Finish).
+class OpSorter {
+ public:
+  explicit OpSorter(sqlite3* db) : db_(db), row_(db, kInsertOp) {}
+
+  absl::Status Add(const OpRow& row) {
+    if (spill_ == nullptr && row.start_ns < settled_) RETURN_IF_ERROR(Spill());
+    if (spill_ != nullptr) return InsertOp(spill_.get(), std::nullopt, row);
+    pending_.push_back(row);
+    return absl::OkStatus();
+  }
+  // No op to come starts before `to`.
+  absl::Status Settle(int64_t to) {
+    if (spill_ != nullptr) return absl::OkStatus();
+    std::sort(pending_.begin(), pending_.end(), [](const OpRow& x, const OpRow& y) { return x.Tie() < y.Tie(); });
+    size_t n = 0;
+    for (; n < pending_.size() && pending_[n].start_ns < to; ++n) RETURN_IF_ERROR(InsertOp(&row_, next_id_++, pending_[n]));
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
+    settled_ = std::max(settled_, to);
+    return absl::OkStatus();
+  }
+  absl::Status Finish() {
+    if (spill_ == nullptr) return Settle(std::numeric_limits<int64_t>::max());
+    spill_.reset();
+    return Exec(db_, absl::StrCat("INSERT INTO device_ops SELECT row_number() OVER (ORDER BY ", kOpOrder, ") - 1, ",
+                                  kOpColumns, " FROM temp.ops_in; DROP TABLE temp.ops_in;"));
+  }
+ private:
+  absl::Status Spill() {
+    RETURN_IF_ERROR(Exec(db_, absl::StrCat("CREATE TEMP TABLE ops_in (", kOpColumns, "); INSERT INTO temp.ops_in SELECT ",
+                                           kOpColumns, " FROM device_ops; DELETE FROM device_ops;")));
+    spill_ = std::make_unique<Statement>(db_, "INSERT INTO temp.ops_in VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+    for (const OpRow& o : pending_) RETURN_IF_ERROR(InsertOp(spill_.get(), std::nullopt, o));
+    pending_.clear();
+    return absl::OkStatus();
+  }
+
+  sqlite3* db_;
+  Statement row_;
+  std::unique_ptr<Statement> spill_;
+  std::vector<OpRow> pending_;
+  int64_t settled_ = std::numeric_limits<int64_t>::min();
+  int64_t next_id_ = 0;
+};
+
 // The timeline's rows by slices of the file: each slice's calls numbered
 // on from the slices before (their order is the whole timeline's: by
 // enter, ties in file order, and a slice holds every call entering in its
-// time range), with their ops, which wait in a temporary table until every
-// one is read and then take their ids in kOpOrder; then the idle gaps,
-// each call named by its key found among the rows.
+// time range), with their ops, which take their ids in kOpOrder
+// (OpSorter); then the idle gaps, each call named by its key found among
+// the rows.
 absl::Status FillFromFile(sqlite3* db, const Report& r, const StreamedProcess& process) {
   const StreamedAnalysis& s = process.analysis;
   const Timeline& every = s.first_slice;  // what every slice reads
@@ -546,10 +601,9 @@ absl::Status FillFromFile(sqlite3* db, const Report& r, const StreamedProcess& p
   RETURN_IF_ERROR(InsertThreadsAndApis(db, every, process.index.calls_per_thread, process.plan.main_tid));
   RETURN_IF_ERROR(InsertSteps(db, r));
   RETURN_IF_ERROR(InsertHotspots(db, r));
-  RETURN_IF_ERROR(Exec(db, absl::StrCat("CREATE TEMP TABLE ops_in (", kOpColumns, ");")));
   {
     Statement call_row(db, kInsertCall);
-    Statement op_row(db, "INSERT INTO temp.ops_in VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+    OpSorter ops(db);
     const HostStepFinder step_of(process.plan);
     const CallMarks marks(s);
     absl::flat_hash_set<uint32_t> names;
@@ -567,15 +621,14 @@ absl::Status FillFromFile(sqlite3* db, const Report& r, const StreamedProcess& p
           for (size_t i = 0; i < t.ops.size(); ++i) {
             if (!SubmittedBy(t.ops[i], i0, i1)) continue;
             const int64_t call = first_id + (t.ops[i].call - static_cast<int64_t>(i0));
-            RETURN_IF_ERROR(InsertOp(&op_row, std::nullopt, OpRowOf(t, i, call, process.plan, &names)));
+            RETURN_IF_ERROR(ops.Add(OpRowOf(t, i, call, process.plan, &names)));
           }
           first_id += static_cast<int64_t>(i1 - i0);
-          return absl::OkStatus();
+          return ops.Settle(to);
         }));
+    RETURN_IF_ERROR(ops.Finish());
     RETURN_IF_ERROR(InsertStrings(db, every, names));
   }
-  RETURN_IF_ERROR(Exec(db, absl::StrCat("INSERT INTO device_ops SELECT row_number() OVER (ORDER BY ", kOpOrder,
-                                        ") - 1, ", kOpColumns, " FROM temp.ops_in; DROP TABLE temp.ops_in;")));
   // The calls' indexes first: a gap's call is looked up by its thread and
   // enter time.
   RETURN_IF_ERROR(Exec(db, kCallIndexes));

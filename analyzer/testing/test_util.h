@@ -219,8 +219,9 @@ inline TracesOnDisk WriteTraces(const std::vector<std::pair<std::string, TraceBu
 // The traces a writer from the file by slices (perfetto, sqlite) is held to
 // the whole reading's on, `sample` (two streams and threads) among them:
 // the calls come in many slices of 16 chunks. The last, "unjoined", holds
-// an op that no call submitted: such a writer refuses it. "given up" is
-// to be read in windows of one step.
+// an op that no call submitted: such a writer refuses it. "early op" holds
+// an op that starts before its call entered (the Perfetto export refuses
+// it). "given up" is to be read in windows of one step.
 inline std::vector<std::pair<std::string, TraceBuilder>> FromFileTraces(TraceBuilder sample) {
   std::vector<std::pair<std::string, TraceBuilder>> built;
   built.emplace_back("marked", SyntheticSteps(300).SetPacked(true).SetChunkRecords(64));
@@ -252,25 +253,39 @@ inline std::vector<std::pair<std::string, TraceBuilder>> FromFileTraces(TraceBui
   {
     // Kernels of two threads starting at the same ns on streams 7 and 9,
     // the later call's (stream 9) recorded first, each record in its own
-    // chunk: the file's order is not the columns'.
+    // chunk: the file's order is not the columns'. Before them, a call
+    // whose kernel (stream 11) starts after theirs: where a slice of calls
+    // ends after it, its kernel waits for the next slice's.
     TraceBuilder b;
     auto api = AddStandardApis(&b);
     uint32_t cupti = 1;
     uint64_t external = 5000;
-    auto launch = [&](uint32_t tid, int64_t enter, uint32_t stream, const std::string& name) {
-      b.Call(tid, api.launch, enter, enter + 10 * kUs, {.correlation = external});
-      const int64_t start = enter - enter % (1000 * kUs) + 100 * kUs;
+    auto launch = [&](uint32_t tid, int64_t enter, uint32_t stream, const std::string& name, int64_t at = 100 * kUs) {
+      b.Call(tid, api.launch, enter, enter + 4 * kUs, {.correlation = external});
+      const int64_t start = enter - enter % (1000 * kUs) + at;
       b.Device(start, start + 200 * kUs, trace::DeviceOpKind::kKernel, name, cupti, stream);
       b.Correlate(external++, cupti++);
     };
     for (int k = 0; k < 40; ++k) {
       const int64_t t0 = 1'000'000'000 + k * 1000 * kUs;
       b.Range(1, t0, t0 + 1000 * kUs, "step " + std::to_string(k));
+      launch(2, t0 + 5 * kUs, 11, "queued", 500 * kUs);
       launch(1, t0 + 30 * kUs, 9, "late");
       launch(2, t0 + 10 * kUs, 7, "early");
       b.Call(1, api.sync, t0 + 50 * kUs, t0 + 310 * kUs);
+      b.Call(2, api.other, t0 + 800 * kUs, t0 + 810 * kUs);  // five calls a step: slices end anywhere in one
     }
     built.emplace_back("starting together", std::move(b.SetChunkRecords(1)));
+  }
+  {
+    // A kernel that starts 100 ms before its call entered (two clocks
+    // apart), many slices before: a writer that takes the ops as final
+    // once their slice of calls is read must not.
+    TraceBuilder b = SyntheticSteps(300, "kernel");
+    b.SetChunkRecords(64);
+    const uint16_t launch = 0;  // AddStandardApis' first
+    b.Submit(2, launch, 1'500'000'000, 1'500'005'000, 1'400'000'000, 1'400'010'000, trace::DeviceOpKind::kKernel, "early");
+    built.emplace_back("early op", std::move(b));
   }
   {
     TraceBuilder b = SyntheticSteps(50, "gemm");
