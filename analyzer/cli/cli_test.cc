@@ -497,18 +497,23 @@ TEST_CASE("report --format perfetto writes the timeline export", "[cli][perfetto
   CHECK(box.Run("report --help").out.find("perfetto") != std::string::npos);
 }
 
+// Two traces a writer from the file by slices is asked of: one it can be
+// made of, one with an op no call submitted, which it refuses.
+void WriteJoinedAndUnjoined(const std::string& joined, const std::string& unjoined) {
+  testing::SyntheticSteps(40).SetChunkRecords(64).WriteTo(joined);
+  testing::TraceBuilder b = testing::SyntheticSteps(40);
+  b.Device(1'000'100'000, 1'000'300'000, stallscope::trace::DeviceOpKind::kKernel, "no_call", 900001, 7);
+  b.WriteTo(unjoined);
+}
+
 // Guards `report --format perfetto --stream`: the export from the file by
 // slices (the same events, another order: the slices' calls and ops in
 // turn), and from the whole reading where that cannot be made (an op no
 // call submitted): the whole reading's bytes.
 TEST_CASE("report --format perfetto --stream: by slices, else read whole", "[cli][perfetto][stream]") {
   Sandbox box;
-  const std::string joined = box.root() + "/joined.sstrace";
-  testing::SyntheticSteps(40).SetChunkRecords(64).WriteTo(joined);
-  testing::TraceBuilder b = testing::SyntheticSteps(40);
-  b.Device(1'000'100'000, 1'000'300'000, stallscope::trace::DeviceOpKind::kKernel, "no_call", 900001, 7);
-  const std::string unjoined = box.root() + "/unjoined.sstrace";
-  b.WriteTo(unjoined);
+  const std::string joined = box.root() + "/joined.sstrace", unjoined = box.root() + "/unjoined.sstrace";
+  WriteJoinedAndUnjoined(joined, unjoined);
   auto events = [](const std::string& text) {
     std::vector<std::string> v;
     for (const auto& e : nlohmann::json::parse(text)["traceEvents"]) v.push_back(e.dump());
@@ -572,12 +577,8 @@ std::string DatabaseRows(const std::string& path) {
 // over one that exists, no temporary left).
 TEST_CASE("report --format sqlite --stream: by slices, else read whole", "[cli][sqlite][stream]") {
   Sandbox box;
-  const std::string joined = box.root() + "/joined.sstrace";
-  testing::SyntheticSteps(40).SetChunkRecords(64).WriteTo(joined);
-  testing::TraceBuilder b = testing::SyntheticSteps(40);
-  b.Device(1'000'100'000, 1'000'300'000, stallscope::trace::DeviceOpKind::kKernel, "no_call", 900001, 7);
-  const std::string unjoined = box.root() + "/unjoined.sstrace";
-  b.WriteTo(unjoined);
+  const std::string joined = box.root() + "/joined.sstrace", unjoined = box.root() + "/unjoined.sstrace";
+  WriteJoinedAndUnjoined(joined, unjoined);
   for (const std::string& trace : {joined, unjoined}) {
     INFO(trace);
     const std::string whole = trace + ".whole.db", sliced = trace + ".sliced.db";

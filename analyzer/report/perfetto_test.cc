@@ -450,13 +450,12 @@ TEST_CASE("perfetto export from the file by slices: the whole reading's", "[perf
   int compared = 0;
   for (const std::string& path : paths) {
     INFO(path);
-    Report whole_report, sliced_report;
-    ProcessAnalysis whole;
-    StreamedProcess sliced;
-    sliced.keep_for_export = true;
-    const bool given_up = path.find("given up") != std::string::npos;
-    REQUIRE(testing::ReportBothWays(path, &whole_report, &whole, &sliced_report, &sliced, given_up ? 1 : 0).ok());
-    auto from_file = PerfettoFromFile::Prepare(sliced_report, sliced);
+    const testing::ReadForExport read(path);
+    REQUIRE(read.status.ok());
+    const Report& whole_report = read.whole_report;
+    const ProcessAnalysis& whole = read.whole;
+    const StreamedProcess& sliced = read.sliced;
+    auto from_file = PerfettoFromFile::Prepare(read.sliced_report, sliced);
     if (path.find("unjoined") != std::string::npos || path.find("early op") != std::string::npos) {
       CHECK(from_file.status().code() == absl::StatusCode::kUnimplemented);
       continue;
@@ -464,7 +463,7 @@ TEST_CASE("perfetto export from the file by slices: the whole reading's", "[perf
     REQUIRE(from_file.ok());
     REQUIRE(sliced.gaps != nullptr);
     // The given-up trace gave up (its gaps came again from the start).
-    CHECK(sliced.analysis.spans_fused_failed == given_up);
+    CHECK(sliced.analysis.spans_fused_failed == read.given_up);
     CHECK(sliced.gaps->size() == whole.gaps.size());
     std::string text;
     size_t pieces = 0;

@@ -304,12 +304,12 @@ TEST_CASE("sqlite database from the file by slices: the whole reading's rows", "
   int compared = 0;
   for (const std::string& path : traces.paths) {
     INFO(path);
-    Report whole_report, sliced_report;
-    ProcessAnalysis whole;
-    StreamedProcess sliced;
-    sliced.keep_for_export = true;
-    const bool given_up = path.find("given up") != std::string::npos;
-    REQUIRE(testing::ReportBothWays(path, &whole_report, &whole, &sliced_report, &sliced, given_up ? 1 : 0).ok());
+    const testing::ReadForExport read(path);
+    REQUIRE(read.status.ok());
+    const Report& whole_report = read.whole_report;
+    const Report& sliced_report = read.sliced_report;
+    const ProcessAnalysis& whole = read.whole;
+    const StreamedProcess& sliced = read.sliced;
     if (path.find("unjoined") != std::string::npos) {
       CHECK(SqliteFromFileRefusal(sliced).code() == absl::StatusCode::kUnimplemented);
       CHECK(WriteSqliteFromFile(sliced_report, sliced, db_path).code() == absl::StatusCode::kUnimplemented);

@@ -318,4 +318,19 @@ inline absl::Status ReportBothWays(const std::string& path, analyzer::Report* wh
   return absl::OkStatus();
 }
 
+// A trace of FromFileTraces read both ways (ReportBothWays) for a writer
+// from the file: the slices keep what an export needs, and "given up" is
+// read in windows of one step.
+struct ReadForExport {
+  explicit ReadForExport(const std::string& path) : given_up(path.find("given up") != std::string::npos) {
+    sliced.keep_for_export = true;
+    status = ReportBothWays(path, &whole_report, &whole, &sliced_report, &sliced, given_up ? 1 : 0);
+  }
+  const bool given_up;
+  analyzer::Report whole_report, sliced_report;
+  analyzer::ProcessAnalysis whole;
+  analyzer::StreamedProcess sliced;
+  absl::Status status;
+};
+
 }  // namespace stallscope::testing
