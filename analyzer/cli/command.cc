@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -20,10 +21,12 @@
 namespace stallscope::analyzer {
 namespace {
 
+// Progress is shown for files of this size or more.
+constexpr uint64_t kProgressMinBytes = uint64_t{64} << 20;
+
 // Progress on stderr while a large file is read, only on a terminal.
 void ShowProgress(const std::string& path, uint64_t done, uint64_t total) {
-  constexpr uint64_t kMinBytes = uint64_t{64} << 20;
-  if (total < kMinBytes) return;
+  if (total < kProgressMinBytes) return;
   if (done >= total) {
     fputs("\r\033[K", stderr);
   } else {
@@ -157,6 +160,20 @@ bool UseColor(const Conventions& c) {
   if (c.color != "auto" || !c.out.empty()) return false;
   const char* no_color = getenv("NO_COLOR");
   return isatty(STDOUT_FILENO) && (no_color == nullptr || *no_color == '\0');
+}
+
+std::function<void(uint64_t, uint64_t)> WritingProgress(const Conventions& c, uint64_t trace_bytes) {
+  if (c.quiet || !isatty(STDERR_FILENO) || trace_bytes < kProgressMinBytes) return nullptr;
+  const std::string what = c.out.empty() ? "the report" : BaseName(c.out);
+  return [what](uint64_t done, uint64_t total) {
+    if (done >= total) {
+      fputs("\r\033[K", stderr);
+    } else {
+      fprintf(stderr, "\rstallscope: writing %s %3d%%", what.c_str(),
+              static_cast<int>(100 * done / std::max<uint64_t>(total, 1)));
+    }
+    fflush(stderr);
+  };
 }
 
 int Fail(const absl::Status& status, int code) {

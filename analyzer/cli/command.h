@@ -67,6 +67,10 @@ AnalysisOptions OptionsFrom(const Conventions& c, const AnalysisArgs& a);
 // Whether the text output is coloured: --color always, or auto on a
 // terminal without NO_COLOR (never into a file unless always).
 bool UseColor(const Conventions& c);
+// Progress on stderr while a report is written from a trace's file by
+// slices (slices done and in all), as the reading's: on a terminal, unless
+// quiet, for a trace of 64 MB or more; else null.
+std::function<void(uint64_t done, uint64_t total)> WritingProgress(const Conventions& c, uint64_t trace_bytes);
 
 // A usage error of subcommand `name`: one line on stderr, then its usage;
 // kExitUsage.

@@ -33,25 +33,28 @@ struct ReportFormat {
   // reported so: it writes `out` (standard output if empty) and sets the
   // exit code; Unimplemented where it cannot be made so (then it is made
   // from the whole reading, the same report).
-  absl::Status (*export_from_file)(const Report& report, const StreamedProcess& process, const std::string& out,
+  absl::Status (*export_from_file)(const Report& report, const StreamedProcess& process, const Conventions& common,
                                    int* code) = nullptr;
 };
 
-absl::Status PerfettoFromFileTo(const Report& report, const StreamedProcess& process, const std::string& out,
+absl::Status PerfettoFromFileTo(const Report& report, const StreamedProcess& process, const Conventions& common,
                                 int* code) {
-  auto from_file = PerfettoFromFile::Prepare(report, process);
+  const auto progress = WritingProgress(common, process.index.file_size);
+  auto from_file = PerfettoFromFile::Prepare(report, process, progress);
   if (!from_file.ok()) return from_file.status();
-  *code = EmitStreamed(out, [&](const std::function<absl::Status(std::string_view)>& sink) {
-    return from_file->Stream(sink);
+  *code = EmitStreamed(common.out, [&](const std::function<absl::Status(std::string_view)>& sink) {
+    return from_file->Stream(sink, progress);
   });
   return absl::OkStatus();
 }
 
-absl::Status SqliteFromFileTo(const Report& report, const StreamedProcess& process, const std::string& out,
+absl::Status SqliteFromFileTo(const Report& report, const StreamedProcess& process, const Conventions& common,
                               int* code) {
   if (absl::Status refused = SqliteFromFileRefusal(process); !refused.ok()) return refused;
-  const absl::Status st =
-      WriteNewFileAt(out, [&](const std::string& temporary) { return WriteSqliteFromFile(report, process, temporary); });
+  const auto progress = WritingProgress(common, process.index.file_size);
+  const absl::Status st = WriteNewFileAt(common.out, [&](const std::string& temporary) {
+    return WriteSqliteFromFile(report, process, temporary, progress);
+  });
   *code = st.ok() ? kExitOk : Fail(st, kExitUsage);
   return absl::OkStatus();
 }
@@ -123,7 +126,7 @@ int WriteReport(std::string_view command, const std::vector<std::string>& inputs
   if (!report.ok()) return Fail(report.status(), kExitBadTrace);
   if (streamed.used && fmt.export_from_file != nullptr) {
     int code = kExitOk;
-    const absl::Status from_file = fmt.export_from_file(*report, streamed, common.out, &code);
+    const absl::Status from_file = fmt.export_from_file(*report, streamed, common, &code);
     if (from_file.ok()) return code;
     if (from_file.code() != absl::StatusCode::kUnimplemented) return Fail(from_file, kExitBadTrace);
     // Not by slices (the status says why): from the whole reading, the

@@ -799,7 +799,17 @@ PerfettoFromFile::PerfettoFromFile(const Report& report, const StreamedProcess& 
 PerfettoFromFile::PerfettoFromFile(PerfettoFromFile&&) noexcept = default;
 PerfettoFromFile::~PerfettoFromFile() = default;
 
-absl::StatusOr<PerfettoFromFile> PerfettoFromFile::Prepare(const Report& report, const StreamedProcess& process) {
+// The progress of one of two passes over as many slices (`second`: the
+// second), as of both.
+std::function<void(uint64_t, uint64_t)> HalfOf(const std::function<void(uint64_t, uint64_t)>& progress, bool second) {
+  if (!progress) return nullptr;
+  return [progress, second](uint64_t done, uint64_t total) {
+    progress((second ? total : 0) + done, 2 * total);
+  };
+}
+
+absl::StatusOr<PerfettoFromFile> PerfettoFromFile::Prepare(const Report& report, const StreamedProcess& process,
+                                                           const std::function<void(uint64_t, uint64_t)>& progress) {
   if (!process.used || !process.keep_for_export) {
     return absl::InternalError("the trace was not reported by slices for an export");
   }
@@ -830,14 +840,16 @@ absl::StatusOr<PerfettoFromFile> PerfettoFromFile::Prepare(const Report& report,
                                          // An op starts after its call entered.
                                          b.Settle(to);
                                          return absl::OkStatus();
-                                       });
+                                       },
+                                       HalfOf(progress, false));
   if (!read.ok()) return read;
   if (!b.exact()) return absl::UnimplementedError("a device op that starts before its call");
   b.Finish(s.range_tids, head.get());
   return PerfettoFromFile(report, process, std::move(head));
 }
 
-absl::Status PerfettoFromFile::Stream(const PerfettoSink& sink) const {
+absl::Status PerfettoFromFile::Stream(const PerfettoSink& sink,
+                                      const std::function<void(uint64_t, uint64_t)>& progress) const {
   const StreamedAnalysis& s = process_->analysis;
   const CallMarks marks(s);
   auto reader = SliceReader::OpenFile(process_->path, process_->index);
@@ -851,7 +863,8 @@ absl::Status PerfettoFromFile::Stream(const PerfettoSink& sink) const {
                                            return marks.Of(CallKey::Of(tt.calls[i]));
                                          });
                                          return w.status();
-                                       });
+                                       },
+                                       HalfOf(progress, true));
   if (!read.ok()) return read;
   if (process_->gaps == nullptr) return absl::InternalError("the idle gaps were not kept");
   absl::Status gaps = process_->gaps->ForEach([&](const GapSpill::Gap& g) {

@@ -87,11 +87,15 @@ class PerfettoFromFile {
   // submitted (they are in no slice of calls), external ids that may name
   // two calls, an op that starts before its call entered (HTA's rows would
   // come out of order).
-  static absl::StatusOr<PerfettoFromFile> Prepare(const Report& report, const StreamedProcess& process);
+  // `progress` (optional): slices read in both passes and how many in all
+  // (Prepare's the first half, Stream's the second).
+  static absl::StatusOr<PerfettoFromFile> Prepare(const Report& report, const StreamedProcess& process,
+                                                  const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
   PerfettoFromFile(PerfettoFromFile&&) noexcept;
   ~PerfettoFromFile();
   // To `sink` a megabyte at a time; the first error of the sink stops it.
-  absl::Status Stream(const PerfettoSink& sink) const;
+  absl::Status Stream(const PerfettoSink& sink,
+                      const std::function<void(uint64_t, uint64_t)>& progress = nullptr) const;
 
  private:
   PerfettoFromFile(const Report& report, const StreamedProcess& process, std::unique_ptr<ExportHead> head);

@@ -455,7 +455,8 @@ TEST_CASE("perfetto export from the file by slices: the whole reading's", "[perf
     const Report& whole_report = read.whole_report;
     const ProcessAnalysis& whole = read.whole;
     const StreamedProcess& sliced = read.sliced;
-    auto from_file = PerfettoFromFile::Prepare(read.sliced_report, sliced);
+    testing::ProgressLog progress;  // both passes, as one
+    auto from_file = PerfettoFromFile::Prepare(read.sliced_report, sliced, progress.Callback());
     if (path.find("unjoined") != std::string::npos || path.find("early op") != std::string::npos) {
       CHECK(from_file.status().code() == absl::StatusCode::kUnimplemented);
       continue;
@@ -472,8 +473,10 @@ TEST_CASE("perfetto export from the file by slices: the whole reading's", "[perf
                   ++pieces;
                   text.append(piece);
                   return absl::OkStatus();
-                })
+                }, progress.Callback())
                 .ok());
+    CHECK(progress.Ok());
+    CHECK(progress.calls.front().first == 0);
     auto expected = RenderPerfetto(whole_report, whole);
     REQUIRE(expected.ok());
     const Parts got = Split(text);

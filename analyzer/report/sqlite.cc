@@ -590,7 +590,8 @@ class OpSorter {
 // time range), with their ops, which take their ids in kOpOrder
 // (OpSorter); then the idle gaps, each call named by its key found among
 // the rows.
-absl::Status FillFromFile(sqlite3* db, const Report& r, const StreamedProcess& process) {
+absl::Status FillFromFile(sqlite3* db, const Report& r, const StreamedProcess& process,
+                          const std::function<void(uint64_t, uint64_t)>& progress) {
   const StreamedAnalysis& s = process.analysis;
   const Timeline& every = s.first_slice;  // what every slice reads
   // The sorts (the ops', the indexes') in temporary files, in 64 MiB of
@@ -625,7 +626,8 @@ absl::Status FillFromFile(sqlite3* db, const Report& r, const StreamedProcess& p
           }
           first_id += static_cast<int64_t>(i1 - i0);
           return ops.Settle(to);
-        }));
+        },
+        progress));
     RETURN_IF_ERROR(ops.Finish());
     RETURN_IF_ERROR(InsertStrings(db, every, names));
   }
@@ -681,12 +683,13 @@ absl::Status SqliteFromFileRefusal(const StreamedProcess& process) {
   return absl::OkStatus();
 }
 
-absl::Status WriteSqliteFromFile(const Report& report, const StreamedProcess& process, const std::string& path) {
+absl::Status WriteSqliteFromFile(const Report& report, const StreamedProcess& process, const std::string& path,
+                                 const std::function<void(uint64_t, uint64_t)>& progress) {
   RETURN_IF_ERROR(SqliteFromFileRefusal(process));
   sqlite3* db = nullptr;
   const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
   absl::Status st = sqlite3_open_v2(path.c_str(), &db, flags, nullptr) == SQLITE_OK
-                        ? FillFromFile(db, report, process)
+                        ? FillFromFile(db, report, process, progress)
                         : SqliteError(db, "open " + path);
   if (sqlite3_close(db) != SQLITE_OK && st.ok()) st = SqliteError(db, "close");
   return st;

@@ -7,6 +7,8 @@
 // the trace's file by slices. Schema: docs/analyzer.md, "SQLite export".
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -34,6 +36,8 @@ absl::Status SqliteFromFileRefusal(const StreamedProcess& process);
 // calls and ops a slice at a time, the ops then sorted into their ids on
 // disk (SQLite's temporary files: $SQLITE_TMPDIR, else $TMPDIR, else
 // /var/tmp or /tmp), the idle gaps from the analysis' temporary file.
-absl::Status WriteSqliteFromFile(const Report& report, const StreamedProcess& process, const std::string& path);
+// `progress` (optional): slices read and how many in all.
+absl::Status WriteSqliteFromFile(const Report& report, const StreamedProcess& process, const std::string& path,
+                                 const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
 
 }  // namespace stallscope::analyzer

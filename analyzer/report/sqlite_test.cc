@@ -318,9 +318,11 @@ TEST_CASE("sqlite database from the file by slices: the whole reading's rows", "
     INFO(SqliteFromFileRefusal(sliced).ToString());
     REQUIRE(SqliteFromFileRefusal(sliced).ok());
     unlink(db_path.c_str());
-    const absl::Status written = WriteSqliteFromFile(sliced_report, sliced, db_path);
+    testing::ProgressLog progress;
+    const absl::Status written = WriteSqliteFromFile(sliced_report, sliced, db_path, progress.Callback());
     INFO(written.ToString());
     REQUIRE(written.ok());
+    CHECK(progress.Ok());
     auto bytes = RenderSqlite(whole_report, whole);
     REQUIRE(bytes.ok());
     const Db want(*bytes);

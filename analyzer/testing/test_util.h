@@ -318,6 +318,23 @@ inline absl::Status ReportBothWays(const std::string& path, analyzer::Report* wh
   return absl::OkStatus();
 }
 
+// Progress calls (slices done, in all) as a writer by slices makes them:
+// Ok() when there were some, `done` never fell, `total` never changed,
+// and the last call had done == total.
+struct ProgressLog {
+  std::vector<std::pair<uint64_t, uint64_t>> calls;
+  std::function<void(uint64_t, uint64_t)> Callback() {
+    return [this](uint64_t done, uint64_t total) { calls.emplace_back(done, total); };
+  }
+  bool Ok() const {
+    if (calls.empty() || calls.back().first != calls.back().second) return false;
+    for (size_t i = 1; i < calls.size(); ++i) {
+      if (calls[i].first < calls[i - 1].first || calls[i].second != calls[0].second) return false;
+    }
+    return true;
+  }
+};
+
 // A trace of FromFileTraces read both ways (ReportBothWays) for a writer
 // from the file: the slices keep what an export needs, and "given up" is
 // read in windows of one step.
