@@ -151,6 +151,13 @@ absl::Status GapSpill::Open() {
 }
 
 void GapSpill::Add(const IdleGap& gap, const ApiCall* call) {
+  if (left_ > 0 || next_ < block_.size()) {
+    // Appended after what was read.
+    std::fseek(file_, 0, SEEK_END);
+    block_.clear();
+    next_ = 0;
+    left_ = 0;
+  }
   Gap g;
   g.gap = gap;
   g.gap.call = -1;
@@ -175,6 +182,9 @@ void GapSpill::Write() {
 void GapSpill::Clear() {
   buffer_.clear();
   count_ = 0;
+  block_.clear();
+  next_ = 0;
+  left_ = 0;
   if (file_ != nullptr && error_ == 0) {
     std::fflush(file_);
     if (ftruncate(fileno(file_), 0) != 0) error_ = errno;
@@ -183,23 +193,39 @@ void GapSpill::Clear() {
 }
 
 absl::Status GapSpill::ForEach(const std::function<void(const Gap&)>& fn) {
+  if (absl::Status st = Rewind(); !st.ok()) return st;
+  while (const Gap* g = Next()) fn(*g);
+  return status();
+}
+
+absl::Status GapSpill::Rewind() {
   Write();
   if (error_ == 0 && file_ != nullptr && std::fflush(file_) != 0) error_ = errno != 0 ? errno : EIO;
-  if (error_ != 0) return absl::ErrnoToStatus(error_, "cannot keep the idle gaps in a temporary file");
-  if (count_ == 0) return absl::OkStatus();
+  block_.clear();
+  next_ = 0;
+  left_ = 0;
+  read_status_ = error_ != 0 ? absl::ErrnoToStatus(error_, "cannot keep the idle gaps in a temporary file")
+                             : absl::OkStatus();
+  if (!read_status_.ok() || count_ == 0) return read_status_;
   std::rewind(file_);
-  std::vector<Gap> block(4096);
-  uint64_t left = count_;
-  while (left > 0) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(left, block.size()));
-    if (std::fread(block.data(), sizeof(Gap), n, file_) != n) {
-      return absl::DataLossError("the idle gaps' temporary file was cut short");
-    }
-    for (size_t i = 0; i < n; ++i) fn(block[i]);
-    left -= n;
+  left_ = count_;
+  return read_status_;
+}
+
+const GapSpill::Gap* GapSpill::Next() {
+  if (next_ < block_.size()) return &block_[next_++];
+  if (left_ == 0 || !read_status_.ok()) return nullptr;
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(left_, 4096));
+  block_.resize(n);
+  if (std::fread(block_.data(), sizeof(Gap), n, file_) != n) {
+    read_status_ = absl::DataLossError("the idle gaps' temporary file was cut short");
+    block_.clear();
+    left_ = 0;
+    return nullptr;
   }
-  std::fseek(file_, 0, SEEK_END);
-  return absl::OkStatus();
+  left_ -= n;
+  next_ = 1;
+  return &block_[0];
 }
 
 std::pair<size_t, size_t> EnteringIn(const std::vector<ApiCall>& calls, int64_t from, int64_t to) {

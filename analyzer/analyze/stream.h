@@ -245,6 +245,11 @@ class GapSpill {
   uint64_t size() const { return count_; }
   // Each gap in the order added; the first error writing or reading.
   absl::Status ForEach(const std::function<void(const Gap&)>& fn);
+  // The same, one at a time: Rewind(), then Next() until it gives null
+  // (the end, or an error: status() says which). Adding a gap ends it.
+  absl::Status Rewind();
+  const Gap* Next();
+  const absl::Status& status() const { return read_status_; }
 
  private:
   void Write();
@@ -252,6 +257,11 @@ class GapSpill {
   std::vector<Gap> buffer_;
   uint64_t count_ = 0;
   int error_ = 0;  // errno of the first failed write
+  // Reading: the block read, the next gap in it, the gaps left to read.
+  std::vector<Gap> block_;
+  size_t next_ = 0;
+  uint64_t left_ = 0;
+  absl::Status read_status_;
 };
 
 // The calls (sorted by enter time, as a timeline's) entering in [from, to):

@@ -546,7 +546,10 @@ class OpSorter {
 
   absl::Status Add(const OpRow& row) {
     if (spill_ == nullptr && row.start_ns < settled_) RETURN_IF_ERROR(Spill());
-    if (spill_ != nullptr) return InsertOp(spill_.get(), std::nullopt, row);
+    if (spill_ != nullptr) {
+      ++spilled_;
+      return InsertOp(spill_.get(), std::nullopt, row);
+    }
     pending_.push_back(row);
     return absl::OkStatus();
   }
@@ -560,9 +563,10 @@ class OpSorter {
     settled_ = std::max(settled_, to);
     return absl::OkStatus();
   }
-  absl::Status Finish() {
+  absl::Status Finish(int64_t* sorted_after) {
     if (spill_ == nullptr) return Settle(std::numeric_limits<int64_t>::max());
     spill_.reset();
+    *sorted_after = spilled_;
     return Exec(db_, absl::StrCat("INSERT INTO device_ops SELECT row_number() OVER (ORDER BY ", kOpOrder, ") - 1, ",
                                   kOpColumns, " FROM temp.ops_in; DROP TABLE temp.ops_in;"));
   }
@@ -572,6 +576,7 @@ class OpSorter {
                                            kOpColumns, " FROM device_ops; DELETE FROM device_ops;")));
     spill_ = std::make_unique<Statement>(db_, "INSERT INTO temp.ops_in VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
     for (const OpRow& o : pending_) RETURN_IF_ERROR(InsertOp(spill_.get(), std::nullopt, o));
+    spilled_ = next_id_ + static_cast<int64_t>(pending_.size());
     pending_.clear();
     return absl::OkStatus();
   }
@@ -582,16 +587,90 @@ class OpSorter {
   std::vector<OpRow> pending_;
   int64_t settled_ = std::numeric_limits<int64_t>::min();
   int64_t next_id_ = 0;
+  int64_t spilled_ = 0;  // ops sent to the temporary table
+};
+
+// The idle gaps into idle_gaps in the analysis' order, each naming its call
+// by id, written as the slices of calls are: a gap's call entered by the
+// gap's end, so once the calls entering before `to` are numbered, the gaps
+// ending before `to` can name theirs (Upto). Held: the keys and ids of the
+// last two slices' calls, and of the marked calls (synchronizing, in a
+// hotspot, charged idle: a rule-1 gap's call may have entered long
+// before). A gap whose call is none of them is written without it, noted
+// in a temporary table, and given its call, found by key among the rows,
+// at the end (Finish, once api_calls is indexed by thread and enter time).
+class GapWriter {
+ public:
+  GapWriter(sqlite3* db, GapSpill* spill) : db_(db), spill_(spill), row_(db, "INSERT INTO idle_gaps VALUES (?1, ?2, ?3, ?4, ?5, ?6)") {}
+
+  absl::Status Start() {
+    RETURN_IF_ERROR(Exec(db_, "CREATE TEMP TABLE gap_calls (id INTEGER PRIMARY KEY, tid, api, enter_ns, exit_ns);"));
+    miss_ = std::make_unique<Statement>(db_, "INSERT INTO temp.gap_calls VALUES (?1, ?2, ?3, ?4, ?5)");
+    RETURN_IF_ERROR(spill_->Rewind());
+    next_ = spill_->Next();
+    return spill_->status();
+  }
+  // A new slice of calls: the one before the last is let go.
+  void NewSlice() {
+    std::swap(before_, last_);
+    last_.clear();
+  }
+  void Call(const CallKey& key, int64_t id, bool marked) {
+    last_.try_emplace(key, id);
+    if (marked) marked_.try_emplace(key, id);
+  }
+  // The gaps ending before `to`.
+  absl::Status Upto(int64_t to) {
+    for (; next_ != nullptr && next_->gap.end_ns < to; next_ = spill_->Next()) {
+      std::optional<int64_t> call;
+      if (next_->has_call) {
+        call = Find(next_->call);
+        if (!call.has_value()) {
+          ++misses_;
+          const CallKey& k = next_->call;
+          RETURN_IF_ERROR(miss_->Row(id_, k.tid, k.api, k.enter_ns, k.exit_ns));
+        }
+      }
+      RETURN_IF_ERROR(InsertGap(&row_, id_++, next_->gap, call));
+    }
+    return spill_->status();
+  }
+  // The rest of the gaps, and the calls of those written without theirs.
+  absl::Status Finish(int64_t* misses) {
+    RETURN_IF_ERROR(Upto(std::numeric_limits<int64_t>::max()));
+    miss_.reset();
+    *misses = misses_;
+    return Exec(db_,
+                "UPDATE idle_gaps SET call_id = (SELECT MIN(c.id) FROM temp.gap_calls g JOIN api_calls c ON "
+                "c.tid = g.tid AND c.enter_ns = g.enter_ns AND c.api_id = g.api AND c.exit_ns = g.exit_ns "
+                "WHERE g.id = idle_gaps.id) WHERE id IN (SELECT id FROM temp.gap_calls); DROP TABLE temp.gap_calls;");
+  }
+
+ private:
+  std::optional<int64_t> Find(const CallKey& key) const {
+    for (const auto* m : {&last_, &before_, &marked_}) {
+      if (auto it = m->find(key); it != m->end()) return it->second;
+    }
+    return std::nullopt;
+  }
+
+  sqlite3* db_;
+  GapSpill* spill_;
+  Statement row_;
+  std::unique_ptr<Statement> miss_;
+  const GapSpill::Gap* next_ = nullptr;
+  int64_t id_ = 0;
+  int64_t misses_ = 0;
+  absl::flat_hash_map<CallKey, int64_t> last_, before_, marked_;
 };
 
 // The timeline's rows by slices of the file: each slice's calls numbered
 // on from the slices before (their order is the whole timeline's: by
 // enter, ties in file order, and a slice holds every call entering in its
 // time range), with their ops, which take their ids in kOpOrder
-// (OpSorter); then the idle gaps, each call named by its key found among
-// the rows.
+// (OpSorter), and the idle gaps (GapWriter).
 absl::Status FillFromFile(sqlite3* db, const Report& r, const StreamedProcess& process,
-                          const std::function<void(uint64_t, uint64_t)>& progress) {
+                          const std::function<void(uint64_t, uint64_t)>& progress, SqliteFromFileStats* stats) {
   const StreamedAnalysis& s = process.analysis;
   const Timeline& every = s.first_slice;  // what every slice reads
   // The sorts (the ops', the indexes') in temporary files, in 64 MiB of
@@ -602,6 +681,9 @@ absl::Status FillFromFile(sqlite3* db, const Report& r, const StreamedProcess& p
   RETURN_IF_ERROR(InsertThreadsAndApis(db, every, process.index.calls_per_thread, process.plan.main_tid));
   RETURN_IF_ERROR(InsertSteps(db, r));
   RETURN_IF_ERROR(InsertHotspots(db, r));
+  if (process.gaps == nullptr) return absl::InternalError("sqlite export: the idle gaps were not kept");
+  GapWriter gaps(db, process.gaps.get());
+  RETURN_IF_ERROR(gaps.Start());
   {
     Statement call_row(db, kInsertCall);
     OpSorter ops(db);
@@ -614,10 +696,14 @@ absl::Status FillFromFile(sqlite3* db, const Report& r, const StreamedProcess& p
     RETURN_IF_ERROR(ForEachCallSlice(
         &*reader, process.index, StreamOptions{}.chunks_per_slice, [&](const Timeline& t, int64_t from, int64_t to) {
           const auto [i0, i1] = EnteringIn(t.calls, from, to);
+          gaps.NewSlice();
           for (size_t i = i0; i < i1; ++i) {
-            const CallMarkView m = marks.Of(CallKey::Of(t.calls[i]));
-            RETURN_IF_ERROR(InsertCall(&call_row, first_id + static_cast<int64_t>(i - i0), t, i,
-                                       ClassOf(t, t.calls[i], m), m.hotspot, m.idle, step_of, r.hotspots.size()));
+            const CallKey key = CallKey::Of(t.calls[i]);
+            const CallMarkView m = marks.Of(key);
+            const int64_t id = first_id + static_cast<int64_t>(i - i0);
+            RETURN_IF_ERROR(InsertCall(&call_row, id, t, i, ClassOf(t, t.calls[i], m), m.hotspot, m.idle, step_of,
+                                       r.hotspots.size()));
+            gaps.Call(key, id, m.sync || m.hotspot >= 0 || m.idle != 0);
           }
           for (size_t i = 0; i < t.ops.size(); ++i) {
             if (!SubmittedBy(t.ops[i], i0, i1)) continue;
@@ -625,46 +711,17 @@ absl::Status FillFromFile(sqlite3* db, const Report& r, const StreamedProcess& p
             RETURN_IF_ERROR(ops.Add(OpRowOf(t, i, call, process.plan, &names)));
           }
           first_id += static_cast<int64_t>(i1 - i0);
+          RETURN_IF_ERROR(gaps.Upto(to));
           return ops.Settle(to);
         },
         progress));
-    RETURN_IF_ERROR(ops.Finish());
+    RETURN_IF_ERROR(ops.Finish(&stats->ops_sorted_after));
     RETURN_IF_ERROR(InsertStrings(db, every, names));
   }
-  // The calls' indexes first: a gap's call is looked up by its thread and
-  // enter time.
+  // The calls' indexes first: a gap written without its call finds it by
+  // its thread and enter time.
   RETURN_IF_ERROR(Exec(db, kCallIndexes));
-  if (process.gaps == nullptr) return absl::InternalError("sqlite export: the idle gaps were not kept");
-  {
-    Statement gap_row(db, "INSERT INTO idle_gaps VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
-    sqlite3_stmt* find = nullptr;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT MIN(id) FROM api_calls WHERE tid = ?1 AND enter_ns = ?2 AND api_id = ?3 AND "
-                           "exit_ns = ?4",
-                           -1, &find, nullptr) != SQLITE_OK) {
-      return SqliteError(db, "prepare");
-    }
-    int64_t id = 0;
-    absl::Status inserted;
-    absl::Status read = process.gaps->ForEach([&](const GapSpill::Gap& g) {
-      if (!inserted.ok()) return;
-      std::optional<int64_t> call;
-      if (g.has_call) {
-        sqlite3_bind_int64(find, 1, g.call.tid);
-        sqlite3_bind_int64(find, 2, g.call.enter_ns);
-        sqlite3_bind_int64(find, 3, g.call.api);
-        sqlite3_bind_int64(find, 4, g.call.exit_ns);
-        if (sqlite3_step(find) == SQLITE_ROW && sqlite3_column_type(find, 0) != SQLITE_NULL) {
-          call = sqlite3_column_int64(find, 0);
-        }
-        sqlite3_reset(find);
-      }
-      inserted = InsertGap(&gap_row, id++, g.gap, call);
-    });
-    sqlite3_finalize(find);
-    RETURN_IF_ERROR(read);
-    RETURN_IF_ERROR(inserted);
-  }
+  RETURN_IF_ERROR(gaps.Finish(&stats->gaps_found_after));
   RETURN_IF_ERROR(InsertQuestionsAndDiagnostics(db, r));
   RETURN_IF_ERROR(Exec(db, kOtherIndexes));
   return Exec(db, "COMMIT");
@@ -684,12 +741,14 @@ absl::Status SqliteFromFileRefusal(const StreamedProcess& process) {
 }
 
 absl::Status WriteSqliteFromFile(const Report& report, const StreamedProcess& process, const std::string& path,
-                                 const std::function<void(uint64_t, uint64_t)>& progress) {
+                                 const std::function<void(uint64_t, uint64_t)>& progress, SqliteFromFileStats* stats) {
+  SqliteFromFileStats unused;
+  if (stats == nullptr) stats = &unused;
   RETURN_IF_ERROR(SqliteFromFileRefusal(process));
   sqlite3* db = nullptr;
   const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
   absl::Status st = sqlite3_open_v2(path.c_str(), &db, flags, nullptr) == SQLITE_OK
-                        ? FillFromFile(db, report, process, progress)
+                        ? FillFromFile(db, report, process, progress, stats)
                         : SqliteError(db, "open " + path);
   if (sqlite3_close(db) != SQLITE_OK && st.ok()) st = SqliteError(db, "close");
   return st;

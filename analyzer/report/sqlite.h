@@ -36,8 +36,14 @@ absl::Status SqliteFromFileRefusal(const StreamedProcess& process);
 // calls and ops a slice at a time, the ops then sorted into their ids on
 // disk (SQLite's temporary files: $SQLITE_TMPDIR, else $TMPDIR, else
 // /var/tmp or /tmp), the idle gaps from the analysis' temporary file.
-// `progress` (optional): slices read and how many in all.
+// `progress` (optional): slices read and how many in all. `stats`
+// (optional): what the writing took.
+struct SqliteFromFileStats {
+  int64_t ops_sorted_after = 0;  // ops sorted by SQLite once all were read (0: each as its slice settled it)
+  int64_t gaps_found_after = 0;  // idle gaps whose call was found among the rows after the pass (not held)
+};
 absl::Status WriteSqliteFromFile(const Report& report, const StreamedProcess& process, const std::string& path,
-                                 const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
+                                 const std::function<void(uint64_t, uint64_t)>& progress = nullptr,
+                                 SqliteFromFileStats* stats = nullptr);
 
 }  // namespace stallscope::analyzer

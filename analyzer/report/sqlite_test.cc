@@ -319,10 +319,17 @@ TEST_CASE("sqlite database from the file by slices: the whole reading's rows", "
     REQUIRE(SqliteFromFileRefusal(sliced).ok());
     unlink(db_path.c_str());
     testing::ProgressLog progress;
-    const absl::Status written = WriteSqliteFromFile(sliced_report, sliced, db_path, progress.Callback());
+    SqliteFromFileStats stats;
+    const absl::Status written = WriteSqliteFromFile(sliced_report, sliced, db_path, progress.Callback(), &stats);
     INFO(written.ToString());
     REQUIRE(written.ok());
     CHECK(progress.Ok());
+    // The ops were numbered as their slices settled them, but for the op
+    // that starts before its call entered; each gap's call was held, but
+    // for those charged to the long calls (not the long syncs: those are
+    // held as marked).
+    CHECK((stats.ops_sorted_after > 0) == (path.find("early op") != std::string::npos));
+    CHECK((stats.gaps_found_after > 0) == (path.find("long calls") != std::string::npos));
     auto bytes = RenderSqlite(whole_report, whole);
     REQUIRE(bytes.ok());
     const Db want(*bytes);

@@ -277,6 +277,24 @@ inline std::vector<std::pair<std::string, TraceBuilder>> FromFileTraces(TraceBui
     }
     built.emplace_back("starting together", std::move(b.SetChunkRecords(1)));
   }
+  for (const bool sync : {false, true}) {
+    // The launching thread's long calls, another thread's many short calls
+    // meanwhile: idle charged to a call that entered many slices of calls
+    // before the gap ends. "long calls": a call that does not synchronize,
+    // while the device idles; "long syncs": a synchronize (its rule-1 idle
+    // after the kernel it waits for).
+    TraceBuilder b;
+    auto api = AddStandardApis(&b);
+    for (int k = 0; k < 6; ++k) {
+      const int64_t t0 = 1'000'000'000 + k * 40'000 * kUs;
+      b.Range(1, t0, t0 + 40'000 * kUs, "step " + std::to_string(k));
+      b.Submit(1, api.launch, t0 + 10 * kUs, t0 + 20 * kUs, t0 + 30 * kUs, t0 + (sync ? 25'000 : 130) * kUs);
+      b.Call(1, sync ? api.sync : api.other, t0 + 200 * kUs, t0 + 30'000 * kUs);
+      for (int i = 0; i < 300; ++i) b.Call(2, api.other, t0 + (300 + 90 * i) * kUs, t0 + (310 + 90 * i) * kUs);
+      b.Submit(1, api.launch, t0 + 30'100 * kUs, t0 + 30'110 * kUs, t0 + 30'120 * kUs, t0 + 39'000 * kUs);
+    }
+    built.emplace_back(sync ? "long syncs" : "long calls", std::move(b.SetChunkRecords(4)));
+  }
   {
     // A kernel that starts 100 ms before its call entered (two clocks
     // apart), many slices before: a writer that takes the ops as final
