@@ -1,7 +1,8 @@
 // SQLite export (see sqlite.h): the schema is created in an in-memory
 // database (or, by slices, in the new file), every row is inserted with
 // prepared statements inside one transaction (journal and syncs off), the
-// indexes are built after the rows, and the database is serialized to bytes.
+// indexes are built after the rows, and (read whole) the database is
+// serialized to bytes.
 #include "analyzer/report/sqlite.h"
 
 #include <sqlite3.h>
@@ -9,9 +10,9 @@
 #include <algorithm>
 #include <bit>
 #include <concepts>
+#include <cstdint>
 #include <limits>
 #include <memory>
-#include <cstdint>
 #include <optional>
 #include <string_view>
 #include <tuple>
@@ -558,7 +559,9 @@ class OpSorter {
     if (spill_ != nullptr) return absl::OkStatus();
     std::sort(pending_.begin(), pending_.end(), [](const OpRow& x, const OpRow& y) { return x.Tie() < y.Tie(); });
     size_t n = 0;
-    for (; n < pending_.size() && pending_[n].start_ns < to; ++n) RETURN_IF_ERROR(InsertOp(&row_, next_id_++, pending_[n]));
+    for (; n < pending_.size() && pending_[n].start_ns < to; ++n) {
+      RETURN_IF_ERROR(InsertOp(&row_, next_id_++, pending_[n]));
+    }
     pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
     settled_ = std::max(settled_, to);
     return absl::OkStatus();
@@ -570,11 +573,14 @@ class OpSorter {
     return Exec(db_, absl::StrCat("INSERT INTO device_ops SELECT row_number() OVER (ORDER BY ", kOpOrder, ") - 1, ",
                                   kOpColumns, " FROM temp.ops_in; DROP TABLE temp.ops_in;"));
   }
+
  private:
   absl::Status Spill() {
-    RETURN_IF_ERROR(Exec(db_, absl::StrCat("CREATE TEMP TABLE ops_in (", kOpColumns, "); INSERT INTO temp.ops_in SELECT ",
-                                           kOpColumns, " FROM device_ops; DELETE FROM device_ops;")));
-    spill_ = std::make_unique<Statement>(db_, "INSERT INTO temp.ops_in VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+    RETURN_IF_ERROR(Exec(db_, absl::StrCat("CREATE TEMP TABLE ops_in (", kOpColumns,
+                                           "); INSERT INTO temp.ops_in SELECT ", kOpColumns,
+                                           " FROM device_ops; DELETE FROM device_ops;")));
+    spill_ = std::make_unique<Statement>(db_,
+                                         "INSERT INTO temp.ops_in VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
     for (const OpRow& o : pending_) RETURN_IF_ERROR(InsertOp(spill_.get(), std::nullopt, o));
     spilled_ = next_id_ + static_cast<int64_t>(pending_.size());
     pending_.clear();
@@ -601,7 +607,8 @@ class OpSorter {
 // at the end (Finish, once api_calls is indexed by thread and enter time).
 class GapWriter {
  public:
-  GapWriter(sqlite3* db, GapSpill* spill) : db_(db), spill_(spill), row_(db, "INSERT INTO idle_gaps VALUES (?1, ?2, ?3, ?4, ?5, ?6)") {}
+  GapWriter(sqlite3* db, GapSpill* spill)
+      : db_(db), spill_(spill), row_(db, "INSERT INTO idle_gaps VALUES (?1, ?2, ?3, ?4, ?5, ?6)") {}
 
   absl::Status Start() {
     RETURN_IF_ERROR(Exec(db_, "CREATE TEMP TABLE gap_calls (id INTEGER PRIMARY KEY, tid, api, enter_ns, exit_ns);"));

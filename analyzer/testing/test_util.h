@@ -302,7 +302,8 @@ inline std::vector<std::pair<std::string, TraceBuilder>> FromFileTraces(TraceBui
     TraceBuilder b = SyntheticSteps(300, "kernel");
     b.SetChunkRecords(64);
     const uint16_t launch = 0;  // AddStandardApis' first
-    b.Submit(2, launch, 1'500'000'000, 1'500'005'000, 1'400'000'000, 1'400'010'000, trace::DeviceOpKind::kKernel, "early");
+    b.Submit(2, launch, 1'500'000'000, 1'500'005'000, 1'400'000'000, 1'400'010'000, trace::DeviceOpKind::kKernel,
+             "early");
     built.emplace_back("early op", std::move(b));
   }
   {
