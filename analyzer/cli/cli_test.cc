@@ -497,36 +497,43 @@ TEST_CASE("report --format perfetto writes the timeline export", "[cli][perfetto
   CHECK(box.Run("report --help").out.find("perfetto") != std::string::npos);
 }
 
-// Two traces a writer from the file by slices is asked of: one it can be
-// made of, one with an op no call submitted, which it refuses.
-void WriteJoinedAndUnjoined(const std::string& joined, const std::string& unjoined) {
-  testing::SyntheticSteps(40).SetChunkRecords(64).WriteTo(joined);
+// The traces of the exports' --stream tests, in `dir`: "joined" (exported
+// by slices); "unjoined" (an op no call submitted) and "repeating" (another
+// thread's call with an external id a launch has too, as recorders before
+// 2026-12-06 gave), exported from the whole reading.
+std::vector<std::string> WriteExportTraces(const std::string& dir) {
+  const std::vector<std::string> paths = {dir + "/joined.sstrace", dir + "/unjoined.sstrace",
+                                          dir + "/repeating.sstrace"};
+  testing::SyntheticSteps(40).SetChunkRecords(64).WriteTo(paths[0]);
   testing::TraceBuilder b = testing::SyntheticSteps(40);
   b.Device(1'000'100'000, 1'000'300'000, stallscope::trace::DeviceOpKind::kKernel, "no_call", 900001, 7);
-  b.WriteTo(unjoined);
+  b.WriteTo(paths[1]);
+  testing::TraceBuilder r = testing::SyntheticSteps(40);
+  r.Call(3, 0, 1'000'100'000, 1'000'105'000, {.correlation = 1005});  // 1005: a launch of thread 1's
+  r.SetChunkRecords(64).WriteTo(paths[2]);
+  return paths;
 }
 
 // Guards `report --format perfetto --stream`: the export from the file by
 // slices (the same events, another order: the slices' calls and ops in
 // turn), and from the whole reading where that cannot be made (an op no
-// call submitted): the whole reading's bytes.
+// call submitted, external ids that repeat): the whole reading's bytes.
 TEST_CASE("report --format perfetto --stream: by slices, else read whole", "[cli][perfetto][stream]") {
   Sandbox box;
-  const std::string joined = box.root() + "/joined.sstrace", unjoined = box.root() + "/unjoined.sstrace";
-  WriteJoinedAndUnjoined(joined, unjoined);
+  const std::vector<std::string> traces = WriteExportTraces(box.root());
   auto events = [](const std::string& text) {
     std::vector<std::string> v;
     for (const auto& e : nlohmann::json::parse(text)["traceEvents"]) v.push_back(e.dump());
     std::sort(v.begin(), v.end());
     return v;
   };
-  for (const std::string& trace : {joined, unjoined}) {
+  for (const std::string& trace : traces) {
     INFO(trace);
     const Result whole = box.Run("report '" + trace + "' --format perfetto --no-predict");
     const Result sliced = box.Run("report '" + trace + "' --format perfetto --no-predict --stream");
     REQUIRE(whole.code == 0);
     REQUIRE(sliced.code == 0);
-    if (trace == joined) {
+    if (trace == traces[0]) {
       CHECK(sliced.out != whole.out);  // by slices
       CHECK(events(sliced.out) == events(whole.out));
     } else {
@@ -573,13 +580,12 @@ std::string DatabaseRows(const std::string& path) {
 // Guards `report --format sqlite` of a trace reported by slices: the
 // database is written from the file by slices (another file, the same
 // rows), or, for a trace it cannot be written so from (an op no call
-// submitted), from the whole reading; a new file either way (0640, never
+// submitted, external ids that repeat), from the whole reading; a new file either way (0640, never
 // over one that exists, no temporary left).
 TEST_CASE("report --format sqlite --stream: by slices, else read whole", "[cli][sqlite][stream]") {
   Sandbox box;
-  const std::string joined = box.root() + "/joined.sstrace", unjoined = box.root() + "/unjoined.sstrace";
-  WriteJoinedAndUnjoined(joined, unjoined);
-  for (const std::string& trace : {joined, unjoined}) {
+  const std::vector<std::string> traces = WriteExportTraces(box.root());
+  for (const std::string& trace : traces) {
     INFO(trace);
     const std::string whole = trace + ".whole.db", sliced = trace + ".sliced.db";
     REQUIRE(box.Run("report '" + trace + "' --format sqlite --no-predict -o '" + whole + "'").code == 0);
@@ -587,7 +593,7 @@ TEST_CASE("report --format sqlite --stream: by slices, else read whole", "[cli][
     const std::string rows = DatabaseRows(whole);
     CHECK(rows.find("api_calls|") != std::string::npos);
     CHECK(DatabaseRows(sliced) == rows);
-    if (trace == joined) {
+    if (trace == traces[0]) {
       CHECK(Slurp(sliced) != Slurp(whole));  // by slices
     } else {
       CHECK(Slurp(sliced) == Slurp(whole));
@@ -607,8 +613,9 @@ TEST_CASE("report --format sqlite --stream: by slices, else read whole", "[cli][
   }
   std::sort(files.begin(), files.end());
   CHECK(files == std::vector<std::string>{"joined.sstrace", "joined.sstrace.sliced.db", "joined.sstrace.whole.db",
-                                          "unjoined.sstrace", "unjoined.sstrace.sliced.db",
-                                          "unjoined.sstrace.whole.db"});
+                                          "repeating.sstrace", "repeating.sstrace.sliced.db",
+                                          "repeating.sstrace.whole.db", "unjoined.sstrace",
+                                          "unjoined.sstrace.sliced.db", "unjoined.sstrace.whole.db"});
 }
 
 // Guards the debugging dump: one line per call, op and range.

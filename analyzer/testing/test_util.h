@@ -273,7 +273,12 @@ inline std::vector<std::pair<std::string, TraceBuilder>> FromFileTraces(TraceBui
       launch(1, t0 + 30 * kUs, 9, "late");
       launch(2, t0 + 10 * kUs, 7, "early");
       b.Call(1, api.sync, t0 + 50 * kUs, t0 + 310 * kUs);
-      b.Call(2, api.other, t0 + 800 * kUs, t0 + 810 * kUs);  // five calls a step: slices end anywhere in one
+      // Two kernels starting together at the time the later one's call
+      // enters: where a slice of calls ends there, the earlier call's kernel
+      // (stream 13) is not settled before the later one's (stream 3).
+      launch(2, t0 + 590 * kUs, 13, "wide", 600 * kUs);
+      launch(1, t0 + 600 * kUs, 3, "at enter", 600 * kUs);
+      b.Call(2, api.other, t0 + 800 * kUs, t0 + 810 * kUs);  // seven calls a step: slices end anywhere in one
     }
     built.emplace_back("starting together", std::move(b.SetChunkRecords(1)));
   }
