@@ -17,6 +17,7 @@
 #include <string_view>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -671,6 +672,67 @@ class GapWriter {
   absl::flat_hash_map<CallKey, int64_t> last_, before_, marked_;
 };
 
+// The progress of a database written from the file by slices (see
+// WriteSqliteFromFile): the pass's slices, then the indexes by their
+// tables' rows, in millionths of the whole; never the whole (which ends
+// the display) before Done.
+class WriteProgress {
+ public:
+  explicit WriteProgress(const std::function<void(uint64_t, uint64_t)>& out) : out_(out) {}
+  std::function<void(uint64_t, uint64_t)> Pass() {
+    if (!out_) return nullptr;
+    return [this](uint64_t done, uint64_t total) {
+      Show(kSqlitePassShare * static_cast<double>(done) / static_cast<double>(std::max<uint64_t>(total, 1)));
+    };
+  }
+  // The rows of each indexed table, before the first index.
+  void Rows(int64_t calls, int64_t ops, int64_t gaps) {
+    rows_ = {{"api_calls", calls}, {"device_ops", ops}, {"idle_gaps", gaps}};
+    for (const char* sql : {kCallIndexes, kOtherIndexes}) {
+      for (std::string_view index : Lines(sql)) all_ += RowsOf(index);
+    }
+  }
+  // Each CREATE INDEX of `sql` (kCallIndexes, kOtherIndexes) in turn.
+  absl::Status Build(sqlite3* db, std::string_view sql) {
+    for (std::string_view index : Lines(sql)) {
+      RETURN_IF_ERROR(Exec(db, std::string(index)));
+      indexed_ += RowsOf(index);
+      Show(kSqlitePassShare + (1 - kSqlitePassShare) * static_cast<double>(indexed_) /
+                                  static_cast<double>(std::max<int64_t>(all_, 1)));
+    }
+    return absl::OkStatus();
+  }
+  void Done() {
+    if (out_) out_(kWhole, kWhole);
+  }
+
+ private:
+  static std::vector<std::string_view> Lines(std::string_view sql) {
+    std::vector<std::string_view> lines;
+    for (size_t end; !sql.empty(); sql.remove_prefix(end + 1)) {
+      end = std::min(sql.find('\n'), sql.size() - 1);
+      lines.push_back(sql.substr(0, end + 1));
+    }
+    return lines;
+  }
+  int64_t RowsOf(std::string_view index) const {
+    for (const auto& [table, n] : rows_) {
+      if (index.find(std::string(" ON ").append(table).append("(")) != std::string_view::npos) return n;
+    }
+    return 0;
+  }
+  void Show(double fraction) {
+    if (!out_) return;
+    shown_ = std::max(shown_, std::min(kWhole - 1, static_cast<uint64_t>(fraction * static_cast<double>(kWhole))));
+    out_(shown_, kWhole);
+  }
+  static constexpr uint64_t kWhole = 1'000'000;
+  const std::function<void(uint64_t, uint64_t)>& out_;
+  uint64_t shown_ = 0;
+  std::vector<std::pair<std::string_view, int64_t>> rows_;
+  int64_t all_ = 0, indexed_ = 0;
+};
+
 // The timeline's rows by slices of the file: each slice's calls numbered
 // on from the slices before (their order is the whole timeline's: by
 // enter, ties in file order, and a slice holds every call entering in its
@@ -691,13 +753,15 @@ absl::Status FillFromFile(sqlite3* db, const Report& r, const StreamedProcess& p
   if (process.gaps == nullptr) return absl::InternalError("sqlite export: the idle gaps were not kept");
   GapWriter gaps(db, process.gaps.get());
   RETURN_IF_ERROR(gaps.Start());
+  WriteProgress bar(progress);
+  int64_t call_rows = 0, op_rows = 0;
   {
     Statement call_row(db, kInsertCall);
     OpSorter ops(db);
     const HostStepFinder step_of(process.plan);
     const CallMarks marks(s);
     absl::flat_hash_set<uint32_t> names;
-    int64_t first_id = 0;  // the id of the slice's first call
+    int64_t& first_id = call_rows;  // the id of the slice's first call
     auto reader = SliceReader::OpenFile(process.path, process.index);
     if (!reader.ok()) return reader.status();
     RETURN_IF_ERROR(ForEachCallSlice(
@@ -716,22 +780,26 @@ absl::Status FillFromFile(sqlite3* db, const Report& r, const StreamedProcess& p
             if (!SubmittedBy(t.ops[i], i0, i1)) continue;
             const int64_t call = first_id + (t.ops[i].call - static_cast<int64_t>(i0));
             RETURN_IF_ERROR(ops.Add(OpRowOf(t, i, call, process.plan, &names)));
+            ++op_rows;
           }
           first_id += static_cast<int64_t>(i1 - i0);
           RETURN_IF_ERROR(gaps.Upto(to));
           return ops.Settle(to);
         },
-        progress));
+        bar.Pass()));
     RETURN_IF_ERROR(ops.Finish(&stats->ops_sorted_after));
     RETURN_IF_ERROR(InsertStrings(db, every, names));
   }
   // The calls' indexes first: a gap written without its call finds it by
   // its thread and enter time.
-  RETURN_IF_ERROR(Exec(db, kCallIndexes));
+  bar.Rows(call_rows, op_rows, static_cast<int64_t>(process.gaps->size()));
+  RETURN_IF_ERROR(bar.Build(db, kCallIndexes));
   RETURN_IF_ERROR(gaps.Finish(&stats->gaps_found_after));
   RETURN_IF_ERROR(InsertQuestionsAndDiagnostics(db, r));
-  RETURN_IF_ERROR(Exec(db, kOtherIndexes));
-  return Exec(db, "COMMIT");
+  RETURN_IF_ERROR(bar.Build(db, kOtherIndexes));
+  RETURN_IF_ERROR(Exec(db, "COMMIT"));
+  bar.Done();
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -36,8 +36,13 @@ absl::Status SqliteFromFileRefusal(const StreamedProcess& process);
 // calls and ops a slice at a time, the ops then sorted into their ids on
 // disk (SQLite's temporary files: $SQLITE_TMPDIR, else $TMPDIR, else
 // /var/tmp or /tmp), the idle gaps from the analysis' temporary file.
-// `progress` (optional): slices read and how many in all. `stats`
-// (optional): what the writing took.
+// `progress` (optional): how far the writing is, of a constant total: the
+// pass over the file's slices to kSqlitePassShare of it, then the indexes,
+// each by its table's rows, and the total once the file is complete.
+// `stats` (optional): what the writing took.
+// The pass's share of the progress: the indexes took about 40% of the
+// time on the benchmarks' traces (docs/performance.md, "Analysis").
+inline constexpr double kSqlitePassShare = 0.6;
 struct SqliteFromFileStats {
   int64_t ops_sorted_after = 0;  // ops sorted by SQLite once all were read (0: each as its slice settled it)
   int64_t gaps_found_after = 0;  // idle gaps whose call was found among the rows after the pass (not held)

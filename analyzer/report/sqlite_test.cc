@@ -324,6 +324,13 @@ TEST_CASE("sqlite database from the file by slices: the whole reading's rows", "
     INFO(written.ToString());
     REQUIRE(written.ok());
     CHECK(progress.Ok());
+    // The pass reaches its share; the indexes move the rest before the end.
+    const uint64_t total = progress.calls.back().second;
+    const auto share = static_cast<uint64_t>(kSqlitePassShare * static_cast<double>(total));
+    size_t indexing = 0;
+    for (const auto& [done, of] : progress.calls) indexing += done > share && done < total;
+    CHECK(indexing >= 2);
+    CHECK(progress.calls[progress.calls.size() - 2].first < total);
     // The ops were numbered as their slices settled them, but for the op
     // that starts before its call entered; each gap's call was held, but
     // for those charged to the long calls (not the long syncs: those are
