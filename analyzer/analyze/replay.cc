@@ -228,6 +228,7 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
         leader = tid;
       }
     }
+    if (options.leader != 0 && weight.contains(options.leader)) leader = options.leader;
   }
   // Calls of a unit, in call order; f(call, op) for each op a unit's calls
   // submitted, in submission order.

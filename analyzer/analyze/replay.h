@@ -79,6 +79,10 @@ struct ReplayOptions {
   // beyond the least delay between two ops of a stream times this (the
   // host function's time; the trace has no record of the function itself).
   double scale_host_func = 1.0;
+  // The leading thread (0: the one the timeline's units choose, in
+  // Replay): a part of a trace replayed alone (whatif --steps) leads with
+  // the whole trace's, where that thread has units in the part.
+  uint32_t leader = 0;
 };
 
 struct ReplayStats {

@@ -781,6 +781,59 @@ TEST_CASE("whatif predicts from one trace", "[cli]") {
   CHECK(kj["predicted"]["mean_step_ns"].get<int64_t>() < kj["baseline"]["mean_step_ns"].get<int64_t>());
 }
 
+// Guards `whatif --steps`: steps predicted from the part of the trace they
+// cover alone (a trace of 64-record chunks: a part, not the whole), the
+// same steps, replays and predictions as the whole trace's for those steps
+// (each step of this loop drains the device: nothing before the part
+// changes them); steps the trace lacks and a straggler's move as usage
+// errors.
+TEST_CASE("whatif --steps predicts steps from the part of the trace they cover", "[cli][whatif]") {
+  Sandbox box;
+  for (const bool markers : {true, false}) {
+    INFO(markers);
+    const std::string trace = box.root() + (markers ? "/marked.sstrace" : "/unmarked.sstrace");
+    testing::SyntheticSteps(300, "kernel", false, markers, 20 * testing::kUs, -1, 0, 30 * testing::kUs)
+        .SetChunkRecords(64)
+        .WriteTo(trace);
+    for (const std::string change : {"--scale-host-wait 0.5", "--remove-sync train.py:42", ""}) {
+      INFO(change);
+      const Result whole = box.Run("whatif '" + trace + "' --format json " + change);
+      const Result part = box.Run("whatif '" + trace + "' --format json --steps 100-149 " + change);
+      REQUIRE(whole.code == 0);
+      REQUIRE(part.code == 0);
+      const auto w = nlohmann::json::parse(whole.out), p = nlohmann::json::parse(part.out);
+      CHECK(!w.contains("steps"));
+      CHECK(p["steps"]["first"] == 100);
+      CHECK(p["steps"]["last"] == 149);
+      CHECK(p["steps"]["of"] == w["baseline"]["steps"]);
+      CHECK(p["steps"]["calls_and_ops"] == 300 * 201);
+      CHECK(p["steps"]["calls_and_ops_read"].get<int64_t>() < 300 * 201 / 2);
+      for (const char* s : {"baseline", "replayed", "predicted"}) {
+        CAPTURE(s);
+        for (const char* v : {"step_ns", "step_idle_ns"}) {
+          CAPTURE(v);
+          const auto& all = w[s][v];
+          CHECK(p[s][v] == nlohmann::json(std::vector<nlohmann::json>(all.begin() + 100, all.begin() + 150)));
+        }
+        int64_t idle = 0;
+        for (const auto& x : p[s]["step_idle_ns"]) idle += x.get<int64_t>();
+        CHECK(p[s]["gpu_idle_ns"] == idle);
+      }
+      const auto& steps = w["baseline"]["step_ns"];
+      CHECK(steps[100] != steps[101]);  // steps apart: the part's are the trace's own
+    }
+  }
+  const std::string trace = box.root() + "/marked.sstrace";
+  const Result past = box.Run("whatif '" + trace + "' --steps 290-300");
+  CHECK(past.code == 1);
+  CHECK(past.err.find("--steps 290-300: the trace has steps 0-299") != std::string::npos);
+  CHECK(Lines(past.err) == 2);
+  CHECK(box.Run("whatif '" + trace + "' --steps 9-3").code == 1);
+  const Result straggler = box.Run("whatif '" + trace + "' --steps 1-3 --straggler-to-median");
+  CHECK(straggler.code == 1);
+  CHECK(straggler.err.find("--straggler-to-median needs the whole run") != std::string::npos);
+}
+
 // Guards the docs' option tables: docs/analyzer.md holds what
 // `stallscope help --markdown` writes from the declarations.
 TEST_CASE("the docs' option tables are the declarations'", "[cli]") {

@@ -20,9 +20,17 @@ struct WhatIfArgs {
   CLI::Option* launch_cost = nullptr;
   std::string launch_cost_ns;
   std::string launch_steps;
+  std::string steps;
   Conventions common;
   AnalysisArgs analysis;
 };
+
+// "A-B" (or "A") into first and last: 0 <= A <= B.
+bool StepRange(const std::string& text, int* first, int* last) {
+  const std::vector<std::string> ab = absl::StrSplit(text, absl::MaxSplits('-', 1));
+  return absl::SimpleAtoi(ab[0], first) && absl::SimpleAtoi(ab.size() > 1 ? ab[1] : ab[0], last) && *first >= 0 &&
+         *last >= *first;
+}
 
 int RunWhatIfCmd(const WhatIfArgs& a) {
   if (a.inputs.empty()) return UsageError("whatif", "no trace folder or file given");
@@ -36,14 +44,26 @@ int RunWhatIfCmd(const WhatIfArgs& a) {
   }
   if (!a.launch_steps.empty()) {
     if (request.launch_cost_ns < 0) return UsageError("whatif", "--launch-steps needs --launch-cost");
-    const std::vector<std::string> ab = absl::StrSplit(a.launch_steps, absl::MaxSplits('-', 1));
-    if (!absl::SimpleAtoi(ab[0], &request.launch_first_step) ||
-        !absl::SimpleAtoi(ab.size() > 1 ? ab[1] : ab[0], &request.launch_last_step) ||
-        request.launch_first_step < 0 || request.launch_last_step < request.launch_first_step) {
+    if (!StepRange(a.launch_steps, &request.launch_first_step, &request.launch_last_step)) {
       return UsageError("whatif", "--launch-steps " + a.launch_steps + ": not a step range A-B (0 <= A <= B)");
     }
   }
   const AnalysisOptions options = OptionsFrom(a.common, a.analysis);
+  if (!a.steps.empty()) {
+    int first = 0, last = 0;
+    if (!StepRange(a.steps, &first, &last)) {
+      return UsageError("whatif", "--steps " + a.steps + ": not a step range A-B (0 <= A <= B)");
+    }
+    if (request.straggler_to_median) {
+      return UsageError("whatif", "--steps: --straggler-to-median needs the whole run (leave out --steps)");
+    }
+    auto w = RunWhatIfOnSteps(a.inputs, first, last, request, options);
+    if (!w.ok()) {
+      const bool usage = w.status().code() == absl::StatusCode::kInvalidArgument;
+      return usage ? UsageError("whatif", std::string(w.status().message())) : Fail(w.status(), kExitBadTrace);
+    }
+    return Emit(a.common.out, a.common.format == "json" ? RenderWhatIfJson(*w) : RenderWhatIfText(*w));
+  }
   ProcessAnalysis analysis;
   auto report = AnalyzePaths(a.inputs, options, &analysis);
   if (!report.ok()) return Fail(report.status(), kExitBadTrace);
@@ -98,6 +118,11 @@ Runner DeclareWhatIf(CLI::App* app) {
   app->add_option("--launch-steps", a->launch_steps,
                   "with --launch-cost: capture every stretch of kernel launches in steps A to B (by "
                   "index), launch-bound or not (default: the launch-bound stretches of every step)")
+      ->type_name("A-B");
+  app->add_option("--steps", a->steps,
+                  "predict steps A to B (by index) from those steps alone: the trace reported by slices "
+                  "for its steps' times, then only the part of its file they and a step on either side "
+                  "cover read and replayed (memory follows the steps, not the trace)")
       ->type_name("A-B");
   AddConventions(app, &a->common, {"text", "json"},
                  {.format = "text: the prediction in one sentence, then measured against "

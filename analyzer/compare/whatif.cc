@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
+#include <utility>
+#include <vector>
 
 #include <fnmatch.h>
 
@@ -59,21 +62,64 @@ double Relative(int64_t got, int64_t want) {
   return want == 0 ? 0.0 : static_cast<double>(got - want) / static_cast<double>(want);
 }
 
+// The thread whose outermost calls wait for the device most often in the
+// whole trace (Replay's leader), from the synchronizing calls' marks: on
+// each thread, a synchronizing call nested in one counted before is not
+// counted again. 0 where no one thread waits most (Replay then chooses by
+// the part's own units).
+uint32_t WholeLeader(const std::vector<CallMark>& marks) {
+  absl::flat_hash_map<uint32_t, std::vector<std::pair<int64_t, int64_t>>> syncs;  // tid → (enter, exit)
+  for (const CallMark& m : marks) {
+    if (m.sync) syncs[m.key.tid].emplace_back(m.key.enter_ns, m.key.exit_ns);
+  }
+  uint32_t leader = 0;
+  int64_t best = 0;
+  bool tie = false;
+  for (auto& [tid, calls] : syncs) {
+    std::sort(calls.begin(), calls.end());
+    int64_t n = 0, outer_exit = std::numeric_limits<int64_t>::min();
+    for (const auto& [enter, exit] : calls) {
+      if (enter < outer_exit) continue;  // nested in the last one counted
+      ++n;
+      outer_exit = exit;
+    }
+    if (n > best) {
+      best = n;
+      leader = tid;
+      tie = false;
+    } else if (n == best) {
+      tie = true;
+    }
+  }
+  return tie ? 0 : leader;
+}
+
 }  // namespace
 
-StepSummary SummarizeSteps(const Report& report) {
+StepSummary SummarizeSteps(const Report& report, int first, int last) {
   StepSummary s;
   s.step_source = report.step_source;
+  const bool all = first > last;
+  const auto from = static_cast<size_t>(all ? 0 : std::max(first, 0));
+  const size_t to = all ? report.steps.size() : std::min(report.steps.size(), static_cast<size_t>(last) + 1);
   int64_t sum = 0;
-  for (const StepStats& st : report.steps) {
+  for (size_t k = from; k < to; ++k) {
+    const StepStats& st = report.steps[k];
     s.step_ns.push_back(st.end_ns - st.start_ns);
     s.step_idle_ns.push_back(st.gpu_idle_ns);
     sum += st.end_ns - st.start_ns;
+    if (all) continue;
+    s.gpu_idle_ns += st.gpu_idle_ns;
+    for (int i = 0; i < kNumCauses; ++i) s.idle_by_cause[i] += st.idle_by_cause[i];
   }
-  if (!report.steps.empty()) s.mean_step_ns = sum / static_cast<int64_t>(report.steps.size());
-  s.wall_ns = report.totals.wall_ns;
-  s.gpu_idle_ns = report.totals.gpu_idle_ns;
-  s.idle_by_cause = report.totals.idle_by_cause;
+  if (!s.step_ns.empty()) s.mean_step_ns = sum / static_cast<int64_t>(s.step_ns.size());
+  if (all) {
+    s.wall_ns = report.totals.wall_ns;
+    s.gpu_idle_ns = report.totals.gpu_idle_ns;
+    s.idle_by_cause = report.totals.idle_by_cause;
+  } else if (from < to) {
+    s.wall_ns = report.steps[to - 1].end_ns - report.steps[from].start_ns;
+  }
   return s;
 }
 
@@ -88,10 +134,12 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
   }
   WhatIf w;
   w.trace = BaseName(t.path);
-  w.baseline = SummarizeSteps(report);
+  const int first = request.first_step, last = request.last_step;
+  w.baseline = SummarizeSteps(report, first, last);
 
   ReplayOptions ro;
   ro.launch_dispatch_ns = options.attribution.launch_dispatch_ns;
+  ro.leader = request.leader;
   std::vector<std::string> removed_sites;
   if (!request.remove_sync.empty()) {
     ro.remove_wait.assign(t.calls.size(), false);
@@ -226,15 +274,15 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
   replay_options.stream = false;  // a replayed timeline is not its file's
   {
     auto replayed = AnalyzeTimeline(
-        Replay(t, analysis.classes, ReplayOptions{.launch_dispatch_ns = ro.launch_dispatch_ns}),
+        Replay(t, analysis.classes, ReplayOptions{.launch_dispatch_ns = ro.launch_dispatch_ns, .leader = ro.leader}),
         replay_options);
     if (!replayed.ok()) return replayed.status();
-    w.replayed = SummarizeSteps(*replayed);
+    w.replayed = SummarizeSteps(*replayed, first, last);
   }
   {
     auto predicted = AnalyzeTimeline(Replay(t, analysis.classes, ro, &stats), replay_options);
     if (!predicted.ok()) return predicted.status();
-    w.predicted = SummarizeSteps(*predicted);
+    w.predicted = SummarizeSteps(*predicted, first, last);
   }
   if (request.scale_host_wait != 1.0) {
     w.transformations.push_back({"scale_host_wait", Factor(request.scale_host_wait), stats.gaps_scaled});
@@ -345,8 +393,92 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
   return w;
 }
 
+absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, int first, int last,
+                                        WhatIfRequest request, const AnalysisOptions& options) {
+  AnalysisOptions by_slices = options;
+  by_slices.stream = true;
+  ProcessAnalysis whole;
+  StreamedProcess streamed;
+  streamed.keep_for_export = true;  // the synchronizing calls' marks, for the leader
+  auto report = AnalyzePaths(paths, by_slices, &whole, &streamed);
+  if (!report.ok()) return report.status();
+  const int n = static_cast<int>(report->steps.size());
+  if (first < 0 || last < first || last >= n) {
+    return absl::InvalidArgumentError(
+        n == 0 ? absl::StrFormat("--steps %d-%d: the trace has no steps", first, last)
+               : absl::StrFormat("--steps %d-%d: the trace has steps 0-%d", first, last, n - 1));
+  }
+  if (!report->ranks.empty()) {
+    return absl::InvalidArgumentError(
+        "--steps: a rank of a distributed run waits for the others: it is predicted from the whole run "
+        "(leave out --steps)");
+  }
+  const WhatIf::Steps asked{first, last, n, 0, 0};
+  if (!streamed.used) {  // read whole
+    request.first_step = first;
+    request.last_step = last;
+    auto w = RunWhatIf(*report, whole, request, options);
+    if (!w.ok()) return w.status();
+    const auto events = static_cast<int64_t>(whole.timeline.calls.size() + whole.timeline.ops.size());
+    w->steps = asked;
+    w->steps.events_read = w->steps.events = events;
+    return w;
+  }
+  // One step on either side: the device work queued before the first and
+  // the host's run-up to it are replayed as the trace had them.
+  const StepStats& a = report->steps[static_cast<size_t>(std::max(first - 1, 0))];
+  const StepStats& b = report->steps[static_cast<size_t>(std::min(last + 1, n - 1))];
+  const int64_t lo = std::max<int64_t>(0, std::min(a.host_start_ns, a.start_ns));
+  const int64_t hi = std::max(b.host_end_ns, b.end_ns);
+  const SliceChunker chunker(streamed.index);
+  auto part = ReadTraceFileChunks(streamed.path, streamed.index,
+                                  chunker.Chunks(static_cast<uint64_t>(lo), static_cast<uint64_t>(hi)));
+  if (!part.ok()) return part.status();
+  ProcessAnalysis analysis;
+  AnalysisOptions in_memory = options;
+  in_memory.stream = false;
+  auto part_report = AnalyzeTimeline(*part, in_memory, &analysis);
+  if (!part_report.ok()) return part_report.status();
+  analysis.timeline = *std::move(part);
+  // The steps asked for, among the part's.
+  int j0 = -1, j1 = -1;
+  for (size_t j = 0; j < part_report->steps.size(); ++j) {
+    const StepStats& st = part_report->steps[j];
+    if (st.host_start_ns == report->steps[first].host_start_ns && st.start_ns == report->steps[first].start_ns) {
+      j0 = static_cast<int>(j);
+    }
+    if (st.host_end_ns == report->steps[last].host_end_ns && st.end_ns == report->steps[last].end_ns) {
+      j1 = static_cast<int>(j);
+    }
+  }
+  if (j0 < 0 || j1 < j0 || j1 - j0 != last - first) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--steps %d-%d: the part of the trace read for these steps does not give the trace's steps (%s); "
+        "leave out --steps",
+        first, last, report->step_source));
+  }
+  request.first_step = j0;
+  request.last_step = j1;
+  request.leader = WholeLeader(streamed.analysis.call_marks);
+  if (request.launch_first_step <= request.launch_last_step) {
+    request.launch_first_step += j0 - first;
+    request.launch_last_step += j0 - first;
+  }
+  auto w = RunWhatIf(*part_report, analysis, request, in_memory);
+  if (!w.ok()) return w.status();
+  w->steps = asked;
+  w->steps.events_read = static_cast<int64_t>(analysis.timeline.calls.size() + analysis.timeline.ops.size());
+  for (const ThreadCallCount& c : streamed.index.calls_per_thread) w->steps.events += c.calls;
+  for (const DeviceOpCount& d : streamed.index.ops_per_device) w->steps.events += d.ops;
+  return w;
+}
+
 std::string RenderWhatIfText(const WhatIf& w) {
   std::string s = absl::StrCat(w.headline, ".\n\n");
+  if (w.steps.of > 0) {
+    absl::StrAppendFormat(&s, "Steps %d-%d of the trace's %d, from %d of its %d calls and device ops.\n\n",
+                          w.steps.first, w.steps.last, w.steps.of, w.steps.events_read, w.steps.events);
+  }
   absl::StrAppendFormat(&s, "  %-22s %12s %12s\n", "", "measured", "predicted");
   absl::StrAppendFormat(&s, "  %-22s %12d %12d\n", "steps", w.baseline.step_ns.size(),
                         w.predicted.step_ns.size());
@@ -390,6 +522,13 @@ std::string RenderWhatIfJson(const WhatIf& w) {
   j["predicted"]["next_limit"] = w.next_limit;
   j["replayed"] = SummaryJson(w.replayed);
   j["replay_error"] = Relative(w.replayed.mean_step_ns, w.baseline.mean_step_ns);
+  if (w.steps.of > 0) {
+    j["steps"] = Json{{"first", w.steps.first},
+                      {"last", w.steps.last},
+                      {"of", w.steps.of},
+                      {"calls_and_ops_read", w.steps.events_read},
+                      {"calls_and_ops", w.steps.events}};
+  }
   Json xs = Json::array();
   for (const auto& x : w.transformations) {
     xs.push_back(Json{{"kind", x.kind}, {"target", x.target}, {"changed", x.calls}});

@@ -34,6 +34,13 @@ struct WhatIfRequest {
   std::vector<std::string> scale_kernel;
   // Host functions enqueued on streams: their time times X.
   double scale_host_func = 1.0;
+  // The steps summarized (by index in the report, inclusive): the
+  // baseline, the replay and the prediction over these steps only; all
+  // when first > last.
+  int first_step = 0, last_step = -1;
+  // The replay's leading thread (ReplayOptions::leader; 0: chosen by the
+  // timeline replayed).
+  uint32_t leader = 0;
 };
 
 
@@ -47,7 +54,10 @@ struct StepSummary {
   CauseNs idle_by_cause{};
   std::string step_source;
 };
-StepSummary SummarizeSteps(const Report& report);
+// Steps [first, last] of `report` (all when first > last): their times,
+// idle and idle by cause, and wall time from the first's start to the
+// last's end; for all, the report's totals.
+StepSummary SummarizeSteps(const Report& report, int first = 0, int last = -1);
 
 struct WhatIf {
   std::string trace;  // the analyzed process's file
@@ -64,12 +74,33 @@ struct WhatIf {
   std::vector<Transformation> transformations;
   std::vector<std::string> assumptions;
   std::string headline;  // one sentence: the change, the step times, the next limit
+  // RunWhatIfOnSteps: the steps predicted, by index in the trace's report
+  // (of: its steps; 0 for the whole trace), and the calls and device ops
+  // read for them, of the trace's.
+  struct Steps {
+    int first = 0, last = -1, of = 0;
+    int64_t events_read = 0, events = 0;
+  } steps;
 };
 
 // The baseline `report` of `analysis` (its primary process, with details),
 // replayed. InvalidArgument when a --remove-sync site names no hotspot.
 absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& analysis,
                                  const WhatIfRequest& request, const AnalysisOptions& options);
+
+// The prediction for steps [first, last] (by index in the report) of the
+// analyzed process of `paths`, from those steps alone: the trace is
+// reported by slices (as `report --stream`) for its steps' times, then only
+// the part of its file that those steps and one step on either side cover
+// is read, analyzed as a trace of its own and replayed, its summaries over
+// the steps asked for (`request`'s launch steps are the trace's). Memory
+// follows the steps asked for, not the trace. A trace that cannot be read
+// by slices is read whole, and the whole replay's steps summarized.
+// InvalidArgument for steps the trace does not have, a distributed run
+// (its other ranks' waits are in the whole run only) and steps that the
+// part's own analysis does not find at the trace's times.
+absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, int first, int last,
+                                        WhatIfRequest request, const AnalysisOptions& options);
 
 std::string RenderWhatIfText(const WhatIf& w);
 // JSON, schema stallscope.whatif/1: baseline, predicted, replayed,

@@ -103,7 +103,7 @@ inline tf::NcclRecord NcclArgs(uint32_t tid, int64_t enter, uint64_t correlation
 // wait for it. 203 calls and device ops a step.
 inline TraceBuilder SyntheticSteps(int steps, const std::string& kernel = "kernel", bool op_ranges = false,
                                    bool markers = true, int64_t kernel_ns = 20 * kUs, int rank = -1,
-                                   int nranks = 0) {
+                                   int nranks = 0, int64_t load_jitter_ns = 0) {
   TraceBuilder b;
   b.SetChunkRecords(4096);
   auto api = AddStandardApis(&b);
@@ -114,7 +114,7 @@ inline TraceBuilder SyntheticSteps(int steps, const std::string& kernel = "kerne
   int64_t t = 1'000'000'000;
   for (int k = 0; k < steps; ++k) {
     const int64_t step_start = t;
-    t += 200 * kUs;  // data loading
+    t += 200 * kUs + (k * k % 11) * load_jitter_ns;  // data loading (steps apart by the jitter)
     int64_t d = t + 10 * kUs;
     for (int i = 0; i < 100; ++i) {
       const int64_t start = std::max(d, t + 10 * kUs);

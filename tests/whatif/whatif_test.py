@@ -32,7 +32,14 @@ compares:
 - the predicted mean GPU idle per step with the measured one: within 5% of
   the measured step time, plus the same allowance;
 - the replay's own error: the trace replayed unchanged, within 1% of the
-  baseline.
+  baseline;
+- the same prediction from the middle third of the steps alone (`whatif
+  --steps A-B`, the part of the trace they cover read): its baseline the
+  trace's steps A to B, and its predicted mean step the changed run's mean
+  over those steps within 3%, plus the allowance above as though every step's
+  share of it had fallen in those steps (the whole run's, times the steps
+  over the third's). Not for a distributed run (whatif predicts a rank from
+  the whole run).
 
     whatif_test.py --build DIR --case NAME     (whatif_test.py --list)
 """
@@ -379,6 +386,30 @@ def compare(build, work, base_args, changed_args, transform, program=TrainLoop()
     check(abs(idle_error) <= 0.05 + allowance,
           f"predicted idle per step off by {100 * idle_error:+.2f}% of the step (allowed 5% + "
           f"{100 * allowance:.2f}%)")
+    if "--straggler-to-median" not in transform and not base_report.get("ranks"):
+        first, last = STEPS // 3, 2 * STEPS // 3 - 1
+        part = json.loads(stallscope(build, ["whatif", base, "--format", "json", "--steps", f"{first}-{last}"]
+                                     + transform))
+        check(part.get("steps", {}).get("first") == first and part["steps"].get("last") == last
+              and part["steps"].get("of") == STEPS, f"whatif --steps: steps {part.get('steps')}")
+        check(part["steps"]["calls_and_ops_read"] <= part["steps"]["calls_and_ops"],
+              f"whatif --steps: read more than the trace holds: {part['steps']}")
+        check(part["baseline"]["step_ns"] == w["baseline"]["step_ns"][first:last + 1],
+              "whatif --steps: the baseline's steps are not the trace's")
+        steps = changed_report["steps"][first:last + 1]
+        measured_part = sum(s["end_ns"] - s["start_ns"] for s in steps) / len(steps)
+        error_part = (part["predicted"]["mean_step_ns"] - measured_part) / measured_part
+        allowance_part = allowance * STEPS / len(steps)
+        print(f"--steps {first}-{last} ({part['steps']['calls_and_ops_read']} of "
+              f"{part['steps']['calls_and_ops']} calls and ops read): predicted "
+              f"{part['predicted']['mean_step_ns'] / 1e3:.1f} us (the whole trace's replay "
+              f"{sum(w['predicted']['step_ns'][first:last + 1]) / len(steps) / 1e3:.1f} us), measured "
+              f"{measured_part / 1e3:.1f} us: error {100 * error_part:+.2f}% (allowed 3% + "
+              f"{100 * allowance_part:.2f}%)")
+        check(abs(error_part) <= 0.03 + allowance_part,
+              f"whatif --steps {first}-{last}: predicted {part['predicted']['mean_step_ns']:.0f} ns, measured "
+              f"{measured_part:.0f} ns: error {100 * error_part:+.2f}% (allowed 3% + "
+              f"{100 * allowance_part:.2f}%)")
     return w
 
 
