@@ -823,6 +823,42 @@ TEST_CASE("whatif --steps predicts steps from the part of the trace they cover",
       CHECK(steps[100] != steps[101]);  // steps apart: the part's are the trace's own
     }
   }
+  {
+    // A loop that synchronizes in its first steps only, and a helper
+    // thread making more calls (PyTorch's autograd thread): the part of
+    // steps 100-149 is led, as the whole trace is, by the loop's thread.
+    testing::TraceBuilder b;
+    const auto api = testing::AddStandardApis(&b);
+    b.SetChunkRecords(64);
+    int64_t t = 1'000'000'000;
+    for (int k = 0; k < 300; ++k) {
+      const int64_t step = t;
+      t += 300 * testing::kUs + (k % 5) * 40 * testing::kUs;  // the input
+      int64_t d = t;
+      for (int i = 0; i < 10; ++i, t += 6 * testing::kUs) {
+        d = std::max(d, t + 10 * testing::kUs) + 20 * testing::kUs;
+        b.Submit(1, api.launch, t, t + 4 * testing::kUs, d - 20 * testing::kUs, d);
+      }
+      for (int i = 0; i < 30; ++i, t += 5 * testing::kUs) {
+        d = std::max(d, t + 10 * testing::kUs) + 3 * testing::kUs;
+        b.Submit(2, api.launch, t, t + 3 * testing::kUs, d - 3 * testing::kUs, d);
+      }
+      if (k < 10) b.Call(1, api.sync, t, d + 5 * testing::kUs);
+      t = std::max(t, d + 5 * testing::kUs) + 10 * testing::kUs;
+      b.Range(1, step, t, "step");
+    }
+    const std::string helper = box.root() + "/helper.sstrace";
+    b.WriteTo(helper);
+    const auto w = nlohmann::json::parse(box.Run("whatif '" + helper + "' --format json --scale-host-wait 0.5").out);
+    const auto p = nlohmann::json::parse(
+        box.Run("whatif '" + helper + "' --format json --scale-host-wait 0.5 --steps 100-149").out);
+    REQUIRE(p.contains("steps"));
+    CHECK(p["steps"]["calls_and_ops_read"].get<int64_t>() < p["steps"]["calls_and_ops"].get<int64_t>() / 2);
+    const auto& all = w["predicted"]["step_ns"];
+    CHECK(p["predicted"]["step_ns"] ==
+          nlohmann::json(std::vector<nlohmann::json>(all.begin() + 100, all.begin() + 150)));
+    CHECK(p["predicted"]["mean_step_ns"].get<int64_t>() < p["baseline"]["mean_step_ns"].get<int64_t>());
+  }
   const std::string trace = box.root() + "/marked.sstrace";
   const Result past = box.Run("whatif '" + trace + "' --steps 290-300");
   CHECK(past.code == 1);
