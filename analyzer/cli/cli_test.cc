@@ -868,6 +868,14 @@ TEST_CASE("whatif --steps predicts steps from the part of the trace they cover",
   const Result straggler = box.Run("whatif '" + trace + "' --steps 1-3 --straggler-to-median");
   CHECK(straggler.code == 1);
   CHECK(straggler.err.find("--straggler-to-median needs the whole run") != std::string::npos);
+  // Every step of a trace past --stream-above: read whole, and said so.
+  const Result large = box.Run("whatif '" + trace + "' --stream-above 1000");
+  CHECK(large.code == 0);
+  CHECK(large.err.find("stallscope: whatif reads the trace whole to replay every step (60300 calls and device ops, "
+                       "past --stream-above 1000); --steps A-B") == 0);
+  CHECK(Lines(large.err) == 1);
+  CHECK(box.Run("whatif '" + trace + "' --stream-above 1000 -q").err.empty());
+  CHECK(box.Run("whatif '" + trace + "'").err.empty());
 }
 
 // Guards the docs' option tables: docs/analyzer.md holds what

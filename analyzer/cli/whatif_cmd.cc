@@ -1,9 +1,12 @@
 // `stallscope whatif DIR`: the step time after a fix, before making it.
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 
 #include "analyzer/analyze/replay.h"
@@ -63,6 +66,25 @@ int RunWhatIfCmd(const WhatIfArgs& a) {
       return usage ? UsageError("whatif", std::string(w.status().message())) : Fail(w.status(), kExitBadTrace);
     }
     return Emit(a.common.out, a.common.format == "json" ? RenderWhatIfJson(*w) : RenderWhatIfText(*w));
+  }
+  // Every step is replayed from the analyzed process read whole: a trace
+  // too large to hold (as report counts it) is said so first.
+  if (!a.common.quiet) {
+    if (auto paths = ExpandTracePaths(a.inputs); paths.ok()) {
+      uint64_t events = 0;
+      for (const std::string& path : *paths) {
+        if (auto c = CountByHeaders(path); c.ok()) events += c->calls_and_ops;
+      }
+      auto count = [](uint64_t n) {
+        return n >= 1'000'000 ? absl::StrFormat("%.1f M", static_cast<double>(n) / 1e6) : absl::StrCat(n);
+      };
+      if (events > options.stream_above_events) {
+        fprintf(stderr,
+                "stallscope: whatif reads the trace whole to replay every step (%s calls and device ops, past "
+                "--stream-above %s); --steps A-B predicts some steps from their part of the file\n",
+                count(events).c_str(), count(options.stream_above_events).c_str());
+      }
+    }
   }
   ProcessAnalysis analysis;
   auto report = AnalyzePaths(a.inputs, options, &analysis);
@@ -128,6 +150,8 @@ Runner DeclareWhatIf(CLI::App* app) {
                  {.format = "text: the prediction in one sentence, then measured against "
                             "predicted; json (schema stallscope.whatif/1): baseline, predicted, "
                             "replayed, replay_error, transformations, assumptions",
+                  .quiet = "no note on stderr when every step of a trace past --stream-above is read whole "
+                           "(errors only)",
                   .color = "accepted (the prediction has no colours yet)"});
   AddAnalysisArgs(app, &a->analysis);
   return [a] { return RunWhatIfCmd(*a); };
