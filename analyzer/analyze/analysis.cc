@@ -550,6 +550,15 @@ RecordsSpan SpanOfRecords(const Timeline& t) {
   return out;
 }
 
+absl::Status ExportFromFileRefusal(const StreamedProcess& process) {
+  if (!process.used || !process.keep_for_export) {
+    return absl::InternalError("the trace was not reported by slices for an export");
+  }
+  if (process.analysis.unjoined_ops > 0) return absl::UnimplementedError("device ops no call submitted");
+  if (ExternalIdsMayRepeat(process.index)) return absl::UnimplementedError("external ids that may repeat");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
                                     const AnalysisOptions& options, ProcessAnalysis* primary_out,
                                     StreamedProcess* streamed_out) {

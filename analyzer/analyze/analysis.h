@@ -158,6 +158,14 @@ struct StreamedProcess {
 // Where AnalyzePaths would report it by slices (--stream, --stream-above),
 // it does so with `streamed` filled (`used`), even with `primary` given;
 // `primary` is then left empty.
+// Why a writer cannot draw the trace of `process` (reported by slices with
+// keep_for_export) from its file by slices: OK where it can; Unimplemented
+// where the trace must be read whole for it (device ops that no call
+// submitted, which are in no slice of calls; external ids that may name
+// two calls, which a slice joins as it finds them); Internal where the
+// trace was not reported so.
+absl::Status ExportFromFileRefusal(const StreamedProcess& process);
+
 absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
                                     const AnalysisOptions& options,
                                     ProcessAnalysis* primary = nullptr,

@@ -50,7 +50,7 @@ absl::Status PerfettoFromFileTo(const Report& report, const StreamedProcess& pro
 
 absl::Status SqliteFromFileTo(const Report& report, const StreamedProcess& process, const Conventions& common,
                               int* code) {
-  if (absl::Status refused = SqliteFromFileRefusal(process); !refused.ok()) return refused;
+  if (absl::Status refused = ExportFromFileRefusal(process); !refused.ok()) return refused;
   const auto progress = WritingProgress(common, process.index.file_size);
   const absl::Status st = WriteNewFileAt(common.out, [&](const std::string& temporary) {
     return WriteSqliteFromFile(report, process, temporary, progress);

@@ -810,15 +810,9 @@ std::function<void(uint64_t, uint64_t)> HalfOf(const std::function<void(uint64_t
 
 absl::StatusOr<PerfettoFromFile> PerfettoFromFile::Prepare(const Report& report, const StreamedProcess& process,
                                                            const std::function<void(uint64_t, uint64_t)>& progress) {
-  if (!process.used || !process.keep_for_export) {
-    return absl::InternalError("the trace was not reported by slices for an export");
-  }
+  if (absl::Status refused = ExportFromFileRefusal(process); !refused.ok()) return refused;
   const StreamedAnalysis& s = process.analysis;
   const TraceIndex& index = process.index;
-  // Ops no call submitted are in no slice of calls; an external id that
-  // may name two calls joins an op as the slice finds it.
-  if (s.unjoined_ops > 0) return absl::UnimplementedError("device ops no call submitted");
-  if (ExternalIdsMayRepeat(index)) return absl::UnimplementedError("external ids that may repeat");
   auto head = std::make_unique<ExportHead>();
   HeadOfProcess(s.first_slice, process.path, head.get());
   // PerfettoBaseNs from the index: the earliest enter and op start, and

@@ -14,6 +14,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <tuple>
 #include <utility>
@@ -141,17 +142,23 @@ std::string Schema() {
 }
 
 // Built after the rows (one sort each instead of a b-tree insert per row).
-constexpr const char* kCallIndexes =
-    "CREATE INDEX api_calls_by_time ON api_calls(enter_ns);\n"
-    "CREATE INDEX api_calls_by_thread ON api_calls(tid, enter_ns);\n"
-    "CREATE INDEX api_calls_by_step ON api_calls(step);\n"
-    "CREATE INDEX api_calls_by_hotspot ON api_calls(hotspot_id) WHERE hotspot_id IS NOT NULL;\n";
-constexpr const char* kOtherIndexes =
-    "CREATE INDEX device_ops_by_time ON device_ops(start_ns);\n"
-    "CREATE INDEX device_ops_by_step ON device_ops(step);\n"
-    "CREATE INDEX device_ops_by_call ON device_ops(call_id);\n"
-    "CREATE INDEX idle_gaps_by_step ON idle_gaps(step, cause);\n"
-    "CREATE INDEX idle_gaps_by_cause ON idle_gaps(cause);\n";
+struct IndexSql {
+  std::string_view table;
+  const char* sql;
+};
+constexpr IndexSql kCallIndexes[] = {
+    {"api_calls", "CREATE INDEX api_calls_by_time ON api_calls(enter_ns);"},
+    {"api_calls", "CREATE INDEX api_calls_by_thread ON api_calls(tid, enter_ns);"},
+    {"api_calls", "CREATE INDEX api_calls_by_step ON api_calls(step);"},
+    {"api_calls", "CREATE INDEX api_calls_by_hotspot ON api_calls(hotspot_id) WHERE hotspot_id IS NOT NULL;"},
+};
+constexpr IndexSql kOtherIndexes[] = {
+    {"device_ops", "CREATE INDEX device_ops_by_time ON device_ops(start_ns);"},
+    {"device_ops", "CREATE INDEX device_ops_by_step ON device_ops(step);"},
+    {"device_ops", "CREATE INDEX device_ops_by_call ON device_ops(call_id);"},
+    {"idle_gaps", "CREATE INDEX idle_gaps_by_step ON idle_gaps(step, cause);"},
+    {"idle_gaps", "CREATE INDEX idle_gaps_by_cause ON idle_gaps(cause);"},
+};
 
 absl::Status SqliteError(sqlite3* db, std::string_view what) {
   return absl::InternalError(absl::StrFormat("sqlite export: %s: %s", what, sqlite3_errmsg(db)));
@@ -457,12 +464,14 @@ absl::Status InsertSteps(sqlite3* db, const Report& r) {
   return absl::OkStatus();
 }
 
+constexpr const char* kInsertGap = "INSERT INTO idle_gaps VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
 absl::Status InsertGap(Statement* st, int64_t id, const IdleGap& g, std::optional<int64_t> call) {
   return st->Row(id, g.start_ns, g.end_ns, CauseName(g.cause), g.step, call);
 }
 
 absl::Status InsertGaps(sqlite3* db, const ProcessAnalysis& a) {
-  Statement st(db, "INSERT INTO idle_gaps VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+  Statement st(db, kInsertGap);
   for (size_t i = 0; i < a.gaps.size(); ++i) {
     const IdleGap& g = a.gaps[i];
     RETURN_IF_ERROR(InsertGap(&st, static_cast<int64_t>(i), g, Index(g.call)));
@@ -510,6 +519,16 @@ absl::Status Begin(sqlite3* db, std::string_view more_pragmas) {
   return Exec(db, Schema());
 }
 
+// Each index of `indexes` in turn; `built` (optional) told its table after.
+absl::Status BuildIndexes(sqlite3* db, std::span<const IndexSql> indexes,
+                          const std::function<void(std::string_view table)>& built = nullptr) {
+  for (const IndexSql& index : indexes) {
+    RETURN_IF_ERROR(Exec(db, index.sql));
+    if (built) built(index.table);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Fill(sqlite3* db, const Report& r, const ProcessAnalysis& a) {
   const Timeline& t = a.timeline;
   RETURN_IF_ERROR(Begin(db, "PRAGMA temp_store=MEMORY;"));
@@ -522,8 +541,8 @@ absl::Status Fill(sqlite3* db, const Report& r, const ProcessAnalysis& a) {
   RETURN_IF_ERROR(InsertOps(db, a));
   RETURN_IF_ERROR(InsertGaps(db, a));
   RETURN_IF_ERROR(InsertQuestionsAndDiagnostics(db, r));
-  RETURN_IF_ERROR(Exec(db, kCallIndexes));
-  RETURN_IF_ERROR(Exec(db, kOtherIndexes));
+  RETURN_IF_ERROR(BuildIndexes(db, kCallIndexes));
+  RETURN_IF_ERROR(BuildIndexes(db, kOtherIndexes));
   return Exec(db, "COMMIT");
 }
 
@@ -609,7 +628,7 @@ class OpSorter {
 class GapWriter {
  public:
   GapWriter(sqlite3* db, GapSpill* spill)
-      : db_(db), spill_(spill), row_(db, "INSERT INTO idle_gaps VALUES (?1, ?2, ?3, ?4, ?5, ?6)") {}
+      : db_(db), spill_(spill), row_(db, kInsertGap) {}
 
   absl::Status Start() {
     RETURN_IF_ERROR(Exec(db_, "CREATE TEMP TABLE gap_calls (id INTEGER PRIMARY KEY, tid, api, enter_ns, exit_ns);"));
@@ -688,36 +707,26 @@ class WriteProgress {
   // The rows of each indexed table, before the first index.
   void Rows(int64_t calls, int64_t ops, int64_t gaps) {
     rows_ = {{"api_calls", calls}, {"device_ops", ops}, {"idle_gaps", gaps}};
-    for (const char* sql : {kCallIndexes, kOtherIndexes}) {
-      for (std::string_view index : Lines(sql)) all_ += RowsOf(index);
+    for (const auto indexes : {std::span<const IndexSql>(kCallIndexes), std::span<const IndexSql>(kOtherIndexes)}) {
+      for (const IndexSql& index : indexes) all_ += RowsOf(index.table);
     }
   }
-  // Each CREATE INDEX of `sql` (kCallIndexes, kOtherIndexes) in turn.
-  absl::Status Build(sqlite3* db, std::string_view sql) {
-    for (std::string_view index : Lines(sql)) {
-      RETURN_IF_ERROR(Exec(db, std::string(index)));
-      indexed_ += RowsOf(index);
+  // BuildIndexes, each index moving the display by its table's rows.
+  absl::Status Build(sqlite3* db, std::span<const IndexSql> indexes) {
+    return BuildIndexes(db, indexes, [this](std::string_view table) {
+      indexed_ += RowsOf(table);
       Show(kSqlitePassShare + (1 - kSqlitePassShare) * static_cast<double>(indexed_) /
                                   static_cast<double>(std::max<int64_t>(all_, 1)));
-    }
-    return absl::OkStatus();
+    });
   }
   void Done() {
     if (out_) out_(kWhole, kWhole);
   }
 
  private:
-  static std::vector<std::string_view> Lines(std::string_view sql) {
-    std::vector<std::string_view> lines;
-    for (size_t end; !sql.empty(); sql.remove_prefix(end + 1)) {
-      end = std::min(sql.find('\n'), sql.size() - 1);
-      lines.push_back(sql.substr(0, end + 1));
-    }
-    return lines;
-  }
-  int64_t RowsOf(std::string_view index) const {
-    for (const auto& [table, n] : rows_) {
-      if (index.find(std::string(" ON ").append(table).append("(")) != std::string_view::npos) return n;
+  int64_t RowsOf(std::string_view table) const {
+    for (const auto& [name, n] : rows_) {
+      if (name == table) return n;
     }
     return 0;
   }
@@ -804,22 +813,11 @@ absl::Status FillFromFile(sqlite3* db, const Report& r, const StreamedProcess& p
 
 }  // namespace
 
-absl::Status SqliteFromFileRefusal(const StreamedProcess& process) {
-  if (!process.used || !process.keep_for_export) {
-    return absl::InternalError("the trace was not reported by slices for an export");
-  }
-  // Ops no call submitted are in no slice of calls; an external id that
-  // may name two calls joins an op as the slice finds it.
-  if (process.analysis.unjoined_ops > 0) return absl::UnimplementedError("device ops no call submitted");
-  if (ExternalIdsMayRepeat(process.index)) return absl::UnimplementedError("external ids that may repeat");
-  return absl::OkStatus();
-}
-
 absl::Status WriteSqliteFromFile(const Report& report, const StreamedProcess& process, const std::string& path,
                                  const std::function<void(uint64_t, uint64_t)>& progress, SqliteFromFileStats* stats) {
   SqliteFromFileStats unused;
   if (stats == nullptr) stats = &unused;
-  RETURN_IF_ERROR(SqliteFromFileRefusal(process));
+  RETURN_IF_ERROR(ExportFromFileRefusal(process));
   sqlite3* db = nullptr;
   const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
   absl::Status st = sqlite3_open_v2(path.c_str(), &db, flags, nullptr) == SQLITE_OK

@@ -23,12 +23,14 @@ inline constexpr int kSqliteSchemaVersion = 1;
 // The bytes of a SQLite database file holding `report` and `analysis`.
 absl::StatusOr<std::string> RenderSqlite(const Report& report, const ProcessAnalysis& analysis);
 
-// Why the database of a trace reported by slices (StreamedProcess, with
-// keep_for_export) cannot be written from its file by slices: OK where it
-// can; Unimplemented where the trace must be read whole for it (device ops
-// that no call submitted, which are in no slice of calls; external ids
-// that may name two calls, which a slice joins as it finds them).
-absl::Status SqliteFromFileRefusal(const StreamedProcess& process);
+// The pass's share of WriteSqliteFromFile's progress: the indexes took
+// about 40% of the time on the benchmarks' traces (docs/performance.md,
+// "Analysis").
+inline constexpr double kSqlitePassShare = 0.6;
+struct SqliteFromFileStats {
+  int64_t ops_sorted_after = 0;  // ops sorted by SQLite once all were read (0: each as its slice settled it)
+  int64_t gaps_found_after = 0;  // idle gaps whose call was found among the rows after the pass (not held)
+};
 
 // The same database as RenderSqlite's of the whole reading, the same rows
 // with the same ids, written from the trace's file read again by slices
@@ -39,14 +41,8 @@ absl::Status SqliteFromFileRefusal(const StreamedProcess& process);
 // `progress` (optional): how far the writing is, of a constant total: the
 // pass over the file's slices to kSqlitePassShare of it, then the indexes,
 // each by its table's rows, and the total once the file is complete.
-// `stats` (optional): what the writing took.
-// The pass's share of the progress: the indexes took about 40% of the
-// time on the benchmarks' traces (docs/performance.md, "Analysis").
-inline constexpr double kSqlitePassShare = 0.6;
-struct SqliteFromFileStats {
-  int64_t ops_sorted_after = 0;  // ops sorted by SQLite once all were read (0: each as its slice settled it)
-  int64_t gaps_found_after = 0;  // idle gaps whose call was found among the rows after the pass (not held)
-};
+// `stats` (optional): what the writing took. Refused as
+// ExportFromFileRefusal says (analysis.h).
 absl::Status WriteSqliteFromFile(const Report& report, const StreamedProcess& process, const std::string& path,
                                  const std::function<void(uint64_t, uint64_t)>& progress = nullptr,
                                  SqliteFromFileStats* stats = nullptr);

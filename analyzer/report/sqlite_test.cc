@@ -311,12 +311,12 @@ TEST_CASE("sqlite database from the file by slices: the whole reading's rows", "
     const ProcessAnalysis& whole = read.whole;
     const StreamedProcess& sliced = read.sliced;
     if (path.find("unjoined") != std::string::npos) {
-      CHECK(SqliteFromFileRefusal(sliced).code() == absl::StatusCode::kUnimplemented);
+      CHECK(ExportFromFileRefusal(sliced).code() == absl::StatusCode::kUnimplemented);
       CHECK(WriteSqliteFromFile(sliced_report, sliced, db_path).code() == absl::StatusCode::kUnimplemented);
       continue;
     }
-    INFO(SqliteFromFileRefusal(sliced).ToString());
-    REQUIRE(SqliteFromFileRefusal(sliced).ok());
+    INFO(ExportFromFileRefusal(sliced).ToString());
+    REQUIRE(ExportFromFileRefusal(sliced).ok());
     unlink(db_path.c_str());
     testing::ProgressLog progress;
     SqliteFromFileStats stats;
