@@ -345,6 +345,7 @@ absl::StatusOr<std::optional<Report>> ReportFromIndex(const std::string& path, a
       kept.spans_fused_failed = s->spans_fused_failed;
       kept.first_slice = std::move(s->first_slice);
     }
+    page->analysis.steps_per_window = s->steps_per_window;
   }
   return report;
 }

@@ -126,6 +126,8 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
   ReplayStats local;
   ReplayStats& st = stats != nullptr ? *stats : local;
   st = ReplayStats{};
+  // Whether what a call entering at `enter` changed is counted.
+  auto counted = [&](int64_t enter) { return enter >= options.count_from_ns && enter < options.count_to_ns; };
   const size_t nc = t.calls.size(), no = t.ops.size();
 
   // The ops of each call, in start order.
@@ -278,8 +280,10 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
         for (int32_t ui : run) for_each_op(ui, [&](uint32_t, uint32_t o) { device += t.ops[o].end_ns - t.ops[o].start_ns; });
         if (options.graph_every_stretch || units[run.back()].exit - units[run.front()].enter > device) {
           for (size_t k = 1; k < run.size(); ++k) graph_head[run[k]] = run.front();
-          ++st.stretches_captured;
-          st.launches_captured += static_cast<int64_t>(run.size() - 1);
+          if (counted(units[run.front()].enter)) {
+            ++st.stretches_captured;
+            st.launches_captured += static_cast<int64_t>(run.size() - 1);
+          }
         }
       }
       run.clear();
@@ -362,7 +366,7 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
           if (pending[stream] >= 0) {
             dep[o] = pending[stream];
             pending[stream] = -1;
-            ++st.event_waits;
+            if (counted(t.calls[c].enter_ns)) ++st.event_waits;
           }
           last_op[stream] = static_cast<int32_t>(o);
           after_host_func[o] = host_func[stream];
@@ -474,11 +478,11 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
       const int64_t gap = u.enter - from;
       int64_t gap2 = gap;
       if (gap >= options.launch_dispatch_ns) {
-        ++st.gaps_scaled;
+        if (counted(u.enter)) ++st.gaps_scaled;
         const HostGapSplit split = SplitHostGap(t, u.tid, from, u.enter);
         int64_t on = split.on;
         if (on < 0) {
-          ++st.gaps_without_cpu;
+          if (counted(u.enter)) ++st.gaps_without_cpu;
           on = 0;
         }
         on = std::min(on, gap);
@@ -510,7 +514,7 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
         dd = std::max<int64_t>(0, start - prev_end[o] - cut);
         dh = std::min(host_delay_typ, start - a);
         if (after_host_func[o]) {  // the host function's time, scaled
-          ++st.after_host_func;
+          if (counted(a)) ++st.after_host_func;
           if (options.scale_host_func != 1.0 && dd > device_delay_min) {
             dd = device_delay_min + Scale(dd - device_delay_min, options.scale_host_func);
           }
@@ -531,7 +535,7 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
       int64_t duration = op.end_ns - op.start_ns;
       if (!options.op_scale.empty() && options.op_scale[o] != 1.0) {
         duration = std::max<int64_t>(0, Scale(duration, options.op_scale[o]));
-        ++st.ops_scaled;
+        if (counted(a)) ++st.ops_scaled;
       }
       end2[o] = s2 + duration;
       stream_end2[s] = end2[o];
@@ -548,7 +552,7 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
       // typically does after the work ended (never more than it took):
       // a thread preempted in the wait in the trace is not preempted here.
       if (blocked) exit2[ui] = enter2[ui] + std::min(cost, post_typ);
-      ++st.waits_removed;
+      if (counted(u.enter)) ++st.waits_removed;
     } else if (u.sync && base != kNone && target2 != kNone) {
       const int64_t post = blocked ? cost : std::min(post_typ, cost);
       exit2[ui] = std::max(exit2[ui], target2 + post);

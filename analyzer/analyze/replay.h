@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -83,6 +84,13 @@ struct ReplayOptions {
   // Replay): a part of a trace replayed alone (whatif --steps) leads with
   // the whole trace's, where that thread has units in the part.
   uint32_t leader = 0;
+  // ReplayStats counts only what calls entering in [count_from_ns,
+  // count_to_ns) of the trace's host time changed (an op: its submitting
+  // call's; a stretch: its first call's): a part of a trace replayed with
+  // one step on either side (whatif by windows of steps) counts its own
+  // steps, so the parts' counts add up to the trace's.
+  int64_t count_from_ns = std::numeric_limits<int64_t>::min();
+  int64_t count_to_ns = std::numeric_limits<int64_t>::max();
 };
 
 struct ReplayStats {

@@ -781,6 +781,33 @@ TEST_CASE("whatif predicts from one trace", "[cli]") {
   CHECK(kj["predicted"]["mean_step_ns"].get<int64_t>() < kj["baseline"]["mean_step_ns"].get<int64_t>());
 }
 
+// `steps` steps of a loop that synchronizes in its first ten steps only,
+// launching on its own thread (1) and a helper thread making more calls
+// (2, as PyTorch's autograd thread), in chunks of 64 records.
+testing::TraceBuilder HelperThreadLoop(int steps) {
+  testing::TraceBuilder b;
+  const auto api = testing::AddStandardApis(&b);
+  b.SetChunkRecords(64);
+  int64_t t = 1'000'000'000;
+  for (int k = 0; k < steps; ++k) {
+    const int64_t step = t;
+    t += 300 * testing::kUs + (k % 5) * 40 * testing::kUs;  // the input
+    int64_t d = t;
+    for (int i = 0; i < 10; ++i, t += 6 * testing::kUs) {
+      d = std::max(d, t + 10 * testing::kUs) + 20 * testing::kUs;
+      b.Submit(1, api.launch, t, t + 4 * testing::kUs, d - 20 * testing::kUs, d);
+    }
+    for (int i = 0; i < 30; ++i, t += 5 * testing::kUs) {
+      d = std::max(d, t + 10 * testing::kUs) + 3 * testing::kUs;
+      b.Submit(2, api.launch, t, t + 3 * testing::kUs, d - 3 * testing::kUs, d);
+    }
+    if (k < 10) b.Call(1, api.sync, t, d + 5 * testing::kUs);
+    t = std::max(t, d + 5 * testing::kUs) + 10 * testing::kUs;
+    b.Range(1, step, t, "step");
+  }
+  return b;
+}
+
 // Guards `whatif --steps`: steps predicted from the part of the trace they
 // cover alone (a trace of 64-record chunks: a part, not the whole), the
 // same steps, replays and predictions as the whole trace's for those steps
@@ -827,26 +854,7 @@ TEST_CASE("whatif --steps predicts steps from the part of the trace they cover",
     // A loop that synchronizes in its first steps only, and a helper
     // thread making more calls (PyTorch's autograd thread): the part of
     // steps 100-149 is led, as the whole trace is, by the loop's thread.
-    testing::TraceBuilder b;
-    const auto api = testing::AddStandardApis(&b);
-    b.SetChunkRecords(64);
-    int64_t t = 1'000'000'000;
-    for (int k = 0; k < 300; ++k) {
-      const int64_t step = t;
-      t += 300 * testing::kUs + (k % 5) * 40 * testing::kUs;  // the input
-      int64_t d = t;
-      for (int i = 0; i < 10; ++i, t += 6 * testing::kUs) {
-        d = std::max(d, t + 10 * testing::kUs) + 20 * testing::kUs;
-        b.Submit(1, api.launch, t, t + 4 * testing::kUs, d - 20 * testing::kUs, d);
-      }
-      for (int i = 0; i < 30; ++i, t += 5 * testing::kUs) {
-        d = std::max(d, t + 10 * testing::kUs) + 3 * testing::kUs;
-        b.Submit(2, api.launch, t, t + 3 * testing::kUs, d - 3 * testing::kUs, d);
-      }
-      if (k < 10) b.Call(1, api.sync, t, d + 5 * testing::kUs);
-      t = std::max(t, d + 5 * testing::kUs) + 10 * testing::kUs;
-      b.Range(1, step, t, "step");
-    }
+    testing::TraceBuilder b = HelperThreadLoop(300);
     const std::string helper = box.root() + "/helper.sstrace";
     b.WriteTo(helper);
     const auto w = nlohmann::json::parse(box.Run("whatif '" + helper + "' --format json --scale-host-wait 0.5").out);
@@ -868,14 +876,107 @@ TEST_CASE("whatif --steps predicts steps from the part of the trace they cover",
   const Result straggler = box.Run("whatif '" + trace + "' --steps 1-3 --straggler-to-median");
   CHECK(straggler.code == 1);
   CHECK(straggler.err.find("--straggler-to-median needs the whole run") != std::string::npos);
-  // Every step of a trace past --stream-above: read whole, and said so.
-  const Result large = box.Run("whatif '" + trace + "' --stream-above 1000");
-  CHECK(large.code == 0);
-  CHECK(large.err.find("stallscope: whatif reads the trace whole to replay every step (60300 calls and device ops, "
-                       "past --stream-above 1000); --steps A-B") == 0);
-  CHECK(Lines(large.err) == 1);
-  CHECK(box.Run("whatif '" + trace + "' --stream-above 1000 -q").err.empty());
-  CHECK(box.Run("whatif '" + trace + "'").err.empty());
+}
+
+// Guards `whatif` by windows of steps: every step of a trace past
+// --stream-above (or with --stream) predicted a window at a time, each
+// window from its part of the file alone, gives the whole replay's steps,
+// step by step, and the whole replay's counts of what changed (each window
+// counts its own steps); the windows' walls join up whatever their size.
+TEST_CASE("whatif by windows predicts every step as the whole replay does", "[cli][whatif]") {
+  Sandbox box;
+  auto json = [&](const std::string& args) {
+    const Result r = box.Run("whatif " + args + " --format json");
+    INFO(args << "\n" << r.err);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  // The windows' joined steps against the whole replay's; `idle`: their
+  // idle too (where each step drains the device: a window's replay starts
+  // from the trace's times at the step before it).
+  auto same_steps = [](const nlohmann::json& whole, const nlohmann::json& windows, bool idle_too = true) {
+    for (const char* s : {"baseline", "replayed", "predicted"}) {
+      CAPTURE(s);
+      CHECK(windows[s]["step_ns"] == whole[s]["step_ns"]);
+      if (idle_too || std::string(s) != "predicted") CHECK(windows[s]["step_idle_ns"] == whole[s]["step_idle_ns"]);
+      CHECK(windows[s]["mean_step_ns"] == whole[s]["mean_step_ns"]);
+      int64_t idle = 0;
+      for (const auto& x : windows[s]["step_idle_ns"]) idle += x.get<int64_t>();
+      CHECK(windows[s]["gpu_idle_ns"] == idle);
+    }
+    REQUIRE(windows["transformations"].size() == whole["transformations"].size());
+    for (size_t k = 0; k < whole["transformations"].size(); ++k) {
+      CAPTURE(k);
+      CHECK(windows["transformations"][k] == whole["transformations"][k]);
+    }
+    CHECK(windows["predicted"]["next_limit"] == whole["predicted"]["next_limit"]);
+  };
+  for (const bool markers : {true, false}) {
+    INFO(markers);
+    const std::string trace = box.root() + (markers ? "/marked.sstrace" : "/unmarked.sstrace");
+    testing::SyntheticSteps(300, "kernel", false, markers, 20 * testing::kUs, -1, 0, 30 * testing::kUs)
+        .SetChunkRecords(64)
+        .WriteTo(trace);
+    for (const std::string change : {"--scale-host-wait 0.5", "--remove-sync train.py:42", "--scale-kernel 'k*=0.5'",
+                                     "--launch-cost 100 --launch-steps 95-105", ""}) {
+      INFO(change);
+      const auto whole = json("'" + trace + "' " + change);
+      const auto w40 = json("'" + trace + "' --stream --window-steps 40 " + change);
+      const auto w300 = json("'" + trace + "' --stream --window-steps 300 " + change);
+      CHECK(!whole.contains("windows"));
+      CHECK(w40["windows"]["count"] == 8);
+      CHECK(w40["windows"]["steps"] == 40);
+      CHECK(w40["steps"]["of"] == 300);
+      CHECK(w40["steps"]["calls_and_ops"] == 300 * 201);
+      // Each window reads its steps and one on either side, not the trace.
+      CHECK(w40["windows"]["largest_calls_and_ops_read"].get<int64_t>() < 300 * 201 / 5);
+      CHECK(w40["steps"]["calls_and_ops_read"].get<int64_t>() >= 300 * 201);
+      same_steps(whole, w40);
+      for (const char* s : {"baseline", "replayed", "predicted"}) {
+        CAPTURE(s);
+        CHECK(w40[s]["wall_ns"] == w300[s]["wall_ns"]);
+        CHECK(w40[s]["wall_ns"].get<int64_t>() > 0);
+      }
+      if (!change.empty()) CHECK(w40["transformations"][0]["changed"].get<int64_t>() > 0);
+      if (change.find("--launch-cost") == std::string::npos && !change.empty()) {
+        CHECK(w40["predicted"]["mean_step_ns"].get<int64_t>() < w40["baseline"]["mean_step_ns"].get<int64_t>());
+      }
+    }
+    // Past --stream-above: by windows, the default's (about 200,000 calls
+    // and ops: one window here), with nothing said on stderr.
+    const Result large = box.Run("whatif '" + trace + "' --stream-above 1000 --format json");
+    CHECK(large.code == 0);
+    CHECK(large.err.empty());
+    CHECK(nlohmann::json::parse(large.out)["windows"]["count"] == 1);
+  }
+  {
+    // A site that blocks in the first steps only, and a helper thread: the
+    // windows without the site's calls change nothing, and the calls it
+    // removes add up to the whole trace's. Past step 10 nothing drains the
+    // device: the whole replay's helper kernels run into the next step
+    // (by less than a step), which a window's first steps do not inherit;
+    // the steps' times, set by the loop's thread, are the same.
+    testing::TraceBuilder b = HelperThreadLoop(120);
+    const std::string helper = box.root() + "/helper.sstrace";
+    b.WriteTo(helper);
+    const auto report = nlohmann::json::parse(box.Run("report '" + helper + "' --format json").out);
+    REQUIRE(report["hotspots"].size() == 1);
+    const std::string fingerprint = report["hotspots"][0]["fingerprint"];
+    for (const std::string& change : {"--remove-sync " + fingerprint, std::string("--scale-host-wait 0.5")}) {
+      INFO(change);
+      const auto whole = json("'" + helper + "' " + change);
+      const auto w = json("'" + helper + "' --stream --window-steps 25 " + change);
+      const auto one = json("'" + helper + "' --stream --window-steps 120 " + change);
+      CHECK(w["windows"]["count"] == 5);
+      CHECK(one["windows"]["count"] == 1);
+      for (const char* s : {"baseline", "replayed", "predicted"}) {
+        CAPTURE(s);
+        CHECK(w[s]["wall_ns"] == one[s]["wall_ns"]);
+      }
+      CHECK(whole["transformations"][0]["changed"].get<int64_t>() > 0);
+      same_steps(whole, w, false);
+    }
+  }
 }
 
 // Guards the docs' option tables: docs/analyzer.md holds what

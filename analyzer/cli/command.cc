@@ -106,7 +106,7 @@ void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a, bool predictions) {
   app->add_option("--window-steps", a->window_steps,
                   "attribute idle N steps at a time, each window from the part of the trace it "
                   "reads (the report is the same; default 0: all steps at once, or read by slices, "
-                  "about 200,000 calls and ops a window)")
+                  "about 200,000 calls and ops a window; whatif by windows: the steps a window replays)")
       ->type_name("N")
       ->check(CLI::Range(0, 1 << 30));
   app->add_flag("--stream", a->stream,
@@ -115,7 +115,8 @@ void AddAnalysisArgs(CLI::App* app, AnalysisArgs* a, bool predictions) {
                 "predictions (--no-predict, or past 1 M events), and its html page, else the "
                 "idle attribution and hotspots; traces with no steps, marked or repeating, are analyzed "
                 "in memory; a folder's traces are read one at a time, each by slices where it can be "
-                "(a rank of a distributed run too, its NCCL waits applied to each slice)");
+                "(a rank of a distributed run too, its NCCL waits applied to each slice); whatif "
+                "replays every step a window of steps at a time, each from its part of the file");
   app->add_option("--stream-above", a->stream_above,
                   "report one trace as --stream does when it holds more calls and device ops "
                   "than this, and read a folder's traces one at a time when they hold more together, "

@@ -35,6 +35,16 @@ bool StepRange(const std::string& text, int* first, int* last) {
          *last >= *first;
 }
 
+// The prediction written, or its error: a request the trace cannot meet
+// as a usage error, a trace that cannot be read as a bad trace.
+int Emitted(const Conventions& common, const absl::StatusOr<WhatIf>& w) {
+  if (!w.ok()) {
+    const bool usage = w.status().code() == absl::StatusCode::kInvalidArgument;
+    return usage ? UsageError("whatif", std::string(w.status().message())) : Fail(w.status(), kExitBadTrace);
+  }
+  return Emit(common.out, common.format == "json" ? RenderWhatIfJson(*w) : RenderWhatIfText(*w));
+}
+
 int RunWhatIfCmd(const WhatIfArgs& a) {
   if (a.inputs.empty()) return UsageError("whatif", "no trace folder or file given");
   WhatIfRequest request = a.request;
@@ -60,32 +70,20 @@ int RunWhatIfCmd(const WhatIfArgs& a) {
     if (request.straggler_to_median) {
       return UsageError("whatif", "--steps: --straggler-to-median needs the whole run (leave out --steps)");
     }
-    auto w = RunWhatIfOnSteps(a.inputs, first, last, request, options);
-    if (!w.ok()) {
-      const bool usage = w.status().code() == absl::StatusCode::kInvalidArgument;
-      return usage ? UsageError("whatif", std::string(w.status().message())) : Fail(w.status(), kExitBadTrace);
-    }
-    return Emit(a.common.out, a.common.format == "json" ? RenderWhatIfJson(*w) : RenderWhatIfText(*w));
+    return Emitted(a.common, RunWhatIfOnSteps(a.inputs, first, last, request, options));
   }
-  // Every step is replayed from the analyzed process read whole: a trace
-  // too large to hold (as report counts it) is said so first.
-  if (!a.common.quiet) {
-    if (auto paths = ExpandTracePaths(a.inputs); paths.ok()) {
-      uint64_t events = 0;
-      for (const std::string& path : *paths) {
-        if (auto c = CountByHeaders(path); c.ok()) events += c->calls_and_ops;
-      }
-      auto count = [](uint64_t n) {
-        return n >= 1'000'000 ? absl::StrFormat("%.1f M", static_cast<double>(n) / 1e6) : absl::StrCat(n);
-      };
-      if (events > options.stream_above_events) {
-        fprintf(stderr,
-                "stallscope: whatif reads the trace whole to replay every step (%s calls and device ops, past "
-                "--stream-above %s); --steps A-B predicts some steps from their part of the file\n",
-                count(events).c_str(), count(options.stream_above_events).c_str());
-      }
+  // Every step: by windows of steps where the trace is past --stream-above
+  // (as report counts it from its chunk headers) or with --stream, else
+  // read whole.
+  bool by_windows = options.stream;
+  if (auto paths = ExpandTracePaths(a.inputs); paths.ok() && !by_windows) {
+    uint64_t events = 0;
+    for (const std::string& path : *paths) {
+      if (auto c = CountByHeaders(path); c.ok()) events += c->calls_and_ops;
     }
+    by_windows = events > options.stream_above_events;
   }
+  if (by_windows) return Emitted(a.common, RunWhatIfByWindows(a.inputs, request, options));
   ProcessAnalysis analysis;
   auto report = AnalyzePaths(a.inputs, options, &analysis);
   if (!report.ok()) return Fail(report.status(), kExitBadTrace);
@@ -150,8 +148,7 @@ Runner DeclareWhatIf(CLI::App* app) {
                  {.format = "text: the prediction in one sentence, then measured against "
                             "predicted; json (schema stallscope.whatif/1): baseline, predicted, "
                             "replayed, replay_error, transformations, assumptions",
-                  .quiet = "no note on stderr when every step of a trace past --stream-above is read whole "
-                           "(errors only)",
+                  .quiet = "no progress on stderr (errors only)",
                   .color = "accepted (the prediction has no colours yet)"});
   AddAnalysisArgs(app, &a->analysis);
   return [a] { return RunWhatIfCmd(*a); };

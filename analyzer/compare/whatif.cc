@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -123,54 +124,44 @@ StepSummary SummarizeSteps(const Report& report, int first, int last) {
   return s;
 }
 
-absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& analysis,
-                                 const WhatIfRequest& request, const AnalysisOptions& options) {
-  const Timeline& t = analysis.timeline;
-  if (analysis.plan.sampled_every != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: device timing was sampled (one step in %d): whatif replays every step's device work; "
-        "record the job without STALLSCOPE_DEVICE_SAMPLE",
-        BaseName(t.path), analysis.plan.sampled_every));
-  }
-  WhatIf w;
-  w.trace = BaseName(t.path);
-  const int first = request.first_step, last = request.last_step;
-  w.baseline = SummarizeSteps(report, first, last);
+namespace {
 
-  ReplayOptions ro;
-  ro.launch_dispatch_ns = options.attribution.launch_dispatch_ns;
-  ro.leader = request.leader;
-  std::vector<std::string> removed_sites;
-  if (!request.remove_sync.empty()) {
-    ro.remove_wait.assign(t.calls.size(), false);
-    for (const std::string& site : request.remove_sync) {
-      int32_t found = -1;
-      for (size_t i = 0; i < report.hotspots.size(); ++i) {
-        if (Names(report.hotspots[i], site)) {
-          found = static_cast<int32_t>(i);
-          break;
-        }
-      }
-      if (found < 0) {
-        std::vector<std::string> known;
-        for (const Hotspot& h : report.hotspots) known.push_back(SiteName(h));
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "--remove-sync %s: no hotspot at that site or with that fingerprint (hotspots: %s)",
-            site, known.empty() ? "none" : absl::StrJoin(known, ", ")));
-      }
-      int64_t calls = 0;
-      for (size_t c = 0; c < t.calls.size() && c < analysis.hotspot_of_call.size(); ++c) {
-        if (analysis.hotspot_of_call[c] == found) {
-          ro.remove_wait[c] = true;
-          ++calls;
-        }
-      }
-      const Hotspot& h = report.hotspots[found];
-      removed_sites.push_back(SiteName(h));
-      w.transformations.push_back({"remove_sync", SiteName(h) + " (" + h.fingerprint + ")", calls});
-    }
-  }
+// The request as the whole trace's report resolves it, once: the hotspot
+// each --remove-sync names, and each --scale-kernel's pattern and factor.
+// A part of the trace (a window, --steps) is replayed with the whole
+// trace's: a site none of whose calls blocked in the part changes nothing
+// there.
+struct Resolved {
+  std::vector<std::string> fingerprints;  // per --remove-sync
+  std::vector<std::string> site_names;    // per --remove-sync
   std::vector<std::pair<std::string, double>> kernel_scales;
+  // The straggler moved to the median (--straggler-to-median), and why it
+  // was taken where the report names none.
+  int32_t straggler = -1;
+  std::string straggler_note;
+};
+
+absl::StatusOr<Resolved> Resolve(const Report& report, const ProcessAnalysis* analysis,
+                                 const WhatIfRequest& request) {
+  Resolved r;
+  for (const std::string& site : request.remove_sync) {
+    const Hotspot* found = nullptr;
+    for (const Hotspot& h : report.hotspots) {
+      if (Names(h, site)) {
+        found = &h;
+        break;
+      }
+    }
+    if (found == nullptr) {
+      std::vector<std::string> known;
+      for (const Hotspot& h : report.hotspots) known.push_back(SiteName(h));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--remove-sync %s: no hotspot at that site or with that fingerprint (hotspots: %s)", site,
+          known.empty() ? "none" : absl::StrJoin(known, ", ")));
+    }
+    r.fingerprints.push_back(found->fingerprint);
+    r.site_names.push_back(SiteName(*found));
+  }
   for (const std::string& spec : request.scale_kernel) {
     const size_t eq = spec.rfind('=');
     double x = 0;
@@ -179,41 +170,164 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
       return absl::InvalidArgumentError(absl::StrFormat(
           "--scale-kernel %s: not GLOB=X (a kernel name pattern and a factor of 0 or more)", spec));
     }
-    kernel_scales.emplace_back(spec.substr(0, eq), x);
+    r.kernel_scales.emplace_back(spec.substr(0, eq), x);
   }
-  if (!kernel_scales.empty()) {
+  if (request.launch_cost_ns >= 0 && request.launch_first_step <= request.launch_last_step) {
+    bool any = false;
+    for (const StepStats& st : report.steps) {
+      any = any || (st.index >= request.launch_first_step && st.index <= request.launch_last_step);
+    }
+    if (!any) {
+      return absl::InvalidArgumentError(absl::StrFormat("--launch-steps %d-%d: no such step (the trace has %d)",
+                                                        request.launch_first_step, request.launch_last_step,
+                                                        report.steps.size()));
+    }
+  }
+  if (request.straggler_to_median) {
+    if (analysis == nullptr || analysis->rank_arrivals.size() < 2) {
+      return absl::InvalidArgumentError(
+          "--straggler-to-median: not a distributed run (give the folder of every rank's trace)");
+    }
+    if (!report.stragglers.empty()) {
+      r.straggler = report.stragglers.front().rank;
+    } else {
+      // None beyond the report's rule: the rank that arrived last most often.
+      int64_t most = 0;
+      r.straggler = MostOftenLast(analysis->rank_arrivals, analysis->one_host, &most);
+      if (r.straggler < 0) {
+        return absl::InvalidArgumentError("--straggler-to-median: no collective reached by two ranks");
+      }
+      r.straggler_note = absl::StrFormat(
+          "no rank is a straggler by the report's rule; rank %d, last at %d collectives, is taken as the "
+          "slowest",
+          r.straggler, most);
+    }
+    if (analysis->rank_arrivals[analysis->rank_index].rank == r.straggler) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--straggler-to-median: the straggler is rank %d, the rank analyzed; its extra time is its "
+          "own host or device time (try --scale-host-wait or --scale-host-busy)",
+          r.straggler));
+    }
+  }
+  return r;
+}
+
+// A trace whose device timing was sampled has no device work to replay in
+// most steps.
+absl::Status SampledRefusal(const ProcessAnalysis& analysis) {
+  if (analysis.plan.sampled_every == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s: device timing was sampled (one step in %d): whatif replays every step's device work; "
+      "record the job without STALLSCOPE_DEVICE_SAMPLE",
+      BaseName(analysis.timeline.path), analysis.plan.sampled_every));
+}
+
+// What the transformations changed in one replay: the whole trace's, or a
+// part's counted over its own steps (Counting), so that parts add up.
+struct Tally {
+  ReplayStats stats;
+  std::vector<int64_t> removed;  // calls, per --remove-sync
+  std::vector<int64_t> kernels;  // kernels, per --scale-kernel
+  int64_t straggler_moved = 0;
+
+  void Add(const Tally& o) {
+    stats.waits_removed += o.stats.waits_removed;
+    stats.gaps_scaled += o.stats.gaps_scaled;
+    stats.gaps_without_cpu += o.stats.gaps_without_cpu;
+    stats.stretches_captured += o.stats.stretches_captured;
+    stats.launches_captured += o.stats.launches_captured;
+    stats.event_waits += o.stats.event_waits;
+    stats.ops_scaled += o.stats.ops_scaled;
+    stats.after_host_func += o.stats.after_host_func;
+    removed.resize(std::max(removed.size(), o.removed.size()), 0);
+    for (size_t k = 0; k < o.removed.size(); ++k) removed[k] += o.removed[k];
+    kernels.resize(std::max(kernels.size(), o.kernels.size()), 0);
+    for (size_t k = 0; k < o.kernels.size(); ++k) kernels[k] += o.kernels[k];
+    straggler_moved += o.straggler_moved;
+  }
+};
+
+// The trace's host time whose calls a replay counts (ReplayOptions::
+// count_from_ns): all of it, or a part's steps'.
+struct Counting {
+  int64_t from_ns = std::numeric_limits<int64_t>::min();
+  int64_t to_ns = std::numeric_limits<int64_t>::max();
+  bool Holds(int64_t ns) const { return ns >= from_ns && ns < to_ns; }
+};
+
+// Steps [a, b] of `report`'s counted: from the host start of step a (of
+// the trace's start for the first step) to the host start of the step
+// after b (the trace's end for the last): consecutive parts' counts
+// partition the trace's.
+Counting CountingSteps(const Report& report, int a, int b) {
+  Counting c;
+  if (a > 0) c.from_ns = report.steps[static_cast<size_t>(a)].host_start_ns;
+  if (static_cast<size_t>(b) + 1 < report.steps.size()) c.to_ns = report.steps[static_cast<size_t>(b) + 1].host_start_ns;
+  return c;
+}
+
+// Replays `analysis`'s timeline (whose report is `report`) unchanged and
+// with the request's transformations, into w->replayed and w->predicted
+// (steps request.first_step..last_step), and tallies what changed among
+// the calls `counting` holds. A part of the trace (`part`) may hold no
+// blocked call of a site and none of the --launch-steps: nothing changes
+// there; the whole trace is refused that.
+absl::Status ReplayTimeline(const Report& report, const ProcessAnalysis& analysis, const Resolved& r,
+                            const WhatIfRequest& request, const AnalysisOptions& options, const Counting& counting,
+                            bool part, WhatIf* w, Tally* tally) {
+  const Timeline& t = analysis.timeline;
+  if (absl::Status s = SampledRefusal(analysis); !s.ok()) return s;
+  const int first = request.first_step, last = request.last_step;
+  ReplayOptions ro;
+  ro.launch_dispatch_ns = options.attribution.launch_dispatch_ns;
+  ro.leader = request.leader;
+  ro.count_from_ns = counting.from_ns;
+  ro.count_to_ns = counting.to_ns;
+  tally->removed.assign(r.fingerprints.size(), 0);
+  if (!r.fingerprints.empty()) {
+    ro.remove_wait.assign(t.calls.size(), false);
+    for (size_t k = 0; k < r.fingerprints.size(); ++k) {
+      int32_t found = -1;
+      for (size_t i = 0; i < report.hotspots.size() && found < 0; ++i) {
+        if (report.hotspots[i].fingerprint == r.fingerprints[k]) found = static_cast<int32_t>(i);
+      }
+      if (found < 0) continue;  // none of its calls blocked in this part
+      for (size_t c = 0; c < t.calls.size() && c < analysis.hotspot_of_call.size(); ++c) {
+        if (analysis.hotspot_of_call[c] == found) {
+          ro.remove_wait[c] = true;
+          if (counting.Holds(t.calls[c].enter_ns)) ++tally->removed[k];
+        }
+      }
+    }
+  }
+  tally->kernels.assign(r.kernel_scales.size(), 0);
+  if (!r.kernel_scales.empty()) {
     ro.op_scale.assign(t.ops.size(), 1.0);
-    std::vector<int64_t> matched(kernel_scales.size(), 0);
     absl::flat_hash_map<uint32_t, int32_t> rule_of_name;  // string id -> rule (-1: none)
     for (size_t o = 0; o < t.ops.size(); ++o) {
-      if (t.ops[o].kind != trace::DeviceOpKind::kKernel) continue;
+      const DeviceOp& op = t.ops[o];
+      if (op.kind != trace::DeviceOpKind::kKernel) continue;
       const uint32_t name = t.op_info[o].name;
       auto [it, added] = rule_of_name.try_emplace(name, -1);
       if (added) {
         const std::string n(t.String(name));
-        for (size_t k = 0; k < kernel_scales.size(); ++k) {
-          if (fnmatch(kernel_scales[k].first.c_str(), n.c_str(), 0) == 0) {
+        for (size_t k = 0; k < r.kernel_scales.size(); ++k) {
+          if (fnmatch(r.kernel_scales[k].first.c_str(), n.c_str(), 0) == 0) {
             it->second = static_cast<int32_t>(k);
             break;
           }
         }
       }
       if (it->second >= 0) {
-        ro.op_scale[o] = kernel_scales[it->second].second;
-        ++matched[it->second];
+        ro.op_scale[o] = r.kernel_scales[it->second].second;
+        if (counting.Holds(op.call >= 0 ? t.calls[op.call].enter_ns : op.start_ns)) ++tally->kernels[it->second];
       }
     }
-    for (size_t k = 0; k < kernel_scales.size(); ++k) {
-      if (matched[k] == 0) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "--scale-kernel %s: no kernel of the trace matches %s", request.scale_kernel[k],
-            kernel_scales[k].first));
+    for (size_t k = 0; k < r.kernel_scales.size() && !part; ++k) {
+      if (tally->kernels[k] == 0) {
+        return absl::InvalidArgumentError(absl::StrFormat("--scale-kernel %s: no kernel of the trace matches %s",
+                                                          request.scale_kernel[k], r.kernel_scales[k].first));
       }
-    }
-    for (size_t k = 0; k < kernel_scales.size(); ++k) {
-      w.transformations.push_back({"scale_kernel",
-                                   absl::StrCat(kernel_scales[k].first, " × ", Factor(kernel_scales[k].second)),
-                                   matched[k]});
     }
   }
   ro.scale_host_func = request.scale_host_func;
@@ -229,83 +343,76 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
       ro.graph_windows.emplace_back(st.host_start_ns, st.host_end_ns);
     }
     std::sort(ro.graph_windows.begin(), ro.graph_windows.end());
-    if (!all && ro.graph_windows.empty()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "--launch-steps %d-%d: no such step (the trace has %d)", request.launch_first_step,
-          request.launch_last_step, report.steps.size()));
-    }
+    if (!all && ro.graph_windows.empty()) ro.graph_node_ns = -1;  // a part without those steps
   }
-
-  int32_t straggler = -1;
-  int64_t straggler_moved = 0;
   if (request.straggler_to_median) {
-    if (analysis.rank_arrivals.size() < 2) {
-      return absl::InvalidArgumentError(
-          "--straggler-to-median: not a distributed run (give the folder of every rank's trace)");
-    }
-    if (!report.stragglers.empty()) {
-      straggler = report.stragglers.front().rank;
-    } else {
-      // None beyond the report's rule: the rank that arrived last most often.
-      int64_t most = 0;
-      straggler = MostOftenLast(analysis.rank_arrivals, analysis.one_host, &most);
-      if (straggler < 0) {
-        return absl::InvalidArgumentError("--straggler-to-median: no collective reached by two ranks");
-      }
-      w.assumptions.push_back(absl::StrFormat(
-          "no rank is a straggler by the report's rule; rank %d, last at %d collectives, is taken as the "
-          "slowest",
-          straggler, most));
-    }
-    const RankArrivals& mine = analysis.rank_arrivals[analysis.rank_index];
-    if (mine.rank == straggler) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "--straggler-to-median: the straggler is rank %d, the rank analyzed; its extra time is its "
-          "own host or device time (try --scale-host-wait or --scale-host-busy)",
-          straggler));
-    }
-    ro.start_cut = StragglerCuts(t, mine, analysis.rank_arrivals, straggler, analysis.one_host, &straggler_moved);
+    ro.start_cut = StragglerCuts(t, analysis.rank_arrivals[analysis.rank_index], analysis.rank_arrivals,
+                                 r.straggler, analysis.one_host, &tally->straggler_moved);
   }
 
   // Each replayed timeline lives only while it is analyzed (peak memory:
   // the trace's timeline and one replay).
-  ReplayStats stats;
   AnalysisOptions replay_options = options;
   replay_options.stream = false;  // a replayed timeline is not its file's
   {
     auto replayed = AnalyzeTimeline(
-        Replay(t, analysis.classes, ReplayOptions{.launch_dispatch_ns = ro.launch_dispatch_ns, .leader = ro.leader}),
+        Replay(t, analysis.classes,
+               ReplayOptions{.launch_dispatch_ns = ro.launch_dispatch_ns, .leader = ro.leader}),
         replay_options);
     if (!replayed.ok()) return replayed.status();
-    w.replayed = SummarizeSteps(*replayed, first, last);
+    w->replayed = SummarizeSteps(*replayed, first, last);
   }
-  {
-    auto predicted = AnalyzeTimeline(Replay(t, analysis.classes, ro, &stats), replay_options);
-    if (!predicted.ok()) return predicted.status();
-    w.predicted = SummarizeSteps(*predicted, first, last);
+  auto predicted = AnalyzeTimeline(Replay(t, analysis.classes, ro, &tally->stats), replay_options);
+  if (!predicted.ok()) return predicted.status();
+  w->predicted = SummarizeSteps(*predicted, first, last);
+  return absl::OkStatus();
+}
+
+// w's transformations (from what `tally` counted), next limit,
+// assumptions and headline, once its summaries are in.
+// `what`: what was replayed, for the errors ("the trace", "steps A-B").
+absl::Status Finish(const Resolved& r, const Tally& tally, const WhatIfRequest& request,
+                    const AnalysisOptions& options, const std::string& what, WhatIf* w) {
+  for (size_t k = 0; k < r.kernel_scales.size(); ++k) {
+    if (k >= tally.kernels.size() || tally.kernels[k] == 0) {
+      return absl::InvalidArgumentError(absl::StrFormat("--scale-kernel %s: no kernel of %s matches %s",
+                                                        request.scale_kernel[k], what, r.kernel_scales[k].first));
+    }
   }
+  const bool graph_every_stretch = request.launch_first_step <= request.launch_last_step;
+  w->transformations.clear();
+  for (size_t k = 0; k < r.fingerprints.size(); ++k) {
+    w->transformations.push_back(
+        {"remove_sync", r.site_names[k] + " (" + r.fingerprints[k] + ")", tally.removed[k]});
+  }
+  for (size_t k = 0; k < r.kernel_scales.size(); ++k) {
+    w->transformations.push_back(
+        {"scale_kernel", absl::StrCat(r.kernel_scales[k].first, " × ", Factor(r.kernel_scales[k].second)),
+         tally.kernels[k]});
+  }
+  const ReplayStats& stats = tally.stats;
   if (request.scale_host_wait != 1.0) {
-    w.transformations.push_back({"scale_host_wait", Factor(request.scale_host_wait), stats.gaps_scaled});
+    w->transformations.push_back({"scale_host_wait", Factor(request.scale_host_wait), stats.gaps_scaled});
   }
   if (request.scale_host_busy != 1.0) {
-    w.transformations.push_back({"scale_host_busy", Factor(request.scale_host_busy), stats.gaps_scaled});
+    w->transformations.push_back({"scale_host_busy", Factor(request.scale_host_busy), stats.gaps_scaled});
   }
   if (request.scale_host_func != 1.0) {
-    w.transformations.push_back({"scale_host_func", Factor(request.scale_host_func), stats.after_host_func});
+    w->transformations.push_back({"scale_host_func", Factor(request.scale_host_func), stats.after_host_func});
   }
   if (request.straggler_to_median) {
-    w.transformations.push_back({"straggler_to_median",
-                                 absl::StrFormat("rank %d at the median arrival", straggler),
-                                 straggler_moved});
+    w->transformations.push_back({"straggler_to_median",
+                                  absl::StrFormat("rank %d at the median arrival", r.straggler),
+                                  tally.straggler_moved});
   }
   if (request.launch_cost_ns >= 0) {
-    w.transformations.push_back(
+    w->transformations.push_back(
         {"launch_cost",
          absl::StrFormat("%s per graph node, %d %sstretches captured%s", FormatDuration(request.launch_cost_ns),
-                         stats.stretches_captured, ro.graph_every_stretch ? "" : "launch-bound ",
-                         ro.graph_every_stretch ? absl::StrFormat(" in steps %d-%d", request.launch_first_step,
-                                                                  request.launch_last_step)
-                                                : ""),
+                         stats.stretches_captured, graph_every_stretch ? "" : "launch-bound ",
+                         graph_every_stretch ? absl::StrFormat(" in steps %d-%d", request.launch_first_step,
+                                                               request.launch_last_step)
+                                             : ""),
          stats.launches_captured});
   }
 
@@ -313,12 +420,12 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
   // is busy nearly all the time.
   int best = 0;
   for (int i = 1; i < kNumCauses; ++i) {
-    if (w.predicted.idle_by_cause[i] > w.predicted.idle_by_cause[best]) best = i;
+    if (w->predicted.idle_by_cause[i] > w->predicted.idle_by_cause[best]) best = i;
   }
-  const bool busy = w.predicted.wall_ns > 0 && w.predicted.gpu_idle_ns * 20 < w.predicted.wall_ns;
-  w.next_limit = busy || w.predicted.idle_by_cause[best] == 0 ? "gpu_busy" : CauseName(CauseAt(best));
+  const bool busy = w->predicted.wall_ns > 0 && w->predicted.gpu_idle_ns * 20 < w->predicted.wall_ns;
+  w->next_limit = busy || w->predicted.idle_by_cause[best] == 0 ? "gpu_busy" : CauseName(CauseAt(best));
 
-  w.assumptions = {
+  w->assumptions = {
       "the analyzed process only; other processes and ranks keep their times",
       "device ops keep their durations; ops on different streams do not contend",
       "an op starts after its submitting call, the previous op of its stream and the op a "
@@ -330,39 +437,40 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
       "clock (helpers woken by the work it hands them), and its waits for them keep their length",
       absl::StrFormat("host gaps of at least %s are host time (scaled); shorter ones are launch "
                       "dispatch (kept)",
-                      FormatDuration(ro.launch_dispatch_ns)),
+                      FormatDuration(options.attribution.launch_dispatch_ns)),
   };
   if (request.straggler_to_median) {
-    w.assumptions.push_back(
+    w->assumptions.push_back(
         "the straggler reaches each collective at the median of that collective's arrivals (or "
         "as early as it did); the collective starts at the latest arrival left; the analyzed "
         "rank's own work keeps its times otherwise");
+    if (!r.straggler_note.empty()) w->assumptions.push_back(r.straggler_note);
   }
   if (request.launch_cost_ns >= 0) {
-    w.assumptions.push_back(
+    w->assumptions.push_back(
         "a captured stretch is one graph launch costing its first launch call; the host time "
         "between its launches is the framework's launch path, which a graph's replay skips; its "
         "kernels keep their durations");
   }
-  if (!kernel_scales.empty()) {
-    w.assumptions.push_back(
+  if (!r.kernel_scales.empty()) {
+    w->assumptions.push_back(
         "a scaled kernel's duration is its traced duration times the factor; what follows it moves "
         "with it");
   }
   if (request.scale_host_func != 1.0) {
-    w.assumptions.push_back(
+    w->assumptions.push_back(
         "an op after a host function on its stream waited the function's time: its delay beyond the "
         "least delay between two ops of a stream is scaled");
   }
   if (stats.gaps_without_cpu > 0) {
-    w.assumptions.push_back(absl::StrFormat(
+    w->assumptions.push_back(absl::StrFormat(
         "%d host gaps had no CPU samples: taken as off-CPU (host_wait)", stats.gaps_without_cpu));
   }
 
   std::vector<std::string> change;
-  if (!removed_sites.empty()) {
-    change.push_back(absl::StrCat("removing the sync", removed_sites.size() > 1 ? "s" : "", " at ",
-                                  absl::StrJoin(removed_sites, ", ")));
+  if (!r.site_names.empty()) {
+    change.push_back(absl::StrCat("removing the sync", r.site_names.size() > 1 ? "s" : "", " at ",
+                                  absl::StrJoin(r.site_names, ", ")));
   }
   if (request.scale_host_wait != 1.0) {
     change.push_back(absl::StrCat("host waits × ", Factor(request.scale_host_wait)));
@@ -370,68 +478,65 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
   if (request.scale_host_busy != 1.0) {
     change.push_back(absl::StrCat("host work × ", Factor(request.scale_host_busy)));
   }
-  for (const auto& [glob, x] : kernel_scales) {
+  for (const auto& [glob, x] : r.kernel_scales) {
     change.push_back(absl::StrCat("kernels ", glob, " × ", Factor(x)));
   }
   if (request.scale_host_func != 1.0) {
     change.push_back(absl::StrCat("host functions × ", Factor(request.scale_host_func)));
   }
   if (request.straggler_to_median) {
-    change.push_back(absl::StrFormat("rank %d arriving at the median rank's time", straggler));
+    change.push_back(absl::StrFormat("rank %d arriving at the median rank's time", r.straggler));
   }
   if (request.launch_cost_ns >= 0) {
     change.push_back(absl::StrFormat("capturing %d %sstretch%s of kernel launches in CUDA graphs",
-                                     stats.stretches_captured, ro.graph_every_stretch ? "" : "launch-bound ",
+                                     stats.stretches_captured, graph_every_stretch ? "" : "launch-bound ",
                                      stats.stretches_captured == 1 ? "" : "es"));
   }
-  const std::string what = change.empty() ? "the trace replayed unchanged" : absl::StrJoin(change, " and ");
-  w.headline = absl::StrFormat("%s takes the step from %s to %s (%s); the next limit is %s", what,
-                               FormatDuration(w.baseline.mean_step_ns),
-                               FormatDuration(w.predicted.mean_step_ns),
-                               Percent(Relative(w.predicted.mean_step_ns, w.baseline.mean_step_ns)),
-                               w.next_limit);
-  return w;
+  const std::string changed = change.empty() ? "the trace replayed unchanged" : absl::StrJoin(change, " and ");
+  w->headline = absl::StrFormat("%s takes the step from %s to %s (%s); the next limit is %s", changed,
+                                FormatDuration(w->baseline.mean_step_ns), FormatDuration(w->predicted.mean_step_ns),
+                                Percent(Relative(w->predicted.mean_step_ns, w->baseline.mean_step_ns)),
+                                w->next_limit);
+  return absl::OkStatus();
 }
 
-absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, int first, int last,
-                                        WhatIfRequest request, const AnalysisOptions& options) {
-  AnalysisOptions by_slices = options;
-  by_slices.stream = true;
+// The trace analyzed by slices (as `report --stream`), with the
+// synchronizing calls' marks kept for the replay's leader; `whole` filled
+// where it was read whole instead.
+struct BySlices {
   ProcessAnalysis whole;
   StreamedProcess streamed;
-  streamed.keep_for_export = true;  // the synchronizing calls' marks, for the leader
-  auto report = AnalyzePaths(paths, by_slices, &whole, &streamed);
-  if (!report.ok()) return report.status();
-  const int n = static_cast<int>(report->steps.size());
-  if (first < 0 || last < first || last >= n) {
-    return absl::InvalidArgumentError(
-        n == 0 ? absl::StrFormat("--steps %d-%d: the trace has no steps", first, last)
-               : absl::StrFormat("--steps %d-%d: the trace has steps 0-%d", first, last, n - 1));
-  }
-  if (!report->ranks.empty()) {
-    return absl::InvalidArgumentError(
-        "--steps: a rank of a distributed run waits for the others: it is predicted from the whole run "
-        "(leave out --steps)");
-  }
-  const WhatIf::Steps asked{first, last, n, 0, 0};
-  if (!streamed.used) {  // read whole
-    request.first_step = first;
-    request.last_step = last;
-    auto w = RunWhatIf(*report, whole, request, options);
-    if (!w.ok()) return w.status();
-    const auto events = static_cast<int64_t>(whole.timeline.calls.size() + whole.timeline.ops.size());
-    w->steps = asked;
-    w->steps.events_read = w->steps.events = events;
-    return w;
-  }
-  // One step on either side: the device work queued before the first and
-  // the host's run-up to it are replayed as the trace had them.
-  const StepStats& a = report->steps[static_cast<size_t>(std::max(first - 1, 0))];
-  const StepStats& b = report->steps[static_cast<size_t>(std::min(last + 1, n - 1))];
-  const int64_t lo = std::max<int64_t>(0, std::min(a.host_start_ns, a.start_ns));
-  const int64_t hi = std::max(b.host_end_ns, b.end_ns);
-  const SliceChunker chunker(streamed.index);
-  auto part = ReadTraceFileChunks(streamed.path, streamed.index,
+  absl::StatusOr<Report> report = absl::UnknownError("not analyzed");
+};
+
+std::unique_ptr<BySlices> AnalyzeBySlices(const std::vector<std::string>& paths, const AnalysisOptions& options) {
+  auto s = std::make_unique<BySlices>();
+  AnalysisOptions by_slices = options;
+  by_slices.stream = true;
+  s->streamed.keep_for_export = true;  // the synchronizing calls' marks, for the leader
+  s->report = AnalyzePaths(paths, by_slices, &s->whole, &s->streamed);
+  return s;
+}
+
+// Steps [a, b] of a trace read by slices, predicted from their part of its
+// file: the part that they and one step on either side cover (the device
+// work queued before the first and the host's run-up to it replayed as the
+// trace had them), read, analyzed as a trace of its own and replayed, led
+// by the whole trace's leading thread; its steps summarized into `w`'s
+// replayed and predicted, what changed tallied over steps a..b.
+// Where the part's own analysis does not give the trace's steps, the
+// error names the steps as `label` A-B and says `refusal` (what to do).
+absl::Status PredictPart(const BySlices& s, int a, int b, const Resolved& r, const WhatIfRequest& request,
+                         const AnalysisOptions& options, const std::string& label, const std::string& refusal,
+                         WhatIf* w, Tally* tally, int64_t* events_read) {
+  const Report& report = *s.report;
+  const int n = static_cast<int>(report.steps.size());
+  const StepStats& before = report.steps[static_cast<size_t>(std::max(a - 1, 0))];
+  const StepStats& after = report.steps[static_cast<size_t>(std::min(b + 1, n - 1))];
+  const int64_t lo = std::max<int64_t>(0, std::min(before.host_start_ns, before.start_ns));
+  const int64_t hi = std::max(after.host_end_ns, after.end_ns);
+  const SliceChunker chunker(s.streamed.index);
+  auto part = ReadTraceFileChunks(s.streamed.path, s.streamed.index,
                                   chunker.Chunks(static_cast<uint64_t>(lo), static_cast<uint64_t>(hi)));
   if (!part.ok()) return part.status();
   ProcessAnalysis analysis;
@@ -440,42 +545,178 @@ absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, i
   auto part_report = AnalyzeTimeline(*part, in_memory, &analysis);
   if (!part_report.ok()) return part_report.status();
   analysis.timeline = *std::move(part);
-  // The steps asked for, among the part's.
+  *events_read = static_cast<int64_t>(analysis.timeline.calls.size() + analysis.timeline.ops.size());
+  // Steps a and b among the part's.
   int j0 = -1, j1 = -1;
   for (size_t j = 0; j < part_report->steps.size(); ++j) {
     const StepStats& st = part_report->steps[j];
-    if (st.host_start_ns == report->steps[first].host_start_ns && st.start_ns == report->steps[first].start_ns) {
+    if (st.host_start_ns == report.steps[a].host_start_ns && st.start_ns == report.steps[a].start_ns) {
       j0 = static_cast<int>(j);
     }
-    if (st.host_end_ns == report->steps[last].host_end_ns && st.end_ns == report->steps[last].end_ns) {
+    if (st.host_end_ns == report.steps[b].host_end_ns && st.end_ns == report.steps[b].end_ns) {
       j1 = static_cast<int>(j);
     }
   }
-  if (j0 < 0 || j1 < j0 || j1 - j0 != last - first) {
+  if (j0 < 0 || j1 < j0 || j1 - j0 != b - a) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "--steps %d-%d: the part of the trace read for these steps does not give the trace's steps (%s); "
-        "leave out --steps",
-        first, last, report->step_source));
+        "%s %d-%d: the part of the trace read for these steps does not give the trace's steps (%s); %s", label, a,
+        b, report.step_source, refusal));
   }
-  request.first_step = j0;
-  request.last_step = j1;
-  request.leader = WholeLeader(streamed.analysis.call_marks);
-  if (request.launch_first_step <= request.launch_last_step) {
-    request.launch_first_step += j0 - first;
-    request.launch_last_step += j0 - first;
+  WhatIfRequest rq = request;
+  rq.first_step = j0;
+  rq.last_step = j1;
+  rq.leader = WholeLeader(s.streamed.analysis.call_marks);
+  if (rq.launch_first_step <= rq.launch_last_step) {
+    rq.launch_first_step += j0 - a;
+    rq.launch_last_step += j0 - a;
   }
-  auto w = RunWhatIf(*part_report, analysis, request, in_memory);
-  if (!w.ok()) return w.status();
-  w->steps = asked;
-  w->steps.events_read = static_cast<int64_t>(analysis.timeline.calls.size() + analysis.timeline.ops.size());
-  for (const ThreadCallCount& c : streamed.index.calls_per_thread) w->steps.events += c.calls;
-  for (const DeviceOpCount& d : streamed.index.ops_per_device) w->steps.events += d.ops;
+  return ReplayTimeline(*part_report, analysis, r, rq, in_memory, CountingSteps(report, a, b), true, w, tally);
+}
+
+// Adds the steps of `s` (a window's) to `all`, after the windows' before
+// it. Steps tile the device timeline (steps.h): the windows' walls add up
+// to the wall from the first step's start to the last one's end.
+void AppendSteps(const StepSummary& s, StepSummary* all) {
+  if (all->step_ns.empty()) all->step_source = s.step_source;
+  all->step_ns.insert(all->step_ns.end(), s.step_ns.begin(), s.step_ns.end());
+  all->step_idle_ns.insert(all->step_idle_ns.end(), s.step_idle_ns.begin(), s.step_idle_ns.end());
+  all->gpu_idle_ns += s.gpu_idle_ns;
+  for (int i = 0; i < kNumCauses; ++i) all->idle_by_cause[i] += s.idle_by_cause[i];
+  all->wall_ns += s.wall_ns;
+  int64_t sum = 0;
+  for (int64_t x : all->step_ns) sum += x;
+  all->mean_step_ns = all->step_ns.empty() ? 0 : sum / static_cast<int64_t>(all->step_ns.size());
+}
+
+// The trace's calls and device ops, from its index.
+int64_t IndexedEvents(const TraceIndex& index) {
+  int64_t n = 0;
+  for (const ThreadCallCount& c : index.calls_per_thread) n += c.calls;
+  for (const DeviceOpCount& d : index.ops_per_device) n += d.ops;
+  return n;
+}
+
+}  // namespace
+
+absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& analysis,
+                                 const WhatIfRequest& request, const AnalysisOptions& options) {
+  if (absl::Status s = SampledRefusal(analysis); !s.ok()) return s;  // first, whatever else is asked
+  auto r = Resolve(report, &analysis, request);
+  if (!r.ok()) return r.status();
+  WhatIf w;
+  w.trace = BaseName(analysis.timeline.path);
+  w.baseline = SummarizeSteps(report, request.first_step, request.last_step);
+  Tally tally;
+  if (absl::Status s = ReplayTimeline(report, analysis, *r, request, options, Counting{}, false, &w, &tally);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Finish(*r, tally, request, options, "the trace", &w); !s.ok()) return s;
+  return w;
+}
+
+absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, int first, int last,
+                                        WhatIfRequest request, const AnalysisOptions& options) {
+  const auto s = AnalyzeBySlices(paths, options);
+  if (!s->report.ok()) return s->report.status();
+  const Report& report = *s->report;
+  const int n = static_cast<int>(report.steps.size());
+  if (first < 0 || last < first || last >= n) {
+    return absl::InvalidArgumentError(
+        n == 0 ? absl::StrFormat("--steps %d-%d: the trace has no steps", first, last)
+               : absl::StrFormat("--steps %d-%d: the trace has steps 0-%d", first, last, n - 1));
+  }
+  if (!report.ranks.empty()) {
+    return absl::InvalidArgumentError(
+        "--steps: a rank of a distributed run waits for the others: it is predicted from the whole run "
+        "(leave out --steps)");
+  }
+  const WhatIf::Steps asked{first, last, n, 0, 0};
+  if (!s->streamed.used) {  // read whole
+    request.first_step = first;
+    request.last_step = last;
+    auto w = RunWhatIf(report, s->whole, request, options);
+    if (!w.ok()) return w.status();
+    const auto events = static_cast<int64_t>(s->whole.timeline.calls.size() + s->whole.timeline.ops.size());
+    w->steps = asked;
+    w->steps.events_read = w->steps.events = events;
+    return w;
+  }
+  auto r = Resolve(report, nullptr, request);
+  if (!r.ok()) return r.status();
+  WhatIf w;
+  w.trace = BaseName(s->streamed.path);
+  w.baseline = SummarizeSteps(report, first, last);
+  Tally tally;
+  w.steps = asked;
+  w.steps.events = IndexedEvents(s->streamed.index);
+  if (absl::Status p = PredictPart(*s, first, last, *r, request, options, "--steps", "leave out --steps", &w, &tally,
+                                   &w.steps.events_read);
+      !p.ok()) {
+    return p;
+  }
+  if (absl::Status f = Finish(*r, tally, request, options, absl::StrFormat("steps %d-%d", first, last), &w); !f.ok()) {
+    return f;
+  }
+  return w;
+}
+
+absl::StatusOr<WhatIf> RunWhatIfByWindows(const std::vector<std::string>& paths, const WhatIfRequest& request,
+                                          const AnalysisOptions& options) {
+  const auto s = AnalyzeBySlices(paths, options);
+  if (!s->report.ok()) return s->report.status();
+  const Report& report = *s->report;
+  const int n = static_cast<int>(report.steps.size());
+  if (!s->streamed.used || n == 0) return RunWhatIf(report, s->whole, request, options);
+  if (!report.ranks.empty()) {
+    // A rank waits for the others at every collective: the whole run.
+    AnalysisOptions whole = options;
+    whole.stream = false;
+    whole.stream_above_events = std::numeric_limits<uint64_t>::max();
+    ProcessAnalysis analysis;
+    auto again = AnalyzePaths(paths, whole, &analysis);
+    if (!again.ok()) return again.status();
+    return RunWhatIf(*again, analysis, request, options);
+  }
+  auto r = Resolve(report, nullptr, request);
+  if (!r.ok()) return r.status();
+  const int per = static_cast<int>(std::max<size_t>(
+      1, options.window_steps > 0 ? options.window_steps : s->streamed.analysis.steps_per_window));
+  WhatIf w;
+  w.trace = BaseName(s->streamed.path);
+  w.baseline = SummarizeSteps(report, 0, n - 1);
+  w.steps = {0, n - 1, n, 0, IndexedEvents(s->streamed.index)};
+  w.windows.steps = per;
+  Tally tally;
+  for (int a = 0; a < n; a += per) {
+    const int b = std::min(n, a + per) - 1;
+    WhatIf part;
+    Tally part_tally;
+    int64_t read = 0;
+    absl::Status p = PredictPart(*s, a, b, *r, request, options, "steps",
+                                 "read it whole (--stream-above past its calls and device ops)", &part,
+                                 &part_tally, &read);
+    if (!p.ok()) return p;
+    AppendSteps(part.replayed, &w.replayed);
+    AppendSteps(part.predicted, &w.predicted);
+    tally.Add(part_tally);
+    w.steps.events_read += read;
+    w.windows.largest_read = std::max(w.windows.largest_read, read);
+    ++w.windows.count;
+  }
+  if (absl::Status f = Finish(*r, tally, request, options, "the trace", &w); !f.ok()) return f;
   return w;
 }
 
 std::string RenderWhatIfText(const WhatIf& w) {
   std::string s = absl::StrCat(w.headline, ".\n\n");
-  if (w.steps.of > 0) {
+  if (w.windows.count > 0) {
+    absl::StrAppendFormat(&s,
+                          "Every step of the trace's %d, by %d window%s of %d steps, each from its part of the file "
+                          "(at most %d of its %d calls and device ops at once, %d in all).\n\n",
+                          w.steps.of, w.windows.count, w.windows.count == 1 ? "" : "s", w.windows.steps,
+                          w.windows.largest_read, w.steps.events, w.steps.events_read);
+  } else if (w.steps.of > 0) {
     absl::StrAppendFormat(&s, "Steps %d-%d of the trace's %d, from %d of its %d calls and device ops.\n\n",
                           w.steps.first, w.steps.last, w.steps.of, w.steps.events_read, w.steps.events);
   }
@@ -528,6 +769,11 @@ std::string RenderWhatIfJson(const WhatIf& w) {
                       {"of", w.steps.of},
                       {"calls_and_ops_read", w.steps.events_read},
                       {"calls_and_ops", w.steps.events}};
+  }
+  if (w.windows.count > 0) {
+    j["windows"] = Json{{"count", w.windows.count},
+                        {"steps", w.windows.steps},
+                        {"largest_calls_and_ops_read", w.windows.largest_read}};
   }
   Json xs = Json::array();
   for (const auto& x : w.transformations) {

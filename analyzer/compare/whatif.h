@@ -81,6 +81,13 @@ struct WhatIf {
     int first = 0, last = -1, of = 0;
     int64_t events_read = 0, events = 0;
   } steps;
+  // RunWhatIfByWindows: the windows (0: the trace replayed whole), the
+  // steps of each (the last may hold fewer), and the most calls and device
+  // ops one window read (steps.events_read: all of them together).
+  struct Windows {
+    int count = 0, steps = 0;
+    int64_t largest_read = 0;
+  } windows;
 };
 
 // The baseline `report` of `analysis` (its primary process, with details),
@@ -101,6 +108,20 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
 // part's own analysis does not find at the trace's times.
 absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, int first, int last,
                                         WhatIfRequest request, const AnalysisOptions& options);
+
+// The prediction for every step of the analyzed process of `paths`, by
+// windows of steps: the trace reported by slices (as `report --stream`) for
+// its steps' times, then each window of options.window_steps steps (by
+// default those of the report's windows: about kWindowEvents calls and
+// device ops) predicted in turn as RunWhatIfOnSteps predicts its steps,
+// and their steps joined. Memory follows a window, not the trace. The
+// summaries cover the steps (the baseline too: the trace's time before the
+// first step and after the last is not replayed); each transformation's
+// count adds up its windows' (each over its own steps). A trace that
+// cannot be read by slices, and a distributed run (a rank waits for the
+// others), are read whole and replayed as RunWhatIf does.
+absl::StatusOr<WhatIf> RunWhatIfByWindows(const std::vector<std::string>& paths, const WhatIfRequest& request,
+                                          const AnalysisOptions& options);
 
 std::string RenderWhatIfText(const WhatIf& w);
 // JSON, schema stallscope.whatif/1: baseline, predicted, replayed,

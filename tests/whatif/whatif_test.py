@@ -38,8 +38,12 @@ compares:
   trace's steps A to B, and its predicted mean step the changed run's mean
   over those steps within 3%, plus the allowance above as though every step's
   share of it had fallen in those steps (the whole run's, times the steps
-  over the third's). Not for a distributed run (whatif predicts a rank from
-  the whole run).
+  over the third's);
+- every step predicted by windows of a sixth of the steps (`whatif --stream
+  --window-steps N`, each window from its part of the file): its predicted
+  mean step and idle against the changed run's, with the whole prediction's
+  allowances.
+  Neither for a distributed run (whatif predicts a rank from the whole run).
 
     whatif_test.py --build DIR --case NAME     (whatif_test.py --list)
 """
@@ -410,6 +414,27 @@ def compare(build, work, base_args, changed_args, transform, program=TrainLoop()
               f"whatif --steps {first}-{last}: predicted {part['predicted']['mean_step_ns']:.0f} ns, measured "
               f"{measured_part:.0f} ns: error {100 * error_part:+.2f}% (allowed 3% + "
               f"{100 * allowance_part:.2f}%)")
+        # Every step again, by windows of a sixth of the steps, each from
+        # its part of the file (as a trace past --stream-above is).
+        per = STEPS // 6
+        win = json.loads(stallscope(build, ["whatif", base, "--format", "json", "--stream", "--window-steps",
+                                            str(per)] + transform))
+        check(win.get("windows", {}).get("count") == 6 and len(win["predicted"]["step_ns"]) == STEPS,
+              f"whatif by windows: {win.get('windows')}, {len(win['predicted']['step_ns'])} steps")
+        check(win["baseline"]["step_ns"] == w["baseline"]["step_ns"],
+              "whatif by windows: the baseline's steps are not the trace's")
+        error_win = (win["predicted"]["mean_step_ns"] - measured) / measured
+        idle_error_win = (win["predicted"]["gpu_idle_ns"] / STEPS - mean_idle(changed_report)) / measured
+        print(f"by {per}-step windows ({win['windows']['largest_calls_and_ops_read']} calls and ops read at most "
+              f"at once, of {win['steps']['calls_and_ops']}): predicted {win['predicted']['mean_step_ns'] / 1e3:.1f} "
+              f"us (whole {predicted / 1e3:.1f} us): error {100 * error_win:+.2f}%; idle per step error "
+              f"{100 * idle_error_win:+.2f}% of the step")
+        check(abs(error_win) <= 0.03 + allowance,
+              f"whatif by windows: predicted {win['predicted']['mean_step_ns']:.0f} ns, measured {measured:.0f} ns: "
+              f"error {100 * error_win:+.2f}% (allowed 3% + {100 * allowance:.2f}%)")
+        check(abs(idle_error_win) <= 0.05 + allowance,
+              f"whatif by windows: predicted idle per step off by {100 * idle_error_win:+.2f}% of the step "
+              f"(allowed 5% + {100 * allowance:.2f}%)")
     return w
 
 
