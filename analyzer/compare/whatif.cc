@@ -667,17 +667,9 @@ absl::StatusOr<WhatIf> RunWhatIfByWindows(const std::vector<std::string>& paths,
   if (!s->report.ok()) return s->report.status();
   const Report& report = *s->report;
   const int n = static_cast<int>(report.steps.size());
+  // Read whole: a folder of several traces (a distributed run among them:
+  // a rank waits for the others), or a trace that cannot be read by slices.
   if (!s->streamed.used || n == 0) return RunWhatIf(report, s->whole, request, options);
-  if (!report.ranks.empty()) {
-    // A rank waits for the others at every collective: the whole run.
-    AnalysisOptions whole = options;
-    whole.stream = false;
-    whole.stream_above_events = std::numeric_limits<uint64_t>::max();
-    ProcessAnalysis analysis;
-    auto again = AnalyzePaths(paths, whole, &analysis);
-    if (!again.ok()) return again.status();
-    return RunWhatIf(*again, analysis, request, options);
-  }
   auto r = Resolve(report, nullptr, request);
   if (!r.ok()) return r.status();
   const int per = static_cast<int>(std::max<size_t>(

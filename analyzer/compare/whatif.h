@@ -117,9 +117,10 @@ absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, i
 // and their steps joined. Memory follows a window, not the trace. The
 // summaries cover the steps (the baseline too: the trace's time before the
 // first step and after the last is not replayed); each transformation's
-// count adds up its windows' (each over its own steps). A trace that
-// cannot be read by slices, and a distributed run (a rank waits for the
-// others), are read whole and replayed as RunWhatIf does.
+// count adds up its windows' (each over its own steps). Several traces (a
+// distributed run among them: a rank waits for the others) and a trace
+// that cannot be read by slices are read whole and replayed as RunWhatIf
+// does.
 absl::StatusOr<WhatIf> RunWhatIfByWindows(const std::vector<std::string>& paths, const WhatIfRequest& request,
                                           const AnalysisOptions& options);
 
