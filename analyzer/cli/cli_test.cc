@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "analyzer/analyze/predict.h"
+#include "analyzer/compare/whatif.h"
 #include "analyzer/testing/test_util.h"
 #include "nlohmann/json.hpp"
 
@@ -942,6 +943,16 @@ TEST_CASE("whatif by windows predicts every step as the whole replay does", "[cl
         CHECK(w40["predicted"]["mean_step_ns"].get<int64_t>() < w40["baseline"]["mean_step_ns"].get<int64_t>());
       }
     }
+    // The progress: before the first window, then once a window, to the last.
+    AnalysisOptions by_windows;
+    by_windows.stream = true;
+    by_windows.window_steps = 40;
+    std::vector<std::pair<uint64_t, uint64_t>> calls;
+    auto w = RunWhatIfByWindows({trace}, WhatIfRequest{}, by_windows,
+                                [&](uint64_t done, uint64_t total) { calls.emplace_back(done, total); });
+    REQUIRE(w.ok());
+    REQUIRE(calls.size() == 9);
+    for (size_t k = 0; k < calls.size(); ++k) CHECK(calls[k] == std::make_pair(uint64_t{k}, uint64_t{8}));
     // Past --stream-above: by windows, the default's (about 200,000 calls
     // and ops: one window here), with nothing said on stderr.
     const Result large = box.Run("whatif '" + trace + "' --stream-above 1000 --format json");

@@ -1,5 +1,9 @@
 // `stallscope whatif DIR`: the step time after a fix, before making it.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,7 +87,23 @@ int RunWhatIfCmd(const WhatIfArgs& a) {
     }
     by_windows = events > options.stream_above_events;
   }
-  if (by_windows) return Emitted(a.common, RunWhatIfByWindows(a.inputs, request, options));
+  if (by_windows) {
+    // On a terminal: the windows predicted so far, after the report's reading.
+    std::function<void(uint64_t, uint64_t)> progress;
+    if (!a.common.quiet && isatty(STDERR_FILENO)) {
+      progress = [](uint64_t done, uint64_t total) {
+        if (done >= total) {
+          fputs("\r\033[K", stderr);
+        } else {
+          fprintf(stderr, "\rstallscope: predicting %3d%% (window %d of %d)",
+                  static_cast<int>(100 * done / std::max<uint64_t>(total, 1)), static_cast<int>(done + 1),
+                  static_cast<int>(total));
+        }
+        fflush(stderr);
+      };
+    }
+    return Emitted(a.common, RunWhatIfByWindows(a.inputs, request, options, progress));
+  }
   ProcessAnalysis analysis;
   auto report = AnalyzePaths(a.inputs, options, &analysis);
   if (!report.ok()) return Fail(report.status(), kExitBadTrace);

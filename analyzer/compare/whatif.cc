@@ -662,7 +662,8 @@ absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, i
 }
 
 absl::StatusOr<WhatIf> RunWhatIfByWindows(const std::vector<std::string>& paths, const WhatIfRequest& request,
-                                          const AnalysisOptions& options) {
+                                          const AnalysisOptions& options,
+                                          const std::function<void(uint64_t, uint64_t)>& progress) {
   const auto s = AnalyzeBySlices(paths, options);
   if (!s->report.ok()) return s->report.status();
   const Report& report = *s->report;
@@ -680,6 +681,8 @@ absl::StatusOr<WhatIf> RunWhatIfByWindows(const std::vector<std::string>& paths,
   w.steps = {0, n - 1, n, 0, IndexedEvents(s->streamed.index)};
   w.windows.steps = per;
   Tally tally;
+  const auto windows = static_cast<uint64_t>((n + per - 1) / per);
+  if (progress) progress(0, windows);
   for (int a = 0; a < n; a += per) {
     const int b = std::min(n, a + per) - 1;
     WhatIf part;
@@ -695,6 +698,7 @@ absl::StatusOr<WhatIf> RunWhatIfByWindows(const std::vector<std::string>& paths,
     w.steps.events_read += read;
     w.windows.largest_read = std::max(w.windows.largest_read, read);
     ++w.windows.count;
+    if (progress) progress(static_cast<uint64_t>(w.windows.count), windows);
   }
   if (absl::Status f = Finish(*r, tally, request, options, "the trace", &w); !f.ok()) return f;
   return w;

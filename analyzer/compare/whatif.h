@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -121,8 +122,11 @@ absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, i
 // distributed run among them: a rank waits for the others) and a trace
 // that cannot be read by slices are read whole and replayed as RunWhatIf
 // does.
+// `progress` (optional): before the first window and after each, the
+// windows predicted and their number (options.progress says how the report by slices goes).
 absl::StatusOr<WhatIf> RunWhatIfByWindows(const std::vector<std::string>& paths, const WhatIfRequest& request,
-                                          const AnalysisOptions& options);
+                                          const AnalysisOptions& options,
+                                          const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr);
 
 std::string RenderWhatIfText(const WhatIf& w);
 // JSON, schema stallscope.whatif/1: baseline, predicted, replayed,
