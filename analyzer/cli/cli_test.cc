@@ -961,6 +961,20 @@ TEST_CASE("whatif by windows predicts every step as the whole replay does", "[cl
     CHECK(nlohmann::json::parse(large.out)["windows"]["count"] == 1);
   }
   {
+    // Device timing sampled: refused as the whole reading refuses it,
+    // before any window is read.
+    const std::string sampled = box.root() + "/sampled.sstrace";
+    testing::SampledSteps().WriteTo(sampled);
+    for (const std::string how : {"", "--stream", "--stream --steps 1-2", "--steps 1-2"}) {
+      INFO(how);
+      const Result r = box.Run("whatif '" + sampled + "' " + how);
+      CHECK(r.code == 1);
+      CHECK(r.err.find("sampled.sstrace: device timing was sampled (one step in 3): whatif replays every step's "
+                       "device work") != std::string::npos);
+      CHECK(Lines(r.err) == 2);
+    }
+  }
+  {
     // A site that blocks in the first steps only, and a helper thread: the
     // windows without the site's calls change nothing, and the calls it
     // removes add up to the whole trace's. Past step 10 nothing drains the

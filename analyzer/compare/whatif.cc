@@ -214,12 +214,15 @@ absl::StatusOr<Resolved> Resolve(const Report& report, const ProcessAnalysis* an
 
 // A trace whose device timing was sampled has no device work to replay in
 // most steps.
-absl::Status SampledRefusal(const ProcessAnalysis& analysis) {
-  if (analysis.plan.sampled_every == 0) return absl::OkStatus();
+absl::Status SampledRefusal(const std::string& path, const StepPlan& plan) {
+  if (plan.sampled_every == 0) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrFormat(
       "%s: device timing was sampled (one step in %d): whatif replays every step's device work; "
       "record the job without STALLSCOPE_DEVICE_SAMPLE",
-      BaseName(analysis.timeline.path), analysis.plan.sampled_every));
+      BaseName(path), plan.sampled_every));
+}
+absl::Status SampledRefusal(const ProcessAnalysis& analysis) {
+  return SampledRefusal(analysis.timeline.path, analysis.plan);
 }
 
 // What the transformations changed in one replay: the whole trace's, or a
@@ -642,6 +645,7 @@ absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, i
     w->steps.events_read = w->steps.events = events;
     return w;
   }
+  if (absl::Status st = SampledRefusal(s->streamed.path, s->streamed.plan); !st.ok()) return st;
   auto r = Resolve(report, nullptr, request);
   if (!r.ok()) return r.status();
   WhatIf w;
@@ -671,6 +675,7 @@ absl::StatusOr<WhatIf> RunWhatIfByWindows(const std::vector<std::string>& paths,
   // Read whole: a folder of several traces (a distributed run among them:
   // a rank waits for the others), or a trace that cannot be read by slices.
   if (!s->streamed.used || n == 0) return RunWhatIf(report, s->whole, request, options);
+  if (absl::Status st = SampledRefusal(s->streamed.path, s->streamed.plan); !st.ok()) return st;
   auto r = Resolve(report, nullptr, request);
   if (!r.ok()) return r.status();
   const int per = static_cast<int>(std::max<size_t>(
