@@ -782,6 +782,17 @@ TEST_CASE("whatif predicts from one trace", "[cli]") {
   CHECK(kj["predicted"]["mean_step_ns"].get<int64_t>() < kj["baseline"]["mean_step_ns"].get<int64_t>());
 }
 
+// 300 steps of SyntheticSteps, steps apart by up to 300 us of input
+// jitter, in chunks of 64 records, into DIR/marked.sstrace (with step
+// markers) or DIR/unmarked.sstrace; the path.
+std::string WriteJitteredSteps(const std::string& dir, bool markers) {
+  const std::string trace = dir + (markers ? "/marked.sstrace" : "/unmarked.sstrace");
+  testing::SyntheticSteps(300, "kernel", false, markers, 20 * testing::kUs, -1, 0, 30 * testing::kUs)
+      .SetChunkRecords(64)
+      .WriteTo(trace);
+  return trace;
+}
+
 // `steps` steps of a loop that synchronizes in its first ten steps only,
 // launching on its own thread (1) and a helper thread making more calls
 // (2, as PyTorch's autograd thread), in chunks of 64 records.
@@ -819,10 +830,7 @@ TEST_CASE("whatif --steps predicts steps from the part of the trace they cover",
   Sandbox box;
   for (const bool markers : {true, false}) {
     INFO(markers);
-    const std::string trace = box.root() + (markers ? "/marked.sstrace" : "/unmarked.sstrace");
-    testing::SyntheticSteps(300, "kernel", false, markers, 20 * testing::kUs, -1, 0, 30 * testing::kUs)
-        .SetChunkRecords(64)
-        .WriteTo(trace);
+    const std::string trace = WriteJitteredSteps(box.root(), markers);
     for (const std::string change : {"--scale-host-wait 0.5", "--remove-sync train.py:42", ""}) {
       INFO(change);
       const Result whole = box.Run("whatif '" + trace + "' --format json " + change);
@@ -914,10 +922,7 @@ TEST_CASE("whatif by windows predicts every step as the whole replay does", "[cl
   };
   for (const bool markers : {true, false}) {
     INFO(markers);
-    const std::string trace = box.root() + (markers ? "/marked.sstrace" : "/unmarked.sstrace");
-    testing::SyntheticSteps(300, "kernel", false, markers, 20 * testing::kUs, -1, 0, 30 * testing::kUs)
-        .SetChunkRecords(64)
-        .WriteTo(trace);
+    const std::string trace = WriteJitteredSteps(box.root(), markers);
     for (const std::string change : {"--scale-host-wait 0.5", "--remove-sync train.py:42", "--scale-kernel 'k*=0.5'",
                                      "--launch-cost 100 --launch-steps 95-105", ""}) {
       INFO(change);

@@ -269,6 +269,13 @@ Counting CountingSteps(const Report& report, int a, int b) {
   return c;
 }
 
+// --scale-kernel's k-th pattern matched no kernel of `what` ("the trace",
+// "steps A-B").
+absl::Status NoKernelMatches(const WhatIfRequest& request, const Resolved& r, size_t k, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrFormat("--scale-kernel %s: no kernel of %s matches %s",
+                                                    request.scale_kernel[k], what, r.kernel_scales[k].first));
+}
+
 // Replays `analysis`'s timeline (whose report is `report`) unchanged and
 // with the request's transformations, into w->replayed and w->predicted
 // (steps request.first_step..last_step), and tallies what changed among
@@ -327,10 +334,7 @@ absl::Status ReplayTimeline(const Report& report, const ProcessAnalysis& analysi
       }
     }
     for (size_t k = 0; k < r.kernel_scales.size() && !part; ++k) {
-      if (tally->kernels[k] == 0) {
-        return absl::InvalidArgumentError(absl::StrFormat("--scale-kernel %s: no kernel of the trace matches %s",
-                                                          request.scale_kernel[k], r.kernel_scales[k].first));
-      }
+      if (tally->kernels[k] == 0) return NoKernelMatches(request, r, k, "the trace");
     }
   }
   ro.scale_host_func = request.scale_host_func;
@@ -377,10 +381,7 @@ absl::Status ReplayTimeline(const Report& report, const ProcessAnalysis& analysi
 absl::Status Finish(const Resolved& r, const Tally& tally, const WhatIfRequest& request,
                     const AnalysisOptions& options, const std::string& what, WhatIf* w) {
   for (size_t k = 0; k < r.kernel_scales.size(); ++k) {
-    if (k >= tally.kernels.size() || tally.kernels[k] == 0) {
-      return absl::InvalidArgumentError(absl::StrFormat("--scale-kernel %s: no kernel of %s matches %s",
-                                                        request.scale_kernel[k], what, r.kernel_scales[k].first));
-    }
+    if (k >= tally.kernels.size() || tally.kernels[k] == 0) return NoKernelMatches(request, r, k, what);
   }
   const bool graph_every_stretch = request.launch_first_step <= request.launch_last_step;
   w->transformations.clear();
