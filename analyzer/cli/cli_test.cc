@@ -857,6 +857,13 @@ TEST_CASE("whatif --steps predicts steps from the part of the trace they cover",
       }
       const auto& steps = w["baseline"]["step_ns"];
       CHECK(steps[100] != steps[101]);  // steps apart: the part's are the trace's own
+      // What changed, counted over the steps asked for: one input wait
+      // or one synchronize a step (the whole trace's unmarked first input
+      // wait has no call before it).
+      if (!change.empty()) {
+        CHECK(p["transformations"][0]["changed"] == 50);
+        CHECK(w["transformations"][0]["changed"].get<int64_t>() >= 299);
+      }
     }
   }
   {
