@@ -176,6 +176,7 @@ class Attributor {
       charged += ns;
       s.idle_by_cause[static_cast<int>(cause)] += ns;
       s.gpu_idle_ns += ns;
+      if (!o_.list_gaps) return;
       const int64_t lo = std::max(at, s.start_ns);
       auto& gaps = out_->gaps;
       if (!gaps.empty() && gaps.back().end_ns == lo && gaps.back().cause == cause &&

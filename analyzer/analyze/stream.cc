@@ -543,6 +543,9 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
       if (fused) added = std::max(added, to);
       return absl::OkStatus();
     };
+    // The gaps listed only where they are kept or passed on.
+    AttributionOptions window_options = options;
+    window_options.list_gaps = stream.keep_gaps || static_cast<bool>(stream.on_gap);
     const size_t n = plan.steps.size();
     uint64_t events = 0;
     for (const DeviceOpCount& d : index.ops_per_device) events += static_cast<uint64_t>(d.ops);
@@ -644,7 +647,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
           if (std::binary_search(unsure.begin(), unsure.end(), enter)) return false;
         }
       }
-      Attribution a = AttributeWindow(part, plan, k0, k1, options);
+      Attribution a = AttributeWindow(part, plan, k0, k1, window_options);
       out.steps.insert(out.steps.end(), a.steps.begin(), a.steps.end());
       if (stream.on_gap) {
         for (const IdleGap& g : a.gaps) {
