@@ -127,7 +127,7 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
   ReplayStats& st = stats != nullptr ? *stats : local;
   st = ReplayStats{};
   // Whether what a call entering at `enter` changed is counted.
-  auto counted = [&](int64_t enter) { return enter >= options.count_from_ns && enter < options.count_to_ns; };
+  auto counted = [&](int64_t enter) { return options.counted.Holds(enter); };
   const size_t nc = t.calls.size(), no = t.ops.size();
 
   // The ops of each call, in start order.

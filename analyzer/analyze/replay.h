@@ -40,6 +40,13 @@ namespace stallscope::analyzer {
 // that each ran 2.9 us on a V100, about 0.5 us per node.
 inline constexpr int64_t kDefaultGraphNodeNs = 500;
 
+// A stretch [from_ns, to_ns) of a trace's host time (all of it by default).
+struct HostRange {
+  int64_t from_ns = std::numeric_limits<int64_t>::min();
+  int64_t to_ns = std::numeric_limits<int64_t>::max();
+  bool Holds(int64_t ns) const { return ns >= from_ns && ns < to_ns; }
+};
+
 struct ReplayOptions {
   // Calls whose wait for the device is dropped (indexed like t.calls; empty:
   // none). A removed read-back's copy stays, as an async copy.
@@ -84,13 +91,12 @@ struct ReplayOptions {
   // Replay): a part of a trace replayed alone (whatif --steps) leads with
   // the whole trace's, where that thread has units in the part.
   uint32_t leader = 0;
-  // ReplayStats counts only what calls entering in [count_from_ns,
-  // count_to_ns) of the trace's host time changed (an op: its submitting
-  // call's; a stretch: its first call's): a part of a trace replayed with
-  // one step on either side (whatif by windows of steps) counts its own
-  // steps, so the parts' counts add up to the trace's.
-  int64_t count_from_ns = std::numeric_limits<int64_t>::min();
-  int64_t count_to_ns = std::numeric_limits<int64_t>::max();
+  // ReplayStats counts only what calls entering in this range changed (an
+  // op: its submitting call's; a stretch: its first call's): a part of a
+  // trace replayed with one step on either side (whatif by windows of
+  // steps) counts its own steps, so the parts' counts add up to the
+  // trace's.
+  HostRange counted;
 };
 
 struct ReplayStats {

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "analyzer/analyze/hotspots.h"
 #include "analyzer/analyze/steps.h"
@@ -163,18 +164,25 @@ bool UseColor(const Conventions& c) {
   return isatty(STDOUT_FILENO) && (no_color == nullptr || *no_color == '\0');
 }
 
-std::function<void(uint64_t, uint64_t)> WritingProgress(const Conventions& c, uint64_t trace_bytes) {
-  if (c.quiet || !isatty(STDERR_FILENO) || trace_bytes < kProgressMinBytes) return nullptr;
-  const std::string what = c.out.empty() ? "the report" : BaseName(c.out);
-  return [what](uint64_t done, uint64_t total) {
+std::function<void(uint64_t, uint64_t)> ProgressLine(const Conventions& c,
+                                                     std::function<std::string(uint64_t, uint64_t)> text) {
+  if (c.quiet || !isatty(STDERR_FILENO)) return nullptr;
+  return [text = std::move(text)](uint64_t done, uint64_t total) {
     if (done >= total) {
       fputs("\r\033[K", stderr);
     } else {
-      fprintf(stderr, "\rstallscope: writing %s %3d%%", what.c_str(),
-              static_cast<int>(100 * done / std::max<uint64_t>(total, 1)));
+      fprintf(stderr, "\rstallscope: %s", text(done, total).c_str());
     }
     fflush(stderr);
   };
+}
+
+std::function<void(uint64_t, uint64_t)> WritingProgress(const Conventions& c, uint64_t trace_bytes) {
+  if (trace_bytes < kProgressMinBytes) return nullptr;
+  const std::string what = c.out.empty() ? "the report" : BaseName(c.out);
+  return ProgressLine(c, [what](uint64_t done, uint64_t total) {
+    return absl::StrFormat("writing %s %3d%%", what, static_cast<int>(100 * done / std::max<uint64_t>(total, 1)));
+  });
 }
 
 int Fail(const absl::Status& status, int code) {

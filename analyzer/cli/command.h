@@ -67,9 +67,14 @@ AnalysisOptions OptionsFrom(const Conventions& c, const AnalysisArgs& a);
 // Whether the text output is coloured: --color always, or auto on a
 // terminal without NO_COLOR (never into a file unless always).
 bool UseColor(const Conventions& c);
+// A progress line on stderr, "stallscope: " and `text` of the work done
+// and in all, rewritten in place and cleared once all is done: on a
+// terminal, unless quiet; else null.
+std::function<void(uint64_t done, uint64_t total)> ProgressLine(
+    const Conventions& c, std::function<std::string(uint64_t done, uint64_t total)> text);
 // Progress on stderr while a report is written from a trace's file by
-// slices (slices done and in all), as the reading's: on a terminal, unless
-// quiet, for a trace of 64 MB or more; else null.
+// slices (slices done and in all), as the reading's: a ProgressLine, for a
+// trace of 64 MB or more; else null.
 std::function<void(uint64_t done, uint64_t total)> WritingProgress(const Conventions& c, uint64_t trace_bytes);
 
 // A usage error of subcommand `name`: one line on stderr, then its usage;

@@ -1,9 +1,5 @@
 // `stallscope whatif DIR`: the step time after a fix, before making it.
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,40 +72,13 @@ int RunWhatIfCmd(const WhatIfArgs& a) {
     }
     return Emitted(a.common, RunWhatIfOnSteps(a.inputs, first, last, request, options));
   }
-  // Every step: by windows of steps where the trace is past --stream-above
-  // (as report counts it from its chunk headers) or with --stream, else
-  // read whole.
-  bool by_windows = options.stream;
-  if (auto paths = ExpandTracePaths(a.inputs); paths.ok() && !by_windows) {
-    uint64_t events = 0;
-    for (const std::string& path : *paths) {
-      if (auto c = CountByHeaders(path); c.ok()) events += c->calls_and_ops;
-    }
-    by_windows = events > options.stream_above_events;
-  }
-  if (by_windows) {
-    // On a terminal: the windows predicted so far, after the report's reading.
-    std::function<void(uint64_t, uint64_t)> progress;
-    if (!a.common.quiet && isatty(STDERR_FILENO)) {
-      progress = [](uint64_t done, uint64_t total) {
-        if (done >= total) {
-          fputs("\r\033[K", stderr);
-        } else {
-          fprintf(stderr, "\rstallscope: predicting %3d%% (window %d of %d)",
-                  static_cast<int>(100 * done / std::max<uint64_t>(total, 1)), static_cast<int>(done + 1),
-                  static_cast<int>(total));
-        }
-        fflush(stderr);
-      };
-    }
-    return Emitted(a.common, RunWhatIfByWindows(a.inputs, request, options, progress));
-  }
-  ProcessAnalysis analysis;
-  auto report = AnalyzePaths(a.inputs, options, &analysis);
-  if (!report.ok()) return Fail(report.status(), kExitBadTrace);
-  auto w = RunWhatIf(*report, analysis, request, options);
-  if (!w.ok()) return UsageError("whatif", std::string(w.status().message()));
-  return Emit(a.common.out, a.common.format == "json" ? RenderWhatIfJson(*w) : RenderWhatIfText(*w));
+  // Every step: by windows of steps where the trace is reported by slices
+  // (past --stream-above, or --stream), else read whole.
+  auto progress = ProgressLine(a.common, [](uint64_t done, uint64_t total) {
+    return absl::StrFormat("predicting %3d%% (window %d of %d)",
+                           static_cast<int>(100 * done / std::max<uint64_t>(total, 1)), done + 1, total);
+  });
+  return Emitted(a.common, RunWhatIfByWindows(a.inputs, request, options, progress));
 }
 
 }  // namespace

@@ -226,7 +226,7 @@ absl::Status SampledRefusal(const ProcessAnalysis& analysis) {
 }
 
 // What the transformations changed in one replay: the whole trace's, or a
-// part's counted over its own steps (Counting), so that parts add up.
+// part's counted over its own steps (CountingSteps), so that parts add up.
 struct Tally {
   ReplayStats stats;
   std::vector<int64_t> removed;  // calls, per --remove-sync
@@ -250,20 +250,12 @@ struct Tally {
   }
 };
 
-// The trace's host time whose calls a replay counts (ReplayOptions::
-// count_from_ns): all of it, or a part's steps'.
-struct Counting {
-  int64_t from_ns = std::numeric_limits<int64_t>::min();
-  int64_t to_ns = std::numeric_limits<int64_t>::max();
-  bool Holds(int64_t ns) const { return ns >= from_ns && ns < to_ns; }
-};
-
 // Steps [a, b] of `report`'s counted: from the host start of step a (of
 // the trace's start for the first step) to the host start of the step
 // after b (the trace's end for the last): consecutive parts' counts
 // partition the trace's.
-Counting CountingSteps(const Report& report, int a, int b) {
-  Counting c;
+HostRange CountingSteps(const Report& report, int a, int b) {
+  HostRange c;
   if (a > 0) c.from_ns = report.steps[static_cast<size_t>(a)].host_start_ns;
   if (static_cast<size_t>(b) + 1 < report.steps.size()) c.to_ns = report.steps[static_cast<size_t>(b) + 1].host_start_ns;
   return c;
@@ -281,18 +273,17 @@ absl::Status NoKernelMatches(const WhatIfRequest& request, const Resolved& r, si
 // (steps request.first_step..last_step), and tallies what changed among
 // the calls `counting` holds. A part of the trace (`part`) may hold no
 // blocked call of a site and none of the --launch-steps: nothing changes
-// there; the whole trace is refused that.
+// there; the whole trace is refused that. The callers refuse a trace
+// whose device timing was sampled first (SampledRefusal).
 absl::Status ReplayTimeline(const Report& report, const ProcessAnalysis& analysis, const Resolved& r,
-                            const WhatIfRequest& request, const AnalysisOptions& options, const Counting& counting,
+                            const WhatIfRequest& request, const AnalysisOptions& options, const HostRange& counting,
                             bool part, WhatIf* w, Tally* tally) {
   const Timeline& t = analysis.timeline;
-  if (absl::Status s = SampledRefusal(analysis); !s.ok()) return s;
   const int first = request.first_step, last = request.last_step;
   ReplayOptions ro;
   ro.launch_dispatch_ns = options.attribution.launch_dispatch_ns;
   ro.leader = request.leader;
-  ro.count_from_ns = counting.from_ns;
-  ro.count_to_ns = counting.to_ns;
+  ro.counted = counting;
   tally->removed.assign(r.fingerprints.size(), 0);
   if (!r.fingerprints.empty()) {
     ro.remove_wait.assign(t.calls.size(), false);
@@ -504,19 +495,21 @@ absl::Status Finish(const Resolved& r, const Tally& tally, const WhatIfRequest& 
   return absl::OkStatus();
 }
 
-// The trace analyzed by slices (as `report --stream`), with the
-// synchronizing calls' marks kept for the replay's leader; `whole` filled
-// where it was read whole instead.
+// The trace analyzed, by slices where AnalyzePaths reports it so (with
+// `forced`: as `report --stream`), with the synchronizing calls' marks
+// kept for the replay's leader; `whole` filled where it was read whole
+// instead.
 struct BySlices {
   ProcessAnalysis whole;
   StreamedProcess streamed;
   absl::StatusOr<Report> report = absl::UnknownError("not analyzed");
 };
 
-std::unique_ptr<BySlices> AnalyzeBySlices(const std::vector<std::string>& paths, const AnalysisOptions& options) {
+std::unique_ptr<BySlices> AnalyzeBySlices(const std::vector<std::string>& paths, const AnalysisOptions& options,
+                                          bool forced) {
   auto s = std::make_unique<BySlices>();
   AnalysisOptions by_slices = options;
-  by_slices.stream = true;
+  by_slices.stream = by_slices.stream || forced;
   s->streamed.keep_for_export = true;  // the synchronizing calls' marks, for the leader
   s->report = AnalyzePaths(paths, by_slices, &s->whole, &s->streamed);
   return s;
@@ -611,7 +604,7 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
   w.trace = BaseName(analysis.timeline.path);
   w.baseline = SummarizeSteps(report, request.first_step, request.last_step);
   Tally tally;
-  if (absl::Status s = ReplayTimeline(report, analysis, *r, request, options, Counting{}, false, &w, &tally);
+  if (absl::Status s = ReplayTimeline(report, analysis, *r, request, options, HostRange{}, false, &w, &tally);
       !s.ok()) {
     return s;
   }
@@ -621,7 +614,7 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
 
 absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, int first, int last,
                                         WhatIfRequest request, const AnalysisOptions& options) {
-  const auto s = AnalyzeBySlices(paths, options);
+  const auto s = AnalyzeBySlices(paths, options, /*forced=*/true);
   if (!s->report.ok()) return s->report.status();
   const Report& report = *s->report;
   const int n = static_cast<int>(report.steps.size());
@@ -669,12 +662,13 @@ absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, i
 absl::StatusOr<WhatIf> RunWhatIfByWindows(const std::vector<std::string>& paths, const WhatIfRequest& request,
                                           const AnalysisOptions& options,
                                           const std::function<void(uint64_t, uint64_t)>& progress) {
-  const auto s = AnalyzeBySlices(paths, options);
+  const auto s = AnalyzeBySlices(paths, options, /*forced=*/false);
   if (!s->report.ok()) return s->report.status();
   const Report& report = *s->report;
   const int n = static_cast<int>(report.steps.size());
-  // Read whole: a folder of several traces (a distributed run among them:
-  // a rank waits for the others), or a trace that cannot be read by slices.
+  // Read whole: a trace under --stream-above (without --stream), a folder
+  // of several traces (a distributed run among them: a rank waits for the
+  // others), or a trace that cannot be read by slices.
   if (!s->streamed.used || n == 0) return RunWhatIf(report, s->whole, request, options);
   if (absl::Status st = SampledRefusal(s->streamed.path, s->streamed.plan); !st.ok()) return st;
   auto r = Resolve(report, nullptr, request);

@@ -111,17 +111,18 @@ absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, i
                                         WhatIfRequest request, const AnalysisOptions& options);
 
 // The prediction for every step of the analyzed process of `paths`, by
-// windows of steps: the trace reported by slices (as `report --stream`) for
+// windows of steps where AnalyzePaths reports the trace by slices (past
+// options.stream_above_events, or options.stream): the report by slices for
 // its steps' times, then each window of options.window_steps steps (by
 // default those of the report's windows: about kWindowEvents calls and
 // device ops) predicted in turn as RunWhatIfOnSteps predicts its steps,
 // and their steps joined. Memory follows a window, not the trace. The
 // summaries cover the steps (the baseline too: the trace's time before the
 // first step and after the last is not replayed); each transformation's
-// count adds up its windows' (each over its own steps). Several traces (a
-// distributed run among them: a rank waits for the others) and a trace
-// that cannot be read by slices are read whole and replayed as RunWhatIf
-// does.
+// count adds up its windows' (each over its own steps). A trace under the
+// limit, several traces (a distributed run among them: a rank waits for
+// the others) and a trace that cannot be read by slices are read whole and
+// replayed as RunWhatIf does.
 // `progress` (optional): before the first window and after each, the
 // windows predicted and their number (options.progress says how the report by slices goes).
 absl::StatusOr<WhatIf> RunWhatIfByWindows(const std::vector<std::string>& paths, const WhatIfRequest& request,
