@@ -121,8 +121,38 @@ class Warp {
 
 }  // namespace
 
-Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
-                const ReplayOptions& options, ReplayStats* stats) {
+void DelaySamples::Add(const DelaySamples& other) {
+  for (const auto& [ns, n] : other.host_) AddHost(ns, n);
+  for (const auto& [ns, n] : other.posts_) AddPost(ns, n);
+  if (other.device_any_) AddDevice(other.device_min_);
+}
+
+TypicalDelays DelaySamples::Typical() const {
+  // The value at index count / 2 of the sorted samples (Median's).
+  auto median = [](const absl::flat_hash_map<int64_t, int64_t>& counts, int64_t count) -> int64_t {
+    if (count == 0) return 0;
+    std::vector<std::pair<int64_t, int64_t>> sorted(counts.begin(), counts.end());
+    std::sort(sorted.begin(), sorted.end());
+    int64_t below = 0;
+    for (const auto& [ns, n] : sorted) {
+      below += n;
+      if (below > count / 2) return ns;
+    }
+    return sorted.back().first;
+  };
+  TypicalDelays d;
+  d.host_ns = std::max<int64_t>(0, median(host_, host_count_));
+  d.device_min_ns = device_any_ ? std::max<int64_t>(0, device_min_) : 0;
+  d.post_ns = std::max<int64_t>(0, median(posts_, post_count_));
+  return d;
+}
+
+namespace {
+
+// Replay, or with `gather` only the samples of its typical delays (of the
+// counted calls) into *gather, and an empty timeline.
+Timeline ReplayOrGather(const Timeline& t, const std::vector<CallClass>& classes,
+                        const ReplayOptions& options, ReplayStats* stats, DelaySamples* gather) {
   ReplayStats local;
   ReplayStats& st = stats != nullptr ? *stats : local;
   st = ReplayStats{};
@@ -402,12 +432,13 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
         const int32_t s = op_stream[o];
         prev_end[o] = stream_end[s];
         const int64_t dep_end = dep[o] >= 0 ? t.ops[dep[o]].end_ns : kNone;
+        const bool sample = gather == nullptr || counted(t.calls[c].enter_ns);
         if (dep_end != kNone && dep_end >= t.calls[c].enter_ns && dep_end >= prev_end[o]) {
           dep_delay[o] = std::max<int64_t>(0, op.start_ns - dep_end);  // the other stream bound it
         } else if (prev_end[o] != kNone && prev_end[o] >= t.calls[c].enter_ns) {
           // (not after a host function: that delay is the function's time)
-          if (!after_host_func[o]) device_delays.push_back(op.start_ns - prev_end[o]);
-        } else {
+          if (!after_host_func[o] && sample) device_delays.push_back(op.start_ns - prev_end[o]);
+        } else if (sample) {
           host_delays.push_back(op.start_ns - t.calls[c].enter_ns);
         }
         stream_end[s] = op.end_ns;
@@ -422,18 +453,32 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
         }
       }
       if (target[ui] != kNone && target[ui] > u.exit) target[ui] = kNone;
-      if (u.sync && target[ui] != kNone && target[ui] > u.enter && target[ui] <= u.exit) {
+      if (u.sync && target[ui] != kNone && target[ui] > u.enter && target[ui] <= u.exit &&
+          (gather == nullptr || counted(u.enter))) {
         posts.push_back(u.exit - target[ui]);
       }
       for_each_op(ui, [&](uint32_t, uint32_t o) { submitted.Add(op_stream[o], t.ops[o].end_ns); });
     }
   }
-  int64_t device_delay_min = 0;
-  if (!device_delays.empty()) {
-    device_delay_min = std::max<int64_t>(0, *std::min_element(device_delays.begin(), device_delays.end()));
+  if (gather != nullptr) {
+    for (const int64_t d : host_delays) gather->AddHost(d);
+    for (const int64_t d : device_delays) gather->AddDevice(d);
+    for (const int64_t d : posts) gather->AddPost(d);
+    return Timeline{};
   }
-  const int64_t host_delay_typ = std::max<int64_t>(0, Median(host_delays, 0));
-  const int64_t post_typ = std::max<int64_t>(0, Median(posts, 0));
+  TypicalDelays typical;
+  if (options.typical) {
+    typical = *options.typical;
+  } else {
+    if (!device_delays.empty()) {
+      typical.device_min_ns = std::max<int64_t>(0, *std::min_element(device_delays.begin(), device_delays.end()));
+    }
+    typical.host_ns = std::max<int64_t>(0, Median(host_delays, 0));
+    typical.post_ns = std::max<int64_t>(0, Median(posts, 0));
+  }
+  const int64_t device_delay_min = typical.device_min_ns;
+  const int64_t host_delay_typ = typical.host_ns;
+  const int64_t post_typ = typical.post_ns;
 
   // The replay, in the trace's order of units.
   std::vector<int64_t> enter2(units.size()), exit2(units.size());
@@ -656,6 +701,20 @@ Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
   r.pageable_copy_calls = std::move(pageable);
   SortOpsByStart(&r);
   return r;
+}
+
+}  // namespace
+
+Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes, const ReplayOptions& options,
+                ReplayStats* stats) {
+  return ReplayOrGather(t, classes, options, stats, nullptr);
+}
+
+DelaySamples ReplayDelaySamples(const Timeline& t, const std::vector<CallClass>& classes,
+                                const ReplayOptions& options) {
+  DelaySamples d;
+  ReplayOrGather(t, classes, options, nullptr, &d);
+  return d;
 }
 
 }  // namespace stallscope::analyzer

@@ -25,10 +25,14 @@
 // clocks and memory effects.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
+
+#include "absl/container/flat_hash_map.h"
 
 #include "analyzer/analyze/attribution.h"
 #include "analyzer/model/timeline.h"
@@ -45,6 +49,47 @@ struct HostRange {
   int64_t from_ns = std::numeric_limits<int64_t>::min();
   int64_t to_ns = std::numeric_limits<int64_t>::max();
   bool Holds(int64_t ns) const { return ns >= from_ns && ns < to_ns; }
+};
+
+// The delays the replay gives the constraints of an op or a synchronizing
+// call that did not bind it in the trace: after its submitting call, the
+// median delay of the ops that their submission bound; after the previous
+// op of its stream, the least delay between two ops of a stream that their
+// stream bound (not after a host function); after the work a synchronizing
+// call waited for, the median of those calls' returns.
+struct TypicalDelays {
+  int64_t host_ns = 0;
+  int64_t device_min_ns = 0;
+  int64_t post_ns = 0;
+};
+
+// The delays those are taken from, as counts of each value: gathered part
+// by part of a trace (ReplayDelaySamples), the parts' joined are the whole
+// trace's, and so are its typical delays (whatif by windows of steps).
+// Memory follows the distinct values, not the ops.
+class DelaySamples {
+ public:
+  void AddHost(int64_t ns, int64_t n = 1) { Add(&host_, &host_count_, ns, n); }
+  void AddPost(int64_t ns, int64_t n = 1) { Add(&posts_, &post_count_, ns, n); }
+  void AddDevice(int64_t ns) {
+    device_min_ = std::min(device_min_, ns);
+    device_any_ = true;
+  }
+  void Add(const DelaySamples& other);
+  // As the replay of the timeline holding every sample takes them.
+  TypicalDelays Typical() const;
+  int64_t host_count() const { return host_count_; }
+  int64_t post_count() const { return post_count_; }
+
+ private:
+  static void Add(absl::flat_hash_map<int64_t, int64_t>* to, int64_t* count, int64_t ns, int64_t n) {
+    (*to)[ns] += n;
+    *count += n;
+  }
+  absl::flat_hash_map<int64_t, int64_t> host_, posts_;  // value -> how many
+  int64_t host_count_ = 0, post_count_ = 0;
+  int64_t device_min_ = std::numeric_limits<int64_t>::max();
+  bool device_any_ = false;
 };
 
 struct ReplayOptions {
@@ -97,6 +142,11 @@ struct ReplayOptions {
   // steps) counts its own steps, so the parts' counts add up to the
   // trace's.
   HostRange counted;
+  // The typical delays (TypicalDelays) to give the constraints that did not
+  // bind: a part of a trace replayed alone (whatif by windows of steps)
+  // takes the whole trace's, as the whole replay does. Unset: the
+  // timeline's own.
+  std::optional<TypicalDelays> typical;
 };
 
 struct ReplayStats {
@@ -115,5 +165,12 @@ struct ReplayStats {
 // enter, ops by start). `classes` is ClassifyCalls' answer for `t`.
 Timeline Replay(const Timeline& t, const std::vector<CallClass>& classes,
                 const ReplayOptions& options, ReplayStats* stats = nullptr);
+
+// The delays that Replay of `t` would take its typical delays from, of the
+// ops and synchronizing calls whose call enters in options.counted: a part
+// of a trace read with a step on either side gives its own steps' (the
+// parts' together, the trace's). Nothing is replayed.
+DelaySamples ReplayDelaySamples(const Timeline& t, const std::vector<CallClass>& classes,
+                                const ReplayOptions& options);
 
 }  // namespace stallscope::analyzer

@@ -4,6 +4,11 @@
 // shorten the loop by what they scaled.
 #include "analyzer/analyze/replay.h"
 
+#include <algorithm>
+#include <limits>
+#include <random>
+#include <utility>
+
 #include <catch2/catch.hpp>
 
 #include "analyzer/analyze/analysis.h"
@@ -351,6 +356,117 @@ TEST_CASE("a scaled host function shortens the wait of the work behind it", "[re
     CHECK(b.start_ns - a.end_ns == 2 * kUs);
   }
   CHECK(MeanStep(r.report) < MeanStep(same.report) - 1000 * kUs);
+}
+
+// Guards the typical delays' counts: the median at index n / 2 of the
+// sorted samples, as the replay takes it, clamped at 0; the least device
+// delay; joined from parts in any split.
+TEST_CASE("delay samples give the median and the least delay of what they hold", "[replay]") {
+  std::mt19937_64 rng(20261207);
+  for (const size_t n : {size_t{1}, size_t{2}, size_t{7}, size_t{1000}, size_t{1001}}) {
+    CAPTURE(n);
+    std::vector<int64_t> host, posts, device;
+    DelaySamples whole, left, right;
+    for (size_t i = 0; i < n; ++i) {
+      host.push_back(static_cast<int64_t>(rng() % 40) - 5);  // repeats, and a few below 0
+      posts.push_back(static_cast<int64_t>(rng() % 100000));
+      device.push_back(static_cast<int64_t>(rng() % 3000) + 7);
+      whole.AddHost(host.back());
+      whole.AddPost(posts.back());
+      whole.AddDevice(device.back());
+      DelaySamples& half = i % 3 == 0 ? left : right;
+      half.AddHost(host.back());
+      half.AddPost(posts.back());
+      half.AddDevice(device.back());
+    }
+    auto median = [](std::vector<int64_t> v) {
+      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+      return std::max<int64_t>(0, v[v.size() / 2]);
+    };
+    const TypicalDelays d = whole.Typical();
+    CHECK(d.host_ns == median(host));
+    CHECK(d.post_ns == median(posts));
+    CHECK(d.device_min_ns == *std::min_element(device.begin(), device.end()));
+    DelaySamples joined = left;
+    joined.Add(right);
+    CHECK(joined.host_count() == static_cast<int64_t>(n));
+    const TypicalDelays j = joined.Typical();
+    CHECK(j.host_ns == d.host_ns);
+    CHECK(j.post_ns == d.post_ns);
+    CHECK(j.device_min_ns == d.device_min_ns);
+  }
+  const TypicalDelays none = DelaySamples{}.Typical();
+  CHECK(none.host_ns == 0);
+  CHECK(none.device_min_ns == 0);
+  CHECK(none.post_ns == 0);
+}
+
+// Guards the typical delays a part of a trace is replayed with (whatif by
+// windows of steps): the samples of the calls entering in each of three
+// host ranges, joined, are the whole timeline's; replayed with them given,
+// the timeline is what its own give; given others, it moves.
+TEST_CASE("a replay takes the typical delays it is given", "[replay]") {
+  // Steps of 8 queued launches whose first waits a jittered launch latency
+  // (host delay), the others their stream (device delay), then a
+  // synchronize (its return after the last kernel).
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  std::mt19937_64 rng(7);
+  int64_t t = 1'000'000;
+  std::vector<int64_t> step_starts;
+  for (int k = 0; k < 30; ++k) {
+    const int64_t step = t;
+    step_starts.push_back(step);
+    t += 100 * kUs;
+    int64_t d = 0;
+    for (int i = 0; i < 8; ++i, t += 6 * kUs) {
+      const auto jitter = static_cast<int64_t>(rng() % 5000);
+      const int64_t start = i == 0 ? t + (k < 15 ? 5 : 14) * kUs + jitter : d + 1000 + jitter;
+      d = start + 20 * kUs;
+      b.Submit(1, api.launch, t, t + 4 * kUs, start, d);
+    }
+    b.Call(1, api.sync, t, d + 3 * kUs + static_cast<int64_t>(rng() % 4000));
+    t = d + 20 * kUs;
+    b.Range(1, step, t, "step");
+  }
+  const Timeline tl = testing::ReadOrDie(b);
+  const std::vector<CallClass> classes = ClassifyCalls(tl, 0, AttributionOptions{});
+  const DelaySamples own = ReplayDelaySamples(tl, classes, ReplayOptions{});
+  CHECK(own.host_count() == 30);
+  CHECK(own.post_count() == 30);
+  const TypicalDelays typical = own.Typical();
+  CHECK(typical.host_ns >= 5 * kUs);
+  CHECK(typical.device_min_ns >= 1000);
+  CHECK(typical.post_ns >= 3 * kUs);
+  DelaySamples parts;
+  for (const auto& [from, to] : {std::pair{int64_t{0}, step_starts[10]}, std::pair{step_starts[10], step_starts[21]},
+                                 std::pair{step_starts[21], std::numeric_limits<int64_t>::max()}}) {
+    parts.Add(ReplayDelaySamples(tl, classes, ReplayOptions{.counted = HostRange{from, to}}));
+  }
+  CHECK(parts.host_count() == 30);
+  const TypicalDelays joined = parts.Typical();
+  CHECK(joined.host_ns == typical.host_ns);
+  CHECK(joined.device_min_ns == typical.device_min_ns);
+  CHECK(joined.post_ns == typical.post_ns);
+  // Kernels ten times faster: every launch starts the host delay after its
+  // call, the typical one where its stream had bound it.
+  ReplayOptions faster;
+  faster.op_scale.assign(tl.ops.size(), 0.1);
+  const Timeline a = Replay(tl, classes, faster);
+  faster.typical = typical;
+  const Timeline given = Replay(tl, classes, faster);
+  faster.typical->host_ns += 7 * kUs;
+  const Timeline later = Replay(tl, classes, faster);
+  REQUIRE(a.ops.size() == tl.ops.size());
+  REQUIRE(given.ops.size() == tl.ops.size());
+  REQUIRE(later.ops.size() == tl.ops.size());
+  int moved = 0;
+  for (size_t o = 0; o < tl.ops.size(); ++o) {
+    CHECK(given.ops[o].start_ns == a.ops[o].start_ns);
+    CHECK(given.ops[o].end_ns == a.ops[o].end_ns);
+    moved += later.ops[o].start_ns > a.ops[o].start_ns;
+  }
+  CHECK(moved >= 30 * 7);  // at least the launches their stream had bound
 }
 
 }  // namespace

@@ -820,6 +820,33 @@ testing::TraceBuilder HelperThreadLoop(int steps) {
   return b;
 }
 
+// `steps` steps of a loop whose device queues its launches (kernels of
+// 20 us launched 6 us apart, then a synchronize), with the first launch of
+// a step starting after a launch latency that grows from about 5 us in
+// the first half of the steps to about 14 us in the second (a driver or
+// clock change mid-run), in chunks of 64 records.
+testing::TraceBuilder ShiftingLatencyLoop(int steps) {
+  testing::TraceBuilder b;
+  const auto api = testing::AddStandardApis(&b);
+  b.SetChunkRecords(64);
+  int64_t t = 1'000'000'000;
+  for (int k = 0; k < steps; ++k) {
+    const int64_t step = t;
+    t += 200 * testing::kUs;  // the input
+    const int64_t latency = (k < steps / 2 ? 5 : 14) * testing::kUs + (k * 7919 % 13) * 100;
+    int64_t d = 0;
+    for (int i = 0; i < 8; ++i, t += 6 * testing::kUs) {
+      const int64_t start = i == 0 ? t + latency : d + 1 * testing::kUs;
+      d = start + 20 * testing::kUs;
+      b.Submit(1, api.launch, t, t + 4 * testing::kUs, start, d);
+    }
+    b.Call(1, api.sync, t, d + 5 * testing::kUs);
+    t = d + 5 * testing::kUs + 10 * testing::kUs;
+    b.Range(1, step, t, "step");
+  }
+  return b;
+}
+
 // Guards `whatif --steps`: steps predicted from the part of the trace they
 // cover alone (a trace of 64-record chunks: a part, not the whole), the
 // same steps, replays and predictions as the whole trace's for those steps
@@ -955,7 +982,8 @@ TEST_CASE("whatif by windows predicts every step as the whole replay does", "[cl
         CHECK(w40["predicted"]["mean_step_ns"].get<int64_t>() < w40["baseline"]["mean_step_ns"].get<int64_t>());
       }
     }
-    // The progress: before the first window, then once a window, to the last.
+    // The progress: before the first window, then once a window in each
+    // of the two passes (the typical delays, the predictions), to the last.
     AnalysisOptions by_windows;
     by_windows.stream = true;
     by_windows.window_steps = 40;
@@ -963,8 +991,8 @@ TEST_CASE("whatif by windows predicts every step as the whole replay does", "[cl
     auto w = RunWhatIfByWindows({trace}, WhatIfRequest{}, by_windows,
                                 [&](uint64_t done, uint64_t total) { calls.emplace_back(done, total); });
     REQUIRE(w.ok());
-    REQUIRE(calls.size() == 9);
-    for (size_t k = 0; k < calls.size(); ++k) CHECK(calls[k] == std::make_pair(uint64_t{k}, uint64_t{8}));
+    REQUIRE(calls.size() == 17);
+    for (size_t k = 0; k < calls.size(); ++k) CHECK(calls[k] == std::make_pair(uint64_t{k}, uint64_t{16}));
     // Past --stream-above: by windows, the default's (about 200,000 calls
     // and ops: one window here), with nothing said on stderr.
     const Result large = box.Run("whatif '" + trace + "' --stream-above 1000 --format json");
@@ -984,6 +1012,23 @@ TEST_CASE("whatif by windows predicts every step as the whole replay does", "[cl
       CHECK(r.err.find("sampled.sstrace: device timing was sampled (one step in 3): whatif replays every step's "
                        "device work") != std::string::npos);
       CHECK(Lines(r.err) == 2);
+    }
+  }
+  {
+    // Every window's part has launch latencies of its own, about 5 us in
+    // the first half of the steps and 14 us in the second: the typical
+    // delays that the replay gives an op whose other constraint bound it
+    // are the whole trace's in every window, as in the whole replay (made
+    // kernels faster, the queued launches start that long after their
+    // calls).
+    const std::string shifting = box.root() + "/shifting.sstrace";
+    ShiftingLatencyLoop(120).WriteTo(shifting);
+    for (const std::string change : {"--scale-kernel '*=0.1'", "--scale-host-wait 0.5"}) {
+      INFO(change);
+      const auto whole = json("'" + shifting + "' " + change);
+      const auto w = json("'" + shifting + "' --stream --window-steps 20 " + change);
+      CHECK(w["windows"]["count"] == 6);
+      same_steps(whole, w);
     }
   }
   {

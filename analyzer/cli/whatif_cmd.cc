@@ -74,9 +74,13 @@ int RunWhatIfCmd(const WhatIfArgs& a) {
   }
   // Every step: by windows of steps where the trace is reported by slices
   // (past --stream-above, or --stream), else read whole.
+  // Two passes over the windows: the typical delays, then the predictions.
   auto progress = ProgressLine(a.common, [](uint64_t done, uint64_t total) {
-    return absl::StrFormat("predicting %3d%% (window %d of %d)",
-                           static_cast<int>(100 * done / std::max<uint64_t>(total, 1)), done + 1, total);
+    const uint64_t windows = std::max<uint64_t>(total / 2, 1);
+    return absl::StrFormat("predicting %3d%% (%s, window %d of %d)",
+                           static_cast<int>(100 * done / std::max<uint64_t>(total, 1)),
+                           done < windows ? "typical delays" : "replays",
+                           std::min((done < windows ? done : done - windows) + 1, windows), windows);
   });
   return Emitted(a.common, RunWhatIfByWindows(a.inputs, request, options, progress));
 }

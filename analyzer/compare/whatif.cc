@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "analyzer/analyze/replay.h"
+#include "analyzer/analyze/steps.h"
 #include "analyzer/model/causes_json.h"
 #include "analyzer/model/format.h"
 #include "nlohmann/json.hpp"
@@ -273,17 +275,19 @@ absl::Status NoKernelMatches(const WhatIfRequest& request, const Resolved& r, si
 // (steps request.first_step..last_step), and tallies what changed among
 // the calls `counting` holds. A part of the trace (`part`) may hold no
 // blocked call of a site and none of the --launch-steps: nothing changes
-// there; the whole trace is refused that. The callers refuse a trace
-// whose device timing was sampled first (SampledRefusal).
+// there; the whole trace is refused that. `typical`: the whole trace's
+// typical delays, for a part (unset: the timeline's own). The callers
+// refuse a trace whose device timing was sampled first (SampledRefusal).
 absl::Status ReplayTimeline(const Report& report, const ProcessAnalysis& analysis, const Resolved& r,
                             const WhatIfRequest& request, const AnalysisOptions& options, const HostRange& counting,
-                            bool part, WhatIf* w, Tally* tally) {
+                            bool part, const std::optional<TypicalDelays>& typical, WhatIf* w, Tally* tally) {
   const Timeline& t = analysis.timeline;
   const int first = request.first_step, last = request.last_step;
   ReplayOptions ro;
   ro.launch_dispatch_ns = options.attribution.launch_dispatch_ns;
   ro.leader = request.leader;
   ro.counted = counting;
+  ro.typical = typical;
   tally->removed.assign(r.fingerprints.size(), 0);
   if (!r.fingerprints.empty()) {
     ro.remove_wait.assign(t.calls.size(), false);
@@ -355,7 +359,7 @@ absl::Status ReplayTimeline(const Report& report, const ProcessAnalysis& analysi
   {
     auto replayed = AnalyzeTimeline(
         Replay(t, analysis.classes,
-               ReplayOptions{.launch_dispatch_ns = ro.launch_dispatch_ns, .leader = ro.leader}),
+               ReplayOptions{.launch_dispatch_ns = ro.launch_dispatch_ns, .leader = ro.leader, .typical = typical}),
         replay_options);
     if (!replayed.ok()) return replayed.status();
     w->replayed = SummarizeSteps(*replayed, first, last);
@@ -515,17 +519,10 @@ std::unique_ptr<BySlices> AnalyzeBySlices(const std::vector<std::string>& paths,
   return s;
 }
 
-// Steps [a, b] of a trace read by slices, predicted from their part of its
-// file: the part that they and one step on either side cover (the device
-// work queued before the first and the host's run-up to it replayed as the
-// trace had them), read, analyzed as a trace of its own and replayed, led
-// by the whole trace's leading thread; its steps summarized into `w`'s
-// replayed and predicted, what changed tallied over steps a..b.
-// Where the part's own analysis does not give the trace's steps, the
-// error names the steps as `label` A-B and says `refusal` (what to do).
-absl::Status PredictPart(const BySlices& s, int a, int b, const Resolved& r, const WhatIfRequest& request,
-                         const AnalysisOptions& options, const std::string& label, const std::string& refusal,
-                         WhatIf* w, Tally* tally, int64_t* events_read) {
+// The part of a trace read by slices that steps [a, b] and one step on
+// either side cover (the device work queued before the first and the
+// host's run-up to it, as the trace had them).
+absl::StatusOr<Timeline> ReadPart(const BySlices& s, int a, int b) {
   const Report& report = *s.report;
   const int n = static_cast<int>(report.steps.size());
   const StepStats& before = report.steps[static_cast<size_t>(std::max(a - 1, 0))];
@@ -533,8 +530,23 @@ absl::Status PredictPart(const BySlices& s, int a, int b, const Resolved& r, con
   const int64_t lo = std::max<int64_t>(0, std::min(before.host_start_ns, before.start_ns));
   const int64_t hi = std::max(after.host_end_ns, after.end_ns);
   const SliceChunker chunker(s.streamed.index);
-  auto part = ReadTraceFileChunks(s.streamed.path, s.streamed.index,
-                                  chunker.Chunks(static_cast<uint64_t>(lo), static_cast<uint64_t>(hi)));
+  return ReadTraceFileChunks(s.streamed.path, s.streamed.index,
+                             chunker.Chunks(static_cast<uint64_t>(lo), static_cast<uint64_t>(hi)));
+}
+
+// Steps [a, b] of a trace read by slices, predicted from their part of its
+// file (ReadPart), analyzed as a trace of its own and replayed, led by the
+// whole trace's leading thread and with `typical` delays (unset: the
+// part's own); its steps summarized into `w`'s replayed and predicted,
+// what changed tallied over steps a..b.
+// Where the part's own analysis does not give the trace's steps, the
+// error names the steps as `label` A-B and says `refusal` (what to do).
+absl::Status PredictPart(const BySlices& s, int a, int b, const Resolved& r, const WhatIfRequest& request,
+                         const AnalysisOptions& options, const std::optional<TypicalDelays>& typical,
+                         const std::string& label, const std::string& refusal, WhatIf* w, Tally* tally,
+                         int64_t* events_read) {
+  const Report& report = *s.report;
+  auto part = ReadPart(s, a, b);
   if (!part.ok()) return part.status();
   ProcessAnalysis analysis;
   AnalysisOptions in_memory = options;
@@ -567,7 +579,8 @@ absl::Status PredictPart(const BySlices& s, int a, int b, const Resolved& r, con
     rq.launch_first_step += j0 - a;
     rq.launch_last_step += j0 - a;
   }
-  return ReplayTimeline(*part_report, analysis, r, rq, in_memory, CountingSteps(report, a, b), true, w, tally);
+  return ReplayTimeline(*part_report, analysis, r, rq, in_memory, CountingSteps(report, a, b), true, typical, w,
+                        tally);
 }
 
 // Adds the steps of `s` (a window's) to `all`, after the windows' before
@@ -604,7 +617,8 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
   w.trace = BaseName(analysis.timeline.path);
   w.baseline = SummarizeSteps(report, request.first_step, request.last_step);
   Tally tally;
-  if (absl::Status s = ReplayTimeline(report, analysis, *r, request, options, HostRange{}, false, &w, &tally);
+  if (absl::Status s = ReplayTimeline(report, analysis, *r, request, options, HostRange{}, false, std::nullopt, &w,
+                                      &tally);
       !s.ok()) {
     return s;
   }
@@ -648,8 +662,8 @@ absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, i
   Tally tally;
   w.steps = asked;
   w.steps.events = IndexedEvents(s->streamed.index);
-  if (absl::Status p = PredictPart(*s, first, last, *r, request, options, "--steps", "leave out --steps", &w, &tally,
-                                   &w.steps.events_read);
+  if (absl::Status p = PredictPart(*s, first, last, *r, request, options, std::nullopt, "--steps",
+                                   "leave out --steps", &w, &tally, &w.steps.events_read);
       !p.ok()) {
     return p;
   }
@@ -682,13 +696,29 @@ absl::StatusOr<WhatIf> RunWhatIfByWindows(const std::vector<std::string>& paths,
   w.windows.steps = per;
   Tally tally;
   const auto windows = static_cast<uint64_t>((n + per - 1) / per);
-  if (progress) progress(0, windows);
+  uint64_t done = 0;
+  if (progress) progress(done, 2 * windows);
+  // First the whole trace's typical delays (the replay's, for the
+  // constraints that did not bind), from each window's part over its own
+  // steps, so that every window replays with them as the whole replay
+  // does; then each window predicted.
+  DelaySamples samples;
+  for (int a = 0; a < n; a += per) {
+    const int b = std::min(n, a + per) - 1;
+    auto part = ReadPart(*s, a, b);
+    if (!part.ok()) return part.status();
+    const std::vector<CallClass> classes =
+        ClassifyCalls(*part, BusiestDevice(*part, nullptr), options.attribution);
+    samples.Add(ReplayDelaySamples(*part, classes, ReplayOptions{.counted = CountingSteps(report, a, b)}));
+    if (progress) progress(++done, 2 * windows);
+  }
+  const TypicalDelays typical = samples.Typical();
   for (int a = 0; a < n; a += per) {
     const int b = std::min(n, a + per) - 1;
     WhatIf part;
     Tally part_tally;
     int64_t read = 0;
-    absl::Status p = PredictPart(*s, a, b, *r, request, options, "steps",
+    absl::Status p = PredictPart(*s, a, b, *r, request, options, typical, "steps",
                                  "read it whole (--stream-above past its calls and device ops)", &part,
                                  &part_tally, &read);
     if (!p.ok()) return p;
@@ -698,7 +728,7 @@ absl::StatusOr<WhatIf> RunWhatIfByWindows(const std::vector<std::string>& paths,
     w.steps.events_read += read;
     w.windows.largest_read = std::max(w.windows.largest_read, read);
     ++w.windows.count;
-    if (progress) progress(static_cast<uint64_t>(w.windows.count), windows);
+    if (progress) progress(++done, 2 * windows);
   }
   if (absl::Status f = Finish(*r, tally, request, options, "the trace", &w); !f.ok()) return f;
   return w;

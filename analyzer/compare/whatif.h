@@ -116,15 +116,17 @@ absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, i
 // its steps' times, then each window of options.window_steps steps (by
 // default those of the report's windows: about kWindowEvents calls and
 // device ops) predicted in turn as RunWhatIfOnSteps predicts its steps,
-// and their steps joined. Memory follows a window, not the trace. The
+// but with the whole trace's typical delays (gathered from the windows'
+// parts in a first pass over them, each over its own steps), and their
+// steps joined. Memory follows a window, not the trace. The
 // summaries cover the steps (the baseline too: the trace's time before the
 // first step and after the last is not replayed); each transformation's
 // count adds up its windows' (each over its own steps). A trace under the
 // limit, several traces (a distributed run among them: a rank waits for
 // the others) and a trace that cannot be read by slices are read whole and
 // replayed as RunWhatIf does.
-// `progress` (optional): before the first window and after each, the
-// windows predicted and their number (options.progress says how the report by slices goes).
+// `progress` (optional): before the first window and after each window
+// of either pass, the windows done and twice their number (options.progress says how the report by slices goes).
 absl::StatusOr<WhatIf> RunWhatIfByWindows(const std::vector<std::string>& paths, const WhatIfRequest& request,
                                           const AnalysisOptions& options,
                                           const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr);
