@@ -521,7 +521,10 @@ std::unique_ptr<BySlices> AnalyzeBySlices(const std::vector<std::string>& paths,
 
 // The part of a trace read by slices that steps [a, b] and one step on
 // either side cover (the device work queued before the first and the
-// host's run-up to it, as the trace had them).
+// host's run-up to it, as the trace had them). The chunks read reach past
+// that span: their device ops outside it whose calls were not read (no
+// call of the part submitted them) are dropped, as a replay would leave
+// them at their trace times, among the replayed steps.
 absl::StatusOr<Timeline> ReadPart(const BySlices& s, int a, int b) {
   const Report& report = *s.report;
   const int n = static_cast<int>(report.steps.size());
@@ -530,8 +533,27 @@ absl::StatusOr<Timeline> ReadPart(const BySlices& s, int a, int b) {
   const int64_t lo = std::max<int64_t>(0, std::min(before.host_start_ns, before.start_ns));
   const int64_t hi = std::max(after.host_end_ns, after.end_ns);
   const SliceChunker chunker(s.streamed.index);
-  return ReadTraceFileChunks(s.streamed.path, s.streamed.index,
-                             chunker.Chunks(static_cast<uint64_t>(lo), static_cast<uint64_t>(hi)));
+  auto t = ReadTraceFileChunks(s.streamed.path, s.streamed.index,
+                               chunker.Chunks(static_cast<uint64_t>(lo), static_cast<uint64_t>(hi)));
+  if (!t.ok()) return t;
+  size_t kept = 0;
+  for (size_t o = 0; o < t->ops.size(); ++o) {
+    const DeviceOp& op = t->ops[o];
+    if (op.call < 0 && (op.end_ns <= lo || op.start_ns >= hi)) {
+      for (DeviceOpCount& d : t->ops_per_device) {
+        if (d.device != op.device) continue;
+        --d.ops;
+        d.nccl -= op.kind == trace::DeviceOpKind::kNccl;
+      }
+      continue;
+    }
+    t->ops[kept] = op;
+    t->op_info[kept] = t->op_info[o];
+    ++kept;
+  }
+  t->ops.resize(kept);
+  t->op_info.resize(kept);
+  return t;
 }
 
 // Steps [a, b] of a trace read by slices, predicted from their part of its
