@@ -784,7 +784,11 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
   order.push_back(primary);
   ParallelFor(n_read, jobs, [&](size_t k) {
     const size_t i = order[k];
-    const bool may_slice = indexes[i].has_value() && (i != primary || primary_out == nullptr);
+    // The analyzed process too where the caller takes a distributed run's
+    // rank by slices (reported at the second look).
+    const bool may_slice = indexes[i].has_value() &&
+                           (i != primary || primary_out == nullptr ||
+                            (streamed_out != nullptr && streamed_out->rank_by_slices && distributed && !streamed[i]));
     if (may_slice && streamed[i]) {
       reports[i] = std::move(*streamed[i]);
       by_slices[i] = true;
@@ -798,7 +802,8 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
         auto by_call = std::make_shared<const LastByCall>(LastArrivalsByCall(arrivals[i], instances[i], last));
         adjust = [by_call](Timeline* t) { ApplyLastArrivals(t, *by_call); };
       }
-      auto report = ReportFromIndex((*paths)[i], *indexes[i], o, nullptr, nullptr, std::move(adjust));
+      StreamedProcess* page = i == primary ? streamed_out : nullptr;
+      auto report = ReportFromIndex((*paths)[i], *indexes[i], o, nullptr, page, adjust);
       if (!report.ok()) {
         reports[i] = report.status();
         return;
@@ -806,6 +811,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
       if (*report) {
         reports[i] = std::move(**report);
         by_slices[i] = true;
+        if (page != nullptr) page->adjust = std::move(adjust);
       }
     }
     // A rank's summary holds its arrivals: the folder's copy is let go,
@@ -857,7 +863,7 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     }
     Report out = ComposeRanksReport(std::move(*reports[primary]), std::move(ranks), primary);
     note_job_files(&out);
-    if (primary_out != nullptr) {
+    if (primary_out != nullptr && !by_slices[primary]) {
       *primary_out = std::move(details);
       primary_out->timeline = std::move(*timelines[primary]);
       primary_out->rank_arrivals = std::move(arrivals);

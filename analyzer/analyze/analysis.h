@@ -119,12 +119,21 @@ struct StreamedProcess {
   // reading's timeline says of its NVTX ranges, and the chunks every slice
   // reads (StreamOptions::keep_gaps, keep_call_marks).
   bool keep_for_export = false;
+  // Asked by the caller (whatif): the analyzed rank of a distributed run
+  // read by slices too, its NCCL waits applied to each slice and kept in
+  // `adjust` for the parts the caller reads; else it is read whole.
+  bool rank_by_slices = false;
   StreamedAnalysis analysis;  // (with keep_for_export) what the slices gave
   std::shared_ptr<GapSpill> gaps;  // (with keep_for_export) every idle gap
   bool used = false;        // the report came from slices; else `primary` was filled
   std::string path;
   TraceIndex index;
   StepPlan plan;
+  // What the whole reading changes in the timeline after reading, done to
+  // each slice and to be done to any part of the file a caller reads (a
+  // rank of a distributed run: its NCCL waits, ApplyLastArrivals by call);
+  // none for a trace of its own.
+  std::function<void(Timeline*)> adjust;
   RecordsSpan span;
   TimeColumns idle;
 };
@@ -149,7 +158,8 @@ struct StreamedProcess {
 // the report. Read so, a trace past stream_above_events itself (every
 // trace, with `stream`) is read by slices, never whole unless no report by
 // slices can be made of it or it is the primary process and `primary` is
-// given: its arrivals at the first look (ranks.h, CollectArrivalsBySlices),
+// given (but for a distributed run's rank with `streamed->rank_by_slices`):
+// its arrivals at the first look (ranks.h, CollectArrivalsBySlices),
 // and its report then too if it launched no NCCL kernel, else at the
 // second look with its NCCL waits applied to each slice (a file that
 // changes between the looks is reported as far as the first look's index
@@ -157,7 +167,9 @@ struct StreamedProcess {
 // `streamed`: for a writer that can draw one trace from its file by slices.
 // Where AnalyzePaths would report it by slices (--stream, --stream-above),
 // it does so with `streamed` filled (`used`), even with `primary` given;
-// `primary` is then left empty.
+// `primary` is then left empty. So too for the analyzed rank of a
+// distributed run with `streamed->rank_by_slices`, its NCCL waits in
+// `streamed->adjust`.
 // Why a writer cannot draw the trace of `process` (reported by slices with
 // keep_for_export) from its file by slices: OK where it can; Unimplemented
 // where the trace must be read whole for it (device ops that no call

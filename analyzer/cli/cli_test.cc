@@ -1074,6 +1074,46 @@ TEST_CASE("whatif by windows predicts every step as the whole replay does", "[cl
     same_steps(whole, w);
   }
   {
+    // Two ranks of a data-parallel job whose rank 1 reaches every
+    // all-reduce 100 us late: rank 0, the analyzed one, read by slices
+    // too, each window's part with its NCCL waits for rank 1 applied as
+    // the whole reading applies them; --steps likewise. The whole run is
+    // read for --straggler-to-median.
+    const std::string ranks = box.root() + "/ranks";
+    REQUIRE(mkdir(ranks.c_str(), 0755) == 0);
+    for (int rank = 0; rank < 2; ++rank) {
+      testing::SyntheticSteps(120, "kernel", false, true, 20 * testing::kUs, rank, 2, 30 * testing::kUs)
+          .SetPid(static_cast<uint32_t>(1000 + rank))  // two processes, not two dumps of one
+          .SetChunkRecords(64)
+          .WriteTo(ranks + "/rank" + std::to_string(rank) + ".sstrace");
+    }
+    for (const std::string change : {"--scale-host-wait 0.5", "--scale-kernel 'k*=0.5'"}) {
+      INFO(change);
+      const auto whole = json("'" + ranks + "' " + change);
+      const auto w = json("'" + ranks + "' --stream --window-steps 25 " + change);
+      CHECK(!whole.contains("windows"));
+      CHECK(w["windows"]["count"] == 5);
+      CHECK(w["windows"]["largest_calls_and_ops_read"].get<int64_t>() < 120 * 205 / 3);
+      same_steps(whole, w);
+      // The waits for rank 1 are in: 100 us of idle a step more than rank
+      // 0's trace alone holds.
+      const auto alone = json("'" + ranks + "/rank0.sstrace' --stream --window-steps 25 " + change);
+      CHECK(w["baseline"]["gpu_idle_ns"].get<int64_t>() - alone["baseline"]["gpu_idle_ns"].get<int64_t>() ==
+            120 * 100 * testing::kUs);
+      const auto p = json("'" + ranks + "' --steps 50-69 " + change);
+      REQUIRE(p.contains("steps"));
+      CHECK(p["steps"]["calls_and_ops_read"].get<int64_t>() < p["steps"]["calls_and_ops"].get<int64_t>() / 2);
+      for (const char* s : {"baseline", "replayed", "predicted"}) {
+        CAPTURE(s);
+        const auto& all = whole[s]["step_ns"];
+        CHECK(p[s]["step_ns"] == nlohmann::json(std::vector<nlohmann::json>(all.begin() + 50, all.begin() + 70)));
+      }
+    }
+    const auto straggler = json("'" + ranks + "' --stream --window-steps 25 --straggler-to-median");
+    CHECK(!straggler.contains("windows"));
+    CHECK(straggler["predicted"]["mean_step_ns"].get<int64_t>() < straggler["baseline"]["mean_step_ns"].get<int64_t>());
+  }
+  {
     // A site that blocks in the first steps only, and a helper thread: the
     // windows without the site's calls change nothing, and the calls it
     // removes add up to the whole trace's. Past step 10 nothing drains the

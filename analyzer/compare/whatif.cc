@@ -500,9 +500,9 @@ absl::Status Finish(const Resolved& r, const Tally& tally, const WhatIfRequest& 
 }
 
 // The trace analyzed, by slices where AnalyzePaths reports it so (with
-// `forced`: as `report --stream`), with the synchronizing calls' marks
-// kept for the replay's leader; `whole` filled where it was read whole
-// instead.
+// `forced`: as `report --stream`; a distributed run's analyzed rank too,
+// unless `whole`), with the synchronizing calls' marks kept for the
+// replay's leader; `whole` filled where it was read whole instead.
 struct BySlices {
   ProcessAnalysis whole;
   StreamedProcess streamed;
@@ -510,19 +510,21 @@ struct BySlices {
 };
 
 std::unique_ptr<BySlices> AnalyzeBySlices(const std::vector<std::string>& paths, const AnalysisOptions& options,
-                                          bool forced) {
+                                          bool forced, bool whole = false) {
   auto s = std::make_unique<BySlices>();
   AnalysisOptions by_slices = options;
   by_slices.stream = by_slices.stream || forced;
   s->streamed.keep_for_export = true;  // the synchronizing calls' marks, for the leader
-  s->report = AnalyzePaths(paths, by_slices, &s->whole, &s->streamed);
+  s->streamed.rank_by_slices = true;
+  s->report = AnalyzePaths(paths, by_slices, &s->whole, whole ? nullptr : &s->streamed);
   return s;
 }
 
 // The part of a trace read by slices that steps [a, b] and one step on
 // either side cover (the device work queued before the first and the
-// host's run-up to it, as the trace had them). The chunks read reach past
-// that span: their device ops outside it whose calls were not read (no
+// host's run-up to it, as the trace had them), changed as the whole
+// reading was (a rank's NCCL waits for the other ranks). The chunks read
+// reach past that span: their device ops outside it whose calls were not read (no
 // call of the part submitted them) are dropped, as a replay would leave
 // them at their trace times, among the replayed steps.
 absl::StatusOr<Timeline> ReadPart(const BySlices& s, int a, int b) {
@@ -536,6 +538,7 @@ absl::StatusOr<Timeline> ReadPart(const BySlices& s, int a, int b) {
   auto t = ReadTraceFileChunks(s.streamed.path, s.streamed.index,
                                chunker.Chunks(static_cast<uint64_t>(lo), static_cast<uint64_t>(hi)));
   if (!t.ok()) return t;
+  if (s.streamed.adjust) s.streamed.adjust(&*t);  // a rank's NCCL waits, as each slice had them
   size_t kept = 0;
   for (size_t o = 0; o < t->ops.size(); ++o) {
     const DeviceOp& op = t->ops[o];
@@ -650,6 +653,9 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
 
 absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, int first, int last,
                                         WhatIfRequest request, const AnalysisOptions& options) {
+  if (request.straggler_to_median) {
+    return absl::InvalidArgumentError("--steps: --straggler-to-median needs the whole run (leave out --steps)");
+  }
   const auto s = AnalyzeBySlices(paths, options, /*forced=*/true);
   if (!s->report.ok()) return s->report.status();
   const Report& report = *s->report;
@@ -658,11 +664,6 @@ absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, i
     return absl::InvalidArgumentError(
         n == 0 ? absl::StrFormat("--steps %d-%d: the trace has no steps", first, last)
                : absl::StrFormat("--steps %d-%d: the trace has steps 0-%d", first, last, n - 1));
-  }
-  if (!report.ranks.empty()) {
-    return absl::InvalidArgumentError(
-        "--steps: a rank of a distributed run waits for the others: it is predicted from the whole run "
-        "(leave out --steps)");
   }
   const WhatIf::Steps asked{first, last, n, 0, 0};
   if (!s->streamed.used) {  // read whole
@@ -698,13 +699,15 @@ absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, i
 absl::StatusOr<WhatIf> RunWhatIfByWindows(const std::vector<std::string>& paths, const WhatIfRequest& request,
                                           const AnalysisOptions& options,
                                           const std::function<void(uint64_t, uint64_t)>& progress) {
-  const auto s = AnalyzeBySlices(paths, options, /*forced=*/false);
+  // --straggler-to-median moves the analyzed rank's collectives by every
+  // rank's arrivals: the whole run is read.
+  const auto s = AnalyzeBySlices(paths, options, /*forced=*/false, /*whole=*/request.straggler_to_median);
   if (!s->report.ok()) return s->report.status();
   const Report& report = *s->report;
   const int n = static_cast<int>(report.steps.size());
-  // Read whole: a trace under --stream-above (without --stream), a folder
-  // of several traces (a distributed run among them: a rank waits for the
-  // others), or a trace that cannot be read by slices.
+  // Read whole: a trace under --stream-above (without --stream), several
+  // traces that are not a distributed run's ranks, a trace that cannot be
+  // read by slices, or a distributed run with --straggler-to-median.
   if (!s->streamed.used || n == 0) return RunWhatIf(report, s->whole, request, options);
   if (absl::Status st = SampledRefusal(s->streamed.path, s->streamed.plan); !st.ok()) return st;
   auto r = Resolve(report, nullptr, request);

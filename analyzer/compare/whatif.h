@@ -102,10 +102,13 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
 // the part of its file that those steps and one step on either side cover
 // is read, analyzed as a trace of its own and replayed, its summaries over
 // the steps asked for (`request`'s launch steps are the trace's). Memory
-// follows the steps asked for, not the trace. A trace that cannot be read
-// by slices is read whole, and the whole replay's steps summarized.
-// InvalidArgument for steps the trace does not have, a distributed run
-// (its other ranks' waits are in the whole run only) and steps that the
+// follows the steps asked for, not the trace. The analyzed rank of a
+// distributed run is read so too, each part with its NCCL waits for the
+// other ranks (StreamedProcess::adjust: from every rank's arrivals, taken
+// from each rank's file once). A trace that cannot be read by slices is
+// read whole, and the whole replay's steps summarized. InvalidArgument
+// for steps the trace does not have, --straggler-to-median (it moves the
+// collectives by every rank's arrivals: the whole run) and steps that the
 // part's own analysis does not find at the trace's times.
 absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, int first, int last,
                                         WhatIfRequest request, const AnalysisOptions& options);
@@ -121,12 +124,15 @@ absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, i
 // steps joined. Memory follows a window, not the trace. The
 // summaries cover the steps (the baseline too: the trace's time before the
 // first step and after the last is not replayed); each transformation's
-// count adds up its windows' (each over its own steps). A trace under the
-// limit, several traces (a distributed run among them: a rank waits for
-// the others) and a trace that cannot be read by slices are read whole and
+// count adds up its windows' (each over its own steps). A distributed
+// run's analyzed rank is predicted so too, each part with its NCCL waits
+// (as RunWhatIfOnSteps). A trace under the limit, several traces that are
+// not a distributed run's ranks, a trace that cannot be read by slices,
+// and a distributed run with --straggler-to-median are read whole and
 // replayed as RunWhatIf does.
 // `progress` (optional): before the first window and after each window
-// of either pass, the windows done and twice their number (options.progress says how the report by slices goes).
+// of either pass, the windows done and twice their number
+// (options.progress says how the report by slices goes).
 absl::StatusOr<WhatIf> RunWhatIfByWindows(const std::vector<std::string>& paths, const WhatIfRequest& request,
                                           const AnalysisOptions& options,
                                           const std::function<void(uint64_t done, uint64_t total)>& progress = nullptr);
