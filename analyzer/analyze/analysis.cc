@@ -863,6 +863,11 @@ absl::StatusOr<Report> AnalyzePaths(const std::vector<std::string>& args,
     }
     Report out = ComposeRanksReport(std::move(*reports[primary]), std::move(ranks), primary);
     note_job_files(&out);
+    if (by_slices[primary] && streamed_out != nullptr && streamed_out->rank_by_slices) {
+      streamed_out->rank_arrivals = std::move(arrivals);
+      streamed_out->rank_index = primary;
+      streamed_out->one_host = last.one_host;
+    }
     if (primary_out != nullptr && !by_slices[primary]) {
       *primary_out = std::move(details);
       primary_out->timeline = std::move(*timelines[primary]);

@@ -134,6 +134,12 @@ struct StreamedProcess {
   // rank of a distributed run: its NCCL waits, ApplyLastArrivals by call);
   // none for a trace of its own.
   std::function<void(Timeline*)> adjust;
+  // With `rank_by_slices`, a distributed run's ranks (as ProcessAnalysis
+  // holds them for a whole reading): every rank's arrivals, the analyzed
+  // one's index among them and their clock.
+  std::vector<RankArrivals> rank_arrivals;
+  size_t rank_index = 0;
+  bool one_host = true;
   RecordsSpan span;
   TimeColumns idle;
 };

@@ -67,9 +67,6 @@ int RunWhatIfCmd(const WhatIfArgs& a) {
     if (!StepRange(a.steps, &first, &last)) {
       return UsageError("whatif", "--steps " + a.steps + ": not a step range A-B (0 <= A <= B)");
     }
-    if (request.straggler_to_median) {
-      return UsageError("whatif", "--steps: --straggler-to-median needs the whole run (leave out --steps)");
-    }
     return Emitted(a.common, RunWhatIfOnSteps(a.inputs, first, last, request, options));
   }
   // Every step: by windows of steps where the trace is reported by slices

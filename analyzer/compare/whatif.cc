@@ -143,8 +143,19 @@ struct Resolved {
   std::string straggler_note;
 };
 
-absl::StatusOr<Resolved> Resolve(const Report& report, const ProcessAnalysis* analysis,
-                                 const WhatIfRequest& request) {
+// A distributed run's ranks, as --straggler-to-median reads them: every
+// rank's arrivals, the analyzed one's index among them, and the clock they
+// share (a part of the analyzed rank's trace finds its collectives'
+// instances in its NCCL calls' own records).
+struct RankView {
+  const std::vector<RankArrivals>* all = nullptr;
+  size_t index = 0;
+  bool one_host = true;
+  static RankView Of(const ProcessAnalysis& a) { return {&a.rank_arrivals, a.rank_index, a.one_host}; }
+  static RankView Of(const StreamedProcess& s) { return {&s.rank_arrivals, s.rank_index, s.one_host}; }
+};
+
+absl::StatusOr<Resolved> Resolve(const Report& report, const RankView& ranks, const WhatIfRequest& request) {
   Resolved r;
   for (const std::string& site : request.remove_sync) {
     const Hotspot* found = nullptr;
@@ -186,7 +197,7 @@ absl::StatusOr<Resolved> Resolve(const Report& report, const ProcessAnalysis* an
     }
   }
   if (request.straggler_to_median) {
-    if (analysis == nullptr || analysis->rank_arrivals.size() < 2) {
+    if (ranks.all == nullptr || ranks.all->size() < 2) {
       return absl::InvalidArgumentError(
           "--straggler-to-median: not a distributed run (give the folder of every rank's trace)");
     }
@@ -195,7 +206,7 @@ absl::StatusOr<Resolved> Resolve(const Report& report, const ProcessAnalysis* an
     } else {
       // None beyond the report's rule: the rank that arrived last most often.
       int64_t most = 0;
-      r.straggler = MostOftenLast(analysis->rank_arrivals, analysis->one_host, &most);
+      r.straggler = MostOftenLast(*ranks.all, ranks.one_host, &most);
       if (r.straggler < 0) {
         return absl::InvalidArgumentError("--straggler-to-median: no collective reached by two ranks");
       }
@@ -204,7 +215,7 @@ absl::StatusOr<Resolved> Resolve(const Report& report, const ProcessAnalysis* an
           "slowest",
           r.straggler, most);
     }
-    if (analysis->rank_arrivals[analysis->rank_index].rank == r.straggler) {
+    if ((*ranks.all)[ranks.index].rank == r.straggler) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "--straggler-to-median: the straggler is rank %d, the rank analyzed; its extra time is its "
           "own host or device time (try --scale-host-wait or --scale-host-busy)",
@@ -278,7 +289,8 @@ absl::Status NoKernelMatches(const WhatIfRequest& request, const Resolved& r, si
 // there; the whole trace is refused that. `typical`: the whole trace's
 // typical delays, for a part (unset: the timeline's own). The callers
 // refuse a trace whose device timing was sampled first (SampledRefusal).
-absl::Status ReplayTimeline(const Report& report, const ProcessAnalysis& analysis, const Resolved& r,
+absl::Status ReplayTimeline(const Report& report, const ProcessAnalysis& analysis, const RankView& ranks,
+                            const Resolved& r,
                             const WhatIfRequest& request, const AnalysisOptions& options, const HostRange& counting,
                             bool part, const std::optional<TypicalDelays>& typical, WhatIf* w, Tally* tally) {
   const Timeline& t = analysis.timeline;
@@ -348,8 +360,14 @@ absl::Status ReplayTimeline(const Report& report, const ProcessAnalysis& analysi
     if (!all && ro.graph_windows.empty()) ro.graph_node_ns = -1;  // a part without those steps
   }
   if (request.straggler_to_median) {
-    ro.start_cut = StragglerCuts(t, analysis.rank_arrivals[analysis.rank_index], analysis.rank_arrivals,
-                                 r.straggler, analysis.one_host, &tally->straggler_moved);
+    ro.start_cut = StragglerCuts(t, (*ranks.all)[ranks.index], *ranks.all, r.straggler, ranks.one_host);
+    tally->straggler_moved = 0;
+    for (size_t o = 0; o < t.ops.size(); ++o) {
+      const DeviceOp& op = t.ops[o];
+      if (ro.start_cut[o] > 0 && counting.Holds(op.call >= 0 ? t.calls[op.call].enter_ns : op.start_ns)) {
+        ++tally->straggler_moved;
+      }
+    }
   }
 
   // Each replayed timeline lives only while it is analyzed (peak memory:
@@ -500,9 +518,9 @@ absl::Status Finish(const Resolved& r, const Tally& tally, const WhatIfRequest& 
 }
 
 // The trace analyzed, by slices where AnalyzePaths reports it so (with
-// `forced`: as `report --stream`; a distributed run's analyzed rank too,
-// unless `whole`), with the synchronizing calls' marks kept for the
-// replay's leader; `whole` filled where it was read whole instead.
+// `forced`: as `report --stream`; a distributed run's analyzed rank too),
+// with the synchronizing calls' marks kept for the replay's leader;
+// `whole` filled where it was read whole instead.
 struct BySlices {
   ProcessAnalysis whole;
   StreamedProcess streamed;
@@ -510,21 +528,22 @@ struct BySlices {
 };
 
 std::unique_ptr<BySlices> AnalyzeBySlices(const std::vector<std::string>& paths, const AnalysisOptions& options,
-                                          bool forced, bool whole = false) {
+                                          bool forced) {
   auto s = std::make_unique<BySlices>();
   AnalysisOptions by_slices = options;
   by_slices.stream = by_slices.stream || forced;
   s->streamed.keep_for_export = true;  // the synchronizing calls' marks, for the leader
   s->streamed.rank_by_slices = true;
-  s->report = AnalyzePaths(paths, by_slices, &s->whole, whole ? nullptr : &s->streamed);
+  s->report = AnalyzePaths(paths, by_slices, &s->whole, &s->streamed);
   return s;
 }
 
 // The part of a trace read by slices that steps [a, b] and one step on
 // either side cover (the device work queued before the first and the
-// host's run-up to it, as the trace had them), changed as the whole
-// reading was (a rank's NCCL waits for the other ranks). The chunks read
-// reach past that span: their device ops outside it whose calls were not read (no
+// host's run-up to it, as the trace had them; for the first step, from
+// the trace's start where that is not more than a window), changed as the
+// whole reading was (a rank's NCCL waits for the other ranks). The chunks
+// read reach past that span: their device ops outside it whose calls were not read (no
 // call of the part submitted them) are dropped, as a replay would leave
 // them at their trace times, among the replayed steps.
 absl::StatusOr<Timeline> ReadPart(const BySlices& s, int a, int b) {
@@ -532,9 +551,23 @@ absl::StatusOr<Timeline> ReadPart(const BySlices& s, int a, int b) {
   const int n = static_cast<int>(report.steps.size());
   const StepStats& before = report.steps[static_cast<size_t>(std::max(a - 1, 0))];
   const StepStats& after = report.steps[static_cast<size_t>(std::min(b + 1, n - 1))];
-  const int64_t lo = std::max<int64_t>(0, std::min(before.host_start_ns, before.start_ns));
+  int64_t lo = std::max<int64_t>(0, std::min(before.host_start_ns, before.start_ns));
   const int64_t hi = std::max(after.host_end_ns, after.end_ns);
   const SliceChunker chunker(s.streamed.index);
+  if (a == 0) {
+    // From the trace's start (the job's start-up, its first collectives
+    // among them), as the whole replay has it, where that holds no more
+    // calls and ops than a window does by default.
+    uint64_t before_first = 0;
+    for (const size_t k : chunker.Chunks(0, static_cast<uint64_t>(lo))) {
+      const ChunkSpan& c = s.streamed.index.chunks[k];
+      if (c.type == static_cast<uint16_t>(trace::ChunkType::kApi) ||
+          c.type == static_cast<uint16_t>(trace::ChunkType::kDevice)) {
+        before_first += c.count;
+      }
+    }
+    if (before_first <= kWindowEvents) lo = 0;
+  }
   auto t = ReadTraceFileChunks(s.streamed.path, s.streamed.index,
                                chunker.Chunks(static_cast<uint64_t>(lo), static_cast<uint64_t>(hi)));
   if (!t.ok()) return t;
@@ -604,7 +637,7 @@ absl::Status PredictPart(const BySlices& s, int a, int b, const Resolved& r, con
     rq.launch_first_step += j0 - a;
     rq.launch_last_step += j0 - a;
   }
-  return ReplayTimeline(*part_report, analysis, r, rq, in_memory, CountingSteps(report, a, b), true, typical, w,
+  return ReplayTimeline(*part_report, analysis, RankView::Of(s.streamed), r, rq, in_memory, CountingSteps(report, a, b), true, typical, w,
                         tally);
 }
 
@@ -636,13 +669,13 @@ int64_t IndexedEvents(const TraceIndex& index) {
 absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& analysis,
                                  const WhatIfRequest& request, const AnalysisOptions& options) {
   if (absl::Status s = SampledRefusal(analysis); !s.ok()) return s;  // first, whatever else is asked
-  auto r = Resolve(report, &analysis, request);
+  auto r = Resolve(report, RankView::Of(analysis), request);
   if (!r.ok()) return r.status();
   WhatIf w;
   w.trace = BaseName(analysis.timeline.path);
   w.baseline = SummarizeSteps(report, request.first_step, request.last_step);
   Tally tally;
-  if (absl::Status s = ReplayTimeline(report, analysis, *r, request, options, HostRange{}, false, std::nullopt, &w,
+  if (absl::Status s = ReplayTimeline(report, analysis, RankView::Of(analysis), *r, request, options, HostRange{}, false, std::nullopt, &w,
                                       &tally);
       !s.ok()) {
     return s;
@@ -653,9 +686,6 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
 
 absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, int first, int last,
                                         WhatIfRequest request, const AnalysisOptions& options) {
-  if (request.straggler_to_median) {
-    return absl::InvalidArgumentError("--steps: --straggler-to-median needs the whole run (leave out --steps)");
-  }
   const auto s = AnalyzeBySlices(paths, options, /*forced=*/true);
   if (!s->report.ok()) return s->report.status();
   const Report& report = *s->report;
@@ -677,7 +707,7 @@ absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, i
     return w;
   }
   if (absl::Status st = SampledRefusal(s->streamed.path, s->streamed.plan); !st.ok()) return st;
-  auto r = Resolve(report, nullptr, request);
+  auto r = Resolve(report, RankView::Of(s->streamed), request);
   if (!r.ok()) return r.status();
   WhatIf w;
   w.trace = BaseName(s->streamed.path);
@@ -699,18 +729,16 @@ absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, i
 absl::StatusOr<WhatIf> RunWhatIfByWindows(const std::vector<std::string>& paths, const WhatIfRequest& request,
                                           const AnalysisOptions& options,
                                           const std::function<void(uint64_t, uint64_t)>& progress) {
-  // --straggler-to-median moves the analyzed rank's collectives by every
-  // rank's arrivals: the whole run is read.
-  const auto s = AnalyzeBySlices(paths, options, /*forced=*/false, /*whole=*/request.straggler_to_median);
+  const auto s = AnalyzeBySlices(paths, options, /*forced=*/false);
   if (!s->report.ok()) return s->report.status();
   const Report& report = *s->report;
   const int n = static_cast<int>(report.steps.size());
   // Read whole: a trace under --stream-above (without --stream), several
-  // traces that are not a distributed run's ranks, a trace that cannot be
-  // read by slices, or a distributed run with --straggler-to-median.
+  // traces that are not a distributed run's ranks, or a trace that cannot
+  // be read by slices.
   if (!s->streamed.used || n == 0) return RunWhatIf(report, s->whole, request, options);
   if (absl::Status st = SampledRefusal(s->streamed.path, s->streamed.plan); !st.ok()) return st;
-  auto r = Resolve(report, nullptr, request);
+  auto r = Resolve(report, RankView::Of(s->streamed), request);
   if (!r.ok()) return r.status();
   const int per = static_cast<int>(std::max<size_t>(
       1, options.window_steps > 0 ? options.window_steps : s->streamed.analysis.steps_per_window));

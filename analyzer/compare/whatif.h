@@ -107,9 +107,8 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
 // other ranks (StreamedProcess::adjust: from every rank's arrivals, taken
 // from each rank's file once). A trace that cannot be read by slices is
 // read whole, and the whole replay's steps summarized. InvalidArgument
-// for steps the trace does not have, --straggler-to-median (it moves the
-// collectives by every rank's arrivals: the whole run) and steps that the
-// part's own analysis does not find at the trace's times.
+// for steps the trace does not have and steps that the part's own
+// analysis does not find at the trace's times.
 absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, int first, int last,
                                         WhatIfRequest request, const AnalysisOptions& options);
 
@@ -126,10 +125,10 @@ absl::StatusOr<WhatIf> RunWhatIfOnSteps(const std::vector<std::string>& paths, i
 // first step and after the last is not replayed); each transformation's
 // count adds up its windows' (each over its own steps). A distributed
 // run's analyzed rank is predicted so too, each part with its NCCL waits
-// (as RunWhatIfOnSteps). A trace under the limit, several traces that are
-// not a distributed run's ranks, a trace that cannot be read by slices,
-// and a distributed run with --straggler-to-median are read whole and
-// replayed as RunWhatIf does.
+// (as RunWhatIfOnSteps), its collectives moved by every rank's arrivals
+// with --straggler-to-median. A trace under the limit, several traces
+// that are not a distributed run's ranks and a trace that cannot be read
+// by slices are read whole and replayed as RunWhatIf does.
 // `progress` (optional): before the first window and after each window
 // of either pass, the windows done and twice their number
 // (options.progress says how the report by slices goes).

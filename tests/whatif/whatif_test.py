@@ -43,8 +43,9 @@ compares:
   --window-steps N`, each window from its part of the file): its predicted
   mean step and idle against the changed run's, with the whole prediction's
   allowances.
-  Neither for --straggler-to-median (it moves a rank's collectives by every
-  rank's arrivals: whatif reads the whole run).
+- for --straggler-to-median (a distributed run), every step predicted by
+  windows of a sixth of the steps, rank 0 read by slices: the whole run's
+  replay's steps, step by step.
 
     whatif_test.py --build DIR --case NAME     (whatif_test.py --list)
 """
@@ -415,27 +416,28 @@ def compare(build, work, base_args, changed_args, transform, program=TrainLoop()
               f"whatif --steps {first}-{last}: predicted {part['predicted']['mean_step_ns']:.0f} ns, measured "
               f"{measured_part:.0f} ns: error {100 * error_part:+.2f}% (allowed 3% + "
               f"{100 * allowance_part:.2f}%)")
-        # Every step again, by windows of a sixth of the steps, each from
-        # its part of the file (as a trace past --stream-above is).
-        per = STEPS // 6
-        win = json.loads(stallscope(build, ["whatif", base, "--format", "json", "--stream", "--window-steps",
-                                            str(per)] + transform))
-        check(win.get("windows", {}).get("count") == 6 and len(win["predicted"]["step_ns"]) == STEPS,
-              f"whatif by windows: {win.get('windows')}, {len(win['predicted']['step_ns'])} steps")
-        check(win["baseline"]["step_ns"] == w["baseline"]["step_ns"],
-              "whatif by windows: the baseline's steps are not the trace's")
-        error_win = (win["predicted"]["mean_step_ns"] - measured) / measured
-        idle_error_win = (win["predicted"]["gpu_idle_ns"] / STEPS - mean_idle(changed_report)) / measured
-        print(f"by {per}-step windows ({win['windows']['largest_calls_and_ops_read']} calls and ops read at most "
-              f"at once, of {win['steps']['calls_and_ops']}): predicted {win['predicted']['mean_step_ns'] / 1e3:.1f} "
-              f"us (whole {predicted / 1e3:.1f} us): error {100 * error_win:+.2f}%; idle per step error "
-              f"{100 * idle_error_win:+.2f}% of the step")
-        check(abs(error_win) <= 0.03 + allowance,
-              f"whatif by windows: predicted {win['predicted']['mean_step_ns']:.0f} ns, measured {measured:.0f} ns: "
-              f"error {100 * error_win:+.2f}% (allowed 3% + {100 * allowance:.2f}%)")
-        check(abs(idle_error_win) <= 0.05 + allowance,
-              f"whatif by windows: predicted idle per step off by {100 * idle_error_win:+.2f}% of the step "
-              f"(allowed 5% + {100 * allowance:.2f}%)")
+    # Every step again, by windows of a sixth of the steps, each from its
+    # part of the file (as a trace past --stream-above is); a distributed
+    # run's analyzed rank too.
+    per = STEPS // 6
+    win = json.loads(stallscope(build, ["whatif", base, "--format", "json", "--stream", "--window-steps",
+                                        str(per)] + transform))
+    check(win.get("windows", {}).get("count") == 6 and len(win["predicted"]["step_ns"]) == STEPS,
+          f"whatif by windows: {win.get('windows')}, {len(win['predicted']['step_ns'])} steps")
+    check(win["baseline"]["step_ns"] == w["baseline"]["step_ns"],
+          "whatif by windows: the baseline's steps are not the trace's")
+    error_win = (win["predicted"]["mean_step_ns"] - measured) / measured
+    idle_error_win = (win["predicted"]["gpu_idle_ns"] / STEPS - mean_idle(changed_report)) / measured
+    print(f"by {per}-step windows ({win['windows']['largest_calls_and_ops_read']} calls and ops read at most "
+          f"at once, of {win['steps']['calls_and_ops']}): predicted {win['predicted']['mean_step_ns'] / 1e3:.1f} "
+          f"us (whole {predicted / 1e3:.1f} us): error {100 * error_win:+.2f}%; idle per step error "
+          f"{100 * idle_error_win:+.2f}% of the step")
+    check(abs(error_win) <= 0.03 + allowance,
+          f"whatif by windows: predicted {win['predicted']['mean_step_ns']:.0f} ns, measured {measured:.0f} ns: "
+          f"error {100 * error_win:+.2f}% (allowed 3% + {100 * allowance:.2f}%)")
+    check(abs(idle_error_win) <= 0.05 + allowance,
+          f"whatif by windows: predicted idle per step off by {100 * idle_error_win:+.2f}% of the step "
+          f"(allowed 5% + {100 * allowance:.2f}%)")
     return w
 
 
@@ -672,6 +674,25 @@ def straggler(build, work, program):
     check(abs(error) <= 0.03 + allowance,
           f"predicted {predicted:.0f} ns, measured {measured:.0f} ns: error {100 * error:+.2f}% "
           f"(allowed 3% + {100 * allowance:.2f}% for the machine); {w['headline']}")
+    # Every step again, by windows of a sixth of the steps, rank 0 read by
+    # slices, each window's part with its NCCL waits for the other ranks
+    # and its collectives moved as the whole run's replay moves them: the
+    # same steps as the whole run's replay, step by step.
+    per = steps // 6
+    win = json.loads(stallscope(build, ["whatif", base, "--format", "json", "--stream", "--window-steps", str(per),
+                                        "--straggler-to-median"]))
+    differ = sum(a != b for a, b in zip(win["predicted"]["step_ns"], w["predicted"]["step_ns"]))
+    print(f"by {per}-step windows ({win.get('windows', {}).get('largest_calls_and_ops_read')} calls and ops read at "
+          f"most at once): predicted {win['predicted']['mean_step_ns'] / 1e3:.1f} us; {differ} of "
+          f"{len(w['predicted']['step_ns'])} steps differ from the whole run's replay" +
+          "".join(f"; step {k}: {a} against {b} ns" for k, (a, b) in
+                  enumerate(zip(win["predicted"]["step_ns"], w["predicted"]["step_ns"])) if a != b))
+    n = len(w["predicted"]["step_ns"])
+    check(win.get("windows", {}).get("count") == (n + per - 1) // per, f"whatif by windows: {win.get('windows')}")
+    check(win["predicted"]["step_ns"] == w["predicted"]["step_ns"]
+          and win["transformations"] == w["transformations"],
+          f"whatif by windows: {differ} predicted steps differ from the whole run's replay; transformations "
+          f"{win['transformations']} against {w['transformations']}")
 
 
 def case_straggler(build, work):
