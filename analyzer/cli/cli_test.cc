@@ -793,16 +793,29 @@ std::string WriteJitteredSteps(const std::string& dir, bool markers) {
   return trace;
 }
 
-// `steps` steps of a loop that synchronizes in its first ten steps only,
-// launching on its own thread (1) and a helper thread making more calls
-// (2, as PyTorch's autograd thread), in chunks of 64 records.
-testing::TraceBuilder HelperThreadLoop(int steps) {
+// `steps` marked steps of a loop, in chunks of 64 records: step k's calls
+// written by `step(b, api, k, &t)` from host time t (its range's start)
+// on, t left at its end (what carries from step to step, the caller's).
+template <typename Step>
+testing::TraceBuilder MarkedLoop(int steps, Step step) {
   testing::TraceBuilder b;
   const auto api = testing::AddStandardApis(&b);
   b.SetChunkRecords(64);
   int64_t t = 1'000'000'000;
   for (int k = 0; k < steps; ++k) {
-    const int64_t step = t;
+    const int64_t start = t;
+    step(b, api, k, &t);
+    b.Range(1, start, t, "step");
+  }
+  return b;
+}
+
+// `steps` steps of a loop that synchronizes in its first ten steps only,
+// launching on its own thread (1) and a helper thread making more calls
+// (2, as PyTorch's autograd thread).
+testing::TraceBuilder HelperThreadLoop(int steps) {
+  return MarkedLoop(steps, [](testing::TraceBuilder& b, const testing::Apis& api, int k, int64_t* tp) {
+    int64_t& t = *tp;
     t += 300 * testing::kUs + (k % 5) * 40 * testing::kUs;  // the input
     int64_t d = t;
     for (int i = 0; i < 10; ++i, t += 6 * testing::kUs) {
@@ -815,23 +828,17 @@ testing::TraceBuilder HelperThreadLoop(int steps) {
     }
     if (k < 10) b.Call(1, api.sync, t, d + 5 * testing::kUs);
     t = std::max(t, d + 5 * testing::kUs) + 10 * testing::kUs;
-    b.Range(1, step, t, "step");
-  }
-  return b;
+  });
 }
 
 // `steps` steps of a loop whose device queues its launches (kernels of
 // 20 us launched 6 us apart, then a synchronize), with the first launch of
 // a step starting after a launch latency that grows from about 5 us in
 // the first half of the steps to about 14 us in the second (a driver or
-// clock change mid-run), in chunks of 64 records.
+// clock change mid-run).
 testing::TraceBuilder ShiftingLatencyLoop(int steps) {
-  testing::TraceBuilder b;
-  const auto api = testing::AddStandardApis(&b);
-  b.SetChunkRecords(64);
-  int64_t t = 1'000'000'000;
-  for (int k = 0; k < steps; ++k) {
-    const int64_t step = t;
+  return MarkedLoop(steps, [steps](testing::TraceBuilder& b, const testing::Apis& api, int k, int64_t* tp) {
+    int64_t& t = *tp;
     t += 200 * testing::kUs;  // the input
     const int64_t latency = (k < steps / 2 ? 5 : 14) * testing::kUs + (k * 7919 % 13) * 100;
     int64_t d = 0;
@@ -842,23 +849,18 @@ testing::TraceBuilder ShiftingLatencyLoop(int steps) {
     }
     b.Call(1, api.sync, t, d + 5 * testing::kUs);
     t = d + 5 * testing::kUs + 10 * testing::kUs;
-    b.Range(1, step, t, "step");
-  }
-  return b;
+  });
 }
 
 // `steps` steps of a loop that waits for the device every 40th step only
 // (a logged loss): 10 launches of 8 us kernels, 5 us apart after 50 us of
-// input, and at every 40th step's end a synchronize, in chunks of 64
-// records. The host sets the pace; kernels made twice as long, the device
-// does, and its queue grows from one synchronize to the next.
+// input, and at every 40th step's end a synchronize. The host sets the
+// pace; kernels made twice as long, the device does, and its queue grows
+// from one synchronize to the next.
 testing::TraceBuilder PeriodicSyncLoop(int steps) {
-  testing::TraceBuilder b;
-  const auto api = testing::AddStandardApis(&b);
-  b.SetChunkRecords(64);
-  int64_t t = 1'000'000'000, d = 0;
-  for (int k = 0; k < steps; ++k) {
-    const int64_t step = t;
+  int64_t d = 0;  // the device's last op end, across steps
+  return MarkedLoop(steps, [&d](testing::TraceBuilder& b, const testing::Apis& api, int k, int64_t* tp) {
+    int64_t& t = *tp;
     t += 50 * testing::kUs;  // the input
     for (int i = 0; i < 10; ++i, t += 5 * testing::kUs) {
       const int64_t start = std::max(d + 1000, t + 4 * testing::kUs);
@@ -870,9 +872,7 @@ testing::TraceBuilder PeriodicSyncLoop(int steps) {
       t = std::max(t, d) + 5 * testing::kUs;
     }
     t += 5 * testing::kUs;
-    b.Range(1, step, t, "step");
-  }
-  return b;
+  });
 }
 
 // Guards `whatif --steps`: steps predicted from the part of the trace they
@@ -1119,7 +1119,8 @@ TEST_CASE("whatif by windows predicts every step as the whole replay does", "[cl
     CHECK(w["transformations"][0]["changed"] == 120);
     const auto p = json("'" + ranks + "' --steps 50-69 --straggler-to-median");
     const auto& all = whole["predicted"]["step_ns"];
-    CHECK(p["predicted"]["step_ns"] == nlohmann::json(std::vector<nlohmann::json>(all.begin() + 50, all.begin() + 70)));
+    CHECK(p["predicted"]["step_ns"] ==
+          nlohmann::json(std::vector<nlohmann::json>(all.begin() + 50, all.begin() + 70)));
     CHECK(p["transformations"][0]["changed"] == 20);
     CHECK(w["predicted"]["mean_step_ns"].get<int64_t>() < w["baseline"]["mean_step_ns"].get<int64_t>());
   }

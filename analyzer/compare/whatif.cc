@@ -286,13 +286,14 @@ absl::Status NoKernelMatches(const WhatIfRequest& request, const Resolved& r, si
 // (steps request.first_step..last_step), and tallies what changed among
 // the calls `counting` holds. A part of the trace (`part`) may hold no
 // blocked call of a site and none of the --launch-steps: nothing changes
-// there; the whole trace is refused that. `typical`: the whole trace's
-// typical delays, for a part (unset: the timeline's own). The callers
-// refuse a trace whose device timing was sampled first (SampledRefusal).
+// there; the whole trace is refused that. `ranks`: a distributed run's,
+// for --straggler-to-median. `typical`: the whole trace's typical delays,
+// for a part (unset: the timeline's own). The callers refuse a trace
+// whose device timing was sampled first (SampledRefusal).
 absl::Status ReplayTimeline(const Report& report, const ProcessAnalysis& analysis, const RankView& ranks,
-                            const Resolved& r,
-                            const WhatIfRequest& request, const AnalysisOptions& options, const HostRange& counting,
-                            bool part, const std::optional<TypicalDelays>& typical, WhatIf* w, Tally* tally) {
+                            const Resolved& r, const WhatIfRequest& request, const AnalysisOptions& options,
+                            const HostRange& counting, bool part, const std::optional<TypicalDelays>& typical,
+                            WhatIf* w, Tally* tally) {
   const Timeline& t = analysis.timeline;
   const int first = request.first_step, last = request.last_step;
   ReplayOptions ro;
@@ -543,9 +544,9 @@ std::unique_ptr<BySlices> AnalyzeBySlices(const std::vector<std::string>& paths,
 // host's run-up to it, as the trace had them; for the first step, from
 // the trace's start where that is not more than a window), changed as the
 // whole reading was (a rank's NCCL waits for the other ranks). The chunks
-// read reach past that span: their device ops outside it whose calls were not read (no
-// call of the part submitted them) are dropped, as a replay would leave
-// them at their trace times, among the replayed steps.
+// read reach past that span: their device ops outside it whose calls were
+// not read (no call of the part submitted them) are dropped, as a replay
+// would leave them at their trace times, among the replayed steps.
 absl::StatusOr<Timeline> ReadPart(const BySlices& s, int a, int b) {
   const Report& report = *s.report;
   const int n = static_cast<int>(report.steps.size());
@@ -637,8 +638,8 @@ absl::Status PredictPart(const BySlices& s, int a, int b, const Resolved& r, con
     rq.launch_first_step += j0 - a;
     rq.launch_last_step += j0 - a;
   }
-  return ReplayTimeline(*part_report, analysis, RankView::Of(s.streamed), r, rq, in_memory, CountingSteps(report, a, b), true, typical, w,
-                        tally);
+  return ReplayTimeline(*part_report, analysis, RankView::Of(s.streamed), r, rq, in_memory,
+                        CountingSteps(report, a, b), true, typical, w, tally);
 }
 
 // Adds the steps of `s` (a window's) to `all`, after the windows' before
@@ -675,8 +676,8 @@ absl::StatusOr<WhatIf> RunWhatIf(const Report& report, const ProcessAnalysis& an
   w.trace = BaseName(analysis.timeline.path);
   w.baseline = SummarizeSteps(report, request.first_step, request.last_step);
   Tally tally;
-  if (absl::Status s = ReplayTimeline(report, analysis, RankView::Of(analysis), *r, request, options, HostRange{}, false, std::nullopt, &w,
-                                      &tally);
+  if (absl::Status s = ReplayTimeline(report, analysis, RankView::Of(analysis), *r, request, options,
+                                      HostRange{}, false, std::nullopt, &w, &tally);
       !s.ok()) {
     return s;
   }
