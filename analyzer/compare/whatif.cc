@@ -301,6 +301,12 @@ absl::Status ReplayTimeline(const Report& report, const ProcessAnalysis& analysi
   ro.leader = request.leader;
   ro.counted = counting;
   ro.typical = typical;
+  // Whether what changed op o is counted: by its submitting call (as the
+  // replay counts), else by its start.
+  auto op_counted = [&](size_t o) {
+    const DeviceOp& op = t.ops[o];
+    return counting.Holds(op.call >= 0 ? t.calls[op.call].enter_ns : op.start_ns);
+  };
   tally->removed.assign(r.fingerprints.size(), 0);
   if (!r.fingerprints.empty()) {
     ro.remove_wait.assign(t.calls.size(), false);
@@ -338,7 +344,7 @@ absl::Status ReplayTimeline(const Report& report, const ProcessAnalysis& analysi
       }
       if (it->second >= 0) {
         ro.op_scale[o] = r.kernel_scales[it->second].second;
-        if (counting.Holds(op.call >= 0 ? t.calls[op.call].enter_ns : op.start_ns)) ++tally->kernels[it->second];
+        if (op_counted(o)) ++tally->kernels[it->second];
       }
     }
     for (size_t k = 0; k < r.kernel_scales.size() && !part; ++k) {
@@ -363,12 +369,7 @@ absl::Status ReplayTimeline(const Report& report, const ProcessAnalysis& analysi
   if (request.straggler_to_median) {
     ro.start_cut = StragglerCuts(t, (*ranks.all)[ranks.index], *ranks.all, r.straggler, ranks.one_host);
     tally->straggler_moved = 0;
-    for (size_t o = 0; o < t.ops.size(); ++o) {
-      const DeviceOp& op = t.ops[o];
-      if (ro.start_cut[o] > 0 && counting.Holds(op.call >= 0 ? t.calls[op.call].enter_ns : op.start_ns)) {
-        ++tally->straggler_moved;
-      }
-    }
+    for (size_t o = 0; o < t.ops.size(); ++o) tally->straggler_moved += ro.start_cut[o] > 0 && op_counted(o);
   }
 
   // Each replayed timeline lives only while it is analyzed (peak memory:
