@@ -21,6 +21,7 @@
 #include <cupti_activity.h>
 
 #include "clock.h"
+#include "fast_unwind.h"
 #include "recorder.h"
 
 namespace stallscope {
@@ -238,7 +239,7 @@ std::vector<std::string> CandidatePaths() {
     AddUnique(&dirs, std::string(home) + "/lib64");
   }
   std::vector<std::string> sites;
-  dl_iterate_phdr(LoadedModuleCallback, &sites);
+  recorder::WalkModules(LoadedModuleCallback, &sites);
   char exe[4096];
   if (ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1); n > 0) {
     // .../venv/bin/python3 -> .../venv

@@ -413,6 +413,21 @@ const Rule& Lookup(UnwindRules* r, uint64_t pc, bool exact) {
 
 }  // namespace
 
+namespace {
+pthread_mutex_t g_walk_mu = PTHREAD_MUTEX_INITIALIZER;
+}  // namespace
+
+int WalkModules(int (*callback)(dl_phdr_info*, size_t, void*), void* arg) {
+  pthread_mutex_lock(&g_walk_mu);
+  const int r = dl_iterate_phdr(callback, arg);
+  pthread_mutex_unlock(&g_walk_mu);
+  return r;
+}
+
+void HoldModuleWalks() { pthread_mutex_lock(&g_walk_mu); }
+
+void ReleaseModuleWalks() { pthread_mutex_unlock(&g_walk_mu); }
+
 __attribute__((noinline)) int LibgccBacktrace(uint64_t* pcs, int max, int skip, bool (*stop)(uint64_t)) {
   Collect c{pcs, max, skip, 0, 0, stop};
   _Unwind_Backtrace(CollectFrame, &c);
@@ -424,7 +439,7 @@ __attribute__((noinline, no_sanitize("address"))) int FastBacktrace(UnwindRules*
   uint64_t ip, sp, bp;
   asm volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2" : "=r"(ip), "=r"(sp), "=r"(bp));
   unsigned long long subs = 0;
-  dl_iterate_phdr(CountUnloads, &subs);
+  WalkModules(CountUnloads, &subs);
   UnwindRules* r = *rules;
   if (r == nullptr) {
     void* mem = malloc(sizeof(UnwindRules));

@@ -10,9 +10,22 @@
 // whole stack to libgcc, so the answer is always libgcc's.
 #pragma once
 
+#include <link.h>
+
 #include <cstdint>
 
 namespace stallscope::recorder {
+
+// Every walk of the loaded modules (dl_iterate_phdr) that the library makes
+// goes through WalkModules, under a lock that fork's prepare handler holds
+// across the fork (HoldModuleWalks, then ReleaseModuleWalks in the parent and
+// the child). glibc 2.36's fork does not reset the loader's lock that
+// dl_iterate_phdr holds: a fork while another thread walked left the child's
+// first walk (its writer's module scan, its first blocking call's unwind)
+// blocked forever (robustness_fork_storm).
+int WalkModules(int (*callback)(dl_phdr_info*, size_t, void*), void* arg);
+void HoldModuleWalks();
+void ReleaseModuleWalks();
 
 // One thread's cache of rules (allocated at its first walk).
 struct UnwindRules;

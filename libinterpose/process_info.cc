@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "fast_unwind.h"
 #include "trace_codec.h"
 
 namespace stallscope::recorder {
@@ -142,13 +143,13 @@ int OpenTraceFile(const trace::RankRecord& rank, uint32_t pid) {
 
 ModuleScan ScanModules() {
   ModuleScan scan;
-  dl_iterate_phdr(ModuleCallback, &scan);
+  WalkModules(ModuleCallback, &scan);
   return scan;
 }
 
 unsigned long long ModuleGeneration() {
   unsigned long long generation = 0;
-  dl_iterate_phdr(
+  WalkModules(
       [](dl_phdr_info* info, size_t size, void* arg) {
         *static_cast<unsigned long long*>(arg) = Generation(info, size);
         return 1;  // every entry carries the same counts

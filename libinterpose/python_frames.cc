@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <cstdio>
 
+#include "fast_unwind.h"
 #include "recorder.h"
 
 namespace stallscope {
@@ -187,7 +188,7 @@ void FindInterpreterRange(void* symbol) {
   struct Match {
     uintptr_t base, lo = ~uintptr_t{0}, hi = 0;
   } m{reinterpret_cast<uintptr_t>(info.dli_fbase)};
-  dl_iterate_phdr(
+  recorder::WalkModules(
       [](dl_phdr_info* pi, size_t, void* arg) {
         auto* m = static_cast<Match*>(arg);
         uintptr_t lo = ~uintptr_t{0}, hi = 0;

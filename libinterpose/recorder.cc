@@ -995,12 +995,16 @@ void RegisterThread(ThreadState& ts) {
 // file at its first CUDA call (before, it never recorded). Prepare never
 // waits for a start-up: start-up loads CUPTI, whose libraries may register
 // fork handlers, which the C library serializes against a fork in progress.
+// The module walks' lock is taken last: a thread holding g_write_mu (the
+// writer's module scan) may be waiting for it, while no walk waits for ours.
 void AtForkPrepare() {
   pthread_mutex_lock(&g_write_mu);
   pthread_mutex_lock(&g_mu);
+  HoldModuleWalks();
 }
 
 void AtForkParent() {
+  ReleaseModuleWalks();
   pthread_mutex_unlock(&g_mu);
   pthread_mutex_unlock(&g_write_mu);
 }
@@ -1012,6 +1016,7 @@ void AtForkParent() {
 // parent; a cupti_unavailable diagnostic says so). A child that never calls
 // CUDA writes nothing; one that ends in _exit leaves what its writer drained.
 void AtForkChild() {
+  ReleaseModuleWalks();  // no walk was in progress at the fork
   // Recording stays possible in the child unless it was disabled: a parent
   // that had not started yet leaves a child that starts its own file at its
   // first CUDA call.

@@ -9,7 +9,9 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -370,6 +372,45 @@ TEST_CASE("the module scan finds this program with its build id", "[recorder][mo
   CHECK(unloaded != loaded.generation);
   CHECK(unloaded != scan.generation);
   CHECK(rec::ScanModules().generation == unloaded);
+}
+
+// glibc 2.36's fork leaves the loader's dl_iterate_phdr lock as it was: a
+// fork while another thread walked the modules used to leave the child's
+// walk blocked forever (robustness_fork_storm, about three forks in four
+// with a thread walking in a loop). Each child walks under an alarm and
+// reports by its exit status.
+TEST_CASE("a fork while another thread walks the modules leaves the child free to walk them",
+          "[recorder][modules][fork]") {
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> walks{0};
+  std::thread walker([&] {
+    while (!stop.load()) {
+      (void)rec::ModuleGeneration();
+      walks.fetch_add(1);
+    }
+  });
+  while (walks.load() < 10) std::this_thread::yield();
+  int blocked = 0, done = 0;
+  for (int i = 0; i < 40; ++i) {
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      alarm(5);
+      const rec::ModuleScan scan = rec::ScanModules();
+      _exit(scan.count > 0 ? 0 : 1);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
+      ++blocked;
+      break;  // one is enough to fail
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) ++done;
+  }
+  stop.store(true);
+  walker.join();
+  CHECK(blocked == 0);
+  CHECK(done == 40);
 }
 
 TEST_CASE("the ring window and the regression trigger parse as documented", "[recorder][ring]") {
