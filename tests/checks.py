@@ -80,36 +80,46 @@ def check_windowed_report(exe, trace, whole):
                              (["--no-predict", "--stream", "--window-steps", "2"], no_predict, "json"),
                              (["--no-predict", "--stream", "--window-steps", "2"], html, "html")):
         check_same_bytes(f"report --format {fmt} " + " ".join(flags), report(flags, fmt), "the whole report", want)
-    # The Perfetto export from the file by slices (or, where it cannot be
-    # made so, read whole): the whole reading's events, in another order,
-    # and the rest the same.
+    check_same_exports(exe, trace, ["--no-predict"], ["--no-predict", "--stream", "--window-steps", "2"])
+
+
+def check_same_exports(exe, path, whole_flags, sliced_flags, env=None):
+    """The Perfetto export and the SQLite database of `path` with
+    `sliced_flags` (from the file by slices, or, where they cannot be made
+    so, read whole) are those with `whole_flags`: the same events, in
+    another order, and the rest of the document the same; the same rows,
+    ids included."""
     import json
-    exports = [json.loads(report(flags, "perfetto")) for flags in
-               (["--no-predict"], ["--no-predict", "--stream", "--window-steps", "2"])]
-    events = [sorted(json.dumps(e, sort_keys=True) for e in x.pop("traceEvents")) for x in exports]
-    check(events[0] == events[1], f"report --format perfetto --stream: {len(events[1])} events, "
-          f"{len(set(events[1]) ^ set(events[0]))} differ from the whole reading's {len(events[0])}")
-    check(exports[0] == exports[1], "report --format perfetto --stream: the header differs from the whole reading's")
-    # The SQLite database from the file by slices (or, where it cannot be
-    # written so, read whole): the whole reading's rows, ids included.
     import os
     import sqlite3
+    import subprocess
     import tempfile
+    what = f"of {path} with {' '.join(sliced_flags)}"
+
+    def run(flags, fmt, out=None):
+        p = subprocess.run([exe, "report", path, "--format", fmt] + (["-o", out] if out else []) + flags,
+                           env=env, capture_output=True, text=True, timeout=300)
+        check(p.returncode == 0, f"report --format {fmt} {' '.join(flags)} exited {p.returncode}: {p.stderr[-2000:]}")
+        return p.stdout
+
+    exports = [json.loads(run(flags, "perfetto")) for flags in (whole_flags, sliced_flags)]
+    events = [sorted(json.dumps(e, sort_keys=True) for e in x.pop("traceEvents")) for x in exports]
+    check(events[0] == events[1], f"report --format perfetto {what}: {len(events[1])} events, "
+          f"{len(set(events[1]) ^ set(events[0]))} differ from the whole reading's {len(events[0])}")
+    check(exports[0] == exports[1], f"report --format perfetto {what}: the header differs from the whole reading's")
     with tempfile.TemporaryDirectory() as d:
         tables = []
-        for i, flags in enumerate((["--no-predict"], ["--no-predict", "--stream", "--window-steps", "2"])):
+        for i, flags in enumerate((whole_flags, sliced_flags)):
             out = os.path.join(d, f"{i}.db")
-            p = subprocess.run([exe, "report", trace, "--format", "sqlite", "-o", out] + flags,
-                               capture_output=True, text=True, timeout=300)
-            check(p.returncode == 0, f"report --format sqlite {' '.join(flags)} exited {p.returncode}: {p.stderr[-2000:]}")
+            run(flags, "sqlite", out)
             con = sqlite3.connect(out)
             names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
             tables.append({n: sorted(repr(r) for r in con.execute(f"SELECT * FROM {n}")) for n in names})
             con.close()
-        check(sorted(tables[1]) == sorted(tables[0]), "report --format sqlite --stream: not the whole reading's tables")
+        check(sorted(tables[1]) == sorted(tables[0]), f"report --format sqlite {what}: not the whole reading's tables")
         for n, rows in tables[0].items():
             got = tables[1].get(n, [])
-            check(got == rows, f"report --format sqlite --stream: table {n}: {len(got)} rows, "
+            check(got == rows, f"report --format sqlite {what}: table {n}: {len(got)} rows, "
                   f"{len(set(got) ^ set(rows))} differ from the whole reading's {len(rows)}")
 
 
@@ -121,7 +131,8 @@ def check_folder_one_at_a_time(exe, folder, whole, env=None):
     (the default report's, the folder held whole) byte for byte, and its
     HTML page the held folder's; and so without predictions (a trace too
     small to predict goes by slices only then). A folder of one trace is
-    left to check_windowed_report."""
+    left to check_windowed_report. Its Perfetto export and SQLite database
+    are the held folder's too (check_same_exports)."""
     import glob
     import os
     import subprocess
@@ -141,6 +152,9 @@ def check_folder_one_at_a_time(exe, folder, whole, env=None):
                              ("html", ["--no-predict"], report(["--no-predict"], "html"))):
         check_same_bytes(f"report --format {fmt} {' '.join(flags)} --stream-above 0 of {folder}",
                          report(flags + ["--stream-above", "0"], fmt), "the folder held whole", want)
+    # The exports: a distributed run's analyzed rank by slices, its NCCL
+    # waits applied to each slice.
+    check_same_exports(exe, folder, ["--no-predict"], ["--no-predict", "--stream-above", "0"], env)
 
 
 def check_chunk_index(exe, trace):

@@ -119,9 +119,10 @@ struct StreamedProcess {
   // reading's timeline says of its NVTX ranges, and the chunks every slice
   // reads (StreamOptions::keep_gaps, keep_call_marks).
   bool keep_for_export = false;
-  // Asked by the caller (whatif): the analyzed rank of a distributed run
-  // read by slices too, its NCCL waits applied to each slice and kept in
-  // `adjust` for the parts the caller reads; else it is read whole.
+  // Asked by the caller (whatif; report's Perfetto and SQLite exports):
+  // the analyzed rank of a distributed run read by slices too, its NCCL
+  // waits applied to each slice and kept in `adjust` for the parts the
+  // caller reads; else it is read whole.
   bool rank_by_slices = false;
   StreamedAnalysis analysis;  // (with keep_for_export) what the slices gave
   std::shared_ptr<GapSpill> gaps;  // (with keep_for_export) every idle gap

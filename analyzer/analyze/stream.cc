@@ -102,7 +102,8 @@ absl::Status ForEachOpSlice(SliceReader* reader, const TraceIndex& index, size_t
 
 absl::Status ForEachCallSlice(SliceReader* reader, const TraceIndex& index, size_t chunks_per_slice,
                               const std::function<absl::Status(const Timeline&, int64_t, int64_t)>& fn,
-                              const std::function<void(uint64_t, uint64_t)>& progress) {
+                              const std::function<void(uint64_t, uint64_t)>& progress,
+                              const std::function<void(Timeline*)>& adjust) {
   std::vector<size_t> nccl;
   for (size_t i = 0; i < index.chunks.size(); ++i) {
     if (IsType(index.chunks[i], trace::ChunkType::kNccl) && index.chunks[i].count > 0) nccl.push_back(i);
@@ -124,6 +125,7 @@ absl::Status ForEachCallSlice(SliceReader* reader, const TraceIndex& index, size
     std::set_union(chunks.begin(), chunks.end(), args.begin(), args.end(), std::back_inserter(both));
     auto t = reader->Read(both);
     if (!t.ok()) return t.status();
+    if (adjust) adjust(&*t);
     if (progress) progress(++done, tiles.size());
     absl::Status s = fn(*t, lo, hi);
     if (!s.ok()) return s;

@@ -305,8 +305,12 @@ class CallMarks {
 // first slice's `from` and the last's `to` the farthest times, so that
 // every NCCL argument is some slice's).
 // `progress` (optional): slices read and how many in all, first with none.
+// `adjust` (optional): done to each slice before fn sees it, what the whole
+// reading changes after reading (StreamedProcess::adjust: a distributed
+// run's rank, its NCCL waits).
 absl::Status ForEachCallSlice(SliceReader* reader, const TraceIndex& index, size_t chunks_per_slice,
                               const std::function<absl::Status(const Timeline&, int64_t, int64_t)>& fn,
-                              const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
+                              const std::function<void(uint64_t, uint64_t)>& progress = nullptr,
+                              const std::function<void(Timeline*)>& adjust = nullptr);
 
 }  // namespace stallscope::analyzer

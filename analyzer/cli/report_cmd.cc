@@ -121,6 +121,10 @@ int WriteReport(std::string_view command, const std::vector<std::string>& inputs
   StreamedProcess streamed;
   streamed.idle_columns = kHtmlStripColumns;
   streamed.keep_for_export = fmt.export_from_file != nullptr;
+  // A distributed run's analyzed rank too: the exports apply its NCCL
+  // waits to each slice they read (not the HTML page, whose slices of ops
+  // hold no calls to find them by).
+  streamed.rank_by_slices = fmt.export_from_file != nullptr;
   auto report = AnalyzePaths(inputs, options, fmt.needs_timeline ? &analysis : nullptr,
                              fmt.render_from_file != nullptr || fmt.export_from_file != nullptr ? &streamed : nullptr);
   if (!report.ok()) return Fail(report.status(), kExitBadTrace);

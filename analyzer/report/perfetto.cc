@@ -835,7 +835,7 @@ absl::StatusOr<PerfettoFromFile> PerfettoFromFile::Prepare(const Report& report,
                                          b.Settle(to);
                                          return absl::OkStatus();
                                        },
-                                       HalfOf(progress, false));
+                                       HalfOf(progress, false), process.adjust);
   if (!read.ok()) return read;
   if (!b.exact()) return absl::UnimplementedError("a device op that starts before its call");
   b.Finish(s.range_tids, head.get());
@@ -858,7 +858,7 @@ absl::Status PerfettoFromFile::Stream(const PerfettoSink& sink,
                                          });
                                          return w.status();
                                        },
-                                       HalfOf(progress, true));
+                                       HalfOf(progress, true), process_->adjust);
   if (!read.ok()) return read;
   if (process_->gaps == nullptr) return absl::InternalError("the idle gaps were not kept");
   absl::Status gaps = process_->gaps->ForEach([&](const GapSpill::Gap& g) {

@@ -795,7 +795,7 @@ absl::Status FillFromFile(sqlite3* db, const Report& r, const StreamedProcess& p
           RETURN_IF_ERROR(gaps.Upto(to));
           return ops.Settle(to);
         },
-        bar.Pass()));
+        bar.Pass(), process.adjust));
     RETURN_IF_ERROR(ops.Finish(&stats->ops_sorted_after));
     RETURN_IF_ERROR(InsertStrings(db, every, names));
   }
