@@ -35,6 +35,11 @@ struct ReportFormat {
   // from the whole reading, the same report).
   absl::Status (*export_from_file)(const Report& report, const StreamedProcess& process, const Conventions& common,
                                    int* code) = nullptr;
+  // Formats written by a library into a file of its own (a SQLite
+  // database): from the whole reading into the temporary file at `path`,
+  // which becomes -o once written.
+  absl::Status (*write_file)(const Report& report, const ProcessAnalysis& analysis, const std::string& path) =
+      nullptr;
 };
 
 absl::Status PerfettoFromFileTo(const Report& report, const StreamedProcess& process, const Conventions& common,
@@ -79,7 +84,7 @@ constexpr ReportFormat kFormats[] = {
      nullptr, PerfettoFromFileTo},
     {"sqlite", true, true,
      [](const Report& r, const ProcessAnalysis& a, bool) { return RenderSqlite(r, a); }, nullptr, nullptr,
-     SqliteFromFileTo},
+     SqliteFromFileTo, WriteSqlite},
 };
 
 const ReportFormat& FindFormat(std::string_view name) {
@@ -146,6 +151,12 @@ int WriteReport(std::string_view command, const std::vector<std::string>& inputs
     auto rendered = fmt.render_from_file(*report, streamed);
     if (!rendered.ok()) return Fail(rendered.status(), kExitBadTrace);
     return Emit(common.out, *rendered);
+  }
+  if (fmt.write_file != nullptr) {
+    const absl::Status st = WriteNewFileAt(common.out, [&](const std::string& temporary) {
+      return fmt.write_file(*report, analysis, temporary);
+    });
+    return st.ok() ? kExitOk : Fail(st, kExitUsage);
   }
   if (fmt.stream != nullptr) {
     return EmitStreamed(common.out, [&](const std::function<absl::Status(std::string_view)>& sink) {

@@ -827,6 +827,15 @@ absl::Status WriteSqliteFromFile(const Report& report, const StreamedProcess& pr
   return st;
 }
 
+absl::Status WriteSqlite(const Report& report, const ProcessAnalysis& analysis, const std::string& path) {
+  sqlite3* db = nullptr;
+  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+  absl::Status st = sqlite3_open_v2(path.c_str(), &db, flags, nullptr) == SQLITE_OK ? Fill(db, report, analysis)
+                                                                                    : SqliteError(db, "open " + path);
+  if (sqlite3_close(db) != SQLITE_OK && st.ok()) st = SqliteError(db, "close");
+  return st;
+}
+
 absl::StatusOr<std::string> RenderSqlite(const Report& report, const ProcessAnalysis& analysis) {
   sqlite3* db = nullptr;
   // One connection, one thread: no mutexes.

@@ -23,6 +23,12 @@ inline constexpr int kSqliteSchemaVersion = 1;
 // The bytes of a SQLite database file holding `report` and `analysis`.
 absl::StatusOr<std::string> RenderSqlite(const Report& report, const ProcessAnalysis& analysis);
 
+// The same database written into the SQLite file at `path` (new or empty),
+// not held in memory: RenderSqlite's copies (the database, its serialized
+// bytes) cannot pass SQLite's 2 GiB allocation limit, and a database that
+// large failed ("serialize").
+absl::Status WriteSqlite(const Report& report, const ProcessAnalysis& analysis, const std::string& path);
+
 // The pass's share of WriteSqliteFromFile's progress: the indexes took
 // about 40% of the time on the benchmarks' traces (docs/performance.md,
 // "Analysis").

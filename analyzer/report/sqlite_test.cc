@@ -296,6 +296,37 @@ TEST_CASE("sqlite call classes follow the analysis", "[sqlite]") {
 // written from the file by slices, every table holds the whole reading's
 // rows, ids included, and so do its indexes; a trace with an op that no
 // call submitted is refused (read whole instead).
+// `report --format sqlite -o` of a trace read whole writes its database
+// into the file (WriteSqlite) instead of serializing one held in memory:
+// the same schema and rows as RenderSqlite's bytes.
+TEST_CASE("sqlite database written into its file: the rendered database's rows", "[sqlite]") {
+  const Sample s = MakeSample();
+  const Db want(Render(s));
+  std::string dir = "/tmp/stallscope-sqlite-file-XXXXXX";
+  REQUIRE(mkdtemp(dir.data()) != nullptr);
+  const std::string path = dir + "/written.db";
+  const absl::Status written = WriteSqlite(s.report, s.analysis, path);
+  INFO(written.ToString());
+  REQUIRE(written.ok());
+  {
+    const Db got = Db::File(path);
+    CHECK(got.Text("PRAGMA integrity_check") == "ok");
+    const std::string schema = "SELECT type, name, sql FROM sqlite_master";
+    CHECK(got.Rows(schema) == want.Rows(schema));
+    const std::vector<std::string> tables = want.Column("SELECT name FROM sqlite_master WHERE type = 'table'");
+    CHECK(tables.size() >= 10);
+    for (const std::string& table : tables) {
+      INFO(table);
+      CHECK(got.Rows("SELECT * FROM " + table) == want.Rows("SELECT * FROM " + table));
+    }
+    CHECK(got.Int("SELECT COUNT(*) FROM api_calls") == static_cast<int64_t>(s.analysis.timeline.calls.size()));
+  }
+  // A path that cannot be opened is an error, not an empty database.
+  CHECK(!WriteSqlite(s.report, s.analysis, dir + "/no/such/folder.db").ok());
+  unlink(path.c_str());
+  rmdir(dir.c_str());
+}
+
 TEST_CASE("sqlite database from the file by slices: the whole reading's rows", "[sqlite][stream]") {
   const testing::TracesOnDisk traces =
       testing::WriteTraces(testing::FromFileTraces(SampleTrace(/*other_device=*/false)), "stallscope-sqlite");
