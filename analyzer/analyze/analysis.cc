@@ -341,11 +341,11 @@ absl::StatusOr<std::optional<Report>> ReportFromIndex(const std::string& path, a
       kept.call_marks = std::move(s->call_marks);
       kept.first_range_ns = s->first_range_ns;
       kept.range_tids = std::move(s->range_tids);
-      kept.unjoined_ops = s->unjoined_ops;
       kept.spans_fused_failed = s->spans_fused_failed;
       kept.first_slice = std::move(s->first_slice);
     }
     page->analysis.steps_per_window = s->steps_per_window;
+    page->analysis.unjoined_ops = s->unjoined_ops;
   }
   return report;
 }

@@ -126,31 +126,34 @@ int WriteReport(std::string_view command, const std::vector<std::string>& inputs
   StreamedProcess streamed;
   streamed.idle_columns = kHtmlStripColumns;
   streamed.keep_for_export = fmt.export_from_file != nullptr;
-  // A distributed run's analyzed rank too: the exports apply its NCCL
-  // waits to each slice they read (not the HTML page, whose slices of ops
-  // hold no calls to find them by).
-  streamed.rank_by_slices = fmt.export_from_file != nullptr;
-  auto report = AnalyzePaths(inputs, options, fmt.needs_timeline ? &analysis : nullptr,
-                             fmt.render_from_file != nullptr || fmt.export_from_file != nullptr ? &streamed : nullptr);
+  // A distributed run's analyzed rank too: each slice these formats read
+  // gets its NCCL waits.
+  const bool from_file = fmt.render_from_file != nullptr || fmt.export_from_file != nullptr;
+  streamed.rank_by_slices = from_file;
+  auto report = AnalyzePaths(inputs, options, fmt.needs_timeline ? &analysis : nullptr, from_file ? &streamed : nullptr);
   if (!report.ok()) return Fail(report.status(), kExitBadTrace);
-  if (streamed.used && fmt.export_from_file != nullptr) {
-    int code = kExitOk;
-    const absl::Status from_file = fmt.export_from_file(*report, streamed, common, &code);
-    if (from_file.ok()) return code;
-    if (from_file.code() != absl::StatusCode::kUnimplemented) return Fail(from_file, kExitBadTrace);
-    // Not by slices (the status says why): from the whole reading, the
-    // same report.
+  // Where a format cannot be drawn from the file by slices (the status
+  // says why): from the whole reading, the same report.
+  auto read_whole = [&]() -> absl::Status {
     AnalysisOptions whole = options;
     whole.stream = false;
     whole.stream_above_events = std::numeric_limits<uint64_t>::max();
     report = AnalyzePaths(inputs, whole, &analysis, nullptr);
-    if (!report.ok()) return Fail(report.status(), kExitBadTrace);
     streamed.used = false;
+    return report.status();
+  };
+  if (streamed.used && fmt.export_from_file != nullptr) {
+    int code = kExitOk;
+    const absl::Status exported = fmt.export_from_file(*report, streamed, common, &code);
+    if (exported.ok()) return code;
+    if (exported.code() != absl::StatusCode::kUnimplemented) return Fail(exported, kExitBadTrace);
+    if (absl::Status st = read_whole(); !st.ok()) return Fail(st, kExitBadTrace);
   }
   if (streamed.used) {
     auto rendered = fmt.render_from_file(*report, streamed);
-    if (!rendered.ok()) return Fail(rendered.status(), kExitBadTrace);
-    return Emit(common.out, *rendered);
+    if (rendered.ok()) return Emit(common.out, *rendered);
+    if (rendered.status().code() != absl::StatusCode::kUnimplemented) return Fail(rendered.status(), kExitBadTrace);
+    if (absl::Status st = read_whole(); !st.ok()) return Fail(st, kExitBadTrace);
   }
   if (fmt.write_file != nullptr) {
     const absl::Status st = WriteNewFileAt(common.out, [&](const std::string& temporary) {

@@ -835,6 +835,21 @@ struct HtmlTimelineBuilder::State {
   TimeColumns columns;        // the strip's busy ns
   Merger ops, kernels;        // of the device: every op, and kernels only
   absl::flat_hash_map<std::string, size_t> kernel_at;
+  // AddSubmittedOps: the device's ops not settled yet, (start, end,
+  // kernel), a min-heap by start; and the latest start merged.
+  struct Held {
+    int64_t start, end;
+    bool kernel;
+    bool operator>(const Held& o) const { return start > o.start; }
+  };
+  std::vector<Held> held;
+  int64_t merged_to = std::numeric_limits<int64_t>::min();
+  bool in_order = true;
+
+  // Counts op i of `t` (any device) and, on the page's device, its
+  // kernel's time by name (`at_id`: `t`'s name ids already looked up);
+  // false for an op of another device.
+  bool CountOp(const Timeline& t, size_t i, absl::flat_hash_map<uint32_t, size_t>* at_id);
 
   State(uint32_t device, Span span) : columns(span.start_ns, span.end_ns, kHtmlStripColumns, 1) {
     page.device = device;
@@ -874,32 +889,61 @@ void HtmlTimelineBuilder::AddOps(const Timeline& t, int64_t from, int64_t to) {
   for (size_t i = 0; i < t.ops.size(); ++i) {
     const DeviceOp& op = t.ops[i];
     if (op.start_ns < from || op.start_ns >= to) continue;
-    s.page.no_ops = false;
-    if (op.device != s.page.device) continue;
-    const bool kernel = IsKernel(op);
-    if (kernel) {
-      auto [id, fresh] = at_id.try_emplace(t.op_info[i].name, 0);
-      if (fresh) {
-        std::string name(t.String(t.op_info[i].name));
-        auto [it, added] = s.kernel_at.try_emplace(name, s.page.kernels.size());
-        if (added) s.page.kernels.push_back({std::move(name), op.kind == trace::DeviceOpKind::kNccl});
-        id->second = it->second;
-      }
-      HtmlKernel& k = s.page.kernels[id->second];
-      ++k.count;
-      const int64_t d = std::max<int64_t>(0, op.end_ns - op.start_ns);
-      k.total_ns = AddCapped(k.total_ns, d);
-      s.page.kernels_ns = AddCapped(s.page.kernels_ns, d);
-    }
+    if (!s.CountOp(t, i, &at_id)) continue;
     if (op.end_ns <= op.start_ns) continue;
     if (s.ops.Add(op.start_ns, op.end_ns, &done)) s.columns.Add(done.start, done.end, 0);
-    if (kernel && s.kernels.Add(op.start_ns, op.end_ns, &done)) s.AddBusy(done);
+    if (IsKernel(op) && s.kernels.Add(op.start_ns, op.end_ns, &done)) s.AddBusy(done);
   }
+}
+
+bool HtmlTimelineBuilder::AddSubmittedOps(const Timeline& t, size_t i0, size_t i1, int64_t settled) {
+  State& s = *s_;
+  absl::flat_hash_map<uint32_t, size_t> at_id;
+  const auto later = std::greater<State::Held>();
+  for (size_t i = 0; i < t.ops.size(); ++i) {
+    const DeviceOp& op = t.ops[i];
+    if (!SubmittedBy(op, i0, i1) || !s.CountOp(t, i, &at_id) || op.end_ns <= op.start_ns) continue;
+    s.in_order = s.in_order && op.start_ns >= s.merged_to;
+    s.held.push_back({op.start_ns, op.end_ns, IsKernel(op)});
+    std::push_heap(s.held.begin(), s.held.end(), later);
+  }
+  Interval done{0, 0};
+  while (!s.held.empty() && s.held.front().start < settled) {
+    std::pop_heap(s.held.begin(), s.held.end(), later);
+    const State::Held h = s.held.back();
+    s.held.pop_back();
+    s.merged_to = h.start;
+    if (s.ops.Add(h.start, h.end, &done)) s.columns.Add(done.start, done.end, 0);
+    if (h.kernel && s.kernels.Add(h.start, h.end, &done)) s.AddBusy(done);
+  }
+  return s.in_order;
+}
+
+bool HtmlTimelineBuilder::State::CountOp(const Timeline& t, size_t i, absl::flat_hash_map<uint32_t, size_t>* at_id) {
+  const DeviceOp& op = t.ops[i];
+  page.no_ops = false;
+  if (op.device != page.device) return false;
+  if (IsKernel(op)) {
+    auto [id, fresh] = at_id->try_emplace(t.op_info[i].name, 0);
+    if (fresh) {
+      std::string name(t.String(t.op_info[i].name));
+      auto [it, added] = kernel_at.try_emplace(name, page.kernels.size());
+      if (added) page.kernels.push_back({std::move(name), op.kind == trace::DeviceOpKind::kNccl});
+      id->second = it->second;
+    }
+    HtmlKernel& k = page.kernels[id->second];
+    ++k.count;
+    const int64_t d = std::max<int64_t>(0, op.end_ns - op.start_ns);
+    k.total_ns = AddCapped(k.total_ns, d);
+    page.kernels_ns = AddCapped(page.kernels_ns, d);
+  }
+  return true;
 }
 
 HtmlTimeline HtmlTimelineBuilder::Finish(const TimeColumns& idle) {
   State& s = *s_;
   Interval done{0, 0};
+  AddSubmittedOps(Timeline{}, 0, 0, std::numeric_limits<int64_t>::max());  // the ops still held
   if (s.ops.Finish(&done)) s.columns.Add(done.start, done.end, 0);
   if (s.kernels.Finish(&done)) s.AddBusy(done);
   s.page.strip.assign(kHtmlStripColumns, {});
@@ -1039,11 +1083,26 @@ absl::StatusOr<std::string> RenderHtmlFromFile(const Report& r, const StreamedPr
   HtmlTimelineBuilder b(process.plan.device, span);
   auto reader = SliceReader::OpenFile(process.path, process.index);
   if (!reader.ok()) return reader.status();
-  absl::Status read = ForEachOpSlice(&*reader, process.index, StreamOptions{}.chunks_per_slice,
-                                     [&](const Timeline& t, int64_t from, int64_t to) {
-                                       b.AddOps(t, from, to);
-                                       return absl::OkStatus();
-                                     });
+  absl::Status read;
+  if (process.adjust) {
+    // A distributed run's rank: its NCCL waits are found by the ops'
+    // calls, so by slices of calls.
+    if (process.analysis.unjoined_ops > 0) return absl::UnimplementedError("device ops no call submitted");
+    read = ForEachCallSlice(
+        &*reader, process.index, StreamOptions{}.chunks_per_slice,
+        [&](const Timeline& t, int64_t from, int64_t to) {
+          const auto [i0, i1] = EnteringIn(t.calls, from, to);
+          if (!b.AddSubmittedOps(t, i0, i1, to)) return absl::UnimplementedError("a device op that starts before its call");
+          return absl::OkStatus();
+        },
+        nullptr, process.adjust);
+  } else {
+    read = ForEachOpSlice(&*reader, process.index, StreamOptions{}.chunks_per_slice,
+                          [&](const Timeline& t, int64_t from, int64_t to) {
+                            b.AddOps(t, from, to);
+                            return absl::OkStatus();
+                          });
+  }
   if (!read.ok()) return read;
   if (process.idle.columns() != kHtmlStripColumns) {
     return absl::InternalError("the idle gaps were not drawn into the strip's columns");

@@ -111,6 +111,14 @@ class HtmlTimelineBuilder {
   // The ops of `t` (sorted by start) starting in [from, to): called with
   // rising, disjoint ranges that give every op of the run once.
   void AddOps(const Timeline& t, int64_t from, int64_t to);
+  // Or, from slices of calls (ForEachCallSlice: a distributed run's rank,
+  // each slice with its NCCL waits applied): the ops the calls [i0, i1) of
+  // `t` submitted, in any order; those starting before `settled` (no op
+  // to come starts before it: an op starts after its call entered) are
+  // drawn, the rest held until a later call settles them. False (and the
+  // page is not to be used) where an op starts before an op drawn before
+  // it, or an op no call submitted is in the run (`unjoined`).
+  bool AddSubmittedOps(const Timeline& t, size_t i0, size_t i1, int64_t settled);
   // After the ops, with the idle gaps' ns by cause in each of the strip's
   // kHtmlStripColumns columns over the span (TimeColumns of kNumCauses
   // categories, the gaps added in time order).

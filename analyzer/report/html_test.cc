@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <limits>
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
@@ -329,6 +330,67 @@ TEST_CASE("html aggregates many steps", "[html]") {
 // ops read again by slices, the report's idle gaps, the span from the
 // index): the same bytes as the page of the whole reading, with step
 // markers and without, one device and two, the checked-in traces too.
+// A distributed run's rank drawn from slices of calls (its NCCL waits
+// found by the ops' calls): each slice's ops come in any order, held until
+// no op to come can start before them. The strip, the utilization curve
+// and the kernel table are those of the ops taken in start order.
+TEST_CASE("html from the ops of slices of calls is the page of the ops in start order", "[html][stream]") {
+  // Ops that overlap and outlast the calls' slices (NCCL kernels, kernels
+  // whose calls come later but start earlier, copies), idle between some,
+  // and an op on another device.
+  TraceBuilder b;
+  const testing::Apis api = testing::AddStandardApis(&b);
+  for (int k = 0; k < 60; ++k) {
+    const int64_t t0 = 1'000'000'000 + k * 1'000 * kUs;
+    b.Submit(1, api.nccl, t0, t0 + 5 * kUs, t0 + 300 * kUs, t0 + 1'400 * kUs, trace::DeviceOpKind::kNccl,
+             "ncclDevKernel_AllReduce");
+    b.Submit(1, api.launch, t0 + 10 * kUs, t0 + 14 * kUs, t0 + 20 * kUs, t0 + 250 * kUs,
+             trace::DeviceOpKind::kKernel, k % 3 == 0 ? "gemm" : "relu");
+    b.Submit(2, api.memcpy_async, t0 + 15 * kUs, t0 + 16 * kUs, t0 + 50 * kUs, t0 + 60 * kUs,
+             trace::DeviceOpKind::kMemcpy, "");
+    if (k % 4 == 0) {
+      b.Submit(1, api.launch, t0 + 700 * kUs, t0 + 704 * kUs, t0 + 1'500 * kUs, t0 + 1'600 * kUs,
+               trace::DeviceOpKind::kKernel, "late");
+    }
+  }
+  b.Device(1'000'100'000, 1'000'300'000, trace::DeviceOpKind::kKernel, "other_device_kernel", 900001, 7, 1);
+  const Timeline t = testing::ReadOrDie(b);
+  const RecordsSpan records = SpanOfRecords(t);
+  const Span span{records.start_ns, records.end_ns};
+  const TimeColumns idle(span.start_ns, span.end_ns, kHtmlStripColumns, kNumCauses);
+  HtmlTimelineBuilder whole(0, span);
+  whole.AddOps(t, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+  const HtmlTimeline want = whole.Finish(idle);
+  REQUIRE(want.kernels.size() >= 2);
+  for (const int tiles : {1, 7, 60, 400}) {
+    INFO(tiles << " slices of calls");
+    HtmlTimelineBuilder sliced(0, span);
+    const int64_t first = t.calls.front().enter_ns, last = t.calls.back().enter_ns + 1;
+    for (int k = 0; k < tiles; ++k) {
+      const int64_t from = first + (last - first) * k / tiles, to = first + (last - first) * (k + 1) / tiles;
+      const auto [i0, i1] = EnteringIn(t.calls, from, to);
+      CHECK(sliced.AddSubmittedOps(t, i0, i1, to));
+    }
+    const HtmlTimeline got = sliced.Finish(idle);
+    CHECK(got.no_ops == want.no_ops);
+    CHECK(got.strip == want.strip);
+    CHECK(got.utilization.percent == want.utilization.percent);
+    CHECK(got.kernels_ns == want.kernels_ns);
+    REQUIRE(got.kernels.size() == want.kernels.size());
+    for (size_t i = 0; i < want.kernels.size(); ++i) {
+      CHECK(got.kernels[i].name == want.kernels[i].name);
+      CHECK(got.kernels[i].count == want.kernels[i].count);
+      CHECK(got.kernels[i].total_ns == want.kernels[i].total_ns);
+    }
+  }
+  // Settled past ops that then come (as if they started before their
+  // calls entered): refused, not drawn out of order.
+  HtmlTimelineBuilder early(0, span);
+  const size_t half = t.calls.size() / 2;
+  CHECK(early.AddSubmittedOps(t, half, t.calls.size(), std::numeric_limits<int64_t>::max()));
+  CHECK(!early.AddSubmittedOps(t, 0, half, std::numeric_limits<int64_t>::max()));
+}
+
 TEST_CASE("html of a trace read by slices is the page of the whole reading", "[html][stream]") {
   std::vector<std::pair<std::string, TraceBuilder>> built;
   // Small chunks: the ops come in many slices of 16 chunks.
