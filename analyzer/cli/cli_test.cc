@@ -619,6 +619,52 @@ TEST_CASE("report --format sqlite --stream: by slices, else read whole", "[cli][
                                           "unjoined.sstrace.sliced.db", "unjoined.sstrace.whole.db"});
 }
 
+// Guards the exports of a distributed run read one at a time (--stream):
+// the analyzed rank is drawn from its file by slices, each slice with its
+// NCCL waits (rank 1 reaches every all-reduce 100 us late), and gives the
+// held folder's page, events and rows; where a rank holds an op no call
+// submitted, the page and exports come from the whole reading, the same.
+TEST_CASE("report of a distributed run: its exports by slices, else read whole", "[cli][stream]") {
+  Sandbox box;
+  for (const bool unjoined : {false, true}) {
+    INFO((unjoined ? "an op no call submitted" : "every op joined"));
+    const std::string dir = box.root() + (unjoined ? "/unjoined" : "/joined");
+    std::filesystem::create_directories(dir);
+    for (int rank : {0, 1}) {
+      testing::TraceBuilder b = testing::SyntheticSteps(30, "kernel", false, true, 20 * kUs, rank, 2);
+      b.SetPid(static_cast<uint32_t>(2000 + rank)).SetChunkRecords(64);
+      if (unjoined && rank == 0) {
+        b.Device(1'000'100'000, 1'000'300'000, stallscope::trace::DeviceOpKind::kKernel, "no_call", 900001, 7);
+      }
+      b.WriteTo(dir + "/rank" + std::to_string(rank) + ".sstrace");
+    }
+    const Result html = box.Run("report '" + dir + "' --format html --no-predict");
+    const Result html_sliced = box.Run("report '" + dir + "' --format html --no-predict --stream");
+    REQUIRE(html.code == 0);
+    REQUIRE(html_sliced.code == 0);
+    CHECK(html.out.find("waiting for the last rank") != std::string::npos);  // a distributed run's page
+    CHECK(html_sliced.out == html.out);
+    const Result perfetto = box.Run("report '" + dir + "' --format perfetto --no-predict");
+    const Result perfetto_sliced = box.Run("report '" + dir + "' --format perfetto --no-predict --stream");
+    REQUIRE(perfetto.code == 0);
+    REQUIRE(perfetto_sliced.code == 0);
+    auto events = [](const std::string& text) {
+      std::vector<std::string> v;
+      for (const auto& e : nlohmann::json::parse(text)["traceEvents"]) v.push_back(e.dump());
+      std::sort(v.begin(), v.end());
+      return v;
+    };
+    CHECK(events(perfetto_sliced.out) == events(perfetto.out));
+    CHECK((perfetto_sliced.out != perfetto.out) == !unjoined);  // by slices: another order
+    const std::string whole_db = dir + ".whole.db", sliced_db = dir + ".sliced.db";
+    REQUIRE(box.Run("report '" + dir + "' --format sqlite --no-predict -o '" + whole_db + "'").code == 0);
+    REQUIRE(box.Run("report '" + dir + "' --format sqlite --no-predict --stream -o '" + sliced_db + "'").code == 0);
+    const std::string rows = DatabaseRows(whole_db);
+    CHECK(rows.find("device_ops|") != std::string::npos);
+    CHECK(DatabaseRows(sliced_db) == rows);
+  }
+}
+
 // Guards the debugging dump: one line per call, op and range.
 TEST_CASE("dump lists records in time order", "[cli]") {
   Sandbox box;
