@@ -515,6 +515,14 @@ std::vector<std::string> WriteExportTraces(const std::string& dir) {
   return paths;
 }
 
+// A Perfetto export's events, each as JSON text, sorted.
+std::vector<std::string> SortedEvents(const std::string& text) {
+  std::vector<std::string> v;
+  for (const auto& e : nlohmann::json::parse(text)["traceEvents"]) v.push_back(e.dump());
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
 // Guards `report --format perfetto --stream`: the export from the file by
 // slices (the same events, another order: the slices' calls and ops in
 // turn), and from the whole reading where that cannot be made (an op no
@@ -522,12 +530,6 @@ std::vector<std::string> WriteExportTraces(const std::string& dir) {
 TEST_CASE("report --format perfetto --stream: by slices, else read whole", "[cli][perfetto][stream]") {
   Sandbox box;
   const std::vector<std::string> traces = WriteExportTraces(box.root());
-  auto events = [](const std::string& text) {
-    std::vector<std::string> v;
-    for (const auto& e : nlohmann::json::parse(text)["traceEvents"]) v.push_back(e.dump());
-    std::sort(v.begin(), v.end());
-    return v;
-  };
   for (const std::string& trace : traces) {
     INFO(trace);
     const Result whole = box.Run("report '" + trace + "' --format perfetto --no-predict");
@@ -536,7 +538,7 @@ TEST_CASE("report --format perfetto --stream: by slices, else read whole", "[cli
     REQUIRE(sliced.code == 0);
     if (trace == traces[0]) {
       CHECK(sliced.out != whole.out);  // by slices
-      CHECK(events(sliced.out) == events(whole.out));
+      CHECK(SortedEvents(sliced.out) == SortedEvents(whole.out));
     } else {
       CHECK(sliced.out == whole.out);
     }
@@ -578,6 +580,15 @@ std::string DatabaseRows(const std::string& path) {
   return out;
 }
 
+// Writes `report INPUT --format sqlite --no-predict` to `whole`, and with
+// --stream to `sliced`; the rows of `whole` (DatabaseRows).
+std::string WriteDatabases(Sandbox* box, const std::string& input, const std::string& whole,
+                           const std::string& sliced) {
+  REQUIRE(box->Run("report '" + input + "' --format sqlite --no-predict -o '" + whole + "'").code == 0);
+  REQUIRE(box->Run("report '" + input + "' --format sqlite --no-predict --stream -o '" + sliced + "'").code == 0);
+  return DatabaseRows(whole);
+}
+
 // Guards `report --format sqlite` of a trace reported by slices: the
 // database is written from the file by slices (another file, the same
 // rows), or, for a trace it cannot be written so from (an op no call
@@ -589,9 +600,7 @@ TEST_CASE("report --format sqlite --stream: by slices, else read whole", "[cli][
   for (const std::string& trace : traces) {
     INFO(trace);
     const std::string whole = trace + ".whole.db", sliced = trace + ".sliced.db";
-    REQUIRE(box.Run("report '" + trace + "' --format sqlite --no-predict -o '" + whole + "'").code == 0);
-    REQUIRE(box.Run("report '" + trace + "' --format sqlite --no-predict --stream -o '" + sliced + "'").code == 0);
-    const std::string rows = DatabaseRows(whole);
+    const std::string rows = WriteDatabases(&box, trace, whole, sliced);
     CHECK(rows.find("api_calls|") != std::string::npos);
     CHECK(DatabaseRows(sliced) == rows);
     if (trace == traces[0]) {
@@ -648,18 +657,10 @@ TEST_CASE("report of a distributed run: its exports by slices, else read whole",
     const Result perfetto_sliced = box.Run("report '" + dir + "' --format perfetto --no-predict --stream");
     REQUIRE(perfetto.code == 0);
     REQUIRE(perfetto_sliced.code == 0);
-    auto events = [](const std::string& text) {
-      std::vector<std::string> v;
-      for (const auto& e : nlohmann::json::parse(text)["traceEvents"]) v.push_back(e.dump());
-      std::sort(v.begin(), v.end());
-      return v;
-    };
-    CHECK(events(perfetto_sliced.out) == events(perfetto.out));
+    CHECK(SortedEvents(perfetto_sliced.out) == SortedEvents(perfetto.out));
     CHECK((perfetto_sliced.out != perfetto.out) == !unjoined);  // by slices: another order
-    const std::string whole_db = dir + ".whole.db", sliced_db = dir + ".sliced.db";
-    REQUIRE(box.Run("report '" + dir + "' --format sqlite --no-predict -o '" + whole_db + "'").code == 0);
-    REQUIRE(box.Run("report '" + dir + "' --format sqlite --no-predict --stream -o '" + sliced_db + "'").code == 0);
-    const std::string rows = DatabaseRows(whole_db);
+    const std::string sliced_db = dir + ".sliced.db";
+    const std::string rows = WriteDatabases(&box, dir, dir + ".whole.db", sliced_db);
     CHECK(rows.find("device_ops|") != std::string::npos);
     CHECK(DatabaseRows(sliced_db) == rows);
   }
