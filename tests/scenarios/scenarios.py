@@ -51,6 +51,8 @@ KERNELS = ("batch_load=60,gemm_fwd=800,gemm_bwd=1000,loss_reduce=30,tiny_op=5,li
 # analyzer/analyze/questions.h kQ6MinLaunchShare
 kQ6_MIN_LAUNCH_SHARE = 0.1
 SLACK_NS = 20_000  # per step, on the 90% rule (timer and wake-up granularity)
+# analyzer/analyze/attribution.h AttributionOptions::launch_dispatch_ns
+LAUNCH_DISPATCH_NS = 50_000
 
 # (scenario, mode) -> (an analyzer limitation that makes the case fail today,
 # a regular expression its failure matches: any other failure still fails).
@@ -195,13 +197,30 @@ def check_causes(report, ops, syncs, spec):
     first = min(o["start_ns"] for o in ops if o["name"] == spec["first"])
     gaps = injected_gaps(ops, syncs, spec, causes, first)
     pre_of = preempted_before(ops)
+    # Where launch overhead is the cause, the host's dispatch between two
+    # submissions is meant to be shorter than the analyzer's threshold
+    # (launch_dispatch_ns). The ground truth's submissions say where it was
+    # not: a thread kept from running without the run-queue delay showing
+    # it (a virtual machine's stolen time) spun past it, and the analyzer's
+    # rule 2 then rightly says host_busy.
+    long_dispatch = set()
+    if "launch_overhead" in causes:
+        prev = {}
+        for o in sorted(ops, key=lambda o: o["queued_ns"]):
+            p = prev.get(o.get("tid"))
+            if p is not None and o["queued_ns"] - p["queued_ns"] > LAUNCH_DISPATCH_NS:
+                long_dispatch.add(id(o))
+            prev[o.get("tid")] = o
     # Steady state: from the second found step (the first one pays first-call
     # costs: the recorder's and the driver's lazy set-up, first launches).
     steps = report["steps"][1:]
     per_step = [0] * len(steps)
     # Of it, the time the thread that submitted the op ending the gap was
-    # runnable but waiting for a CPU (at most the gap; spread over the gap).
+    # runnable but waiting for a CPU (at most the gap; spread over the gap),
+    # and the gaps whose submission came after a dispatch past the
+    # threshold.
     pre_step = [0.0] * len(steps)
+    long_step = [0] * len(steps)
     for a, b, op in gaps:
         pre = min(b - a, pre_of.get(id(op), 0))
         for i, st in enumerate(steps):
@@ -209,6 +228,8 @@ def check_causes(report, ops, syncs, spec):
             if hi > lo:
                 per_step[i] += hi - lo
                 pre_step[i] += pre * (hi - lo) / (b - a)
+                if id(op) in long_dispatch:
+                    long_step[i] += hi - lo
     # All the waiting for a CPU the truth has the submitting threads do from
     # a step's start to its end (and up to the first submission after it):
     # what host_preempted in that step cannot exceed.
@@ -223,7 +244,7 @@ def check_causes(report, ops, syncs, spec):
     check(problem is None, problem or "")
     if "host_busy" in causes and "host_wait" not in causes:
         return check_host_busy(report, steps, per_step, pre_step, accrued, causes)
-    return check_shares(report, steps, per_step, pre_step, accrued, causes)
+    return check_shares(report, steps, per_step, pre_step, accrued, causes, long_step)
 
 
 # The causes of the host thread's activity between CUDA calls: where the
@@ -252,7 +273,7 @@ def check_host_busy(report, steps, per_step, pre_step, accrued, causes):
     return check_shares(report, steps, per_step, pre_step, accrued, ("host_busy", "host_wait"))
 
 
-def check_shares(report, steps, per_step, pre_step, accrued, causes):
+def check_shares(report, steps, per_step, pre_step, accrued, causes, long_step=None):
     """`causes` get >= 90% of the injected idle, step by step and in total.
 
     On a loaded machine: where the ground truth shows the host thread that
@@ -265,10 +286,13 @@ def check_shares(report, steps, per_step, pre_step, accrued, causes):
     the truth has the submitting threads wait for a CPU in that step
     (`accrued`) plus PREEMPT_SLACK_NS. Steps the load left alone, and their
     total, keep the strict rule. Device-side causes (device_wait: the host
-    had submitted already) always do."""
+    had submitted already) always do. Where the ground truth has the host
+    dispatch longer than the analyzer's threshold before a gap's submission
+    (`long_step`: that idle in each step), the other host-side causes count
+    for `causes` up to that idle."""
     relaxed_ok = "device_wait" not in causes
     inj_total = strict_inj = strict_got = pre_total = strict_steps = 0
-    for st, inj, pre, acc in zip(steps, per_step, pre_step, accrued):
+    for st, inj, pre, acc, long in zip(steps, per_step, pre_step, accrued, long_step or [0] * len(steps)):
         c = st["idle_by_cause"]
         got = sum(c[x] for x in causes)
         hp = c.get("host_preempted", 0)
@@ -285,8 +309,12 @@ def check_shares(report, steps, per_step, pre_step, accrued, causes):
                   f"< 90% of the injected idle {inj} ns (of it {pre:.0f} ns preempted in the ground truth); "
                   f"causes {c}")
             continue
+        # The idle after a dispatch past the threshold may be the other
+        # host-side causes', up to its length.
+        got += min(long, sum(c[x] for x in HOST_SIDE if x not in causes))
         check(got >= 0.9 * inj - SLACK_NS,
-              f"step {st['index']}: {'+'.join(causes)} {got} ns < 90% of the injected idle {inj} ns; "
+              f"step {st['index']}: {'+'.join(causes)} {got} ns < 90% of the injected idle {inj} ns "
+              f"({long} ns of it after a dispatch past {LAUNCH_DISPATCH_NS} ns in the ground truth); "
               f"causes {c}")
         strict_inj += inj
         strict_got += got
