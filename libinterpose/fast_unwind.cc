@@ -411,10 +411,8 @@ const Rule& Lookup(UnwindRules* r, uint64_t pc, bool exact) {
   return slot.rule;
 }
 
-}  // namespace
+pthread_mutex_t g_walk_mu = PTHREAD_MUTEX_INITIALIZER;  // WalkModules'
 
-namespace {
-pthread_mutex_t g_walk_mu = PTHREAD_MUTEX_INITIALIZER;
 }  // namespace
 
 int WalkModules(int (*callback)(dl_phdr_info*, size_t, void*), void* arg) {

@@ -21,7 +21,7 @@ struct ReportFormat {
   bool needs_timeline;     // renders the analyzed process's timeline, not only the report
   bool needs_output_file;  // binary output: -o is required
   absl::StatusOr<std::string> (*render)(const Report& report, const ProcessAnalysis& analysis,
-                                        bool color);
+                                        bool color);  // (null where write_file writes it)
   // Formats too large to hold whole (a long run's JSON, its rows; the
   // trace's events): written a piece at a time instead.
   absl::Status (*stream)(const Report& report, const ProcessAnalysis& analysis, const PerfettoSink& sink) =
@@ -83,8 +83,7 @@ constexpr ReportFormat kFormats[] = {
      [](const Report& r, const ProcessAnalysis& a, bool) { return RenderPerfetto(r, a); }, StreamPerfetto,
      nullptr, PerfettoFromFileTo},
     {"sqlite", true, true,
-     [](const Report& r, const ProcessAnalysis& a, bool) { return RenderSqlite(r, a); }, nullptr, nullptr,
-     SqliteFromFileTo, WriteSqlite},
+     nullptr, nullptr, nullptr, SqliteFromFileTo, WriteSqlite},
 };
 
 const ReportFormat& FindFormat(std::string_view name) {

@@ -850,6 +850,8 @@ struct HtmlTimelineBuilder::State {
   // kernel's time by name (`at_id`: `t`'s name ids already looked up);
   // false for an op of another device.
   bool CountOp(const Timeline& t, size_t i, absl::flat_hash_map<uint32_t, size_t>* at_id);
+  // Merges the held ops starting before `settled`, in start order.
+  void MergeHeld(int64_t settled);
 
   State(uint32_t device, Span span) : columns(span.start_ns, span.end_ns, kHtmlStripColumns, 1) {
     page.device = device;
@@ -907,16 +909,21 @@ bool HtmlTimelineBuilder::AddSubmittedOps(const Timeline& t, size_t i0, size_t i
     s.held.push_back({op.start_ns, op.end_ns, IsKernel(op)});
     std::push_heap(s.held.begin(), s.held.end(), later);
   }
-  Interval done{0, 0};
-  while (!s.held.empty() && s.held.front().start < settled) {
-    std::pop_heap(s.held.begin(), s.held.end(), later);
-    const State::Held h = s.held.back();
-    s.held.pop_back();
-    s.merged_to = h.start;
-    if (s.ops.Add(h.start, h.end, &done)) s.columns.Add(done.start, done.end, 0);
-    if (h.kernel && s.kernels.Add(h.start, h.end, &done)) s.AddBusy(done);
-  }
+  s.MergeHeld(settled);
   return s.in_order;
+}
+
+void HtmlTimelineBuilder::State::MergeHeld(int64_t settled) {
+  const auto later = std::greater<Held>();
+  Interval done{0, 0};
+  while (!held.empty() && held.front().start < settled) {
+    std::pop_heap(held.begin(), held.end(), later);
+    const Held h = held.back();
+    held.pop_back();
+    merged_to = h.start;
+    if (ops.Add(h.start, h.end, &done)) columns.Add(done.start, done.end, 0);
+    if (h.kernel && kernels.Add(h.start, h.end, &done)) AddBusy(done);
+  }
 }
 
 bool HtmlTimelineBuilder::State::CountOp(const Timeline& t, size_t i, absl::flat_hash_map<uint32_t, size_t>* at_id) {
@@ -943,7 +950,7 @@ bool HtmlTimelineBuilder::State::CountOp(const Timeline& t, size_t i, absl::flat
 HtmlTimeline HtmlTimelineBuilder::Finish(const TimeColumns& idle) {
   State& s = *s_;
   Interval done{0, 0};
-  AddSubmittedOps(Timeline{}, 0, 0, std::numeric_limits<int64_t>::max());  // the ops still held
+  s.MergeHeld(std::numeric_limits<int64_t>::max());  // the ops still held
   if (s.ops.Finish(&done)) s.columns.Add(done.start, done.end, 0);
   if (s.kernels.Finish(&done)) s.AddBusy(done);
   s.page.strip.assign(kHtmlStripColumns, {});

@@ -117,7 +117,8 @@ class HtmlTimelineBuilder {
   // to come starts before it: an op starts after its call entered) are
   // drawn, the rest held until a later call settles them. False (and the
   // page is not to be used) where an op starts before an op drawn before
-  // it, or an op no call submitted is in the run (`unjoined`).
+  // it. Ops no call submitted are in no such slice: the caller refuses a
+  // run that has them.
   bool AddSubmittedOps(const Timeline& t, size_t i0, size_t i1, int64_t settled);
   // After the ops, with the idle gaps' ns by cause in each of the strip's
   // kHtmlStripColumns columns over the span (TimeColumns of kNumCauses

@@ -813,27 +813,30 @@ absl::Status FillFromFile(sqlite3* db, const Report& r, const StreamedProcess& p
 
 }  // namespace
 
+namespace {
+
+// The SQLite file at `path` (new or empty) opened, filled and closed.
+absl::Status FillFileAt(const std::string& path, const std::function<absl::Status(sqlite3*)>& fill) {
+  sqlite3* db = nullptr;
+  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+  absl::Status st = sqlite3_open_v2(path.c_str(), &db, flags, nullptr) == SQLITE_OK ? fill(db)
+                                                                                    : SqliteError(db, "open " + path);
+  if (sqlite3_close(db) != SQLITE_OK && st.ok()) st = SqliteError(db, "close");
+  return st;
+}
+
+}  // namespace
+
 absl::Status WriteSqliteFromFile(const Report& report, const StreamedProcess& process, const std::string& path,
                                  const std::function<void(uint64_t, uint64_t)>& progress, SqliteFromFileStats* stats) {
   SqliteFromFileStats unused;
   if (stats == nullptr) stats = &unused;
   RETURN_IF_ERROR(ExportFromFileRefusal(process));
-  sqlite3* db = nullptr;
-  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
-  absl::Status st = sqlite3_open_v2(path.c_str(), &db, flags, nullptr) == SQLITE_OK
-                        ? FillFromFile(db, report, process, progress, stats)
-                        : SqliteError(db, "open " + path);
-  if (sqlite3_close(db) != SQLITE_OK && st.ok()) st = SqliteError(db, "close");
-  return st;
+  return FillFileAt(path, [&](sqlite3* db) { return FillFromFile(db, report, process, progress, stats); });
 }
 
 absl::Status WriteSqlite(const Report& report, const ProcessAnalysis& analysis, const std::string& path) {
-  sqlite3* db = nullptr;
-  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
-  absl::Status st = sqlite3_open_v2(path.c_str(), &db, flags, nullptr) == SQLITE_OK ? Fill(db, report, analysis)
-                                                                                    : SqliteError(db, "open " + path);
-  if (sqlite3_close(db) != SQLITE_OK && st.ok()) st = SqliteError(db, "close");
-  return st;
+  return FillFileAt(path, [&](sqlite3* db) { return Fill(db, report, analysis); });
 }
 
 absl::StatusOr<std::string> RenderSqlite(const Report& report, const ProcessAnalysis& analysis) {
