@@ -575,6 +575,37 @@ TEST_CASE("a short gap stretched by preemption stays launch dispatch", "[attribu
   CheckInvariants(r);
 }
 
+// Guards the stretch before a gap: the thread's last sample is 305 us before
+// the gap, at the start of eleven launches 30 us apart (no sample: each gap
+// under 40 us), in which its CPU clock moved 205 us. The 100 us it was off
+// its CPU there, without a call that blocks, was waiting for a CPU: of the
+// 300 us of run-queue delay the next sample shows, 200 us are the gap's.
+// The gap [305, 1000) us holds no CPU time; its idle [307, 1000) splits by
+// the gap's shares.
+TEST_CASE("run-queue delay in the launch stretch before a gap stays out of the gap", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  for (int64_t k = 0; k <= 10; ++k) {
+    b.Submit(1, api.launch, k * 30 * kUs, k * 30 * kUs + 5 * kUs, k * 30 * kUs + 6 * kUs,
+             k * 30 * kUs + 7 * kUs);
+  }
+  b.Submit(1, api.launch, 1000 * kUs, 1005 * kUs, 1010 * kUs, 1020 * kUs);
+  b.CpuSched(1, 0, 1'000 * kUs, 7 * kUs);
+  b.CpuSched(1, 1000 * kUs, 1'205 * kUs, 307 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  int64_t preempted = 0, wait = 0, busy = 0;
+  for (const StepStats& s : r.steps) {
+    preempted += CauseOf(s.idle_by_cause, Cause::kHostPreempted);
+    wait += CauseOf(s.idle_by_cause, Cause::kHostWait);
+    busy += CauseOf(s.idle_by_cause, Cause::kHostBusy);
+  }
+  const int64_t idle = 693 * kUs, gap = 695 * kUs;
+  CHECK(preempted == idle * (200 * kUs) / gap);  // the old rule gave 300 us of the gap's 695
+  CHECK(busy == 0);
+  CHECK(wait == idle - preempted);
+  CheckInvariants(r);
+}
+
 // Guards the clamp: a run-queue delay beyond the gap's off-CPU time (a
 // hostile trace) takes at most the off-CPU share, never on-CPU time.
 TEST_CASE("run-queue delay clamped to the gap's off-CPU time", "[attribution]") {

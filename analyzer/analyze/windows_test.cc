@@ -389,8 +389,10 @@ TEST_CASE("windows: a long stretch without device work is not read by every wind
 // warms up with one kernel more; before the optimizer, the main thread
 // waits for a CPU (run-queue delay, sampled mid-way and at its end: no
 // silence of the job's making, though longer than the input wait), with a
-// call of no device work at its middle. Before
-// the loop, the model uploaded parameter by parameter, and after it, copied
+// call of no device work at its middle. Its CPU clock moves through its
+// launch stretches, as a launching thread's does, and by a little in each
+// input wait; the read-back's exit is sampled too (the recorder samples
+// every call that may block). Before the loop, the model uploaded parameter by parameter, and after it, copied
 // back the same way (the upload's symbol, in no step). Unless `regular`:
 // input waits of every length or none, a logging kernel in some steps, and
 // another thread's host calls. Times random.
@@ -403,6 +405,7 @@ TraceBuilder RepeatingLoop(uint32_t seed, bool regular) {
   const int forward = pick(1, 5), backward = pick(1, 5), steps = pick(12, 40);
   const uint32_t back_tid = seed % 2 == 1 ? 2 : 1;
   int64_t h = 100 * kUs, d = 0, cpu = 0, delay = 0;
+  int64_t on_from = h;  // on-CPU from here up to the next wait
   auto kernel = [&](uint32_t tid, const std::string& name) {
     const int64_t start = std::max(d, h + 8 * kUs);
     d = start + pick(5, 60) * kUs;
@@ -421,16 +424,18 @@ TraceBuilder RepeatingLoop(uint32_t seed, bool regular) {
   for (int i = 0; i < model; ++i) upload();
   for (int k = 0; k < steps; ++k) {
     const int wait = regular ? pick(150, 400) : pick(0, 2) == 0 ? 0 : pick(1, 500);
-    cpu += pick(0, 20) * kUs;
+    cpu += h - on_from + pick(0, 20) * kUs;
     delay += pick(0, 3) == 0 ? pick(0, wait) * kUs : 0;
     h += wait * kUs;
     b.CpuSched(1, static_cast<uint64_t>(h), static_cast<uint64_t>(cpu), static_cast<uint64_t>(delay));
+    on_from = h;
     h += pick(1, 10) * kUs;
     upload();
     if (k == 0) kernel(1, "warm");
     for (int i = 0; i < forward; ++i) kernel(1, "fwd" + std::to_string(i));
     for (int i = 0; i < backward; ++i) kernel(back_tid, "bwd" + std::to_string(i));
     const int stall = pick(500, 900);
+    cpu += h - on_from;
     h += stall / 2 * kUs;
     delay += stall / 2 * kUs;
     b.CpuSched(1, static_cast<uint64_t>(h), static_cast<uint64_t>(cpu), static_cast<uint64_t>(delay));
@@ -438,6 +443,7 @@ TraceBuilder RepeatingLoop(uint32_t seed, bool regular) {
     h += (stall - stall / 2) * kUs;
     delay += (stall - stall / 2) * kUs;
     b.CpuSched(1, static_cast<uint64_t>(h), static_cast<uint64_t>(cpu), static_cast<uint64_t>(delay));
+    on_from = h;
     kernel(1, "adam");
     if (!regular && pick(0, 4) == 0) kernel(1, "log");
     if (!regular && pick(0, 2) == 0) {
@@ -447,9 +453,12 @@ TraceBuilder RepeatingLoop(uint32_t seed, bool regular) {
     f.object = 0x9000 + static_cast<uint64_t>(pick(0, 999)) * 64;
     b.Call(1, api.free, static_cast<uint64_t>(h), static_cast<uint64_t>(h + 3 * kUs), f);
     h += 4 * kUs;
-    b.Call(1, api.sync, static_cast<uint64_t>(h), static_cast<uint64_t>(std::max(h, d) + 4 * kUs),
-           {.python_stack = site});
-    h = std::max(h, d) + 6 * kUs;
+    cpu += h - on_from;
+    const int64_t sync_exit = std::max(h, d) + 4 * kUs;
+    b.Call(1, api.sync, static_cast<uint64_t>(h), static_cast<uint64_t>(sync_exit), {.python_stack = site});
+    b.CpuSched(1, static_cast<uint64_t>(sync_exit), static_cast<uint64_t>(cpu), static_cast<uint64_t>(delay));
+    on_from = sync_exit;
+    h = sync_exit + 2 * kUs;
   }
   for (int i = 0; i < model; ++i) upload();
   return b;

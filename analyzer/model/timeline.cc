@@ -657,10 +657,15 @@ HostGapSplit SplitHostGap(const Timeline& t, uint32_t tid, int64_t e, int64_t s)
   const CpuSample& s1 = *std::prev(i1);
   const CpuSample& s0 = *std::prev(i0);
   const int64_t cpu = std::max<int64_t>(0, s1.cpu_ns - s0.cpu_ns);
+  const int64_t stretch = std::max<int64_t>(0, e - s0.ns);
   HostGapSplit g;
-  g.on = std::clamp(cpu - (e - s0.ns), int64_t{0}, s1.ns - e);
+  g.on = std::clamp(cpu - stretch, int64_t{0}, s1.ns - e);
   if (s0.run_delay_ns >= 0 && s1.run_delay_ns >= 0) {
-    g.preempted = std::clamp(s1.run_delay_ns - s0.run_delay_ns, int64_t{0}, s1.ns - e - g.on);
+    // The stretch's wall time the CPU clock did not cover was spent
+    // waiting for a CPU first: that much of the delay stays before e.
+    const int64_t delay = std::max<int64_t>(0, s1.run_delay_ns - s0.run_delay_ns);
+    const int64_t before = std::min(delay, std::max<int64_t>(0, stretch - cpu));
+    g.preempted = std::clamp(delay - before, int64_t{0}, s1.ns - e - g.on);
   }
   return g;
 }

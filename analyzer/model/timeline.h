@@ -401,13 +401,15 @@ inline int64_t AddCapped(int64_t sum, int64_t d) {  // both in [0, kMaxSumNs]
 // run-queue delay; -1 when the samples do not carry it). on = -1 when the
 // samples do not bound the gap. S1 = T's last sample in (e, s] (the recorder
 // takes one at the enter of the call ending a long gap), S0 = its last sample
-// at or before e. Between S0 and e the thread made only non-blocking calls
-// with short gaps (every long gap and every may-block call ends with a
-// sample), taken as on-CPU and never preempted; so
-//   on = (S1.cpu - S0.cpu) - (e - S0.t), clamped to [0, S1.t - e],
-//   preempted = S1.delay - S0.delay, clamped to [0, S1.t - e - on].
-// (Preemption inside a call between S0 and e moves to the gap: the gap's
-// on-CPU share is then low by as much, its voluntary off-CPU share exact.)
+// at or before e. Between S0 and e (the stretch) the thread made only
+// non-blocking calls with short gaps (every long gap and every may-block
+// call ends with a sample): on-CPU as far as its CPU clock moved, and the
+// rest of its wall time waiting for a CPU, as far as its run-queue delay
+// moved. With cpu = S1.cpu - S0.cpu, delay = S1.delay - S0.delay:
+//   on = cpu - (e - S0.t), clamped to [0, S1.t - e],
+//   preempted = delay - min(delay, max(0, (e - S0.t) - cpu)),
+//               clamped to [0, S1.t - e - on].
+// (docs/analyzer.md "On-CPU estimate" gives the errors.)
 struct HostGapSplit {
   int64_t on = -1;
   int64_t preempted = -1;
