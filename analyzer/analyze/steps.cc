@@ -528,13 +528,15 @@ void AutoStepFinder::Add(const Timeline& t, size_t i0, size_t i1) {
     // in backward(); only an input wait or a blocking read-back leaves the
     // host silent. Time the calling thread was runnable but waiting for a
     // CPU (its run-queue delay, from its samples) is not silence of the
-    // job's making: a loaded machine preempts it anywhere in the step.
+    // job's making: a loaded machine preempts it anywhere in the step. The
+    // most of it the samples let the gap hold is left out, so that no
+    // silence the machine may have made decides the phase.
     int64_t gap = 0;
     if (gaps && busy_until_ != std::numeric_limits<int64_t>::min()) {
       gap = std::max<int64_t>(0, c.enter_ns - busy_until_);
       if (gap > 0) {
         const HostGapSplit g = SplitHostGap(t, c.tid, busy_until_, c.enter_ns);
-        if (g.preempted > 0) gap -= std::min(gap, g.preempted);
+        if (g.preempted_most > 0) gap -= std::min(gap, g.preempted_most);
       }
     }
     busy_until_ = std::max(busy_until_, c.exit_ns);

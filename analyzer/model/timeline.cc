@@ -666,6 +666,7 @@ HostGapSplit SplitHostGap(const Timeline& t, uint32_t tid, int64_t e, int64_t s)
     const int64_t delay = std::max<int64_t>(0, s1.run_delay_ns - s0.run_delay_ns);
     const int64_t before = std::min(delay, std::max<int64_t>(0, stretch - cpu));
     g.preempted = std::clamp(delay - before, int64_t{0}, s1.ns - e - g.on);
+    g.preempted_most = std::clamp(delay, int64_t{0}, s1.ns - e - g.on);
   }
   return g;
 }

@@ -409,10 +409,14 @@ inline int64_t AddCapped(int64_t sum, int64_t d) {  // both in [0, kMaxSumNs]
 //   on = cpu - (e - S0.t), clamped to [0, S1.t - e],
 //   preempted = delay - min(delay, max(0, (e - S0.t) - cpu)),
 //               clamped to [0, S1.t - e - on].
+// preempted_most: the most the samples let the gap hold, the whole delay
+// (clamped the same), for a question of what the gap's silence may owe the
+// machine (the automatic steps' phase search).
 // (docs/analyzer.md "On-CPU estimate" gives the errors.)
 struct HostGapSplit {
   int64_t on = -1;
   int64_t preempted = -1;
+  int64_t preempted_most = -1;
 };
 HostGapSplit SplitHostGap(const Timeline& t, uint32_t tid, int64_t e, int64_t s);
 
