@@ -339,6 +339,42 @@ TEST_CASE("auto steps: phase after the read-back", "[steps][auto]") {
   CHECK(r.hotspots[0].count == 5);
 }
 
+// Guards the phase against the machine's silences: each step, after a
+// 100 us input wait, a batch copy and 40 launches 10 us apart in which the
+// thread's CPU clock moves 100 us (it sleeps between launches, as a Python
+// thread waiting for the GIL does), then a 500 us gap in which its
+// run-queue delay moves 480 us, then one launch. The best estimate of the
+// gap's preemption holds the stretch's 300 us off its CPU clock as waiting
+// (175 us left to the gap: 325 us of silence, more than twice the input
+// wait's); the samples allow all 480 us there, so no more than 20 us of
+// that gap is surely the job's: the steps begin at the copies.
+TEST_CASE("auto steps: a silence the samples allow to be preemption decides no phase", "[steps][auto]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  int64_t t = 0, cpu = 0, delay = 0;
+  std::vector<int64_t> starts;
+  for (int k = 0; k < 6; ++k) {
+    t += 100 * kUs;
+    starts.push_back(t);
+    b.CpuSched(1, t, cpu, delay);  // the enter after the input wait
+    b.Submit(1, api.memcpy_async, t, t + 5 * kUs, t + 8 * kUs, t + 20 * kUs, tf::DeviceOpKind::kMemcpy, "HtoD");
+    t += 10 * kUs;
+    for (int i = 0; i < 40; ++i) {
+      b.Submit(1, api.launch, t, t + 5 * kUs, t + 8 * kUs, t + 13 * kUs, tf::DeviceOpKind::kKernel,
+               "k" + std::to_string(i));
+      t += 10 * kUs;
+    }
+    cpu += 100 * kUs;
+    t += 495 * kUs;  // the gap: 500 us from the last launch's exit
+    delay += 480 * kUs;
+    b.CpuSched(1, t, cpu, delay);
+    b.Submit(1, api.launch, t, t + 5 * kUs, t + 8 * kUs, t + 13 * kUs, tf::DeviceOpKind::kKernel, "after");
+    t += 5 * kUs;
+    cpu += 5 * kUs;
+  }
+  CheckAutoSteps(testing::AnalyzeOrDie(b), starts, 41);
+}
+
 // Guards robustness: two warm-up steps with extra kernels (autotuning), an
 // occasional extra kernel in the steady state, and a last partial step.
 TEST_CASE("auto steps: warm-up, varying mix, partial last step", "[steps][auto]") {
