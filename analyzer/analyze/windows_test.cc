@@ -392,8 +392,8 @@ TEST_CASE("windows: a long stretch without device work is not read by every wind
 // call of no device work at its middle. Its CPU clock moves through its
 // launch stretches, as a launching thread's does, and by a little in each
 // input wait; the read-back's exit is sampled too (the recorder samples
-// every call that may block). Before the loop, the model uploaded parameter by parameter, and after it, copied
-// back the same way (the upload's symbol, in no step). Unless `regular`:
+// every call that may block). Before the loop, the model uploaded
+// parameter by parameter, and after it, copied back the same way (the upload's symbol, in no step). Unless `regular`:
 // input waits of every length or none, a logging kernel in some steps, and
 // another thread's host calls. Times random.
 TraceBuilder RepeatingLoop(uint32_t seed, bool regular) {

@@ -657,7 +657,7 @@ HostGapSplit SplitHostGap(const Timeline& t, uint32_t tid, int64_t e, int64_t s)
   const CpuSample& s1 = *std::prev(i1);
   const CpuSample& s0 = *std::prev(i0);
   const int64_t cpu = std::max<int64_t>(0, s1.cpu_ns - s0.cpu_ns);
-  const int64_t stretch = std::max<int64_t>(0, e - s0.ns);
+  const int64_t stretch = e - s0.ns;  // S0 is at or before e
   HostGapSplit g;
   g.on = std::clamp(cpu - stretch, int64_t{0}, s1.ns - e);
   if (s0.run_delay_ns >= 0 && s1.run_delay_ns >= 0) {

@@ -324,14 +324,16 @@ def factor_of(transform, flag):
     return 1.0
 
 
+def mean(values, first=0):
+    return sum(values[first:]) / len(values[first:])
+
+
 def mean_step(report, first=0):
-    steps = report["steps"][first:]
-    return sum(s["end_ns"] - s["start_ns"] for s in steps) / len(steps)
+    return mean([s["end_ns"] - s["start_ns"] for s in report["steps"]], first)
 
 
 def mean_idle(report, first=0):
-    steps = report["steps"][first:]
-    return sum(s["gpu_idle_ns"] for s in steps) / len(steps)
+    return mean([s["gpu_idle_ns"] for s in report["steps"]], first)
 
 
 # compare() measures from the second step: the first pays first-call costs
@@ -342,10 +344,6 @@ def mean_idle(report, first=0):
 # host 38 ms in cuLaunchHostFunc's first call, not waiting for a CPU; 2.0 ms
 # a step after, as in the changed run).
 STEADY = 1
-
-
-def steady_mean(values):
-    return sum(values[STEADY:]) / len(values[STEADY:])
 
 
 def compare(build, work, base_args, changed_args, transform, program=TrainLoop(), changed_program=None,
@@ -371,7 +369,7 @@ def compare(build, work, base_args, changed_args, transform, program=TrainLoop()
               f"the report predicts {h[0].get('predicted_saving_ns')} ns saved per step, whatif {saving}")
     c = run(build, work, "changed", changed_program or program, changed_args)
     changed_report, changed_pre, changed_busy, changed_host = c.report, c.preempted, c.busy, c.host
-    measured, predicted = mean_step(changed_report, STEADY), steady_mean(w["predicted"]["step_ns"])
+    measured, predicted = mean_step(changed_report, STEADY), mean(w["predicted"]["step_ns"], STEADY)
     host_off = 0
     if base_host or changed_host:  # a change to none or from none prints one side only
         base_host, changed_host = base_host or (0, 0, 0), changed_host or (0, 0, 0)
@@ -397,7 +395,7 @@ def compare(build, work, base_args, changed_args, transform, program=TrainLoop()
     allowance = (base_pre + changed_pre + abs(changed_busy - base_busy) + host_off + c.late_nodes
                  + handoff_off + abs(c.late - b.late) + cpu_off) / measured
     error = (predicted - measured) / measured
-    idle_error = (steady_mean(w["predicted"]["step_idle_ns"]) - mean_idle(changed_report, STEADY)) / measured
+    idle_error = (mean(w["predicted"]["step_idle_ns"], STEADY) - mean_idle(changed_report, STEADY)) / measured
     print(f"{' '.join(transform)}: baseline {mean_step(base_report, STEADY) / 1e3:.1f} us, predicted {predicted / 1e3:.1f} us, "
           f"measured {measured / 1e3:.1f} us: error {100 * error:+.2f}% (allowed 3% + {100 * allowance:.2f}% "
           f"for the machine); idle per step error {100 * idle_error:+.2f}% of the step; replay error "
@@ -455,9 +453,9 @@ def compare(build, work, base_args, changed_args, transform, program=TrainLoop()
           f"whatif by windows: {win.get('windows')}, {len(win['predicted']['step_ns'])} steps")
     check(win["baseline"]["step_ns"] == w["baseline"]["step_ns"],
           "whatif by windows: the baseline's steps are not the trace's")
-    predicted_win = steady_mean(win["predicted"]["step_ns"])
+    predicted_win = mean(win["predicted"]["step_ns"], STEADY)
     error_win = (predicted_win - measured) / measured
-    idle_error_win = (steady_mean(win["predicted"]["step_idle_ns"]) - mean_idle(changed_report, STEADY)) / measured
+    idle_error_win = (mean(win["predicted"]["step_idle_ns"], STEADY) - mean_idle(changed_report, STEADY)) / measured
     print(f"by {per}-step windows ({win['windows']['largest_calls_and_ops_read']} calls and ops read at most "
           f"at once, of {win['steps']['calls_and_ops']}): predicted {predicted_win / 1e3:.1f} "
           f"us (whole {predicted / 1e3:.1f} us): error {100 * error_win:+.2f}%; idle per step error "
