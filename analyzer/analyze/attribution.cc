@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
-#include <queue>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -75,8 +74,14 @@ class Attributor {
     // still running wait in a min-heap (by end, then index: a handful at a
     // time). Starts go before ends at equal times: touching ops leave no
     // gap, and the first op starting at b is the first start event at b.
+    // (A heap kept by hand: mostly it holds one op, whose pop and push
+    // then need no sifting.)
     using End = std::pair<int64_t, int32_t>;
-    std::priority_queue<End, std::vector<End>, std::greater<End>> running;
+    std::vector<End> running;
+    auto pop = [&running] {
+      if (running.size() > 1) std::pop_heap(running.begin(), running.end(), std::greater<End>());
+      running.pop_back();
+    };
     int64_t active[3] = {0, 0, 0};  // compute, copy, comm
     int64_t cur = w0;
     int32_t last_ended = -1;  // the op whose end drained the device before an idle gap
@@ -97,17 +102,18 @@ class Attributor {
     for (int32_t i = 0; i < n; ++i) {
       const DeviceOp& op = t_.ops[i];
       if (op.device != plan_.device) continue;
-      while (!running.empty() && running.top().first < op.start_ns) {
-        const End e = running.top();
-        running.pop();
+      while (!running.empty() && running.front().first < op.start_ns) {
+        const End e = running.front();
+        pop();
         event(e.first, e.second, -1);
       }
       event(op.start_ns, i, +1);
-      running.push({op.end_ns, i});
+      running.emplace_back(op.end_ns, i);
+      if (running.size() > 1) std::push_heap(running.begin(), running.end(), std::greater<End>());
     }
     while (!running.empty()) {
-      const End e = running.top();
-      running.pop();
+      const End e = running.front();
+      pop();
       event(e.first, e.second, -1);
     }
     if (cur < w1) ChargeIdle(cur, w1, -1, last_ended);
@@ -190,9 +196,14 @@ class Attributor {
     return charged;
   }
 
-  const Activity* ActivityOf(uint32_t tid) const {
+  // (The last answer kept: the gaps of a loop mostly ask for one thread.)
+  const Activity* ActivityOf(uint32_t tid) {
+    if (last_activity_tid_ == tid && last_activity_ != nullptr) return last_activity_;
     auto it = activity_.find(tid);
-    return it == activity_.end() ? nullptr : &it->second;
+    if (it == activity_.end()) return nullptr;
+    last_activity_tid_ = tid;
+    last_activity_ = &it->second;
+    return last_activity_;
   }
 
   // The synchronizing call the thread was blocked in when the device drained
@@ -312,7 +323,9 @@ class Attributor {
   const std::vector<CallClass>& classes_;
   const AttributionOptions& o_;
   Attribution* out_;
-  absl::flat_hash_map<uint32_t, Activity> activity_;
+  absl::flat_hash_map<uint32_t, Activity> activity_;  // complete once built
+  uint32_t last_activity_tid_ = 0;
+  const Activity* last_activity_ = nullptr;
   size_t hint_ = 0;  // ForSteps' last step
   int64_t sweep_from_ = 0;
   int64_t sweep_to_ = 0;

@@ -91,8 +91,9 @@ namespace {
 std::vector<StepSpan> MarkerSteps(const Timeline& t, const std::regex& pattern,
                                   uint32_t main_tid) {
   absl::flat_hash_map<uint32_t, std::vector<const NvtxRange*>> by_thread;
+  StepNames is_step(t, pattern);
   for (const NvtxRange& r : t.ranges) {
-    if (!r.explicit_step && IsStepName(t, r.name, pattern)) by_thread[r.tid].push_back(&r);
+    if (!r.explicit_step && is_step(r.name)) by_thread[r.tid].push_back(&r);
   }
   if (by_thread.empty()) return {};
   auto it = by_thread.find(main_tid);

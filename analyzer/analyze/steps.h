@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "analyzer/model/timeline.h"
 
@@ -151,6 +152,22 @@ StepPlan FindSteps(const Timeline& t, const std::regex& pattern, uint32_t device
 //   reader may keep only those ranges and the explicit steps;
 std::vector<StepSpan> MarkedSteps(const Timeline& t, const std::regex& pattern, uint32_t main_tid);
 bool IsStepName(const Timeline& t, uint32_t name, const std::regex& pattern);
+//   (StepNames answers IsStepName once a name: a loop's step ranges mostly
+//   share a few names, and a regex search costs thousands of instructions);
+class StepNames {
+ public:
+  StepNames(const Timeline& t, const std::regex& pattern) : t_(t), pattern_(pattern) {}
+  bool operator()(uint32_t name) {
+    auto [it, fresh] = known_.try_emplace(name, false);
+    if (fresh) it->second = IsStepName(t_, name, pattern_);
+    return it->second;
+  }
+
+ private:
+  const Timeline& t_;
+  const std::regex& pattern_;
+  absl::flat_hash_map<uint32_t, bool> known_;  // by the timeline's string id
+};
 // - whether a call entering in [from_ns, to_ns) submitted device work
 //   (launch, copy, set, NCCL);
 bool SubmittedIn(const Timeline& t, int64_t from_ns, int64_t to_ns);

@@ -319,6 +319,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
   NvtxPairer pairer;
   std::vector<NvtxRange> step_ranges, closed;
   absl::flat_hash_set<uint32_t> range_tids;
+  StepNames is_step(*names, pattern);
   absl::Status tiled = TileSlices(index, trace::ChunkType::kNvtx, per_slice, [&](int64_t from, int64_t to) {
     auto t = read(Meeting(index, nvtx, from, to), 0);
     if (!t.ok()) return t.status();
@@ -329,7 +330,7 @@ absl::StatusOr<StreamedAnalysis> AnalyzeStreamed(SliceReader* reader, const Trac
       for (const NvtxRange& r : closed) {
         out.first_range_ns = std::min(out.first_range_ns, r.start_ns);
         range_tids.insert(r.tid);
-        if (r.explicit_step || IsStepName(*names, r.name, pattern)) step_ranges.push_back(r);
+        if (r.explicit_step || is_step(r.name)) step_ranges.push_back(r);
       }
     }
     return absl::OkStatus();

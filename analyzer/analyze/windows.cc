@@ -198,8 +198,9 @@ void WindowCutter::Cut(size_t k0, size_t k1, WindowPart* out) {
   std::sort(open.begin(), open.end());
   open.erase(std::unique(open.begin(), open.end()), open.end());
   std::vector<int32_t>& band = band_;
-  band.clear();
-  std::set_union(runs.begin(), runs.end(), open.begin(), open.end(), std::back_inserter(band));
+  // (Unions written in place: a push_back per call checked the capacity.)
+  band.resize(runs.size() + open.size());
+  band.erase(std::set_union(runs.begin(), runs.end(), open.begin(), open.end(), band.begin()), band.end());
   for (const ThreadCalls& th : threads_) {
     auto d = std::upper_bound(th.outer.begin(), th.outer.end(), sweep.from,
                               [this](int64_t v, int32_t c) { return v < t_.calls[c].exit_ns; });
@@ -217,8 +218,8 @@ void WindowCutter::Cut(size_t k0, size_t k1, WindowPart* out) {
   std::sort(more.begin(), more.end());
   more.erase(std::unique(more.begin(), more.end()), more.end());
   std::vector<int32_t>& calls = out->call;
-  calls.clear();
-  std::set_union(band.begin(), band.end(), more.begin(), more.end(), std::back_inserter(calls));
+  calls.resize(band.size() + more.size());
+  calls.erase(std::set_union(band.begin(), band.end(), more.begin(), more.end(), calls.begin()), calls.end());
 
   // The part, in vectors reused from the last window (the API table copied
   // once).
