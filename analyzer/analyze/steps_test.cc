@@ -117,6 +117,27 @@ TEST_CASE("step pattern", "[steps]") {
   CHECK_FALSE(CompileStepPattern("(unclosed").ok());
 }
 
+// Guards StepNames: a name's answer, remembered, is IsStepName's, asked
+// again and in any order.
+TEST_CASE("step names are matched once each, with IsStepName's answer", "[steps]") {
+  Timeline t;
+  t.strings[1] = "ProfilerStep#7";
+  t.strings[2] = "forward";
+  t.strings[3] = "";
+  t.strings[4] = std::string(2000, 'x') + "step";  // past the 1,024 bytes matched
+  const std::regex pattern("step", std::regex::icase);
+  StepNames names(t, pattern);
+  for (int round = 0; round < 2; ++round) {
+    for (uint32_t id : {2u, 1u, 4u, 3u, 9u, 1u}) {
+      CAPTURE(round, id);
+      CHECK(names(id) == IsStepName(t, id, pattern));
+    }
+  }
+  CHECK(names(1));
+  CHECK_FALSE(names(2));
+  CHECK_FALSE(names(4));
+}
+
 // Guards the explicit step API (kStepBegin/kStepEnd) as a step source.
 TEST_CASE("explicit step markers", "[steps]") {
   TraceBuilder b;
