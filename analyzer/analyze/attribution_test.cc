@@ -385,6 +385,24 @@ TEST_CASE("busy split into compute, copy and comm", "[attribution]") {
   CheckInvariants(r);
 }
 
+// Guards the sweep's order of ends: a kernel inside a longer copy ends
+// first, and the copy alone is busy after it (the ends are taken earliest
+// first, not in the order the ops started).
+TEST_CASE("an op inside a longer one ends first", "[attribution]") {
+  TraceBuilder b;
+  auto api = testing::AddStandardApis(&b);
+  b.Submit(1, api.memcpy_async, 0, 5 * kUs, 10 * kUs, 100 * kUs, tf::DeviceOpKind::kMemcpy, "");
+  b.Submit(1, api.launch, 6 * kUs, 8 * kUs, 20 * kUs, 50 * kUs);   // inside the copy
+  b.Submit(1, api.launch, 9 * kUs, 11 * kUs, 30 * kUs, 40 * kUs);  // inside both
+  b.Submit(1, api.launch, 140 * kUs, 145 * kUs, 150 * kUs, 160 * kUs);
+  Report r = testing::AnalyzeOrDie(b);
+  const StepStats& s = r.steps[0];
+  CHECK(s.busy_by_kind.copy == 60 * kUs);
+  CHECK(s.busy_by_kind.compute == 40 * kUs);
+  CHECK(s.gpu_busy_ns == 100 * kUs);
+  CheckInvariants(r);
+}
+
 // Guards the synchronizing-call rule: categories, the async flag, and
 // observed blocking.
 TEST_CASE("classification of synchronizing calls", "[attribution]") {
