@@ -122,6 +122,7 @@ trace::DeviceRecord FromActivity(const Activity& a, trace::DeviceOpKind kind) {
 void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
   std::vector<trace::DeviceRecord> device;
   std::vector<trace::CorrelationRecord> corr;
+  KernelNames names;
   CUpti_Activity* rec = nullptr;
   while (g_next && g_next(buffer, valid, &rec) == CUPTI_SUCCESS) {
     switch (rec->kind) {
@@ -131,7 +132,7 @@ void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size
         trace::DeviceRecord d = FromActivity(*k, k->name && strncmp(k->name, "nccl", 4) == 0
                                                      ? trace::DeviceOpKind::kNccl
                                                      : trace::DeviceOpKind::kKernel);
-        d.name = recorder::InternString(k->name);
+        d.name = names.Intern(k->name);
         device.push_back(d);
         break;
       }
@@ -355,6 +356,16 @@ void Flush() {
     g_flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     errno = saved;
   }
+}
+
+uint32_t KernelNames::Intern(const char* name) {
+  if (name == nullptr) return 0;
+  Slot& s = slots_[(reinterpret_cast<uintptr_t>(name) >> 4) % kSlots];
+  if (s.pointer == name && s.text == name) return s.id;
+  s.pointer = name;
+  s.text = name;
+  s.id = recorder::InternString(name);
+  return s.id;
 }
 
 void ForgetAfterFork() {

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 namespace stallscope::cupti {
 
@@ -46,5 +47,28 @@ bool SetDeviceTiming(bool on);
 void Flush();
 // In a fork child: never call CUPTI again (its state is the parent's).
 void ForgetAfterFork();
+
+// The kernel names of one activity buffer's records, interned
+// (recorder::InternString), remembered by the pointer CUPTI hands (it shares
+// one name string among a kernel's records) and checked by their text before
+// an id is reused: a loop repeats a few kernels, and interning each record's
+// name (a string built, the recorder's lock, a hash lookup) was most of the
+// buffer thread's time. Kept for one buffer only, so no id outlives the
+// string table it came from (a fork child clears the table). Kernel names
+// are never transient, so the recorder never forgets them and a use needs
+// no marking.
+class KernelNames {
+ public:
+  uint32_t Intern(const char* name);
+
+ private:
+  static constexpr size_t kSlots = 64;
+  struct Slot {
+    const char* pointer = nullptr;
+    uint32_t id = 0;
+    std::string text;
+  };
+  Slot slots_[kSlots];
+};
 
 }  // namespace stallscope::cupti

@@ -22,6 +22,7 @@
 
 #include "analyzer/read/trace_reader.h"
 #include "clock.h"
+#include "cupti_source.h"
 #include "cupti_stall.h"
 #include "hooks.h"
 #include "process_info.h"
@@ -271,6 +272,37 @@ TEST_CASE("a trace written by the recorder reads back field for field", "[record
 // CUPTI acknowledges each submission with an external-correlation record:
 // 256 or more unacknowledged submissions say its records stopped coming, and
 // acknowledged ones whose device record never came are counted at exit.
+// Guards the CUPTI buffer's kernel names (cupti::KernelNames): each id is
+// the recorder's for the name's text, for more names than it remembers,
+// asked again, and for a new text at a pointer it has seen.
+TEST_CASE("a buffer's kernel names take the recorder's ids by their text", "[recorder][cupti]") {
+  char dir_template[] = "/tmp/stallscope-names-XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  setenv("STALLSCOPE_OUT", dir_template, 1);
+  setenv("STALLSCOPE_NO_CUPTI", "1", 1);
+  REQUIRE(rec::EnsureStarted());
+  cupti::KernelNames names;
+  CHECK(names.Intern(nullptr) == 0);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 300; ++i) texts.push_back("kernel_" + std::to_string(i) + "<float, 128>");
+  for (int round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < texts.size(); i += (round == 0 ? 1 : 7)) {
+      CAPTURE(round, i);
+      const uint32_t id = names.Intern(texts[i].c_str());
+      CHECK(id != 0);
+      CHECK(id == rec::InternString(texts[i].c_str()));
+    }
+  }
+  char text[32] = "gemm_a";  // one place, two names
+  const uint32_t a = names.Intern(text);
+  CHECK(names.Intern(text) == a);
+  std::strcpy(text, "gemm_b");
+  const uint32_t b = names.Intern(text);
+  CHECK(b != a);
+  CHECK(b == rec::InternString("gemm_b"));
+  CHECK(a == rec::InternString("gemm_a"));
+}
+
 TEST_CASE("the stall tracker judges unacknowledged and missing CUPTI records", "[recorder][stall]") {
   constexpr uint64_t kTid = uint64_t{3} << 40;
   rec::StallTracker t(uint64_t{1} << 20);
