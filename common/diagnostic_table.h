@@ -69,7 +69,11 @@ namespace stallscope::trace {
     "by libgcc's unwinder, and compared")                                            \
   X(kNativeStacksDiffer, 17, kRecorder, "native_stacks_differ", kWarning,            \
     "STALLSCOPE_UNWIND=check: of the stacks compared, those the cached rules "       \
-    "walked differently from libgcc's unwinder (the trace holds libgcc's)")
+    "walked differently from libgcc's unwinder (the trace holds libgcc's)")          \
+  X(kCpuSamplesOff, 18, kRecorder, "cpu_samples_off", kInfo,                         \
+    "STALLSCOPE_CPU_SAMPLES=0: the recorder read no thread CPU time or run-queue "   \
+    "delay; host stalls longer than the dispatch threshold are charged to "          \
+    "host_wait, never host_busy or host_preempted")
 
 // Raised by the reader and the analyzer; never on the wire.
 #define STALLSCOPE_ANALYZER_DIAGNOSTICS(X)                                        \

@@ -47,6 +47,10 @@ namespace recorder {
 std::atomic<int> g_state{int(State::kOff)};
 // Until start-up calibrates it every call samples; nothing records before.
 uint64_t g_cpu_gap_ticks = 0;
+// STALLSCOPE_CPU_SAMPLES=0: no CPU samples at all (each is two system calls:
+// the thread's CPU clock and its schedstat), for the lowest overhead; the
+// analyzer then splits no host gap on-CPU or preempted.
+bool g_cpu_samples = true;
 constinit thread_local ThreadState t_self __attribute__((tls_model("initial-exec")));
 
 namespace {
@@ -1125,6 +1129,7 @@ void QueueCpuSample(ThreadState& ts, uint64_t ticks, uint64_t cpu_ns, uint64_t r
 uint32_t TakeThreadIndex() { return g_next_thread_index.fetch_add(1, std::memory_order_relaxed); }
 
 __attribute__((noinline)) uint64_t SampleCpuAtEnter(ThreadState& ts) {
+  if (!g_cpu_samples) return Ticks();
   int saved_errno = errno;
   uint64_t cpu = ThreadCpuNs();
   uint64_t delay = ThreadRunDelayNs(ts);
@@ -1135,6 +1140,7 @@ __attribute__((noinline)) uint64_t SampleCpuAtEnter(ThreadState& ts) {
 }
 
 __attribute__((noinline)) void SampleCpuAtExit(ThreadState& ts, uint64_t exit) {
+  if (!g_cpu_samples) return;
   int saved_errno = errno;
   if (uint64_t cpu = ThreadCpuNs()) QueueCpuSample(ts, exit, cpu, ThreadRunDelayNs(ts));
   errno = saved_errno;
@@ -1223,7 +1229,11 @@ bool EnsureStarted() {
   }
   trace::ClockRecord clock = ReadClockPair();
   WriteRecords<ChunkType::kClock>(0, &clock, 1);
-  g_cpu_gap_ticks = CalibrateCpuGapTicks();
+  const char* cpu_samples = getenv("STALLSCOPE_CPU_SAMPLES");
+  g_cpu_samples = !(cpu_samples && strcmp(cpu_samples, "0") == 0);
+  // Off: no gap or call is ever long enough to sample at.
+  g_cpu_gap_ticks = g_cpu_samples ? CalibrateCpuGapTicks() : UINT64_MAX;
+  if (!g_cpu_samples) CountDiagnostic(trace::DiagnosticId::kCpuSamplesOff);
   // A fork child stays host-only: CUPTI's state belongs to the parent.
   if (g_is_fork_child || !cupti::Start()) CountDiagnostic(trace::DiagnosticId::kCuptiUnavailable);
   g_step_tid.store(0);

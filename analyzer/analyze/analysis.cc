@@ -208,7 +208,10 @@ void FinishReport(const std::vector<std::string>& changed, const QuestionInputs&
                                   "CPU counts as host_wait there",
                                   no_delay));
   }
-  if (!qi.cpu_samples) {
+  // (A recorder told to take none says so itself: cpu_samples_off.)
+  const bool turned_off = std::any_of(report.diagnostics.begin(), report.diagnostics.end(),
+                                      [](const Diagnostic& d) { return d.id == DiagId::kCpuSamplesOff; });
+  if (!qi.cpu_samples && !turned_off) {
     AddDiagnostic(&report.diagnostics, DiagId::kNoCpuTime, 1,
                   "the trace carries no thread CPU-time samples (a recorder older than "
                   "them): host stalls longer than the dispatch threshold are charged to "

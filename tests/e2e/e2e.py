@@ -295,6 +295,36 @@ def case_host_busy(build, work):
           f"(of it {pre} ns preempted in the ground truth; per step: {per_step})")
 
 
+def case_cpu_samples_off(build, work):
+    """STALLSCOPE_CPU_SAMPLES=0, on the host_busy loop (a 4 ms spin before
+    each step's first CUDA call): the recorder reads no CPU clock, the trace
+    says so (cpu_samples_off, and not no_cpu_time), the idle still matches
+    the ground truth, and the injected idle goes to host_wait: with samples
+    the same loop's is host_busy (case host_busy)."""
+    steps = 20
+    report, truth = run_traced(build, work, [os.path.join(build, "bin", "train_loop"),
+                                             "--steps", str(steps), "--cpu-us", "4000"],
+                               extra_env={"STALLSCOPE_CPU_SAMPLES": "0"})
+    check(len(report["steps"]) == steps, f"{len(report['steps'])} steps, expected {steps}")
+    check_idle_matches_truth(report, truth)
+    diags = {d["name"] for d in report.get("diagnostics", [])}
+    check("cpu_samples_off" in diags and "no_cpu_time" not in diags,
+          f"diagnostics {sorted(diags)}: expected cpu_samples_off and not no_cpu_time")
+    causes = report["totals"]["idle_by_cause"]
+    check(causes["host_busy"] == 0 and causes["host_preempted"] == 0,
+          f"host_busy {causes['host_busy']} ns, host_preempted {causes['host_preempted']} ns "
+          f"without CPU samples")
+    gaps = injected_gaps(truth)
+    idle_steps = [(st, gap) for st, (gap, _) in zip(report["steps"][2:], gaps[2:]) if gap > 0]
+    if not idle_steps:
+        note_no_injected_idle()
+        return
+    wait = sum(st["idle_by_cause"]["host_wait"] for st, _ in idle_steps)
+    injected = sum(gap for _, gap in idle_steps)
+    check(wait >= 0.9 * injected - 20_000 * len(idle_steps),
+          f"host_wait {wait} ns < 90% of the injected idle {injected} ns over {len(idle_steps)} steps")
+
+
 def case_input_after_sync(build, work):
     wait_us = 4000
     waits_log = os.path.join(work, "waits.jsonl")
