@@ -1129,7 +1129,6 @@ void QueueCpuSample(ThreadState& ts, uint64_t ticks, uint64_t cpu_ns, uint64_t r
 uint32_t TakeThreadIndex() { return g_next_thread_index.fetch_add(1, std::memory_order_relaxed); }
 
 __attribute__((noinline)) uint64_t SampleCpuAtEnter(ThreadState& ts) {
-  if (!g_cpu_samples) return Ticks();
   int saved_errno = errno;
   uint64_t cpu = ThreadCpuNs();
   uint64_t delay = ThreadRunDelayNs(ts);
@@ -1140,6 +1139,8 @@ __attribute__((noinline)) uint64_t SampleCpuAtEnter(ThreadState& ts) {
 }
 
 __attribute__((noinline)) void SampleCpuAtExit(ThreadState& ts, uint64_t exit) {
+  // (Samples off: no gap or call is long enough, so only a may-block call's
+  // exit comes here.)
   if (!g_cpu_samples) return;
   int saved_errno = errno;
   if (uint64_t cpu = ThreadCpuNs()) QueueCpuSample(ts, exit, cpu, ThreadRunDelayNs(ts));
